@@ -1,0 +1,177 @@
+//! GCRA: the generic cell rate algorithm, one theoretical arrival time per key.
+
+use std::time::Duration;
+
+use super::schedule::{Check, Schedule};
+use super::Algorithm;
+use crate::{Decision, Error, Outcome, Rate};
+
+/// The generic cell rate algorithm: token-bucket decisions from one number per key.
+///
+/// Each allowed request of cost `n` pushes the key's theoretical arrival time (TAT) forward by
+/// `n` emission intervals (`T = period / count`); a request is rejected if it would push the
+/// TAT more than `burst · T` ahead of now. The rejected request's retry time is exactly how far
+/// over it would go.
+///
+/// # Examples
+///
+/// The lesson's example: 5 per second, burst 5; six requests at t = 0.
+///
+/// ```
+/// use ratewarden_core::{Algorithm, Gcra, Rate};
+/// use std::time::Duration;
+///
+/// let gcra = Gcra::new(Rate::per_second(5)?, 5)?;
+/// let mut tat = Default::default();
+/// let remaining: Vec<u64> = (0..5).map(|_| gcra.decide(&mut tat, 0, 1).remaining).collect();
+/// assert_eq!(remaining, [4, 3, 2, 1, 0]);
+/// let sixth = gcra.decide(&mut tat, 0, 1);
+/// assert_eq!(sixth.retry_after(), Some(Duration::from_millis(200)));
+/// // Exactly at the retry time it passes; a nanosecond earlier it would not.
+/// assert!(!gcra.peek(&tat, 199_999_999, 1).is_allowed());
+/// assert!(gcra.decide(&mut tat, 200_000_000, 1).is_allowed());
+/// # Ok::<(), ratewarden_core::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Gcra {
+    schedule: Schedule,
+}
+
+/// A GCRA key's state: its theoretical arrival time, in nanoseconds scaled by the rate's count.
+/// Zero (the default) is a key never seen.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct GcraState {
+    /// The theoretical arrival time, in units of `1 / count` nanoseconds.
+    pub tat: u128,
+}
+
+impl Gcra {
+    /// GCRA at `rate`, allowing `burst` cells at once.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Zero`] when `burst` is zero.
+    pub fn new(rate: Rate, burst: u64) -> Result<Self, Error> {
+        if burst == 0 {
+            return Err(Error::Zero { field: "burst" });
+        }
+        Ok(Self {
+            schedule: Schedule {
+                rate,
+                capacity: burst,
+            },
+        })
+    }
+
+    /// The rate.
+    pub fn rate(&self) -> Rate {
+        self.schedule.rate
+    }
+
+    /// The burst.
+    pub fn burst(&self) -> u64 {
+        self.schedule.capacity
+    }
+}
+
+impl Algorithm for Gcra {
+    type State = GcraState;
+
+    fn decide(&self, state: &mut GcraState, now: u64, cost: u64) -> Decision {
+        let s = &self.schedule;
+        let outcome = match s.check(state.tat, now, cost) {
+            Check::Fits { new_tat, .. } => {
+                state.tat = new_tat;
+                Outcome::Allowed
+            }
+            Check::NotYet { after } => Outcome::Limited {
+                retry_after: Duration::from_nanos(s.to_ns_ceil(after)),
+            },
+            Check::Never => Outcome::CostTooHigh,
+        };
+        Decision::new(
+            outcome,
+            s.capacity,
+            s.remaining(state.tat, now),
+            s.reset_after(state.tat, now),
+        )
+    }
+
+    fn settle(&self, state: &mut GcraState, now: u64, delta: i64) {
+        state.tat = self.schedule.settle(state.tat, now, delta);
+    }
+
+    fn is_fresh(&self, state: &GcraState, now: u64) -> bool {
+        state.tat <= self.schedule.scaled(now)
+    }
+
+    fn limit(&self) -> u64 {
+        self.schedule.capacity
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn cost_above_burst_can_never_fit_and_charges_nothing() {
+        let g = Gcra::new(Rate::per_second(5).unwrap(), 5).unwrap();
+        let mut s = GcraState::default();
+        assert_eq!(g.decide(&mut s, 0, 6).outcome, Outcome::CostTooHigh);
+        assert_eq!(s, GcraState::default());
+        assert!(g.decide(&mut s, 0, 5).is_allowed());
+        let d = g.decide(&mut s, 0, 1);
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(200)));
+    }
+
+    #[test]
+    fn weighted_request_waits_for_all_its_cells() {
+        // redis-cell's worked check: limit 5 at 1/s; 3 spent, a request of 5 waits 3 s.
+        let g = Gcra::new(Rate::per_second(1).unwrap(), 5).unwrap();
+        let mut s = GcraState::default();
+        assert!(g.decide(&mut s, 0, 3).is_allowed());
+        let d = g.decide(&mut s, 0, 5);
+        assert_eq!(d.retry_after(), Some(Duration::from_secs(3)));
+        assert_eq!(d.remaining, 2);
+    }
+
+    #[test]
+    fn non_integral_intervals_are_exact() {
+        // 3 per second, burst 3: after a burst at t = 0, cells are due at exactly 1/3 s,
+        // 2/3 s and 1 s (rounded up to the nanosecond), never earlier.
+        let g = Gcra::new(Rate::per_second(3).unwrap(), 3).unwrap();
+        let mut s = GcraState::default();
+        assert!(g.decide(&mut s, 0, 3).is_allowed());
+        let d = g.decide(&mut s, 0, 1);
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(333_333_334)));
+        assert!(!g.peek(&s, 333_333_333, 1).is_allowed());
+        assert!(g.decide(&mut s, 333_333_334, 1).is_allowed());
+        assert!(!g.peek(&s, 666_666_666, 1).is_allowed());
+        assert!(g.decide(&mut s, 666_666_667, 1).is_allowed());
+        assert!(!g.peek(&s, 1_000 * MS - 1, 1).is_allowed());
+        assert!(g.decide(&mut s, 1_000 * MS, 1).is_allowed());
+        assert!(!g.decide(&mut s, 1_000 * MS, 1).is_allowed());
+    }
+
+    #[test]
+    fn time_going_backwards_is_no_time_passing() {
+        let g = Gcra::new(Rate::per_second(5).unwrap(), 1).unwrap();
+        let mut s = GcraState::default();
+        assert!(g.decide(&mut s, 1_000 * MS, 1).is_allowed());
+        let d = g.decide(&mut s, 500 * MS, 1);
+        assert_eq!(d.retry_after(), Some(Duration::from_millis(700)));
+    }
+
+    #[test]
+    fn fresh_after_reset() {
+        let g = Gcra::new(Rate::per_second(5).unwrap(), 5).unwrap();
+        let mut s = GcraState::default();
+        let d = g.decide(&mut s, 0, 2);
+        assert_eq!(d.reset_after, Duration::from_millis(400));
+        assert!(!g.is_fresh(&s, 399 * MS));
+        assert!(g.is_fresh(&s, 400 * MS));
+    }
+}

@@ -1,0 +1,190 @@
+//! The sliding window log: the time of every allowed request within the last window.
+
+use std::collections::VecDeque;
+use std::num::NonZeroU64;
+use std::time::Duration;
+
+use super::Algorithm;
+use crate::units::nonzero_duration_ns;
+use crate::{Decision, Error, Outcome};
+
+/// Exactly at most `limit` units in any window of length `window`.
+///
+/// Keeps the time and cost of each allowed request, drops those older than a window, and counts
+/// the rest: no rolling window ever holds more than `limit`. The state holds at most `limit`
+/// entries (requests at the same nanosecond share one), so use it for small limits where a
+/// mistake is costly: "5 OTP sends per phone per 15 minutes" is five timestamps.
+///
+/// # Examples
+///
+/// ```
+/// use ratewarden_core::{Algorithm, SlidingLog};
+/// use std::time::Duration;
+///
+/// let log = SlidingLog::new(2, Duration::from_secs(1))?;
+/// let mut state = Default::default();
+/// assert!(log.decide(&mut state, 0, 1).is_allowed());
+/// assert!(log.decide(&mut state, 500_000_000, 1).is_allowed());
+/// // The first request ages out at exactly 1 s.
+/// let d = log.decide(&mut state, 600_000_000, 1);
+/// assert_eq!(d.retry_after(), Some(Duration::from_millis(400)));
+/// assert!(log.decide(&mut state, 1_000_000_000, 1).is_allowed());
+/// # Ok::<(), ratewarden_core::Error>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SlidingLog {
+    limit: NonZeroU64,
+    window: NonZeroU64,
+}
+
+/// One logged charge: `cost` units at time `at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Entry {
+    /// When, in nanoseconds.
+    pub at: u64,
+    /// How many units.
+    pub cost: u64,
+}
+
+/// A sliding log's state: the charges of the last window, oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct SlidingLogState {
+    /// The logged charges, oldest first.
+    pub entries: VecDeque<Entry>,
+}
+
+impl SlidingLog {
+    /// At most `limit` units in any `window`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Zero`] when `limit` or `window` is zero; [`Error::TooLarge`] for a window over
+    /// 2^64 ns.
+    pub fn new(limit: u64, window: Duration) -> Result<Self, Error> {
+        Ok(Self {
+            limit: NonZeroU64::new(limit).ok_or(Error::Zero { field: "limit" })?,
+            window: nonzero_duration_ns(window, "window")?,
+        })
+    }
+
+    /// The window's length.
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(self.window.get())
+    }
+
+    /// Whether an entry still counts at `now`: the window is `(now - window, now]`.
+    fn live(&self, entry: &Entry, now: u64) -> bool {
+        entry.at.saturating_add(self.window.get()) > now
+    }
+
+    /// The entries still counting at `now` (a suffix of the log), and their total.
+    fn live_entries<'a>(
+        &self,
+        state: &'a SlidingLogState,
+        now: u64,
+    ) -> (impl Iterator<Item = &'a Entry> + Clone, u64) {
+        let first_live = state.entries.partition_point(|e| !self.live(e, now));
+        let live = state.entries.range(first_live..);
+        let total = live.clone().fold(0u64, |t, e| t.saturating_add(e.cost));
+        (live, total)
+    }
+
+    fn evaluate(&self, state: &SlidingLogState, now: u64, cost: u64) -> (Outcome, u64) {
+        let limit = self.limit.get();
+        let (live, total) = self.live_entries(state, now);
+        if cost > limit {
+            return (Outcome::CostTooHigh, total);
+        }
+        if total.saturating_add(cost) <= limit {
+            return (Outcome::Allowed, total);
+        }
+        // Walk from the oldest entry until enough has aged out.
+        let mut left = total;
+        for entry in live {
+            left -= entry.cost;
+            if left.saturating_add(cost) <= limit {
+                let at = entry.at.saturating_add(self.window.get()) - now;
+                let retry_after = Duration::from_nanos(at);
+                return (Outcome::Limited { retry_after }, total);
+            }
+        }
+        unreachable!("with every entry aged out, a cost within the limit fits")
+    }
+
+    fn report(&self, outcome: Outcome, state: &SlidingLogState, now: u64, total: u64) -> Decision {
+        let reset = state
+            .entries
+            .back()
+            .filter(|e| self.live(e, now))
+            .map_or(0, |e| e.at.saturating_add(self.window.get()) - now);
+        let limit = self.limit.get();
+        Decision::new(outcome, limit, limit.saturating_sub(total), reset)
+    }
+
+    /// Drops what has aged out and logs `cost` at `now`, keeping the log ordered even if the
+    /// clock stepped back.
+    fn record(&self, state: &mut SlidingLogState, now: u64, cost: u64) {
+        while state.entries.front().is_some_and(|e| !self.live(e, now)) {
+            state.entries.pop_front();
+        }
+        if cost == 0 {
+            return;
+        }
+        match state.entries.back_mut() {
+            Some(last) if last.at >= now => last.cost = last.cost.saturating_add(cost),
+            _ => state.entries.push_back(Entry { at: now, cost }),
+        }
+    }
+}
+
+impl Algorithm for SlidingLog {
+    type State = SlidingLogState;
+
+    fn decide(&self, state: &mut SlidingLogState, now: u64, cost: u64) -> Decision {
+        let (outcome, mut total) = self.evaluate(state, now, cost);
+        if outcome == Outcome::Allowed {
+            self.record(state, now, cost);
+            total += cost;
+        }
+        self.report(outcome, state, now, total)
+    }
+
+    fn peek(&self, state: &SlidingLogState, now: u64, cost: u64) -> Decision {
+        let (outcome, total) = self.evaluate(state, now, cost);
+        let total = if outcome == Outcome::Allowed { total + cost } else { total };
+        let mut decision = self.report(outcome, state, now, total);
+        if outcome == Outcome::Allowed && cost > 0 {
+            decision.reset_after = self.window();
+        }
+        decision
+    }
+
+    fn settle(&self, state: &mut SlidingLogState, now: u64, delta: i64) {
+        if delta >= 0 {
+            self.record(state, now, delta.unsigned_abs());
+            return;
+        }
+        self.record(state, now, 0);
+        // A refund takes back the newest charges first.
+        let mut refund = delta.unsigned_abs();
+        while refund > 0 {
+            let Some(last) = state.entries.back_mut() else {
+                break;
+            };
+            let take = refund.min(last.cost);
+            last.cost -= take;
+            refund -= take;
+            if last.cost == 0 {
+                state.entries.pop_back();
+            }
+        }
+    }
+
+    fn is_fresh(&self, state: &SlidingLogState, now: u64) -> bool {
+        state.entries.back().is_none_or(|e| !self.live(e, now))
+    }
+
+    fn limit(&self) -> u64 {
+        self.limit.get()
+    }
+}
