@@ -60,7 +60,9 @@ pub enum Error {
         name: String,
     },
     /// A time zone that is not in the time zone database.
-    #[error("unknown time zone `{name}`: {reason} (use an IANA name such as `UTC` or `Europe/Paris`)")]
+    #[error(
+        "unknown time zone `{name}`: {reason} (use an IANA name such as `UTC` or `Europe/Paris`)"
+    )]
     TimeZone {
         /// The name as given.
         name: String,

@@ -146,14 +146,17 @@ macro_rules! any_limit {
             type State = LimitState;
 
             fn decide(&self, state: &mut LimitState, now: u64, cost: u64) -> Decision {
-                match self {
-                    $(Limit::$variant(a) => {
-                        // A state of another algorithm (the limit changed) starts afresh.
-                        if !matches!(state, LimitState::$variant(_)) {
-                            *state = LimitState::$variant(Default::default());
+                match (self, &mut *state) {
+                    $((Limit::$variant(a), LimitState::$variant(s)) => a.decide(s, now, cost),)*
+                    // A key never seen, or a state of another algorithm (the limit changed):
+                    // start afresh, and keep the new state only if something was charged.
+                    $((Limit::$variant(a), _) => {
+                        let mut fresh = Default::default();
+                        let decision = a.decide(&mut fresh, now, cost);
+                        if decision.is_allowed() {
+                            *state = LimitState::$variant(fresh);
                         }
-                        let LimitState::$variant(s) = state else { unreachable!() };
-                        a.decide(s, now, cost)
+                        decision
                     })*
                 }
             }

@@ -241,7 +241,9 @@ pub fn parse_decimal(input: &str, scale: u64) -> Result<u64, Error> {
     }
     let scaled = numerator * u128::from(scale);
     if scaled % denominator != 0 {
-        return Err(err("more precise than the unit allows (nanoseconds at most)"));
+        return Err(err(
+            "more precise than the unit allows (nanoseconds at most)",
+        ));
     }
     total += scaled / denominator;
     u64::try_from(total).map_err(|_| too_big())
@@ -321,7 +323,10 @@ mod tests {
             let d = parse_duration(s).unwrap();
             assert_eq!(DisplayDuration(d).to_string(), s);
         }
-        assert_eq!(DisplayDuration(parse_duration("90s").unwrap()).to_string(), "90s");
+        assert_eq!(
+            DisplayDuration(parse_duration("90s").unwrap()).to_string(),
+            "90s"
+        );
         assert!(parse_duration("s").is_err());
         assert!(parse_duration("10").is_err());
     }

@@ -66,7 +66,11 @@ impl FixedWindow {
     fn current(&self, state: &FixedWindowState, now: u64) -> (u64, u64) {
         let w = self.window.get();
         let index = now / w;
-        let count = if state.window == index { state.count } else { 0 };
+        let count = if state.window == index {
+            state.count
+        } else {
+            0
+        };
         let ends_in = w - now % w;
         (count, ends_in)
     }
@@ -83,7 +87,7 @@ impl Algorithm for FixedWindow {
         } else if count.saturating_add(cost) <= limit {
             *state = FixedWindowState {
                 window: now / self.window.get(),
-                count: count + cost,
+                count: count.saturating_add(cost),
             };
             Outcome::Allowed
         } else {

@@ -226,7 +226,7 @@ impl Algorithm for Quota {
             Outcome::CostTooHigh
         } else if current.used.saturating_add(cost) <= limit {
             *state = QuotaState {
-                used: current.used + cost,
+                used: current.used.saturating_add(cost),
                 ..current
             };
             Outcome::Allowed

@@ -45,7 +45,11 @@ impl Schedule {
         }
         let now = self.scaled(now);
         let start = tat.max(now);
-        let new_tat = start.saturating_add(self.cells(cost));
+        let Some(new_tat) = start.checked_add(self.cells(cost)) else {
+            // Only absurd parameters get here (2^64 cells of 2^64 ns at 2^64 ns): the request
+            // would conform past any representable time.
+            return Check::NotYet { after: u128::MAX };
+        };
         let allowance = self.cells(self.capacity);
         let ahead = new_tat - now;
         if ahead <= allowance {

@@ -101,7 +101,7 @@ impl SlidingLog {
         // Walk from the oldest entry until enough has aged out.
         let mut left = total;
         for entry in live {
-            left -= entry.cost;
+            left = left.saturating_sub(entry.cost);
             if left.saturating_add(cost) <= limit {
                 let at = entry.at.saturating_add(self.window.get()) - now;
                 let retry_after = Duration::from_nanos(at);
@@ -144,14 +144,18 @@ impl Algorithm for SlidingLog {
         let (outcome, mut total) = self.evaluate(state, now, cost);
         if outcome == Outcome::Allowed {
             self.record(state, now, cost);
-            total += cost;
+            total = total.saturating_add(cost);
         }
         self.report(outcome, state, now, total)
     }
 
     fn peek(&self, state: &SlidingLogState, now: u64, cost: u64) -> Decision {
         let (outcome, total) = self.evaluate(state, now, cost);
-        let total = if outcome == Outcome::Allowed { total + cost } else { total };
+        let total = if outcome == Outcome::Allowed {
+            total.saturating_add(cost)
+        } else {
+            total
+        };
         let mut decision = self.report(outcome, state, now, total);
         if outcome == Outcome::Allowed && cost > 0 {
             decision.reset_after = self.window();

@@ -105,8 +105,8 @@ impl SlidingWindow {
         }
         let w = self.window.get();
         let elapsed = now.saturating_sub(rolled.window.saturating_mul(w)).min(w);
-        let estimate = u128::from(rolled.previous) * u128::from(w - elapsed)
-            + u128::from(rolled.current.saturating_add(cost)) * u128::from(w);
+        let estimate = (u128::from(rolled.previous) * u128::from(w - elapsed))
+            .saturating_add(u128::from(rolled.current.saturating_add(cost)) * u128::from(w));
         if estimate <= u128::from(limit) * u128::from(w) {
             return Outcome::Allowed;
         }
@@ -129,11 +129,11 @@ impl SlidingWindow {
         let limit = self.limit.get();
         let w = self.window.get();
         let elapsed = now.saturating_sub(rolled.window.saturating_mul(w)).min(w);
-        let used = u128::from(rolled.previous) * u128::from(w - elapsed)
-            + u128::from(rolled.current) * u128::from(w);
+        let used = (u128::from(rolled.previous) * u128::from(w - elapsed))
+            .saturating_add(u128::from(rolled.current) * u128::from(w));
         let room = (u128::from(limit) * u128::from(w)).saturating_sub(used) / u128::from(w);
         let reset = if rolled.current > 0 {
-            (2 * w).saturating_sub(elapsed)
+            w.saturating_mul(2).saturating_sub(elapsed)
         } else if rolled.previous > 0 {
             w - elapsed
         } else {
@@ -150,7 +150,7 @@ impl Algorithm for SlidingWindow {
         let mut rolled = self.rolled(state, now);
         let outcome = self.evaluate(&rolled, now, cost);
         if outcome == Outcome::Allowed {
-            rolled.current += cost;
+            rolled.current = rolled.current.saturating_add(cost);
             *state = rolled;
         }
         self.report(outcome, &rolled, now)
