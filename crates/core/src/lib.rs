@@ -48,7 +48,7 @@ pub use clock::{Clock, ManualClock, RealClock};
 pub use decision::{Decision, Outcome};
 pub use error::Error;
 pub use limit::{AlgorithmKind, Limit, LimitState};
-pub use units::{parse_decimal, parse_duration, Rate};
+pub use units::{parse_decimal, parse_duration, DisplayDuration, Rate};
 
 /// Nanoseconds in one second.
 pub const NANOS_PER_SEC: u64 = 1_000_000_000;

@@ -77,7 +77,13 @@ impl Rate {
 
 impl fmt::Display for Rate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.count, DisplayDuration(self.period()))
+        // `50/s` rather than `50/1s`, but `1000/15m` as written.
+        let period = DisplayDuration(self.period()).to_string();
+        let period = match period.strip_prefix('1') {
+            Some(unit) if unit.starts_with(|c: char| c.is_ascii_alphabetic()) => unit,
+            _ => &period,
+        };
+        write!(f, "{}/{period}", self.count)
     }
 }
 
@@ -249,8 +255,19 @@ pub fn parse_decimal(input: &str, scale: u64) -> Result<u64, Error> {
     u64::try_from(total).map_err(|_| too_big())
 }
 
-/// Shows a duration the way people write it: `1s`, `15m`, `200ms`.
-pub(crate) struct DisplayDuration(pub(crate) Duration);
+/// Shows a duration the way people write it, in the largest unit that divides it: `1s`, `15m`,
+/// `200ms`, `90s`.
+///
+/// # Examples
+///
+/// ```
+/// use ratewarden_core::DisplayDuration;
+/// use std::time::Duration;
+///
+/// assert_eq!(DisplayDuration(Duration::from_secs(900)).to_string(), "15m");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DisplayDuration(pub Duration);
 
 impl fmt::Display for DisplayDuration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -289,7 +306,9 @@ mod tests {
         assert_eq!((r.count(), r.period_ns()), (1000, 900 * NANOS_PER_SEC));
         let r: Rate = "5 / hour".parse().unwrap();
         assert_eq!(r.period(), Duration::from_secs(3600));
-        assert_eq!(r.to_string(), "5/1h");
+        assert_eq!(r.to_string(), "5/h");
+        assert_eq!("1000/15m".parse::<Rate>().unwrap().to_string(), "1000/15m");
+        assert_eq!("7/10s".parse::<Rate>().unwrap().to_string(), "7/10s");
     }
 
     #[test]

@@ -1,1 +1,20 @@
-fn main(){}
+//! `ratewarden`: a rate limiter. `ratewarden --help` lists the commands.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use ratewarden_server::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Simulate(args) => ratewarden_server::simulate::main(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

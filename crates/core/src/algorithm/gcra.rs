@@ -85,7 +85,7 @@ impl Algorithm for Gcra {
                 Outcome::Allowed
             }
             Check::NotYet { after } => Outcome::Limited {
-                retry_after: Duration::from_nanos(s.to_ns_ceil(after)),
+                retry_after: Duration::from_nanos(s.ns_ceil(after)),
             },
             Check::Never => Outcome::CostTooHigh,
         };

@@ -76,11 +76,11 @@ impl Algorithm for LeakyQueue {
             Check::Fits { new_tat, wait } => {
                 state.drained_at = new_tat;
                 Outcome::Delayed {
-                    delay: Duration::from_nanos(s.to_ns_ceil(wait)),
+                    delay: Duration::from_nanos(s.ns_ceil(wait)),
                 }
             }
             Check::NotYet { after } => Outcome::Limited {
-                retry_after: Duration::from_nanos(s.to_ns_ceil(after)),
+                retry_after: Duration::from_nanos(s.ns_ceil(after)),
             },
             Check::Never => Outcome::CostTooHigh,
         };

@@ -35,7 +35,7 @@ impl Schedule {
     }
 
     /// Scaled time back to nanoseconds, rounded up so a caller never comes back too early.
-    pub(crate) fn to_ns_ceil(&self, scaled: u128) -> u64 {
+    pub(crate) fn ns_ceil(&self, scaled: u128) -> u64 {
         saturate(div_ceil(scaled, u128::from(self.rate.count())))
     }
 
@@ -73,7 +73,7 @@ impl Schedule {
 
     /// Nanoseconds until the schedule is caught up (the key is fresh again).
     pub(crate) fn reset_after(&self, tat: u128, now: u64) -> u64 {
-        self.to_ns_ceil(tat.saturating_sub(self.scaled(now)))
+        self.ns_ceil(tat.saturating_sub(self.scaled(now)))
     }
 
     /// Moves the TAT by `delta` cells: forward to charge (without bound: a debt), backward to

@@ -1,0 +1,124 @@
+//! Command-line arguments.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use ratewarden_core::{parse_duration, AlgorithmKind, CalendarUnit, Rate};
+
+/// Ratewarden: a rate limiter, exact to the request.
+#[derive(Debug, Parser)]
+#[command(name = "ratewarden", version, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a trace of arrivals through one or every algorithm and show each decision.
+    #[command(after_help = SIMULATE_EXAMPLES)]
+    Simulate(SimulateArgs),
+}
+
+const SIMULATE_EXAMPLES: &str = "\
+Examples:
+  # The lesson's Figure 1, every algorithm at 5 a second:
+  ratewarden simulate --trace figure1 --all --limit 5 --window 1s
+
+  # One algorithm, as JSON lines:
+  ratewarden simulate --trace my.csv --algorithm gcra --rate 50/s --burst 100 --format jsonl
+
+  # Draw the picture:
+  ratewarden simulate --trace figure1 --all --svg figure1.svg
+
+Trace files hold one arrival a line, `time_s[,cost[,key]]`: time in seconds from the start of
+the trace (decimals are exact), an optional whole-number cost (default 1), and an optional key
+(default `default`; each key has its own state). Lines starting with `#` and a header line
+are skipped. Times must not go backwards.
+
+Algorithms: fixed-window, sliding-log, sliding-window (--limit, --window); token-bucket,
+leaky-bucket, gcra (--rate, --burst); leaky-queue (--rate, --burst = how many may wait);
+quota (--limit, --period, --timezone). Buckets without --rate/--burst get rate
+limit/window and burst limit.";
+
+/// Arguments of `ratewarden simulate`.
+#[derive(Debug, Args)]
+pub struct SimulateArgs {
+    /// The trace: a file, `-` for standard input, or the built-in `figure1`.
+    #[arg(long, short, default_value = "figure1", value_name = "FILE|figure1")]
+    pub trace: String,
+
+    /// Run one algorithm.
+    #[arg(long, short, value_name = "NAME", value_parser = parse_kind, conflicts_with = "all")]
+    pub algorithm: Option<AlgorithmKind>,
+
+    /// Run every algorithm side by side at the nominal rate --limit per --window (the default
+    /// when no --algorithm is given).
+    #[arg(long)]
+    pub all: bool,
+
+    /// Units allowed per window (windows and quotas; buckets derive their numbers from it).
+    #[arg(long, short, default_value_t = 5, value_name = "N")]
+    pub limit: u64,
+
+    /// The window, such as `1s`, `15m` or `1h`.
+    #[arg(long, short, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub window: Duration,
+
+    /// Bucket refill rate, such as `50/s` or `1000/15m` (default: limit per window).
+    #[arg(long, short, value_parser = parse_rate, value_name = "COUNT/PERIOD")]
+    pub rate: Option<Rate>,
+
+    /// Bucket capacity; for leaky-queue, how many requests may wait (default: the limit).
+    #[arg(long, short, value_name = "N")]
+    pub burst: Option<u64>,
+
+    /// Calendar period of a quota: second, minute, hour, day, week, month or year (default:
+    /// the window, when it is one second, minute or hour).
+    #[arg(long, value_parser = parse_period, value_name = "PERIOD")]
+    pub period: Option<CalendarUnit>,
+
+    /// Time zone of a quota's calendar, an IANA name.
+    #[arg(long, default_value = "UTC", value_name = "ZONE")]
+    pub timezone: String,
+
+    /// The wall-clock instant of the trace's time 0, in RFC 3339 (matters for quotas and
+    /// window alignment).
+    #[arg(long, default_value = "1970-01-01T00:00:00Z", value_name = "RFC3339")]
+    pub start: String,
+
+    /// How to print the decisions.
+    #[arg(long, short, value_enum, default_value_t = Format::Table)]
+    pub format: Format,
+
+    /// Also draw the decisions as an SVG picture: a row per algorithm, arrivals on a time
+    /// axis, passed and rejected marked apart.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+}
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// A row per arrival, a column per algorithm, totals at the end.
+    Table,
+    /// One JSON object per arrival and algorithm.
+    Jsonl,
+    /// Only the totals per algorithm (for large traces).
+    Summary,
+}
+
+fn parse_kind(s: &str) -> Result<AlgorithmKind, String> {
+    s.parse().map_err(|e: ratewarden_core::Error| e.to_string())
+}
+
+fn parse_rate(s: &str) -> Result<Rate, String> {
+    s.parse().map_err(|e: ratewarden_core::Error| e.to_string())
+}
+
+fn parse_period(s: &str) -> Result<CalendarUnit, String> {
+    s.parse().map_err(|e: ratewarden_core::Error| e.to_string())
+}

@@ -1,0 +1,5 @@
+//! The `ratewarden` binary's library: everything testable lives here, `main.rs` only parses
+//! arguments and dispatches.
+
+pub mod cli;
+pub mod simulate;
