@@ -52,3 +52,8 @@ pub use units::{parse_decimal, parse_duration, DisplayDuration, Rate};
 
 /// Nanoseconds in one second.
 pub const NANOS_PER_SEC: u64 = 1_000_000_000;
+
+/// The README's examples compile and pass as written.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
