@@ -72,6 +72,15 @@ fn assert_bucket_bound(
     Ok(())
 }
 
+/// Units admitted at times `t` with `within(t)`.
+fn held(admitted: &[(u64, u64)], within: impl Fn(u64) -> bool) -> u64 {
+    admitted
+        .iter()
+        .filter(|(t, _)| within(*t))
+        .map(|(_, c)| c)
+        .sum()
+}
+
 fn all_limits(rate: Rate, burst: u64, window: Duration) -> Vec<Limit> {
     let limit = burst;
     vec![
@@ -132,11 +141,7 @@ proptest! {
         let log = SlidingLog::new(limit, Duration::from_nanos(window)).unwrap();
         let admitted = admitted(&run(&log, &trace));
         for &(end, _) in &admitted {
-            let held: u64 = admitted
-                .iter()
-                .filter(|(t, _)| *t <= end && t + window > end)
-                .map(|(_, c)| c)
-                .sum();
+            let held = held(&admitted, |t| t <= end && t + window > end);
             prop_assert!(held <= limit, "{held} in the window ending at {end}");
         }
     }
@@ -149,11 +154,7 @@ proptest! {
         let fw = FixedWindow::new(limit, Duration::from_nanos(window)).unwrap();
         let admitted = admitted(&run(&fw, &trace));
         for &(start, _) in &admitted {
-            let held: u64 = admitted
-                .iter()
-                .filter(|(t, _)| *t >= start && *t < start + window)
-                .map(|(_, c)| c)
-                .sum();
+            let held = held(&admitted, |t| t >= start && t < start + window);
             prop_assert!(held <= 2 * limit);
         }
     }

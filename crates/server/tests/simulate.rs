@@ -26,6 +26,24 @@ fn scratch(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
 }
 
+/// Writes `trace` to a scratch file and simulates it with `args`.
+fn simulate_file(name: &str, trace: &str, args: &str) -> (PathBuf, Output) {
+    let path = scratch(name);
+    fs::write(&path, trace).unwrap();
+    let mut all = vec!["simulate", "--trace", path.to_str().unwrap()];
+    all.extend(args.split_whitespace());
+    let out = ratewarden(&all);
+    (path, out)
+}
+
+fn json_lines(out: &Output) -> Vec<serde_json::Value> {
+    assert!(out.status.success(), "{}", stderr(out));
+    stdout(out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
 /// The lesson's table: algorithm name → the twenty expected decisions.
 fn expected() -> Vec<(String, Vec<bool>)> {
     let mut lines = EXPECTED.lines().filter(|l| !l.starts_with('#'));
@@ -46,7 +64,6 @@ fn the_table_shows_every_algorithm_deciding_figure1_as_the_lesson_says() {
     let out = ratewarden(&[
         "simulate", "--trace", "figure1", "--all", "--limit", "5", "--window", "1s",
     ]);
-    assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     let mut lines = text.lines().filter(|l| !l.starts_with('#'));
     let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
@@ -111,10 +128,7 @@ fn jsonl_has_one_object_per_arrival_and_algorithm() {
         "simulate", "--trace", "figure1", "--all", "--format", "jsonl",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let objects: Vec<serde_json::Value> = stdout(&out)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let objects = json_lines(&out);
     assert_eq!(objects.len(), 20 * 8);
     for (name, want) in expected() {
         let got: Vec<bool> = objects
@@ -182,71 +196,33 @@ fn svg_draws_a_row_per_algorithm_with_passed_and_rejected_marked_apart() {
 
 #[test]
 fn bad_lines_are_reported_with_file_line_and_reason_and_the_rest_still_runs() {
-    let path = scratch("bad.csv");
-    fs::write(
-        &path,
-        "time_s,cost,key\n0.1,1,a\n0.2,lots,a\n0.3\n0.25,1,b\n",
-    )
-    .unwrap();
-    let out = ratewarden(&[
-        "simulate",
-        "--trace",
-        path.to_str().unwrap(),
-        "-a",
-        "gcra",
-        "-f",
-        "summary",
-    ]);
+    let trace = "time_s,cost,key\n0.1,1,a\n0.2,lots,a\n0.3\n0.25,1,b\n";
+    let (path, out) = simulate_file("bad.csv", trace, "-a gcra -f summary");
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     let file = path.display();
-    assert!(
-        err.contains(&format!("{file}:line 3: cost `lots` is not a whole number")),
-        "{err}"
-    );
-    assert!(
-        err.contains(&format!("{file}:line 5: time 0.25 s goes back")),
-        "{err}"
-    );
-    assert!(
-        err.contains("2 bad line(s) skipped; 2 arrivals decided"),
-        "{err}"
-    );
+    let want = [
+        format!("{file}:line 3: cost `lots` is not a whole number"),
+        format!("{file}:line 5: time 0.25 s goes back"),
+        "2 bad line(s) skipped; 2 arrivals decided".to_owned(),
+    ];
+    for line in want {
+        assert!(err.contains(&line), "{err}");
+    }
     assert!(stdout(&out).contains("2 arrivals"));
 }
 
 #[test]
 fn keys_have_their_own_state_and_costs_are_weights() {
-    let path = scratch("keys.csv");
-    fs::write(&path, "0,3,a\n0,3,b\n0,3,a\n0,2,b\n0,9,a\n").unwrap();
-    let out = ratewarden(&[
-        "simulate",
-        "--trace",
-        path.to_str().unwrap(),
-        "-a",
-        "token-bucket",
-        "--rate",
-        "5/s",
-        "--burst",
-        "5",
-        "-f",
-        "jsonl",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let outcomes: Vec<String> = stdout(&out)
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["outcome"].to_string())
+    let trace = "0,3,a\n0,3,b\n0,3,a\n0,2,b\n0,9,a\n";
+    let args = "-a token-bucket --rate 5/s --burst 5 -f jsonl";
+    let (_, out) = simulate_file("keys.csv", trace, args);
+    let outcomes: Vec<String> = json_lines(&out)
+        .iter()
+        .map(|o| o["outcome"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(
-        outcomes,
-        [
-            "\"allowed\"",
-            "\"allowed\"",
-            "\"limited\"",
-            "\"allowed\"",
-            "\"cost-too-high\""
-        ]
-    );
+    let want = ["allowed", "allowed", "limited", "allowed", "cost-too-high"];
+    assert_eq!(outcomes, want);
 }
 
 #[test]
@@ -354,32 +330,12 @@ fn bad_arguments_say_what_is_wrong() {
 
 #[test]
 fn quotas_follow_the_calendar_from_the_start_instant() {
-    let path = scratch("month.csv");
     // 2026-01-31T23:00Z plus 0 s, 1800 s and 3600 s (the last is in February).
-    fs::write(&path, "0\n1800\n3600\n").unwrap();
-    let out = ratewarden(&[
-        "simulate",
-        "--trace",
-        path.to_str().unwrap(),
-        "-a",
-        "quota",
-        "-l",
-        "1",
-        "--period",
-        "month",
-        "--start",
-        "2026-01-31T23:00:00Z",
-        "-f",
-        "jsonl",
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let allowed: Vec<bool> = stdout(&out)
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l).unwrap()["allowed"]
-                .as_bool()
-                .unwrap()
-        })
+    let args = "-a quota -l 1 --period month --start 2026-01-31T23:00:00Z -f jsonl";
+    let (_, out) = simulate_file("month.csv", "0\n1800\n3600\n", args);
+    let allowed: Vec<bool> = json_lines(&out)
+        .iter()
+        .map(|o| o["allowed"].as_bool().unwrap())
         .collect();
     assert_eq!(allowed, [true, false, true]);
 }
