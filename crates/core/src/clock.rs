@@ -57,9 +57,10 @@ impl Default for RealClock {
 }
 
 impl Clock for RealClock {
+    #[inline]
     fn now(&self) -> u64 {
-        let elapsed = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.origin_unix_ns.saturating_add(elapsed)
+        self.origin_unix_ns
+            .saturating_add(nanos(self.origin.elapsed()))
     }
 }
 
@@ -92,13 +93,14 @@ impl ManualClock {
     }
 
     /// Moves the clock forward by `by` (saturating at `u64::MAX` nanoseconds).
+    #[inline]
     pub fn advance(&self, by: Duration) {
-        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
-        let _ = self
-            .now
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
-                Some(t.saturating_add(by))
-            });
+        let by = nanos(by);
+        let before = self.now.fetch_add(by, Ordering::Relaxed);
+        if before.checked_add(by).is_none() {
+            // Saturate rather than wrap around to the distant past.
+            self.now.store(u64::MAX, Ordering::Relaxed);
+        }
     }
 
     /// Sets the clock to `now` nanoseconds. Unlike a real clock it may go backwards, so tests
@@ -109,7 +111,16 @@ impl ManualClock {
 }
 
 impl Clock for ManualClock {
+    #[inline]
     fn now(&self) -> u64 {
         self.now.load(Ordering::Relaxed)
     }
+}
+
+/// A duration in whole nanoseconds, saturating; in 64 bits, since `as_nanos` goes through u128.
+#[inline]
+fn nanos(d: Duration) -> u64 {
+    d.as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(d.subsec_nanos()))
 }

@@ -10,17 +10,17 @@ use std::time::Duration;
 pub enum Outcome {
     /// The request may proceed now, and has been charged.
     Allowed,
-    /// The request has been charged and may proceed after `delay` (a leaky-bucket queue holds
-    /// it until its turn). A zero delay is reported as [`Outcome::Allowed`].
+    /// The request has been charged and may proceed after `delay_ns` (a leaky-bucket queue
+    /// holds it until its turn). A zero delay is reported as [`Outcome::Allowed`].
     Delayed {
-        /// How long to hold the request before letting it through.
-        delay: Duration,
+        /// How long to hold the request before letting it through, in nanoseconds.
+        delay_ns: u64,
     },
     /// Over the limit: nothing was charged. The same request will be allowed after
-    /// `retry_after` if nothing else is charged meanwhile, and not a nanosecond earlier.
+    /// `retry_after_ns` if nothing else is charged meanwhile, and not a nanosecond earlier.
     Limited {
-        /// The exact wait until the request would conform.
-        retry_after: Duration,
+        /// The exact wait until the request would conform, in nanoseconds.
+        retry_after_ns: u64,
     },
     /// The request costs more than the limit could ever allow at once (a cost above the
     /// burst, the window limit or the queue's capacity). Waiting will not help.
@@ -38,22 +38,22 @@ pub struct Decision {
     pub limit: u64,
     /// Units that could still be spent right now, after this decision.
     pub remaining: u64,
-    /// Time until the limit is fully available again if nothing else is charged (the state
-    /// has returned to that of an unseen key).
-    pub reset_after: Duration,
+    /// Nanoseconds until the limit is fully available again if nothing else is charged (the
+    /// state has returned to that of an unseen key).
+    pub reset_after_ns: u64,
 }
 
 impl Decision {
     pub(crate) fn new(outcome: Outcome, limit: u64, remaining: u64, reset_after_ns: u64) -> Self {
         let outcome = match outcome {
-            Outcome::Delayed { delay } if delay.is_zero() => Outcome::Allowed,
+            Outcome::Delayed { delay_ns: 0 } => Outcome::Allowed,
             other => other,
         };
         Self {
             outcome,
             limit,
             remaining: remaining.min(limit),
-            reset_after: Duration::from_nanos(reset_after_ns),
+            reset_after_ns,
         }
     }
 
@@ -78,15 +78,20 @@ impl Decision {
     /// How long to wait before retrying, when limited.
     pub fn retry_after(&self) -> Option<Duration> {
         match self.outcome {
-            Outcome::Limited { retry_after } => Some(retry_after),
+            Outcome::Limited { retry_after_ns } => Some(Duration::from_nanos(retry_after_ns)),
             _ => None,
         }
+    }
+
+    /// Time until the limit is fully available again (see [`reset_after_ns`](Self::reset_after_ns)).
+    pub fn reset_after(&self) -> Duration {
+        Duration::from_nanos(self.reset_after_ns)
     }
 
     /// How long to hold an allowed request (zero unless a queue delays it).
     pub fn delay(&self) -> Duration {
         match self.outcome {
-            Outcome::Delayed { delay } => delay,
+            Outcome::Delayed { delay_ns } => Duration::from_nanos(delay_ns),
             _ => Duration::ZERO,
         }
     }

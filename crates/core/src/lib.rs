@@ -36,6 +36,7 @@
 pub mod algorithm;
 mod clock;
 mod decision;
+mod divisor;
 mod error;
 mod limit;
 mod units;

@@ -5,6 +5,7 @@ use std::num::NonZeroU64;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::divisor::Divisor;
 use crate::{Error, NANOS_PER_SEC};
 
 /// A rate: `count` units per `period`, kept as an exact fraction.
@@ -24,10 +25,24 @@ use crate::{Error, NANOS_PER_SEC};
 /// assert_eq!(Rate::per_second(50)?, "50/s".parse()?);
 /// # Ok::<(), ratewarden_core::Error>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Rate {
     count: NonZeroU64,
     period_ns: NonZeroU64,
+    /// `count / gcd`: scaled time units per nanosecond ("ticks").
+    ticks_per_ns: Divisor,
+    /// `period / gcd`: ticks per emission interval. For `5/s`, one tick is one nanosecond and
+    /// an interval is 200,000,000 of them; for `3/s`, a tick is a third of a nanosecond.
+    ticks_per_cell: Divisor,
+}
+
+impl fmt::Debug for Rate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Rate")
+            .field("count", &self.count())
+            .field("period_ns", &self.period_ns())
+            .finish()
+    }
 }
 
 impl Rate {
@@ -41,7 +56,16 @@ impl Rate {
         let count = NonZeroU64::new(count).ok_or(Error::Zero { field: "rate" })?;
         let period_ns = duration_ns(period, "rate")?;
         let period_ns = NonZeroU64::new(period_ns).ok_or(Error::Zero { field: "rate" })?;
-        Ok(Self { count, period_ns })
+        // Scaling time by the reduced fraction keeps numbers small, and for the common rates
+        // (any count dividing the period) makes one tick exactly one nanosecond.
+        let g = gcd(count.get(), period_ns.get());
+        let reduce = |n: NonZeroU64| NonZeroU64::new(n.get() / g).unwrap_or(n);
+        Ok(Self {
+            count,
+            period_ns,
+            ticks_per_ns: Divisor::new(reduce(count)),
+            ticks_per_cell: Divisor::new(reduce(period_ns)),
+        })
     }
 
     /// `count` per second.
@@ -56,6 +80,16 @@ impl Rate {
     /// How many units the rate allows per period.
     pub fn count(&self) -> u64 {
         self.count.get()
+    }
+
+    /// Ticks (the unit of scaled time) per nanosecond.
+    pub(crate) fn ticks_per_ns(&self) -> Divisor {
+        self.ticks_per_ns
+    }
+
+    /// Ticks per emission interval (`period / count` nanoseconds).
+    pub(crate) fn ticks_per_cell(&self) -> Divisor {
+        self.ticks_per_cell
     }
 
     /// The period.
@@ -83,7 +117,7 @@ impl fmt::Display for Rate {
             Some(unit) if unit.starts_with(|c: char| c.is_ascii_alphabetic()) => unit,
             _ => &period,
         };
-        write!(f, "{}/{period}", self.count)
+        write!(f, "{}/{period}", self.count())
     }
 }
 
@@ -115,6 +149,13 @@ impl FromStr for Rate {
         })?;
         Rate::new(count, period).map_err(|e| err(&e.to_string()))
     }
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
 }
 
 fn duration_ns(d: Duration, field: &'static str) -> Result<u64, Error> {

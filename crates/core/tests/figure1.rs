@@ -122,7 +122,7 @@ fn gcra_lesson_example_sixth_request_waits_exactly_200ms() {
     let sixth = gcra.decide(&mut tat, 0, 1);
     assert_eq!(sixth.retry_after(), Some(Duration::from_millis(200)));
     assert_eq!(sixth.remaining, 0);
-    assert_eq!(sixth.reset_after, Duration::from_secs(1));
+    assert_eq!(sixth.reset_after(), Duration::from_secs(1));
     assert!(!gcra.peek(&tat, 200_000_000 - 1, 1).is_allowed());
     assert!(gcra.decide(&mut tat, 200_000_000, 1).is_allowed());
 }

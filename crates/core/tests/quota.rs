@@ -32,7 +32,7 @@ fn a_monthly_quota_resets_at_midnight_on_the_first() {
     assert!(d.is_allowed());
     assert_eq!(d.remaining, 2);
     // February 2026 has 28 days.
-    assert_eq!(secs(d.reset_after), 28 * DAY);
+    assert_eq!(secs(d.reset_after()), 28 * DAY);
 }
 
 #[test]
@@ -63,13 +63,13 @@ fn days_across_dst_changes_last_23_and_25_hours() {
     // Spring forward: 2026-03-08 skips 02:00-03:00.
     let mut state = Default::default();
     let d = daily.decide(&mut state, at("2026-03-08T00:00[America/New_York]"), 1);
-    assert_eq!(secs(d.reset_after), 23 * HOUR);
+    assert_eq!(secs(d.reset_after()), 23 * HOUR);
     let d = daily.decide(&mut state, at("2026-03-08T12:00[America/New_York]"), 1);
     assert_eq!(secs(d.retry_after().unwrap()), 12 * HOUR);
     // Fall back: 2026-11-01 repeats 01:00-02:00.
     let mut state = Default::default();
     let d = daily.decide(&mut state, at("2026-11-01T00:00[America/New_York]"), 1);
-    assert_eq!(secs(d.reset_after), 25 * HOUR);
+    assert_eq!(secs(d.reset_after()), 25 * HOUR);
 }
 
 #[test]
@@ -114,7 +114,7 @@ fn weeks_start_on_monday_and_can_lose_an_hour() {
     let state_start = at("2026-03-23T00:00[Europe/Paris]");
     let mut state = Default::default();
     let d = weekly.decide(&mut state, state_start, 1);
-    assert_eq!(secs(d.reset_after), 7 * DAY - HOUR);
+    assert_eq!(secs(d.reset_after()), 7 * DAY - HOUR);
 }
 
 #[test]

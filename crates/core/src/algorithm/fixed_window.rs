@@ -4,6 +4,7 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 use super::Algorithm;
+use crate::divisor::Divisor;
 use crate::units::nonzero_duration_ns;
 use crate::{Decision, Error, Outcome};
 
@@ -31,7 +32,7 @@ use crate::{Decision, Error, Outcome};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FixedWindow {
     limit: NonZeroU64,
-    window: NonZeroU64,
+    window: Divisor,
 }
 
 /// A fixed window's state. The count only applies while `window` is the current window.
@@ -53,7 +54,7 @@ impl FixedWindow {
     pub fn new(limit: u64, window: Duration) -> Result<Self, Error> {
         Ok(Self {
             limit: NonZeroU64::new(limit).ok_or(Error::Zero { field: "limit" })?,
-            window: nonzero_duration_ns(window, "window")?,
+            window: Divisor::new(nonzero_duration_ns(window, "window")?),
         })
     }
 
@@ -62,17 +63,15 @@ impl FixedWindow {
         Duration::from_nanos(self.window.get())
     }
 
-    /// The count of the current window at `now`, and nanoseconds until it ends.
-    fn current(&self, state: &FixedWindowState, now: u64) -> (u64, u64) {
-        let w = self.window.get();
-        let index = now / w;
+    /// The index of the window holding `now`, its count, and nanoseconds until it ends.
+    fn current(&self, state: &FixedWindowState, now: u64) -> (u64, u64, u64) {
+        let (index, into) = self.window.div_rem(now);
         let count = if state.window == index {
             state.count
         } else {
             0
         };
-        let ends_in = w - now % w;
-        (count, ends_in)
+        (index, count, self.window.get() - into)
     }
 }
 
@@ -81,35 +80,35 @@ impl Algorithm for FixedWindow {
 
     fn decide(&self, state: &mut FixedWindowState, now: u64, cost: u64) -> Decision {
         let limit = self.limit.get();
-        let (count, ends_in) = self.current(state, now);
-        let outcome = if cost > limit {
-            Outcome::CostTooHigh
+        let (window, count, ends_in) = self.current(state, now);
+        let (outcome, count) = if cost > limit {
+            (Outcome::CostTooHigh, count)
         } else if count.saturating_add(cost) <= limit {
-            *state = FixedWindowState {
-                window: now / self.window.get(),
-                count: count.saturating_add(cost),
-            };
-            Outcome::Allowed
+            let count = count.saturating_add(cost);
+            *state = FixedWindowState { window, count };
+            (Outcome::Allowed, count)
         } else {
-            Outcome::Limited {
-                retry_after: Duration::from_nanos(ends_in),
-            }
+            (
+                Outcome::Limited {
+                    retry_after_ns: ends_in,
+                },
+                count,
+            )
         };
-        let (count, _) = self.current(state, now);
         let reset = if count == 0 { 0 } else { ends_in };
         Decision::new(outcome, limit, limit.saturating_sub(count), reset)
     }
 
     fn settle(&self, state: &mut FixedWindowState, now: u64, delta: i64) {
-        let (count, _) = self.current(state, now);
+        let (window, count, _) = self.current(state, now);
         *state = FixedWindowState {
-            window: now / self.window.get(),
+            window,
             count: count.saturating_add_signed(delta),
         };
     }
 
     fn is_fresh(&self, state: &FixedWindowState, now: u64) -> bool {
-        self.current(state, now).0 == 0
+        self.current(state, now).1 == 0
     }
 
     fn limit(&self) -> u64 {

@@ -1,10 +1,8 @@
 //! GCRA: the generic cell rate algorithm, one theoretical arrival time per key.
 
-use std::time::Duration;
-
-use super::schedule::{Check, Schedule};
+use super::schedule::Schedule;
 use super::Algorithm;
-use crate::{Decision, Error, Outcome, Rate};
+use crate::{Decision, Error, Rate};
 
 /// The generic cell rate algorithm: token-bucket decisions from one number per key.
 ///
@@ -37,11 +35,12 @@ pub struct Gcra {
     schedule: Schedule,
 }
 
-/// A GCRA key's state: its theoretical arrival time, in nanoseconds scaled by the rate's count.
+/// A GCRA key's state: its theoretical arrival time, in the rate's ticks (see below).
 /// Zero (the default) is a key never seen.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct GcraState {
-    /// The theoretical arrival time, in units of `1 / count` nanoseconds.
+    /// The theoretical arrival time, in ticks: nanoseconds times `count / gcd(count, period)`,
+    /// which is plain nanoseconds whenever the count divides the period (`5/s`, `1000/m`).
     pub tat: u128,
 }
 
@@ -56,10 +55,7 @@ impl Gcra {
             return Err(Error::Zero { field: "burst" });
         }
         Ok(Self {
-            schedule: Schedule {
-                rate,
-                capacity: burst,
-            },
+            schedule: Schedule::new(rate, burst),
         })
     }
 
@@ -78,23 +74,7 @@ impl Algorithm for Gcra {
     type State = GcraState;
 
     fn decide(&self, state: &mut GcraState, now: u64, cost: u64) -> Decision {
-        let s = &self.schedule;
-        let outcome = match s.check(state.tat, now, cost) {
-            Check::Fits { new_tat, .. } => {
-                state.tat = new_tat;
-                Outcome::Allowed
-            }
-            Check::NotYet { after } => Outcome::Limited {
-                retry_after: Duration::from_nanos(s.ns_ceil(after)),
-            },
-            Check::Never => Outcome::CostTooHigh,
-        };
-        Decision::new(
-            outcome,
-            s.capacity,
-            s.remaining(state.tat, now),
-            s.reset_after(state.tat, now),
-        )
+        self.schedule.decide(&mut state.tat, now, cost, false)
     }
 
     fn settle(&self, state: &mut GcraState, now: u64, delta: i64) {
@@ -113,6 +93,8 @@ impl Algorithm for Gcra {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Outcome;
+    use std::time::Duration;
 
     const MS: u64 = 1_000_000;
 
@@ -170,7 +152,7 @@ mod tests {
         let g = Gcra::new(Rate::per_second(5).unwrap(), 5).unwrap();
         let mut s = GcraState::default();
         let d = g.decide(&mut s, 0, 2);
-        assert_eq!(d.reset_after, Duration::from_millis(400));
+        assert_eq!(d.reset_after(), Duration::from_millis(400));
         assert!(!g.is_fresh(&s, 399 * MS));
         assert!(g.is_fresh(&s, 400 * MS));
     }

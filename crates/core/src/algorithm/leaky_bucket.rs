@@ -1,8 +1,6 @@
 //! The leaky bucket as a meter: a water level that rises per request and drains at the rate.
 
-use std::time::Duration;
-
-use super::{div_ceil, saturate, Algorithm};
+use super::{saturate, Algorithm};
 use crate::{Decision, Error, Outcome, Rate};
 
 /// A leaky bucket used as a meter: each request pours its cost in, the bucket drains at `rate`,
@@ -35,7 +33,7 @@ pub struct LeakyBucket {
 /// A meter's state. The default, an empty bucket, is a key never seen.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct LeakyBucketState {
-    /// Water in the bucket, in units of `1 / period_ns` of a request; above the capacity while
+    /// Water in the bucket, in ticks (an emission interval holds one request's worth); above the capacity while
     /// in debt after a [`settle`](Algorithm::settle).
     pub level: u128,
     /// When the level was last drained, in nanoseconds.
@@ -66,7 +64,7 @@ impl LeakyBucket {
     }
 
     fn water(&self, n: u64) -> u128 {
-        u128::from(n) * u128::from(self.rate.period_ns())
+        u128::from(n) * u128::from(self.rate.ticks_per_cell().get())
     }
 
     fn drained(&self, state: &LeakyBucketState, now: u64) -> LeakyBucketState {
@@ -74,15 +72,15 @@ impl LeakyBucket {
         LeakyBucketState {
             level: state
                 .level
-                .saturating_sub(u128::from(elapsed) * u128::from(self.rate.count())),
+                .saturating_sub(u128::from(elapsed) * u128::from(self.rate.ticks_per_ns().get())),
             last: state.last.max(now),
         }
     }
 
     fn report(&self, outcome: Outcome, state: &LeakyBucketState) -> Decision {
         let room = self.water(self.burst).saturating_sub(state.level);
-        let remaining = saturate(room / u128::from(self.rate.period_ns()));
-        let reset = saturate(div_ceil(state.level, u128::from(self.rate.count())));
+        let remaining = saturate(self.rate.ticks_per_cell().div(room));
+        let reset = saturate(self.rate.ticks_per_ns().div_ceil(state.level));
         Decision::new(outcome, self.burst, remaining, reset)
     }
 }
@@ -101,9 +99,9 @@ impl Algorithm for LeakyBucket {
             *state = LeakyBucketState { level, ..current };
             return self.report(Outcome::Allowed, state);
         }
-        let wait = saturate(div_ceil(level - capacity, u128::from(self.rate.count())));
+        let wait = saturate(self.rate.ticks_per_ns().div_ceil(level - capacity));
         let outcome = Outcome::Limited {
-            retry_after: Duration::from_nanos(wait),
+            retry_after_ns: wait,
         };
         self.report(outcome, &current)
     }

@@ -1,10 +1,8 @@
 //! The leaky bucket as a queue: excess requests wait their turn instead of failing.
 
-use std::time::Duration;
-
-use super::schedule::{Check, Schedule};
+use super::schedule::Schedule;
 use super::Algorithm;
-use crate::{Decision, Error, Outcome, Rate};
+use crate::{Decision, Error, Rate};
 
 /// A leaky bucket used as a queue: requests leave at exactly `rate`, excess ones wait, and an
 /// arrival is rejected only when `burst` requests are already waiting.
@@ -33,10 +31,10 @@ pub struct LeakyQueue {
     schedule: Schedule,
 }
 
-/// A queue's state: when it will have drained, in nanoseconds scaled by the rate's count.
+/// A queue's state: when it will have drained, in the rate's ticks (as [`GcraState`](super::GcraState)).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct LeakyQueueState {
-    /// When the last accepted request's turn ends, in units of `1 / count` nanoseconds.
+    /// When the last accepted request's turn ends, in ticks.
     pub drained_at: u128,
 }
 
@@ -52,7 +50,7 @@ impl LeakyQueue {
             reason: "the queue's burst must be below 2^64 - 1".to_owned(),
         })?;
         Ok(Self {
-            schedule: Schedule { rate, capacity },
+            schedule: Schedule::new(rate, capacity),
         })
     }
 
@@ -71,25 +69,7 @@ impl Algorithm for LeakyQueue {
     type State = LeakyQueueState;
 
     fn decide(&self, state: &mut LeakyQueueState, now: u64, cost: u64) -> Decision {
-        let s = &self.schedule;
-        let outcome = match s.check(state.drained_at, now, cost) {
-            Check::Fits { new_tat, wait } => {
-                state.drained_at = new_tat;
-                Outcome::Delayed {
-                    delay: Duration::from_nanos(s.ns_ceil(wait)),
-                }
-            }
-            Check::NotYet { after } => Outcome::Limited {
-                retry_after: Duration::from_nanos(s.ns_ceil(after)),
-            },
-            Check::Never => Outcome::CostTooHigh,
-        };
-        Decision::new(
-            outcome,
-            s.capacity,
-            s.remaining(state.drained_at, now),
-            s.reset_after(state.drained_at, now),
-        )
+        self.schedule.decide(&mut state.drained_at, now, cost, true)
     }
 
     fn settle(&self, state: &mut LeakyQueueState, now: u64, delta: i64) {
@@ -108,6 +88,8 @@ impl Algorithm for LeakyQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Outcome;
+    use std::time::Duration;
 
     #[test]
     fn nginx_burst_semantics() {

@@ -78,8 +78,3 @@ pub trait Algorithm {
 pub(crate) fn saturate(ns: u128) -> u64 {
     u64::try_from(ns).unwrap_or(u64::MAX)
 }
-
-/// `a / b` rounded up, for `b > 0`.
-pub(crate) fn div_ceil(a: u128, b: u128) -> u128 {
-    a.div_ceil(b)
-}

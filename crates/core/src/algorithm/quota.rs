@@ -232,7 +232,7 @@ impl Algorithm for Quota {
             Outcome::Allowed
         } else {
             Outcome::Limited {
-                retry_after: Duration::from_nanos(ends_in),
+                retry_after_ns: ends_in,
             }
         };
         let used = if outcome == Outcome::Allowed {

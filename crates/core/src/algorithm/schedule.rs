@@ -1,79 +1,79 @@
 //! Virtual scheduling: the arithmetic GCRA and the leaky-bucket queue share.
 //!
-//! Time is scaled by the rate's count, so the emission interval `period / count` is a whole
-//! number of scaled units (`period`) and nothing is ever rounded. A key's whole state is its
-//! theoretical arrival time (TAT) in those units: when it would be caught up had it sent at
-//! exactly the allowed rate.
+//! Time is counted in the rate's ticks (nanoseconds times `count / gcd(count, period)`), so
+//! the emission interval `period / count` is a whole number of ticks and nothing is ever
+//! rounded. A key's whole state is its theoretical arrival time (TAT) in ticks: when it would
+//! be caught up had it sent at exactly the allowed rate.
 
-use super::{div_ceil, saturate};
-use crate::Rate;
+use super::saturate;
+use crate::{Decision, Outcome, Rate};
 
 /// A TAT-based schedule with room for `capacity` cells at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Schedule {
     pub(crate) rate: Rate,
     pub(crate) capacity: u64,
-}
-
-/// What a schedule says about `cost` cells at `now`.
-pub(crate) enum Check {
-    /// Conforming: the new TAT, and how far the start of service lies in the future (scaled).
-    Fits { new_tat: u128, wait: u128 },
-    /// Not yet: the scaled time until it would conform.
-    NotYet { after: u128 },
-    /// Never: more cells than the capacity.
-    Never,
+    /// `capacity` cells in scaled units: how far ahead of now the TAT may run.
+    allowance: u128,
 }
 
 impl Schedule {
+    pub(crate) fn new(rate: Rate, capacity: u64) -> Self {
+        let allowance = u128::from(capacity) * u128::from(rate.ticks_per_cell().get());
+        Self {
+            rate,
+            capacity,
+            allowance,
+        }
+    }
+
     pub(crate) fn scaled(&self, now: u64) -> u128 {
-        u128::from(now) * u128::from(self.rate.count())
+        u128::from(now) * u128::from(self.rate.ticks_per_ns().get())
     }
 
     fn cells(&self, n: u64) -> u128 {
-        u128::from(n) * u128::from(self.rate.period_ns())
+        u128::from(n) * u128::from(self.rate.ticks_per_cell().get())
     }
 
     /// Scaled time back to nanoseconds, rounded up so a caller never comes back too early.
     pub(crate) fn ns_ceil(&self, scaled: u128) -> u64 {
-        saturate(div_ceil(scaled, u128::from(self.rate.count())))
+        saturate(self.rate.ticks_per_ns().div_ceil(scaled))
     }
 
-    pub(crate) fn check(&self, tat: u128, now: u64, cost: u64) -> Check {
-        if cost > self.capacity {
-            return Check::Never;
-        }
+    /// Decides `cost` cells at `now` against the schedule `tat`, moving it if they conform.
+    /// With `queue`, a conforming request is reported as delayed until its turn.
+    ///
+    /// Everything is computed from the backlog (how far the TAT runs ahead of now), once.
+    #[inline]
+    pub(crate) fn decide(&self, tat: &mut u128, now: u64, cost: u64, queue: bool) -> Decision {
         let now = self.scaled(now);
-        let start = tat.max(now);
-        let Some(new_tat) = start.checked_add(self.cells(cost)) else {
-            // Only absurd parameters get here (2^64 cells of 2^64 ns at 2^64 ns): the request
-            // would conform past any representable time.
-            return Check::NotYet { after: u128::MAX };
-        };
-        let allowance = self.cells(self.capacity);
-        let ahead = new_tat - now;
-        if ahead <= allowance {
-            Check::Fits {
-                new_tat,
-                wait: start - now,
-            }
+        let before = tat.saturating_sub(now);
+        let mut backlog = before;
+        let outcome = if cost > self.capacity {
+            Outcome::CostTooHigh
         } else {
-            Check::NotYet {
-                after: ahead - allowance,
+            // Saturation only happens with absurd parameters (2^64 cells of 2^64 ns), and
+            // then the request is over the allowance, as it should be.
+            let after = before.saturating_add(self.cells(cost));
+            if after <= self.allowance {
+                *tat = now.saturating_add(after);
+                backlog = after;
+                if queue {
+                    Outcome::Delayed {
+                        delay_ns: self.ns_ceil(before),
+                    }
+                } else {
+                    Outcome::Allowed
+                }
+            } else {
+                Outcome::Limited {
+                    retry_after_ns: self.ns_ceil(after - self.allowance),
+                }
             }
-        }
-    }
-
-    /// Whole cells that would still conform right now.
-    pub(crate) fn remaining(&self, tat: u128, now: u64) -> u64 {
-        let ahead = tat.saturating_sub(self.scaled(now));
-        let room = self.cells(self.capacity).saturating_sub(ahead);
-        saturate(room / u128::from(self.rate.period_ns()))
-    }
-
-    /// Nanoseconds until the schedule is caught up (the key is fresh again).
-    pub(crate) fn reset_after(&self, tat: u128, now: u64) -> u64 {
-        self.ns_ceil(tat.saturating_sub(self.scaled(now)))
+        };
+        let room = self.allowance.saturating_sub(backlog);
+        let remaining = saturate(self.rate.ticks_per_cell().div(room));
+        Decision::new(outcome, self.capacity, remaining, self.ns_ceil(backlog))
     }
 
     /// Moves the TAT by `delta` cells: forward to charge (without bound: a debt), backward to

@@ -5,6 +5,7 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 use super::Algorithm;
+use crate::divisor::Divisor;
 use crate::units::nonzero_duration_ns;
 use crate::{Decision, Error, Outcome};
 
@@ -34,7 +35,7 @@ use crate::{Decision, Error, Outcome};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SlidingLog {
     limit: NonZeroU64,
-    window: NonZeroU64,
+    window: Divisor,
 }
 
 /// One logged charge: `cost` units at time `at`.
@@ -46,11 +47,26 @@ pub struct Entry {
     pub cost: u64,
 }
 
-/// A sliding log's state: the charges of the last window, oldest first.
+/// A sliding log's state: the charges of the last window, oldest first, and their total.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct SlidingLogState {
-    /// The logged charges, oldest first.
-    pub entries: VecDeque<Entry>,
+    entries: VecDeque<Entry>,
+    /// The sum of `entries`' costs, kept so a decision need not add them up.
+    total: u64,
+}
+
+impl SlidingLogState {
+    /// A state holding `entries` (oldest first), as a store would restore it.
+    pub fn from_entries(entries: impl IntoIterator<Item = Entry>) -> Self {
+        let entries: VecDeque<Entry> = entries.into_iter().collect();
+        let total = entries.iter().fold(0u64, |t, e| t.saturating_add(e.cost));
+        Self { entries, total }
+    }
+
+    /// The logged charges, oldest first (some may have aged out since the last decision).
+    pub fn entries(&self) -> impl ExactSizeIterator<Item = &Entry> {
+        self.entries.iter()
+    }
 }
 
 impl SlidingLog {
@@ -63,7 +79,7 @@ impl SlidingLog {
     pub fn new(limit: u64, window: Duration) -> Result<Self, Error> {
         Ok(Self {
             limit: NonZeroU64::new(limit).ok_or(Error::Zero { field: "limit" })?,
-            window: nonzero_duration_ns(window, "window")?,
+            window: Divisor::new(nonzero_duration_ns(window, "window")?),
         })
     }
 
@@ -77,35 +93,35 @@ impl SlidingLog {
         entry.at.saturating_add(self.window.get()) > now
     }
 
-    /// The entries still counting at `now` (a suffix of the log), and their total.
-    fn live_entries<'a>(
-        &self,
-        state: &'a SlidingLogState,
-        now: u64,
-    ) -> (impl Iterator<Item = &'a Entry> + Clone, u64) {
-        let first_live = state.entries.partition_point(|e| !self.live(e, now));
-        let live = state.entries.range(first_live..);
-        let total = live.clone().fold(0u64, |t, e| t.saturating_add(e.cost));
-        (live, total)
+    /// How many entries at the front have aged out at `now`, and what they cost.
+    fn expired(&self, state: &SlidingLogState, now: u64) -> (usize, u64) {
+        let mut cost = 0u64;
+        let count = state
+            .entries
+            .iter()
+            .take_while(|e| !self.live(e, now))
+            .inspect(|e| cost = cost.saturating_add(e.cost))
+            .count();
+        (count, cost)
     }
 
     fn evaluate(&self, state: &SlidingLogState, now: u64, cost: u64) -> (Outcome, u64) {
         let limit = self.limit.get();
-        let (live, total) = self.live_entries(state, now);
+        let (expired, expired_cost) = self.expired(state, now);
+        let total = state.total.saturating_sub(expired_cost);
         if cost > limit {
             return (Outcome::CostTooHigh, total);
         }
         if total.saturating_add(cost) <= limit {
             return (Outcome::Allowed, total);
         }
-        // Walk from the oldest entry until enough has aged out.
+        // Walk from the oldest live entry until enough has aged out.
         let mut left = total;
-        for entry in live {
+        for entry in state.entries.range(expired..) {
             left = left.saturating_sub(entry.cost);
             if left.saturating_add(cost) <= limit {
                 let at = entry.at.saturating_add(self.window.get()) - now;
-                let retry_after = Duration::from_nanos(at);
-                return (Outcome::Limited { retry_after }, total);
+                return (Outcome::Limited { retry_after_ns: at }, total);
             }
         }
         unreachable!("with every entry aged out, a cost within the limit fits")
@@ -124,12 +140,14 @@ impl SlidingLog {
     /// Drops what has aged out and logs `cost` at `now`, keeping the log ordered even if the
     /// clock stepped back.
     fn record(&self, state: &mut SlidingLogState, now: u64, cost: u64) {
-        while state.entries.front().is_some_and(|e| !self.live(e, now)) {
+        while let Some(first) = state.entries.front().filter(|e| !self.live(e, now)) {
+            state.total = state.total.saturating_sub(first.cost);
             state.entries.pop_front();
         }
         if cost == 0 {
             return;
         }
+        state.total = state.total.saturating_add(cost);
         match state.entries.back_mut() {
             Some(last) if last.at >= now => last.cost = last.cost.saturating_add(cost),
             _ => state.entries.push_back(Entry { at: now, cost }),
@@ -158,7 +176,7 @@ impl Algorithm for SlidingLog {
         };
         let mut decision = self.report(outcome, state, now, total);
         if outcome == Outcome::Allowed && cost > 0 {
-            decision.reset_after = self.window();
+            decision.reset_after_ns = self.window.get();
         }
         decision
     }
@@ -178,6 +196,7 @@ impl Algorithm for SlidingLog {
             let take = refund.min(last.cost);
             last.cost -= take;
             refund -= take;
+            state.total = state.total.saturating_sub(take);
             if last.cost == 0 {
                 state.entries.pop_back();
             }

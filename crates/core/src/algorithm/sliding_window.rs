@@ -4,6 +4,7 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 use super::Algorithm;
+use crate::divisor::Divisor;
 use crate::units::nonzero_duration_ns;
 use crate::{Decision, Error, Outcome};
 
@@ -35,7 +36,7 @@ use crate::{Decision, Error, Outcome};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SlidingWindow {
     limit: NonZeroU64,
-    window: NonZeroU64,
+    window: Divisor,
 }
 
 /// A sliding window counter's state.
@@ -59,7 +60,7 @@ impl SlidingWindow {
     pub fn new(limit: u64, window: Duration) -> Result<Self, Error> {
         Ok(Self {
             limit: NonZeroU64::new(limit).ok_or(Error::Zero { field: "limit" })?,
-            window: nonzero_duration_ns(window, "window")?,
+            window: Divisor::new(nonzero_duration_ns(window, "window")?),
         })
     }
 
@@ -70,7 +71,7 @@ impl SlidingWindow {
 
     /// The state rolled forward to the window holding `now`.
     fn rolled(&self, state: &SlidingWindowState, now: u64) -> SlidingWindowState {
-        let index = now / self.window.get();
+        let (index, _) = self.window.div_rem(now);
         let (previous, current) = match index.checked_sub(state.window) {
             Some(0) => (state.previous, state.current),
             Some(1) => (state.current, 0),
@@ -121,7 +122,7 @@ impl SlidingWindow {
                 (w - elapsed).saturating_add(next)
             });
         Outcome::Limited {
-            retry_after: Duration::from_nanos(wait),
+            retry_after_ns: wait,
         }
     }
 
@@ -131,7 +132,9 @@ impl SlidingWindow {
         let elapsed = now.saturating_sub(rolled.window.saturating_mul(w)).min(w);
         let used = (u128::from(rolled.previous) * u128::from(w - elapsed))
             .saturating_add(u128::from(rolled.current) * u128::from(w));
-        let room = (u128::from(limit) * u128::from(w)).saturating_sub(used) / u128::from(w);
+        let room = self
+            .window
+            .div((u128::from(limit) * u128::from(w)).saturating_sub(used));
         let reset = if rolled.current > 0 {
             w.saturating_mul(2).saturating_sub(elapsed)
         } else if rolled.previous > 0 {

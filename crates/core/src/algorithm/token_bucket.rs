@@ -1,8 +1,6 @@
 //! The token bucket: a count of tokens, topped up from the elapsed time before each decision.
 
-use std::time::Duration;
-
-use super::{div_ceil, saturate, Algorithm};
+use super::{saturate, Algorithm};
 use crate::{Decision, Error, Outcome, Rate};
 
 /// A token bucket holding up to `burst` tokens, refilled at `rate`.
@@ -11,8 +9,8 @@ use crate::{Decision, Error, Outcome, Rate};
 /// each decision first adds `elapsed × rate`, capped at `burst`. Over any span `t` it admits at
 /// most `burst + rate·t`. A key never seen starts with a full bucket.
 ///
-/// Tokens are counted in units of `1 / period` of a token (the refill of one nanosecond is
-/// `count` such units), so refill is exact for any rate.
+/// Tokens are counted in ticks, fractions of a token chosen so that the refill of one
+/// nanosecond is a whole number of them: refill is exact for any rate.
 ///
 /// # Examples
 ///
@@ -35,7 +33,7 @@ pub struct TokenBucket {
 /// A token bucket's state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct TokenBucketState {
-    /// Tokens held, in units of `1 / period_ns` of a token; negative while in debt after a
+    /// Tokens held, in ticks (one token is an emission interval's worth); negative while in debt after a
     /// [`settle`](Algorithm::settle). Meaningless until `filled`.
     pub tokens: i128,
     /// When the bucket was last topped up, in nanoseconds.
@@ -69,7 +67,8 @@ impl TokenBucket {
 
     fn tokens(&self, n: u64) -> i128 {
         // n ≤ 2^64 and period < 2^64, so the product fits in 128 bits.
-        i128::try_from(u128::from(n) * u128::from(self.rate.period_ns())).unwrap_or(i128::MAX)
+        i128::try_from(u128::from(n) * u128::from(self.rate.ticks_per_cell().get()))
+            .unwrap_or(i128::MAX)
     }
 
     /// The bucket as it stands at `now`: topped up, and with the time of that top-up.
@@ -83,7 +82,7 @@ impl TokenBucket {
             };
         }
         let elapsed = now.saturating_sub(state.last);
-        let refill = i128::from(elapsed) * i128::from(self.rate.count());
+        let refill = i128::from(elapsed) * i128::from(self.rate.ticks_per_ns().get());
         TokenBucketState {
             tokens: state.tokens.saturating_add(refill).min(full),
             last: state.last.max(now),
@@ -92,10 +91,10 @@ impl TokenBucket {
     }
 
     fn report(&self, outcome: Outcome, state: &TokenBucketState) -> Decision {
-        let per_token = i128::from(self.rate.period_ns());
-        let remaining = saturate(u128::try_from(state.tokens.max(0) / per_token).unwrap_or(0));
+        let tokens = u128::try_from(state.tokens).unwrap_or(0);
+        let remaining = saturate(self.rate.ticks_per_cell().div(tokens));
         let missing = u128::try_from(self.tokens(self.burst) - state.tokens).unwrap_or(0);
-        let reset = saturate(div_ceil(missing, u128::from(self.rate.count())));
+        let reset = saturate(self.rate.ticks_per_ns().div_ceil(missing));
         Decision::new(outcome, self.burst, remaining, reset)
     }
 }
@@ -117,9 +116,9 @@ impl Algorithm for TokenBucket {
             return self.report(Outcome::Allowed, state);
         }
         let short = u128::try_from(needed - current.tokens).unwrap_or(0);
-        let wait = saturate(div_ceil(short, u128::from(self.rate.count())));
+        let wait = saturate(self.rate.ticks_per_ns().div_ceil(short));
         let outcome = Outcome::Limited {
-            retry_after: Duration::from_nanos(wait),
+            retry_after_ns: wait,
         };
         self.report(outcome, &current)
     }
@@ -150,6 +149,7 @@ impl Algorithm for TokenBucket {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn debt_is_waited_out_exactly() {

@@ -48,9 +48,9 @@ impl Totals {
     fn count(&mut self, d: &Decision) {
         match d.outcome {
             Outcome::Allowed => self.allowed += 1,
-            Outcome::Delayed { delay } => {
+            Outcome::Delayed { delay_ns } => {
                 self.delayed += 1;
-                self.max_delay = self.max_delay.max(nanos(delay));
+                self.max_delay = self.max_delay.max(delay_ns);
             }
             Outcome::Limited { .. } => self.limited += 1,
             Outcome::CostTooHigh => self.never += 1,

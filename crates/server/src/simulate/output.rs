@@ -38,8 +38,8 @@ impl<W: Write> Table<W> {
     fn cell(d: &Decision) -> String {
         match d.outcome {
             Outcome::Allowed => "pass".to_owned(),
-            Outcome::Delayed { delay } => format!("pass+{}ms", millis(nanos(delay))),
-            Outcome::Limited { retry_after } => format!("no {}ms", millis(nanos(retry_after))),
+            Outcome::Delayed { delay_ns } => format!("pass+{}ms", millis(delay_ns)),
+            Outcome::Limited { retry_after_ns } => format!("no {}ms", millis(retry_after_ns)),
             Outcome::CostTooHigh => "never".to_owned(),
         }
     }
@@ -126,7 +126,7 @@ impl<W: Write> Sink for Jsonl<W> {
             let (outcome, retry) = match d.outcome {
                 Outcome::Allowed => ("allowed", "null".to_owned()),
                 Outcome::Delayed { .. } => ("delayed", "null".to_owned()),
-                Outcome::Limited { retry_after } => ("limited", millis(nanos(retry_after))),
+                Outcome::Limited { retry_after_ns } => ("limited", millis(retry_after_ns)),
                 Outcome::CostTooHigh => ("cost-too-high", "null".to_owned()),
             };
             writeln!(
@@ -138,7 +138,7 @@ impl<W: Write> Sink for Jsonl<W> {
                 d.is_allowed(),
                 d.limit,
                 d.remaining,
-                millis(nanos(d.reset_after)),
+                millis(d.reset_after_ns),
                 millis(nanos(d.delay())),
             )?;
         }

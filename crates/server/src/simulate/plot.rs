@@ -7,7 +7,7 @@ use plotters::coord::ranged1d::SegmentValue;
 use plotters::prelude::*;
 use ratewarden_core::{Decision, Outcome};
 
-use super::{nanos, Arrival, Lineup};
+use super::{Arrival, Lineup};
 
 /// Beyond this many arrivals the picture stops adding points (it would be unreadable anyway).
 const MAX_ARRIVALS: usize = 100_000;
@@ -48,8 +48,8 @@ impl Plot {
         for (row, d) in decisions.iter().enumerate() {
             let mark = match d.outcome {
                 Outcome::Allowed => Mark::Passed,
-                Outcome::Delayed { delay } => Mark::Delayed {
-                    until: t + nanos(delay) as f64 / 1e9,
+                Outcome::Delayed { delay_ns } => Mark::Delayed {
+                    until: t + delay_ns as f64 / 1e9,
                 },
                 Outcome::Limited { .. } | Outcome::CostTooHigh => Mark::Rejected,
             };
