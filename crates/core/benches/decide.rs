@@ -26,8 +26,9 @@ use criterion::{criterion_main, BenchmarkGroup, Criterion};
 use governor::clock::{Clock as _, DefaultClock, FakeRelativeClock};
 use governor::{Quota as GovernorQuota, RateLimiter};
 use ratewarden_core::{
-    Algorithm, AlgorithmKind, CalendarUnit, Clock, Decision, FixedWindow, Gcra, LeakyBucket,
-    LeakyQueue, Limit, ManualClock, Quota, Rate, RealClock, SlidingLog, SlidingWindow, TokenBucket,
+    Algorithm, AlgorithmKind, CalendarUnit, Clock, Concurrency, Decision, FixedWindow, Gcra,
+    LeakyBucket, LeakyQueue, Limit, ManualClock, Quota, Rate, RealClock, SlidingLog, SlidingWindow,
+    TokenBucket,
 };
 
 /// 2025-01-01T00:00:00Z: the manual clock's start, so calendar quotas see a real date.
@@ -59,6 +60,7 @@ macro_rules! with_algorithm {
             Limit::LeakyQueue($a) => $body,
             Limit::Gcra($a) => $body,
             Limit::Quota($a) => $body,
+            Limit::Concurrency($a) => $body,
         }
     };
 }
@@ -84,6 +86,8 @@ fn limit_of(kind: AlgorithmKind) -> Limit {
         AlgorithmKind::Quota => {
             Quota::new(black_box(QUOTA_LIMIT), CalendarUnit::Day, "UTC").map(Limit::from)
         }
+        // Permits that only their lease ends: each decision holds one for a window.
+        AlgorithmKind::Concurrency => Concurrency::new(window_limit, window).map(Limit::from),
     };
     limit.expect("valid benchmark parameters")
 }

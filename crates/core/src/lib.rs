@@ -42,14 +42,14 @@ mod limit;
 mod units;
 
 pub use algorithm::{
-    Algorithm, CalendarUnit, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Quota, SlidingLog,
-    SlidingWindow, TokenBucket,
+    Algorithm, CalendarUnit, Concurrency, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Quota,
+    SlidingLog, SlidingWindow, TokenBucket,
 };
 pub use clock::{Clock, ManualClock, RealClock};
 pub use decision::{Decision, Outcome};
 pub use error::Error;
 pub use limit::{AlgorithmKind, Limit, LimitState};
-pub use units::{parse_decimal, parse_duration, DisplayDuration, Rate};
+pub use units::{parse_decimal, parse_duration, DisplayDuration, Rate, Ticks};
 
 /// Nanoseconds in one second.
 pub const NANOS_PER_SEC: u64 = 1_000_000_000;

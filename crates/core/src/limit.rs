@@ -4,12 +4,12 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::algorithm::{
-    FixedWindowState, GcraState, LeakyBucketState, LeakyQueueState, QuotaState, SlidingLogState,
-    SlidingWindowState, TokenBucketState,
+    ConcurrencyState, FixedWindowState, GcraState, LeakyBucketState, LeakyQueueState, QuotaState,
+    SlidingLogState, SlidingWindowState, TokenBucketState,
 };
 use crate::{
-    Algorithm, Decision, Error, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Quota, SlidingLog,
-    SlidingWindow, TokenBucket,
+    Algorithm, Concurrency, Decision, Error, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Quota,
+    SlidingLog, SlidingWindow, TokenBucket,
 };
 
 /// The algorithms by name, as written in config files and on the command line.
@@ -31,11 +31,13 @@ pub enum AlgorithmKind {
     Gcra,
     /// `quota`: [`Quota`].
     Quota,
+    /// `concurrency`: [`Concurrency`].
+    Concurrency,
 }
 
 impl AlgorithmKind {
     /// Every algorithm, in the order the lesson presents them.
-    pub const ALL: [AlgorithmKind; 8] = [
+    pub const ALL: [AlgorithmKind; 9] = [
         Self::FixedWindow,
         Self::SlidingLog,
         Self::SlidingWindow,
@@ -44,6 +46,7 @@ impl AlgorithmKind {
         Self::LeakyQueue,
         Self::Gcra,
         Self::Quota,
+        Self::Concurrency,
     ];
 
     /// The algorithm's name.
@@ -57,6 +60,7 @@ impl AlgorithmKind {
             Self::LeakyQueue => "leaky-queue",
             Self::Gcra => "gcra",
             Self::Quota => "quota",
+            Self::Concurrency => "concurrency",
         }
     }
 
@@ -207,4 +211,22 @@ any_limit! {
     LeakyQueue(LeakyQueue, LeakyQueueState),
     Gcra(Gcra, GcraState),
     Quota(Quota, QuotaState),
+    Concurrency(Concurrency, ConcurrencyState),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store keeps one `LimitState` per key: with the key and its expiry it must fit a
+    /// 64-byte cache line.
+    #[test]
+    fn every_state_fits_a_store_slot() {
+        assert!(
+            std::mem::size_of::<LimitState>() <= 32,
+            "{}",
+            std::mem::size_of::<LimitState>()
+        );
+        assert_eq!(std::mem::align_of::<LimitState>(), 8);
+    }
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use ratewarden_core::{
-    Algorithm, CalendarUnit, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Limit, LimitState,
-    Outcome, Quota, Rate, SlidingLog, SlidingWindow, TokenBucket,
+    Algorithm, CalendarUnit, Concurrency, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Limit,
+    LimitState, Outcome, Quota, Rate, SlidingLog, SlidingWindow, TokenBucket,
 };
 
 /// One arrival: nanoseconds since the previous one, and its cost.

@@ -41,8 +41,9 @@ are skipped. Times must not go backwards.
 
 Algorithms: fixed-window, sliding-log, sliding-window (--limit, --window); token-bucket,
 leaky-bucket, gcra (--rate, --burst); leaky-queue (--rate, --burst = how many may wait);
-quota (--limit, --period, --timezone). Buckets without --rate/--burst get rate
-limit/window and burst limit.";
+quota (--limit, --period, --timezone); concurrency (--limit in flight, each arrival holding
+its permit for --lease). Buckets without --rate/--burst get rate limit/window and burst
+limit.";
 
 /// Arguments of `ratewarden simulate`.
 #[derive(Debug, Args)]
@@ -80,6 +81,11 @@ pub struct SimulateArgs {
     /// the window, when it is one second, minute or hour).
     #[arg(long, value_parser = parse_period, value_name = "PERIOD")]
     pub period: Option<CalendarUnit>,
+
+    /// How long a concurrency permit is held: the simulator has no completions, so each
+    /// arrival holds its permit for this long (default: the window).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub lease: Option<Duration>,
 
     /// Time zone of a quota's calendar, an IANA name.
     #[arg(long, default_value = "UTC", value_name = "ZONE")]

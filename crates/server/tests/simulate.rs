@@ -80,7 +80,8 @@ fn the_table_shows_every_algorithm_deciding_figure1_as_the_lesson_says() {
             "leaky-bucket",
             "leaky-queue",
             "gcra",
-            "quota"
+            "quota",
+            "concurrency"
         ]
     );
     let rows: Vec<Vec<String>> = lines
@@ -118,7 +119,10 @@ fn the_table_shows_every_algorithm_deciding_figure1_as_the_lesson_says() {
     let totals: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
     assert_eq!(
         totals,
-        ["passed", "14/20", "10/20", "12/20", "14/20", "14/20", "15/20", "14/20", "14/20"]
+        [
+            "passed", "14/20", "10/20", "12/20", "14/20", "14/20", "15/20", "14/20", "14/20",
+            "10/20"
+        ]
     );
 }
 
@@ -129,7 +133,7 @@ fn jsonl_has_one_object_per_arrival_and_algorithm() {
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let objects = json_lines(&out);
-    assert_eq!(objects.len(), 20 * 8);
+    assert_eq!(objects.len(), 20 * 9);
     for (name, want) in expected() {
         let got: Vec<bool> = objects
             .iter()
@@ -182,15 +186,16 @@ fn svg_draws_a_row_per_algorithm_with_passed_and_rejected_marked_apart() {
         "leaky-queue",
         "gcra",
         "quota",
+        "concurrency",
     ] {
         assert!(svg.contains(name), "row label {name}");
     }
-    // Passed arrivals are filled green circles (plus one in the legend): 107 of 160 decisions.
-    assert_eq!(svg.matches("fill=\"#1B9E4B\"").count(), 107 + 1);
+    // Passed arrivals are filled green circles (plus one in the legend): 117 of 180 decisions.
+    assert_eq!(svg.matches("fill=\"#1B9E4B\"").count(), 117 + 1);
     // Rejected ones are red crosses, drawn as two strokes each (plus the legend's).
     assert_eq!(
         svg.matches("stroke=\"#D62728\"").count(),
-        2 * (160 - 107) + 2
+        2 * (180 - 117) + 2
     );
 }
 

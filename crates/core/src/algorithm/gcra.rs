@@ -2,7 +2,7 @@
 
 use super::schedule::Schedule;
 use super::Algorithm;
-use crate::{Decision, Error, Rate};
+use crate::{Decision, Error, Rate, Ticks};
 
 /// The generic cell rate algorithm: token-bucket decisions from one number per key.
 ///
@@ -41,7 +41,7 @@ pub struct Gcra {
 pub struct GcraState {
     /// The theoretical arrival time, in ticks: nanoseconds times `count / gcd(count, period)`,
     /// which is plain nanoseconds whenever the count divides the period (`5/s`, `1000/m`).
-    pub tat: u128,
+    pub tat: Ticks,
 }
 
 impl Gcra {
@@ -78,11 +78,11 @@ impl Algorithm for Gcra {
     }
 
     fn settle(&self, state: &mut GcraState, now: u64, delta: i64) {
-        state.tat = self.schedule.settle(state.tat, now, delta);
+        state.tat = Ticks::new(self.schedule.settle(state.tat.get(), now, delta));
     }
 
     fn is_fresh(&self, state: &GcraState, now: u64) -> bool {
-        state.tat <= self.schedule.scaled(now)
+        state.tat.get() <= self.schedule.scaled(now)
     }
 
     fn limit(&self) -> u64 {

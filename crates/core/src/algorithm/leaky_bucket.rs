@@ -1,7 +1,7 @@
 //! The leaky bucket as a meter: a water level that rises per request and drains at the rate.
 
-use super::{saturate, Algorithm};
-use crate::{Decision, Error, Outcome, Rate};
+use super::{Algorithm, TokenBucket, TokenBucketState};
+use crate::{Decision, Error, Rate};
 
 /// A leaky bucket used as a meter: each request pours its cost in, the bucket drains at `rate`,
 /// and a request that would overflow `burst` is rejected.
@@ -26,19 +26,13 @@ use crate::{Decision, Error, Outcome, Rate};
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LeakyBucket {
-    rate: Rate,
-    burst: u64,
+    /// The same bucket, upside down: the water level is the tokens spent.
+    bucket: TokenBucket,
 }
 
-/// A meter's state. The default, an empty bucket, is a key never seen.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub struct LeakyBucketState {
-    /// Water in the bucket, in ticks (an emission interval holds one request's worth); above the capacity while
-    /// in debt after a [`settle`](Algorithm::settle).
-    pub level: u128,
-    /// When the level was last drained, in nanoseconds.
-    pub last: u64,
-}
+/// A meter's state: [`TokenBucketState`], whose `spent` is the water level. The default, an
+/// empty bucket, is a key never seen.
+pub type LeakyBucketState = TokenBucketState;
 
 impl LeakyBucket {
     /// A meter of capacity `burst`, draining at `rate`.
@@ -47,81 +41,39 @@ impl LeakyBucket {
     ///
     /// [`Error::Zero`] when `burst` is zero.
     pub fn new(rate: Rate, burst: u64) -> Result<Self, Error> {
-        if burst == 0 {
-            return Err(Error::Zero { field: "burst" });
-        }
-        Ok(Self { rate, burst })
+        Ok(Self {
+            bucket: TokenBucket::new(rate, burst)?,
+        })
     }
 
     /// The drain rate.
     pub fn rate(&self) -> Rate {
-        self.rate
+        self.bucket.rate()
     }
 
     /// The capacity.
     pub fn burst(&self) -> u64 {
-        self.burst
-    }
-
-    fn water(&self, n: u64) -> u128 {
-        u128::from(n) * u128::from(self.rate.ticks_per_cell().get())
-    }
-
-    fn drained(&self, state: &LeakyBucketState, now: u64) -> LeakyBucketState {
-        let elapsed = now.saturating_sub(state.last);
-        LeakyBucketState {
-            level: state
-                .level
-                .saturating_sub(u128::from(elapsed) * u128::from(self.rate.ticks_per_ns().get())),
-            last: state.last.max(now),
-        }
-    }
-
-    fn report(&self, outcome: Outcome, state: &LeakyBucketState) -> Decision {
-        let room = self.water(self.burst).saturating_sub(state.level);
-        let remaining = saturate(self.rate.ticks_per_cell().div(room));
-        let reset = saturate(self.rate.ticks_per_ns().div_ceil(state.level));
-        Decision::new(outcome, self.burst, remaining, reset)
+        self.bucket.burst()
     }
 }
 
 impl Algorithm for LeakyBucket {
     type State = LeakyBucketState;
 
+    #[inline]
     fn decide(&self, state: &mut LeakyBucketState, now: u64, cost: u64) -> Decision {
-        let current = self.drained(state, now);
-        if cost > self.burst {
-            return self.report(Outcome::CostTooHigh, &current);
-        }
-        let level = current.level.saturating_add(self.water(cost));
-        let capacity = self.water(self.burst);
-        if level <= capacity {
-            *state = LeakyBucketState { level, ..current };
-            return self.report(Outcome::Allowed, state);
-        }
-        let wait = saturate(self.rate.ticks_per_ns().div_ceil(level - capacity));
-        let outcome = Outcome::Limited {
-            retry_after_ns: wait,
-        };
-        self.report(outcome, &current)
+        self.bucket.decide(state, now, cost)
     }
 
     fn settle(&self, state: &mut LeakyBucketState, now: u64, delta: i64) {
-        let mut current = self.drained(state, now);
-        let water = self.water(delta.unsigned_abs());
-        current.level = if delta >= 0 {
-            current.level.saturating_add(water)
-        } else {
-            current.level.saturating_sub(water)
-        };
-        *state = current;
+        self.bucket.settle(state, now, delta);
     }
 
     fn is_fresh(&self, state: &LeakyBucketState, now: u64) -> bool {
-        self.drained(state, now).level == 0
+        self.bucket.is_fresh(state, now)
     }
 
     fn limit(&self) -> u64 {
-        self.burst
+        self.bucket.limit()
     }
 }

@@ -2,7 +2,7 @@
 
 use super::schedule::Schedule;
 use super::Algorithm;
-use crate::{Decision, Error, Rate};
+use crate::{Decision, Error, Rate, Ticks};
 
 /// A leaky bucket used as a queue: requests leave at exactly `rate`, excess ones wait, and an
 /// arrival is rejected only when `burst` requests are already waiting.
@@ -35,7 +35,7 @@ pub struct LeakyQueue {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct LeakyQueueState {
     /// When the last accepted request's turn ends, in ticks.
-    pub drained_at: u128,
+    pub drained_at: Ticks,
 }
 
 impl LeakyQueue {
@@ -73,11 +73,11 @@ impl Algorithm for LeakyQueue {
     }
 
     fn settle(&self, state: &mut LeakyQueueState, now: u64, delta: i64) {
-        state.drained_at = self.schedule.settle(state.drained_at, now, delta);
+        state.drained_at = Ticks::new(self.schedule.settle(state.drained_at.get(), now, delta));
     }
 
     fn is_fresh(&self, state: &LeakyQueueState, now: u64) -> bool {
-        state.drained_at <= self.schedule.scaled(now)
+        state.drained_at.get() <= self.schedule.scaled(now)
     }
 
     fn limit(&self) -> u64 {

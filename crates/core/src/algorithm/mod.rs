@@ -10,11 +10,13 @@
 //! | [`LeakyQueue`] | when the queue drains | none: excess waits its turn | smoothing traffic to a partner |
 //! | [`Gcra`] | one theoretical arrival time | same decisions as the token bucket | token-bucket limits with one number a key |
 //! | [`Quota`] | the calendar period and its count | a full period's allowance at its start | plans: "a million a month" |
+//! | [`Concurrency`] | the permits in flight, with their leases | not a rate: at most `max` at once | threads, connections, GPU slots |
 //!
 //! Every algorithm charges weighted costs, never charges a request it rejects, reports the
 //! exact retry time, and can [`settle`](Algorithm::settle) a cost afterwards (so a caller can
 //! reserve an estimate first and correct it once the real cost is known).
 
+mod concurrency;
 mod fixed_window;
 mod gcra;
 mod leaky_bucket;
@@ -27,6 +29,7 @@ mod token_bucket;
 
 use std::fmt;
 
+pub use concurrency::{Concurrency, ConcurrencyState, Held};
 pub use fixed_window::{FixedWindow, FixedWindowState};
 pub use gcra::{Gcra, GcraState};
 pub use leaky_bucket::{LeakyBucket, LeakyBucketState};

@@ -6,7 +6,7 @@
 //! be caught up had it sent at exactly the allowed rate.
 
 use super::saturate;
-use crate::{Decision, Outcome, Rate};
+use crate::{Decision, Outcome, Rate, Ticks};
 
 /// A TAT-based schedule with room for `capacity` cells at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -45,9 +45,9 @@ impl Schedule {
     ///
     /// Everything is computed from the backlog (how far the TAT runs ahead of now), once.
     #[inline]
-    pub(crate) fn decide(&self, tat: &mut u128, now: u64, cost: u64, queue: bool) -> Decision {
+    pub(crate) fn decide(&self, tat: &mut Ticks, now: u64, cost: u64, queue: bool) -> Decision {
         let now = self.scaled(now);
-        let before = tat.saturating_sub(now);
+        let before = tat.get().saturating_sub(now);
         let mut backlog = before;
         let outcome = if cost > self.capacity {
             Outcome::CostTooHigh
@@ -56,7 +56,7 @@ impl Schedule {
             // then the request is over the allowance, as it should be.
             let after = before.saturating_add(self.cells(cost));
             if after <= self.allowance {
-                *tat = now.saturating_add(after);
+                *tat = Ticks::new(now.saturating_add(after));
                 backlog = after;
                 if queue {
                     Outcome::Delayed {

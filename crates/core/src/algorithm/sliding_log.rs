@@ -47,25 +47,44 @@ pub struct Entry {
     pub cost: u64,
 }
 
-/// A sliding log's state: the charges of the last window, oldest first, and their total.
+/// A sliding log's state: the charges of the last window, oldest first.
+///
+/// Boxed, so that the state of a key never seen is one null pointer and every algorithm's
+/// state stays small enough for a store's slot.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct SlidingLogState {
+    log: Option<Box<Log>>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+struct Log {
     entries: VecDeque<Entry>,
     /// The sum of `entries`' costs, kept so a decision need not add them up.
     total: u64,
 }
+
+static EMPTY: Log = Log {
+    entries: VecDeque::new(),
+    total: 0,
+};
 
 impl SlidingLogState {
     /// A state holding `entries` (oldest first), as a store would restore it.
     pub fn from_entries(entries: impl IntoIterator<Item = Entry>) -> Self {
         let entries: VecDeque<Entry> = entries.into_iter().collect();
         let total = entries.iter().fold(0u64, |t, e| t.saturating_add(e.cost));
-        Self { entries, total }
+        Self {
+            log: Some(Box::new(Log { entries, total })),
+        }
     }
 
     /// The logged charges, oldest first (some may have aged out since the last decision).
     pub fn entries(&self) -> impl ExactSizeIterator<Item = &Entry> {
-        self.entries.iter()
+        self.log().entries.iter()
+    }
+
+    fn log(&self) -> &Log {
+        self.log.as_deref().unwrap_or(&EMPTY)
     }
 }
 
@@ -97,6 +116,7 @@ impl SlidingLog {
     fn expired(&self, state: &SlidingLogState, now: u64) -> (usize, u64) {
         let mut cost = 0u64;
         let count = state
+            .log()
             .entries
             .iter()
             .take_while(|e| !self.live(e, now))
@@ -108,7 +128,7 @@ impl SlidingLog {
     fn evaluate(&self, state: &SlidingLogState, now: u64, cost: u64) -> (Outcome, u64) {
         let limit = self.limit.get();
         let (expired, expired_cost) = self.expired(state, now);
-        let total = state.total.saturating_sub(expired_cost);
+        let total = state.log().total.saturating_sub(expired_cost);
         if cost > limit {
             return (Outcome::CostTooHigh, total);
         }
@@ -117,7 +137,7 @@ impl SlidingLog {
         }
         // Walk from the oldest live entry until enough has aged out.
         let mut left = total;
-        for entry in state.entries.range(expired..) {
+        for entry in state.log().entries.range(expired..) {
             left = left.saturating_sub(entry.cost);
             if left.saturating_add(cost) <= limit {
                 let at = entry.at.saturating_add(self.window.get()) - now;
@@ -129,6 +149,7 @@ impl SlidingLog {
 
     fn report(&self, outcome: Outcome, state: &SlidingLogState, now: u64, total: u64) -> Decision {
         let reset = state
+            .log()
             .entries
             .back()
             .filter(|e| self.live(e, now))
@@ -140,17 +161,21 @@ impl SlidingLog {
     /// Drops what has aged out and logs `cost` at `now`, keeping the log ordered even if the
     /// clock stepped back.
     fn record(&self, state: &mut SlidingLogState, now: u64, cost: u64) {
-        while let Some(first) = state.entries.front().filter(|e| !self.live(e, now)) {
-            state.total = state.total.saturating_sub(first.cost);
-            state.entries.pop_front();
+        if state.log.is_none() && cost == 0 {
+            return;
+        }
+        let log = state.log.get_or_insert_with(Box::default);
+        while let Some(first) = log.entries.front().filter(|e| !self.live(e, now)) {
+            log.total = log.total.saturating_sub(first.cost);
+            log.entries.pop_front();
         }
         if cost == 0 {
             return;
         }
-        state.total = state.total.saturating_add(cost);
-        match state.entries.back_mut() {
+        log.total = log.total.saturating_add(cost);
+        match log.entries.back_mut() {
             Some(last) if last.at >= now => last.cost = last.cost.saturating_add(cost),
-            _ => state.entries.push_back(Entry { at: now, cost }),
+            _ => log.entries.push_back(Entry { at: now, cost }),
         }
     }
 }
@@ -188,23 +213,30 @@ impl Algorithm for SlidingLog {
         }
         self.record(state, now, 0);
         // A refund takes back the newest charges first.
+        let Some(log) = state.log.as_deref_mut() else {
+            return;
+        };
         let mut refund = delta.unsigned_abs();
         while refund > 0 {
-            let Some(last) = state.entries.back_mut() else {
+            let Some(last) = log.entries.back_mut() else {
                 break;
             };
             let take = refund.min(last.cost);
             last.cost -= take;
             refund -= take;
-            state.total = state.total.saturating_sub(take);
+            log.total = log.total.saturating_sub(take);
             if last.cost == 0 {
-                state.entries.pop_back();
+                log.entries.pop_back();
             }
         }
     }
 
     fn is_fresh(&self, state: &SlidingLogState, now: u64) -> bool {
-        state.entries.back().is_none_or(|e| !self.live(e, now))
+        state
+            .log()
+            .entries
+            .back()
+            .is_none_or(|e| !self.live(e, now))
     }
 
     fn limit(&self) -> u64 {

@@ -1,12 +1,13 @@
 //! The token bucket: a count of tokens, topped up from the elapsed time before each decision.
 
 use super::{saturate, Algorithm};
-use crate::{Decision, Error, Outcome, Rate};
+use crate::{Decision, Error, Outcome, Rate, Ticks};
 
 /// A token bucket holding up to `burst` tokens, refilled at `rate`.
 ///
-/// No timer drips tokens in: the state is the token count and when it was last topped up, and
-/// each decision first adds `elapsed × rate`, capped at `burst`. Over any span `t` it admits at
+/// No timer drips tokens in: the state is the token count (kept as the tokens spent, so an
+/// unseen key is simply zero) and when it was last topped up, and each decision first refills
+/// `elapsed × rate`, capped at `burst`. Over any span `t` it admits at
 /// most `burst + rate·t`. A key never seen starts with a full bucket.
 ///
 /// Tokens are counted in ticks, fractions of a token chosen so that the refill of one
@@ -28,18 +29,22 @@ use crate::{Decision, Error, Outcome, Rate};
 pub struct TokenBucket {
     rate: Rate,
     burst: u64,
+    /// `burst` tokens in ticks.
+    capacity: u128,
 }
 
-/// A token bucket's state.
+/// A token bucket's state: the tokens taken and not yet refilled, and when that was counted.
+///
+/// The bucket holds `burst − spent` tokens, so the default (nothing spent) is a full bucket:
+/// a key never seen. `spent` above the burst is a debt left by a
+/// [`settle`](Algorithm::settle).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct TokenBucketState {
-    /// Tokens held, in ticks (one token is an emission interval's worth); negative while in debt after a
-    /// [`settle`](Algorithm::settle). Meaningless until `filled`.
-    pub tokens: i128,
-    /// When the bucket was last topped up, in nanoseconds.
+    /// Tokens spent and not yet refilled, in ticks (one token is an emission interval's
+    /// worth).
+    pub spent: Ticks,
+    /// When `spent` was last brought up to date, in nanoseconds.
     pub last: u64,
-    /// Whether the bucket has been seen; an unseen bucket is full.
-    pub filled: bool,
 }
 
 impl TokenBucket {
@@ -52,7 +57,12 @@ impl TokenBucket {
         if burst == 0 {
             return Err(Error::Zero { field: "burst" });
         }
-        Ok(Self { rate, burst })
+        let capacity = u128::from(burst) * u128::from(rate.ticks_per_cell().get());
+        Ok(Self {
+            rate,
+            burst,
+            capacity,
+        })
     }
 
     /// The refill rate.
@@ -65,36 +75,23 @@ impl TokenBucket {
         self.burst
     }
 
-    fn tokens(&self, n: u64) -> i128 {
-        // n ≤ 2^64 and period < 2^64, so the product fits in 128 bits.
-        i128::try_from(u128::from(n) * u128::from(self.rate.ticks_per_cell().get()))
-            .unwrap_or(i128::MAX)
+    fn tokens(&self, n: u64) -> u128 {
+        u128::from(n) * u128::from(self.rate.ticks_per_cell().get())
     }
 
-    /// The bucket as it stands at `now`: topped up, and with the time of that top-up.
-    fn refilled(&self, state: &TokenBucketState, now: u64) -> TokenBucketState {
-        let full = self.tokens(self.burst);
-        if !state.filled {
-            return TokenBucketState {
-                tokens: full,
-                last: now,
-                filled: true,
-            };
-        }
+    /// Tokens spent at `now`, after refilling for the time since `state.last`.
+    #[inline]
+    fn spent(&self, state: &TokenBucketState, now: u64) -> u128 {
         let elapsed = now.saturating_sub(state.last);
-        let refill = i128::from(elapsed) * i128::from(self.rate.ticks_per_ns().get());
-        TokenBucketState {
-            tokens: state.tokens.saturating_add(refill).min(full),
-            last: state.last.max(now),
-            filled: true,
-        }
+        let refill = u128::from(elapsed) * u128::from(self.rate.ticks_per_ns().get());
+        state.spent.get().saturating_sub(refill)
     }
 
-    fn report(&self, outcome: Outcome, state: &TokenBucketState) -> Decision {
-        let tokens = u128::try_from(state.tokens).unwrap_or(0);
-        let remaining = saturate(self.rate.ticks_per_cell().div(tokens));
-        let missing = u128::try_from(self.tokens(self.burst) - state.tokens).unwrap_or(0);
-        let reset = saturate(self.rate.ticks_per_ns().div_ceil(missing));
+    #[inline]
+    fn report(&self, outcome: Outcome, spent: u128) -> Decision {
+        let held = self.capacity.saturating_sub(spent);
+        let remaining = saturate(self.rate.ticks_per_cell().div(held));
+        let reset = saturate(self.rate.ticks_per_ns().div_ceil(spent));
         Decision::new(outcome, self.burst, remaining, reset)
     }
 }
@@ -102,43 +99,45 @@ impl TokenBucket {
 impl Algorithm for TokenBucket {
     type State = TokenBucketState;
 
+    #[inline]
     fn decide(&self, state: &mut TokenBucketState, now: u64, cost: u64) -> Decision {
-        let current = self.refilled(state, now);
+        let spent = self.spent(state, now);
         if cost > self.burst {
-            return self.report(Outcome::CostTooHigh, &current);
+            return self.report(Outcome::CostTooHigh, spent);
         }
-        let needed = self.tokens(cost);
-        if current.tokens >= needed {
+        let after = spent.saturating_add(self.tokens(cost));
+        if after <= self.capacity {
             *state = TokenBucketState {
-                tokens: current.tokens - needed,
-                ..current
+                spent: Ticks::new(after),
+                last: state.last.max(now),
             };
-            return self.report(Outcome::Allowed, state);
+            return self.report(Outcome::Allowed, after);
         }
-        let short = u128::try_from(needed - current.tokens).unwrap_or(0);
-        let wait = saturate(self.rate.ticks_per_ns().div_ceil(short));
-        let outcome = Outcome::Limited {
-            retry_after_ns: wait,
-        };
-        self.report(outcome, &current)
+        let wait = saturate(self.rate.ticks_per_ns().div_ceil(after - self.capacity));
+        self.report(
+            Outcome::Limited {
+                retry_after_ns: wait,
+            },
+            spent,
+        )
     }
 
     fn settle(&self, state: &mut TokenBucketState, now: u64, delta: i64) {
-        let mut current = self.refilled(state, now);
+        let spent = self.spent(state, now);
         let amount = self.tokens(delta.unsigned_abs());
-        current.tokens = if delta >= 0 {
-            current.tokens.saturating_sub(amount)
+        let spent = if delta >= 0 {
+            spent.saturating_add(amount)
         } else {
-            current
-                .tokens
-                .saturating_add(amount)
-                .min(self.tokens(self.burst))
+            spent.saturating_sub(amount)
         };
-        *state = current;
+        *state = TokenBucketState {
+            spent: Ticks::new(spent),
+            last: state.last.max(now),
+        };
     }
 
     fn is_fresh(&self, state: &TokenBucketState, now: u64) -> bool {
-        self.refilled(state, now).tokens == self.tokens(self.burst)
+        self.spent(state, now) == 0
     }
 
     fn limit(&self) -> u64 {

@@ -2,8 +2,8 @@
 
 use anyhow::{bail, Context};
 use ratewarden_core::{
-    AlgorithmKind, CalendarUnit, DisplayDuration, FixedWindow, Gcra, LeakyBucket, LeakyQueue,
-    Limit, Quota, Rate, SlidingLog, SlidingWindow, TokenBucket,
+    AlgorithmKind, CalendarUnit, Concurrency, DisplayDuration, FixedWindow, Gcra, LeakyBucket,
+    LeakyQueue, Limit, Quota, Rate, SlidingLog, SlidingWindow, TokenBucket,
 };
 
 use crate::cli::SimulateArgs;
@@ -92,6 +92,11 @@ pub fn lineup(args: &SimulateArgs) -> anyhow::Result<Lineup> {
                 };
                 Quota::new(args.limit, period, &args.timezone)
                     .context("quota: --limit/--timezone")?
+                    .into()
+            }
+            AlgorithmKind::Concurrency => {
+                Concurrency::new(args.limit, args.lease.unwrap_or(window))
+                    .context("concurrency: --limit/--lease")?
                     .into()
             }
         };
