@@ -44,7 +44,9 @@ pub struct Decision {
 }
 
 impl Decision {
-    pub(crate) fn new(outcome: Outcome, limit: u64, remaining: u64, reset_after_ns: u64) -> Self {
+    /// A decision, as an algorithm or a store reports it. A zero delay is reported as
+    /// allowed, and `remaining` is capped at `limit`.
+    pub fn new(outcome: Outcome, limit: u64, remaining: u64, reset_after_ns: u64) -> Self {
         let outcome = match outcome {
             Outcome::Delayed { delay_ns: 0 } => Outcome::Allowed,
             other => other,

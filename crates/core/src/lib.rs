@@ -35,10 +35,13 @@
 
 pub mod algorithm;
 mod clock;
+#[cfg(feature = "conformance")]
+pub mod conformance;
 mod decision;
 mod divisor;
 mod error;
 mod limit;
+pub mod store;
 mod units;
 
 pub use algorithm::{
@@ -49,6 +52,7 @@ pub use clock::{Clock, ManualClock, RealClock};
 pub use decision::{Decision, Outcome};
 pub use error::Error;
 pub use limit::{AlgorithmKind, Limit, LimitState};
+pub use store::{Check, Store};
 pub use units::{parse_decimal, parse_duration, DisplayDuration, Rate, Ticks};
 
 /// Nanoseconds in one second.

@@ -214,6 +214,31 @@ any_limit! {
     Concurrency(Concurrency, ConcurrencyState),
 }
 
+impl Limit {
+    /// Takes a concurrency permit `id` of `cost` units. Under any other algorithm this is a
+    /// plain [`decide`](Algorithm::decide): there is no permit to hold.
+    pub fn acquire(&self, state: &mut LimitState, now: u64, cost: u64, id: u64) -> Decision {
+        let Limit::Concurrency(limit) = self else {
+            return self.decide(state, now, cost);
+        };
+        if !matches!(state, LimitState::Concurrency(_)) {
+            *state = LimitState::Concurrency(ConcurrencyState::default());
+        }
+        let LimitState::Concurrency(held) = state else {
+            unreachable!("just set")
+        };
+        limit.acquire(held, now, cost, id)
+    }
+
+    /// Gives back permit `id`; false if it was not held, or this is not a concurrency limit.
+    pub fn release(&self, state: &mut LimitState, id: u64) -> bool {
+        match (self, state) {
+            (Limit::Concurrency(limit), LimitState::Concurrency(held)) => limit.release(held, id),
+            _ => false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

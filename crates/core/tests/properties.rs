@@ -94,6 +94,7 @@ fn all_limits(rate: Rate, burst: u64, window: Duration) -> Vec<Limit> {
         Quota::new(limit, CalendarUnit::Second, "UTC")
             .unwrap()
             .into(),
+        Concurrency::new(limit, window).unwrap().into(),
     ]
 }
 

@@ -1,0 +1,59 @@
+//! What every keyed store offers: the interface the in-memory store and shared stores share,
+//! and that one conformance suite checks.
+
+use crate::{Decision, Limit};
+
+/// One limit of a layered decision: which limit, for which key, at what cost.
+#[derive(Debug, Clone, Copy)]
+pub struct Check<'a> {
+    /// The limit.
+    pub limit: &'a Limit,
+    /// The key its state is kept under; it should name the limit too (a rule name and the
+    /// key parts), since a store holds the states of every limit in one key space.
+    pub key: &'a str,
+    /// The request's cost under this limit.
+    pub cost: u64,
+}
+
+/// A store of per-key limiter state: decisions, layered decisions, peeks, settles and
+/// concurrency permits, each atomic per call.
+///
+/// Being limited is a [`Decision`], not an error: `Err` is for a store that failed (a shared
+/// store that is down or too slow), which callers answer with each rule's failure policy.
+pub trait Store {
+    /// Why a call failed.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// Decides a request of `cost` under `limit` for `key` at `now`, charging it if allowed.
+    fn decide(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, Self::Error>;
+
+    /// Decides a request against every check at once, all or nothing: if any rejects, none
+    /// is charged. Returns every check's decision, in order.
+    fn decide_all(&self, checks: &[Check<'_>], now: u64) -> Result<Vec<Decision>, Self::Error>;
+
+    /// What [`decide`](Store::decide) would answer, charging nothing.
+    fn peek(&self, limit: &Limit, key: &str, now: u64, cost: u64) -> Result<Decision, Self::Error>;
+
+    /// Charges (or, negative, refunds) `delta` units without a decision.
+    fn settle(&self, limit: &Limit, key: &str, now: u64, delta: i64) -> Result<(), Self::Error>;
+
+    /// Takes a concurrency permit of `cost` units for `key`: its id when granted, the
+    /// decision when not. Under a limit that is not a concurrency limit this is a decision,
+    /// and the id releases nothing.
+    fn acquire(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: u64,
+        cost: u64,
+    ) -> Result<Result<u64, Decision>, Self::Error>;
+
+    /// Gives back permit `id` of `key`; false if it was not held (released, or lapsed).
+    fn release(&self, limit: &Limit, key: &str, id: u64) -> Result<bool, Self::Error>;
+}

@@ -1,0 +1,3 @@
+//! Keyed decisions per second against governor (being written).
+
+fn main() {}

@@ -1,0 +1,41 @@
+//! How big a store may grow, and what it does when full.
+
+use std::time::Duration;
+
+/// What a full store does with a key it has never seen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WhenFull {
+    /// Evict a key not used recently (CLOCK, the second-chance approximation of least recently
+    /// used) to make room. Its state is lost: that key starts afresh if it comes back, so it
+    /// may get more than its limit, once.
+    #[default]
+    EvictLeastRecentlyUsed,
+    /// Reject the request of a new key (limited, retry after [`StoreConfig::full_retry_after`])
+    /// and keep every tracked key. Limits stay exact for known keys; new callers wait.
+    RejectNewKeys,
+}
+
+/// The in-memory store's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// The most keys held at once (spread over the shards, so each holds its share).
+    pub max_keys: usize,
+    /// What to do when a shard is full of live state.
+    pub when_full: WhenFull,
+    /// How many shards (rounded up to a power of two): more shards, less contention.
+    pub shards: usize,
+    /// The retry time given to new keys rejected by a full store.
+    pub full_retry_after: Duration,
+}
+
+impl Default for StoreConfig {
+    /// A million keys over 64 shards, evicting the least recently used.
+    fn default() -> Self {
+        Self {
+            max_keys: 1_000_000,
+            when_full: WhenFull::default(),
+            shards: 64,
+            full_retry_after: Duration::from_secs(1),
+        }
+    }
+}

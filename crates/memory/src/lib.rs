@@ -1,0 +1,39 @@
+//! Ratewarden's in-memory keyed store: per-key limiter state for millions of keys in one
+//! process, at the speed of an in-process limiter.
+//!
+//! - **Concurrent**: keys are spread over shards, each a short critical section (one lookup,
+//!   one state transition), so threads on different keys rarely meet.
+//! - **Layered**: [`MemoryStore::decide_all`] decides one request against several limits
+//!   (per IP, per key, per tenant, global) all or nothing.
+//! - **Bounded**: state that has returned to fresh is dropped a little on every access (it
+//!   would decide exactly as a missing key does), and `max_keys` bounds the rest; a full
+//!   store evicts the least recently used key or refuses new keys ([`WhenFull`]).
+//! - **Concurrency permits** with leases: [`MemoryStore::acquire`].
+//!
+//! It implements [`ratewarden_core::Store`], and passes the same conformance suite as every
+//! other store.
+
+mod config;
+mod shard;
+mod store;
+
+pub use config::{StoreConfig, WhenFull};
+pub use store::{MemoryStore, Permit};
+
+/// What a store holds and has done, for metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Keys held.
+    pub keys: usize,
+    /// Bytes the store has allocated for its keys and states (not counting allocator
+    /// overhead).
+    pub allocated_bytes: usize,
+    /// States dropped because they had returned to fresh (no decision changes).
+    pub evicted_fresh: u64,
+    /// Live states evicted to make room in a full store (those keys start afresh).
+    pub evicted_live: u64,
+    /// Requests of new keys refused by a full store set to keep its keys.
+    pub rejected_new_keys: u64,
+    /// Times a thread found a shard locked and had to wait.
+    pub contention: u64,
+}

@@ -1,0 +1,171 @@
+//! One shard: a vector of slots and a hash index into it, behind the store's per-shard lock.
+
+use compact_str::CompactString;
+use hashbrown::HashTable;
+
+/// The CLOCK "referenced" bit, kept in the top bit of a slot's expiry (expiries are Unix
+/// nanoseconds, below 2^63 until the year 2262).
+const REFERENCED: u64 = 1 << 63;
+
+/// One key's state. With a 24-byte inline key and a 32-byte state this is one cache line.
+pub(crate) struct Slot<St> {
+    pub(crate) key: CompactString,
+    /// When the state turns fresh (dropping it then changes no decision), plus the
+    /// referenced bit.
+    meta: u64,
+    pub(crate) state: St,
+}
+
+impl<St> Slot<St> {
+    fn expires(&self) -> u64 {
+        self.meta & !REFERENCED
+    }
+
+    /// Records a use, and the time the state will be fresh again.
+    pub(crate) fn touch(&mut self, expires: u64) {
+        self.meta = expires.min(!REFERENCED) | REFERENCED;
+    }
+}
+
+/// A shard's keys: slots in a vector (so a clock hand can walk them) indexed by hash.
+pub(crate) struct Shard<St> {
+    slots: Vec<Slot<St>>,
+    index: HashTable<u32>,
+    /// Where the incremental sweep and the CLOCK eviction look next.
+    hand: usize,
+}
+
+impl<St> Default for Shard<St> {
+    fn default() -> Self {
+        Self {
+            slots: Vec::new(),
+            index: HashTable::new(),
+            hand: 0,
+        }
+    }
+}
+
+impl<St> Shard<St> {
+    pub(crate) fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub(crate) fn find(&self, hash: u64, key: &str) -> Option<usize> {
+        let slots = &self.slots;
+        self.index
+            .find(hash, |&i| slots[i as usize].key == key)
+            .map(|&i| i as usize)
+    }
+
+    pub(crate) fn slot_mut(&mut self, i: usize) -> &mut Slot<St> {
+        &mut self.slots[i]
+    }
+
+    pub(crate) fn slot(&self, i: usize) -> &Slot<St> {
+        &self.slots[i]
+    }
+
+    /// Adds a key that [`find`](Self::find) did not find.
+    pub(crate) fn insert(
+        &mut self,
+        hash: u64,
+        key: &str,
+        state: St,
+        expires: u64,
+        rehash: impl Fn(&str) -> u64,
+    ) -> usize {
+        let i = self.slots.len();
+        if i == self.slots.capacity() {
+            // Grow by a quarter rather than doubling: at a million keys, doubling would leave
+            // up to half the slots allocated and unused.
+            self.slots.reserve_exact((i / 4).max(16));
+        }
+        let mut slot = Slot {
+            key: CompactString::from(key),
+            meta: 0,
+            state,
+        };
+        slot.touch(expires);
+        self.slots.push(slot);
+        let slots = &self.slots;
+        self.index
+            .insert_unique(hash, i as u32, |&j| rehash(slots[j as usize].key.as_str()));
+        i
+    }
+
+    /// Removes slot `i`, moving the last slot into its place.
+    fn remove(&mut self, i: usize, rehash: &impl Fn(&str) -> u64) {
+        let hash = rehash(self.slots[i].key.as_str());
+        if let Ok(entry) = self.index.find_entry(hash, |&j| j as usize == i) {
+            entry.remove();
+        }
+        let last = self.slots.len() - 1;
+        if i != last {
+            let moved = rehash(self.slots[last].key.as_str());
+            if let Some(j) = self.index.find_mut(moved, |&j| j as usize == last) {
+                *j = i as u32;
+            }
+        }
+        self.slots.swap_remove(i);
+    }
+
+    /// Looks at up to `steps` slots at the hand and drops those whose state is fresh at
+    /// `now`. Returns how many it dropped. This is the whole of expiry: a little on every
+    /// access, never a stop-the-world sweep.
+    pub(crate) fn sweep(&mut self, now: u64, steps: usize, rehash: &impl Fn(&str) -> u64) -> u64 {
+        let mut dropped = 0;
+        // Each slot at most once per call: a removal brings another slot to the hand.
+        for _ in 0..steps.min(self.slots.len()) {
+            if self.slots.is_empty() {
+                break;
+            }
+            if self.hand >= self.slots.len() {
+                self.hand = 0;
+            }
+            if self.slots[self.hand].expires() <= now {
+                // The last slot moves here; look at it next.
+                self.remove(self.hand, rehash);
+                dropped += 1;
+            } else {
+                self.hand += 1;
+            }
+        }
+        dropped
+    }
+
+    /// Evicts one slot not referenced since the hand last passed it (CLOCK). Returns false
+    /// only for an empty shard.
+    pub(crate) fn evict_one(&mut self, rehash: &impl Fn(&str) -> u64) -> bool {
+        // Two turns at most: the first clears every referenced bit.
+        for _ in 0..=2 * self.slots.len() {
+            if self.slots.is_empty() {
+                return false;
+            }
+            if self.hand >= self.slots.len() {
+                self.hand = 0;
+            }
+            let slot = &mut self.slots[self.hand];
+            if slot.meta & REFERENCED != 0 {
+                slot.meta &= !REFERENCED;
+                self.hand += 1;
+            } else {
+                self.remove(self.hand, rehash);
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Bytes this shard has allocated, for memory accounting.
+    pub(crate) fn allocated_bytes(&self) -> usize {
+        let heap_keys: usize = self
+            .slots
+            .iter()
+            .filter(|s| s.key.is_heap_allocated())
+            .map(|s| s.key.capacity())
+            .sum();
+        self.slots.capacity() * std::mem::size_of::<Slot<St>>()
+            + self.index.allocation_size()
+            + heap_keys
+    }
+}

@@ -1,0 +1,448 @@
+//! The store: shards behind short locks, and the operations on them.
+
+use std::convert::Infallible;
+use std::hash::{BuildHasher, RandomState};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
+
+use compact_str::CompactString;
+use ratewarden_core::{Algorithm, Check, Decision, Limit, Outcome, Store};
+
+use crate::shard::Shard;
+use crate::{StoreConfig, StoreStats, WhenFull};
+
+/// Slots looked at by the incremental sweep on each access to a shard.
+const SWEEP_STEPS: usize = 2;
+/// Slots a full shard sweeps for fresh state before it evicts live state.
+const FULL_SWEEP_STEPS: usize = 32;
+
+/// A shard on a cache line (two, for the adjacent-line prefetcher) of its own, so that
+/// locking one does not slow its neighbours.
+#[repr(align(128))]
+struct Padded<T>(T);
+
+/// A shard behind its lock, on its own cache lines.
+type Locked<St> = Padded<Mutex<Shard<St>>>;
+
+#[derive(Default)]
+struct Counters {
+    evicted_fresh: AtomicU64,
+    evicted_live: AtomicU64,
+    rejected_new_keys: AtomicU64,
+    contention: AtomicU64,
+}
+
+/// A concurrent store of per-key limiter state for one process.
+///
+/// Keys are spread over shards by hash; each shard is a short critical section (a lookup and
+/// one state transition), so threads deciding on different keys rarely meet, and a key
+/// already present is found without allocating. States that have returned to fresh are
+/// dropped a little on every access, and `max_keys` bounds the rest (see [`WhenFull`]).
+///
+/// `A` is the algorithm: [`Limit`] (the default) holds any algorithm per key and supports
+/// layered decisions across limits; a concrete algorithm such as
+/// [`Gcra`](ratewarden_core::Gcra) keeps a smaller state per key.
+///
+/// # Examples
+///
+/// ```
+/// use ratewarden_core::{Gcra, Limit, Rate};
+/// use ratewarden_memory::{MemoryStore, StoreConfig};
+///
+/// let store: MemoryStore = MemoryStore::new(StoreConfig::default());
+/// let per_key = Limit::from(Gcra::new(Rate::per_second(5)?, 5)?);
+/// for _ in 0..5 {
+///     assert!(store.decide(&per_key, "per-key|k_8f2a", 0, 1).is_allowed());
+/// }
+/// assert!(!store.decide(&per_key, "per-key|k_8f2a", 0, 1).is_allowed());
+/// assert!(store.decide(&per_key, "per-key|k_other", 0, 1).is_allowed());
+/// # Ok::<(), ratewarden_core::Error>(())
+/// ```
+pub struct MemoryStore<A: Algorithm = Limit, S = RandomState> {
+    shards: Box<[Locked<A::State>]>,
+    hasher: S,
+    per_shard: usize,
+    config: StoreConfig,
+    counters: Counters,
+    next_permit: AtomicU64,
+    _algorithm: PhantomData<fn(&A)>,
+}
+
+impl<A: Algorithm> MemoryStore<A, RandomState> {
+    /// A store with `config`, hashing keys with the standard library's randomly seeded
+    /// SipHash (keys come from clients, so the hash must resist collision floods).
+    pub fn new(config: StoreConfig) -> Self {
+        Self::with_hasher(config, RandomState::new())
+    }
+}
+
+impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
+    /// A store with `config` and a hasher of your choosing.
+    pub fn with_hasher(config: StoreConfig, hasher: S) -> Self {
+        let shards = config.shards.clamp(1, 1 << 16).next_power_of_two();
+        let per_shard = config.max_keys.div_ceil(shards).max(1);
+        Self {
+            shards: (0..shards)
+                .map(|_| Padded(Mutex::new(Shard::default())))
+                .collect(),
+            hasher,
+            per_shard,
+            config,
+            counters: Counters::default(),
+            next_permit: AtomicU64::new(1),
+            _algorithm: PhantomData,
+        }
+    }
+
+    /// The store's settings.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    fn hash(&self, key: &str) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// The shard of a hash: middle bits, since the shard's table uses the low bits for the
+    /// bucket and the top seven for its control bytes.
+    fn shard_of(&self, hash: u64) -> usize {
+        (hash >> 32) as usize & (self.shards.len() - 1)
+    }
+
+    fn lock(&self, shard: usize) -> MutexGuard<'_, Shard<A::State>> {
+        let mutex = &self.shards[shard].0;
+        match mutex.try_lock() {
+            Ok(guard) => guard,
+            Err(TryLockError::WouldBlock) => {
+                self.counters.contention.fetch_add(1, Ordering::Relaxed);
+                mutex.lock().unwrap_or_else(PoisonError::into_inner)
+            }
+            // A panic elsewhere cannot leave a state half-written: transitions are computed
+            // first and stored in one assignment.
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+        }
+    }
+
+    /// Decides a request of `cost` for `key` at `now` under `limit`, charging it if allowed.
+    pub fn decide(&self, limit: &A, key: &str, now: u64, cost: u64) -> Decision {
+        let hash = self.hash(key);
+        let mut shard = self.lock(self.shard_of(hash));
+        self.update(&mut shard, limit, key, hash, now, |state| {
+            limit.decide(state, now, cost)
+        })
+    }
+
+    /// What [`decide`](Self::decide) would answer, without charging.
+    pub fn peek(&self, limit: &A, key: &str, now: u64, cost: u64) -> Decision {
+        let hash = self.hash(key);
+        let shard = self.lock(self.shard_of(hash));
+        match shard.find(hash, key) {
+            Some(i) => limit.peek(&shard.slot(i).state, now, cost),
+            None => limit.peek(&A::State::default(), now, cost),
+        }
+    }
+
+    /// Charges `delta` units to `key` (a refund when negative) without a decision: settles
+    /// a reservation once its real cost is known. The balance may go past the limit.
+    pub fn settle(&self, limit: &A, key: &str, now: u64, delta: i64) {
+        let hash = self.hash(key);
+        let mut shard = self.lock(self.shard_of(hash));
+        self.update(&mut shard, limit, key, hash, now, |state| {
+            limit.settle(state, now, delta);
+            limit.peek(state, now, 0)
+        });
+    }
+
+    /// Decides one request against several limits at once, all or nothing: if any limit
+    /// rejects, none is charged. Returns each limit's decision in order (for a rejected
+    /// request, what each would have said), so callers can name the violated limits.
+    ///
+    /// The shards involved are locked in index order (so concurrent layered calls cannot
+    /// deadlock), every limit is checked, and only then is each charged. Keys within one
+    /// call should be distinct.
+    pub fn decide_all(&self, layers: &[(&A, &str, u64)], now: u64) -> Vec<Decision> {
+        let hashes: Vec<u64> = layers.iter().map(|(_, key, _)| self.hash(key)).collect();
+        let mut order: Vec<usize> = hashes.iter().map(|&h| self.shard_of(h)).collect();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: Vec<_> = order.iter().map(|&i| self.lock(i)).collect();
+        let guard_of = |hash: u64| {
+            order
+                .binary_search(&self.shard_of(hash))
+                .unwrap_or_default()
+        };
+
+        let mut decisions = Vec::with_capacity(layers.len());
+        let mut all = true;
+        for (&(limit, key, cost), &hash) in layers.iter().zip(&hashes) {
+            let shard = &mut guards[guard_of(hash)];
+            let decision = match shard.find(hash, key) {
+                Some(i) => limit.peek(&shard.slot(i).state, now, cost),
+                None => match self.refuse_new_key(shard, limit, now) {
+                    Some(refused) => refused,
+                    None => limit.peek(&A::State::default(), now, cost),
+                },
+            };
+            all &= decision.is_allowed();
+            decisions.push(decision);
+        }
+        if all {
+            for (k, (&(limit, key, cost), &hash)) in layers.iter().zip(&hashes).enumerate() {
+                let shard = &mut guards[guard_of(hash)];
+                decisions[k] = self.update(shard, limit, key, hash, now, |state| {
+                    limit.decide(state, now, cost)
+                });
+            }
+        }
+        decisions
+    }
+
+    /// Runs `op` on `key`'s state and keeps the result, until the state is fresh again.
+    ///
+    /// A key not held starts from a fresh state and is stored only if `op` changed that
+    /// (a rejected request of a new key stores nothing).
+    fn update(
+        &self,
+        shard: &mut Shard<A::State>,
+        limit: &A,
+        key: &str,
+        hash: u64,
+        now: u64,
+        op: impl FnOnce(&mut A::State) -> Decision,
+    ) -> Decision {
+        let rehash = |k: &str| self.hash(k);
+        let dropped = shard.sweep(now, SWEEP_STEPS, &rehash);
+        self.count(&self.counters.evicted_fresh, dropped);
+        if let Some(i) = shard.find(hash, key) {
+            let slot = shard.slot_mut(i);
+            let decision = op(&mut slot.state);
+            slot.touch(now.saturating_add(decision.reset_after_ns));
+            return decision;
+        }
+        let mut state = A::State::default();
+        let decision = op(&mut state);
+        if limit.is_fresh(&state, now) {
+            return decision;
+        }
+        if let Some(refused) = self.refuse_new_key(shard, limit, now) {
+            return refused;
+        }
+        let expires = now.saturating_add(decision.reset_after_ns);
+        shard.insert(hash, key, state, expires, rehash);
+        decision
+    }
+
+    /// Makes room for a new key in a full shard; the decision to answer instead when the
+    /// store keeps its keys rather than evicting.
+    fn refuse_new_key(&self, shard: &mut Shard<A::State>, limit: &A, now: u64) -> Option<Decision> {
+        if shard.len() < self.per_shard {
+            return None;
+        }
+        let rehash = |k: &str| self.hash(k);
+        let dropped = shard.sweep(now, FULL_SWEEP_STEPS, &rehash);
+        self.count(&self.counters.evicted_fresh, dropped);
+        if shard.len() < self.per_shard {
+            return None;
+        }
+        match self.config.when_full {
+            WhenFull::EvictLeastRecentlyUsed => {
+                if shard.evict_one(&rehash) {
+                    self.count(&self.counters.evicted_live, 1);
+                }
+                None
+            }
+            WhenFull::RejectNewKeys => {
+                self.count(&self.counters.rejected_new_keys, 1);
+                let retry_after_ns =
+                    u64::try_from(self.config.full_retry_after.as_nanos()).unwrap_or(u64::MAX);
+                let outcome = Outcome::Limited { retry_after_ns };
+                Some(Decision::new(outcome, limit.limit(), 0, retry_after_ns))
+            }
+        }
+    }
+
+    fn count(&self, counter: &AtomicU64, n: u64) {
+        if n > 0 {
+            counter.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Drops up to `budget` fresh states, for an idle store that gets no accesses to sweep
+    /// on (call it from a timer). Returns how many it dropped.
+    pub fn sweep(&self, now: u64, budget: usize) -> u64 {
+        let rehash = |k: &str| self.hash(k);
+        let per_shard = budget.div_ceil(self.shards.len());
+        let mut dropped = 0;
+        for i in 0..self.shards.len() {
+            dropped += self.lock(i).sweep(now, per_shard, &rehash);
+        }
+        self.count(&self.counters.evicted_fresh, dropped);
+        dropped
+    }
+
+    /// Keys held now.
+    pub fn len(&self) -> usize {
+        (0..self.shards.len()).map(|i| self.lock(i).len()).sum()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// What the store holds and has done: keys, evictions, refusals, contention.
+    pub fn stats(&self) -> StoreStats {
+        let mut keys = 0;
+        let mut bytes = 0;
+        for i in 0..self.shards.len() {
+            let shard = self.lock(i);
+            keys += shard.len();
+            bytes += shard.allocated_bytes();
+        }
+        let c = &self.counters;
+        StoreStats {
+            keys,
+            allocated_bytes: bytes + std::mem::size_of_val(&*self.shards),
+            evicted_fresh: c.evicted_fresh.load(Ordering::Relaxed),
+            evicted_live: c.evicted_live.load(Ordering::Relaxed),
+            rejected_new_keys: c.rejected_new_keys.load(Ordering::Relaxed),
+            contention: c.contention.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl<S: BuildHasher> MemoryStore<Limit, S> {
+    /// Takes a concurrency permit of `cost` units for `key` under `limit` (a
+    /// [`Concurrency`](ratewarden_core::Concurrency) limit). The permit is given back when the
+    /// guard drops; one never given back lapses after the limit's lease.
+    ///
+    /// # Errors
+    ///
+    /// The decision, when no permit is free.
+    pub fn acquire(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: u64,
+        cost: u64,
+    ) -> Result<Permit<'_, S>, Decision> {
+        let id = self.acquire_id(limit, key, now, cost)?;
+        Ok(Permit {
+            store: self,
+            limit: limit.clone(),
+            key: CompactString::from(key),
+            id,
+        })
+    }
+
+    /// Like [`acquire`](Self::acquire), but returns the permit's id for an explicit
+    /// [`release`](Self::release) (for a caller that crosses threads or processes).
+    ///
+    /// # Errors
+    ///
+    /// The decision, when no permit is free.
+    pub fn acquire_id(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: u64,
+        cost: u64,
+    ) -> Result<u64, Decision> {
+        let id = self.next_permit.fetch_add(1, Ordering::Relaxed);
+        let hash = self.hash(key);
+        let mut shard = self.lock(self.shard_of(hash));
+        let decision = self.update(&mut shard, limit, key, hash, now, |state| {
+            limit.acquire(state, now, cost, id)
+        });
+        if decision.is_allowed() {
+            Ok(id)
+        } else {
+            Err(decision)
+        }
+    }
+
+    /// Gives back permit `id` of `key`; false if it was not held (already released, or
+    /// lapsed after its lease).
+    pub fn release(&self, limit: &Limit, key: &str, id: u64) -> bool {
+        let hash = self.hash(key);
+        let mut shard = self.lock(self.shard_of(hash));
+        match shard.find(hash, key) {
+            Some(i) => limit.release(&mut shard.slot_mut(i).state, id),
+            None => false,
+        }
+    }
+}
+
+/// A concurrency permit, given back when dropped.
+#[must_use = "dropping the permit gives it back at once"]
+pub struct Permit<'a, S: BuildHasher = RandomState> {
+    store: &'a MemoryStore<Limit, S>,
+    limit: Limit,
+    key: CompactString,
+    id: u64,
+}
+
+impl<S: BuildHasher> Permit<'_, S> {
+    /// The permit's id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Keeps the permit past this guard: it is then held until released by id or until its
+    /// lease runs out.
+    pub fn into_id(self) -> u64 {
+        let id = self.id;
+        std::mem::forget(self);
+        id
+    }
+}
+
+impl<S: BuildHasher> Drop for Permit<'_, S> {
+    fn drop(&mut self) {
+        self.store.release(&self.limit, &self.key, self.id);
+    }
+}
+
+impl<S: BuildHasher> Store for MemoryStore<Limit, S> {
+    type Error = Infallible;
+
+    fn decide(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, Infallible> {
+        Ok(MemoryStore::decide(self, limit, key, now, cost))
+    }
+
+    fn decide_all(&self, checks: &[Check<'_>], now: u64) -> Result<Vec<Decision>, Infallible> {
+        let layers: Vec<(&Limit, &str, u64)> =
+            checks.iter().map(|c| (c.limit, c.key, c.cost)).collect();
+        Ok(MemoryStore::decide_all(self, &layers, now))
+    }
+
+    fn peek(&self, limit: &Limit, key: &str, now: u64, cost: u64) -> Result<Decision, Infallible> {
+        Ok(MemoryStore::peek(self, limit, key, now, cost))
+    }
+
+    fn settle(&self, limit: &Limit, key: &str, now: u64, delta: i64) -> Result<(), Infallible> {
+        MemoryStore::settle(self, limit, key, now, delta);
+        Ok(())
+    }
+
+    fn acquire(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: u64,
+        cost: u64,
+    ) -> Result<Result<u64, Decision>, Infallible> {
+        Ok(self.acquire_id(limit, key, now, cost))
+    }
+
+    fn release(&self, limit: &Limit, key: &str, id: u64) -> Result<bool, Infallible> {
+        Ok(MemoryStore::release(self, limit, key, id))
+    }
+}

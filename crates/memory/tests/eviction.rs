@@ -1,0 +1,199 @@
+//! Bounded memory: fresh state is dropped without changing any decision, and a full store
+//! evicts or refuses as configured, counting what it did.
+
+use std::time::Duration;
+
+use ratewarden_core::{
+    Algorithm, CalendarUnit, Concurrency, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Limit,
+    Outcome, Quota, Rate, SlidingLog, SlidingWindow, TokenBucket,
+};
+use ratewarden_memory::{MemoryStore, StoreConfig, WhenFull};
+
+const SEC: u64 = 1_000_000_000;
+
+fn every_limit() -> Vec<Limit> {
+    let rate = Rate::new(5, Duration::from_secs(1)).unwrap();
+    let window = Duration::from_millis(700);
+    vec![
+        FixedWindow::new(3, window).unwrap().into(),
+        SlidingLog::new(3, window).unwrap().into(),
+        SlidingWindow::new(3, window).unwrap().into(),
+        TokenBucket::new(rate, 3).unwrap().into(),
+        LeakyBucket::new(rate, 3).unwrap().into(),
+        LeakyQueue::new(rate, 2).unwrap().into(),
+        Gcra::new(rate, 3).unwrap().into(),
+        Quota::new(3, CalendarUnit::Second, "UTC").unwrap().into(),
+        Concurrency::new(3, window).unwrap().into(),
+    ]
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[test]
+fn dropping_fresh_state_changes_no_decision() {
+    // One store sweeps everything fresh after every decision; the other never needs to.
+    let sweeping: MemoryStore = MemoryStore::new(StoreConfig::default());
+    let keeping: MemoryStore = MemoryStore::new(StoreConfig::default());
+    let limits = every_limit();
+    let mut rng = Rng(42);
+    let mut now = 1_000 * SEC;
+    let mut dropped = 0;
+    for step in 0..20_000 {
+        now += match rng.below(3) {
+            0 => rng.below(1_000),
+            1 => rng.below(200_000_000),
+            _ => rng.below(3 * SEC),
+        };
+        let limit = &limits[rng.below(limits.len() as u64) as usize];
+        let key = format!("{}|{}", limit.kind(), rng.below(20));
+        let cost = rng.below(3);
+        let a = sweeping.decide(limit, &key, now, cost);
+        let b = keeping.decide(limit, &key, now, cost);
+        assert_eq!(a, b, "step {step}: {key}");
+        dropped += sweeping.sweep(now, usize::MAX);
+    }
+    assert!(
+        dropped > 1_000,
+        "the sweep should have had fresh state to drop: {dropped}"
+    );
+    assert!(sweeping.stats().evicted_fresh >= dropped);
+    assert_eq!(sweeping.stats().evicted_live, 0);
+}
+
+#[test]
+fn idle_keys_leave_by_themselves() {
+    let store: MemoryStore = MemoryStore::new(StoreConfig::default());
+    let limit = Limit::from(Gcra::new(Rate::per_second(10).unwrap(), 10).unwrap());
+    for i in 0..10_000 {
+        store.decide(&limit, &format!("idle|{i}"), SEC, 1);
+    }
+    assert_eq!(store.len(), 10_000);
+    // A tenth of a second later every bucket is full again; sweeping drops them all.
+    let later = SEC + SEC / 10;
+    store.sweep(later, usize::MAX);
+    assert!(store.is_empty(), "{} keys left", store.len());
+    // Rejections of new keys store nothing.
+    let strict = Limit::from(Gcra::new(Rate::per_second(1).unwrap(), 1).unwrap());
+    let d = store.decide(&strict, "idle|too-big", later, 2);
+    assert_eq!(d.outcome, Outcome::CostTooHigh);
+    assert!(store.is_empty());
+}
+
+#[test]
+fn a_full_store_evicts_the_least_recently_used() {
+    let store: MemoryStore = MemoryStore::new(StoreConfig {
+        max_keys: 64,
+        shards: 1,
+        ..StoreConfig::default()
+    });
+    // A slow rate: every key stays live for a minute.
+    let limit = Limit::from(Gcra::new(Rate::new(1, Duration::from_secs(60)).unwrap(), 2).unwrap());
+    let now = 10 * SEC;
+    store.decide(&limit, "hot", now, 1);
+    for i in 0..200 {
+        // The hot key is used between every two new keys, so CLOCK keeps it.
+        store.decide(&limit, &format!("cold|{i}"), now, 1);
+        store.peek(&limit, "hot", now, 1);
+        store.decide(&limit, "hot", now, 0);
+    }
+    assert_eq!(store.len(), 64);
+    let stats = store.stats();
+    assert_eq!(stats.evicted_live, 200 + 1 - 64);
+    // The hot key kept its state: one of its two units is still spent.
+    assert_eq!(store.peek(&limit, "hot", now, 0).remaining, 1);
+}
+
+#[test]
+fn a_full_store_can_refuse_new_keys_instead() {
+    let store: MemoryStore = MemoryStore::new(StoreConfig {
+        max_keys: 8,
+        shards: 1,
+        when_full: WhenFull::RejectNewKeys,
+        full_retry_after: Duration::from_secs(2),
+    });
+    let limit = Limit::from(Gcra::new(Rate::new(1, Duration::from_secs(60)).unwrap(), 5).unwrap());
+    for i in 0..8 {
+        assert!(store.decide(&limit, &format!("k{i}"), SEC, 1).is_allowed());
+    }
+    let refused = store.decide(&limit, "newcomer", SEC, 1);
+    assert_eq!(refused.retry_after(), Some(Duration::from_secs(2)));
+    // Known keys are still decided exactly.
+    assert_eq!(store.decide(&limit, "k0", SEC, 1).remaining, 3);
+    let stats = store.stats();
+    assert_eq!(
+        (stats.keys, stats.rejected_new_keys, stats.evicted_live),
+        (8, 1, 0)
+    );
+}
+
+#[test]
+fn memory_stays_flat_under_a_flood_of_one_off_keys() {
+    // One-off IPv6 addresses, each seen once, a few microseconds apart.
+    let store: MemoryStore = MemoryStore::new(StoreConfig {
+        max_keys: 10_000,
+        shards: 8,
+        ..StoreConfig::default()
+    });
+    let limit = Limit::from(Gcra::new(Rate::per_second(100).unwrap(), 20).unwrap());
+    let mut now = SEC;
+    let mut high_water = 0;
+    for round in 0..10 {
+        for i in 0..10_000u64 {
+            now += 5_000;
+            let key = format!("ip|2001:db8:{round:x}:{i:x}::/64");
+            assert!(store.decide(&limit, &key, now, 1).is_allowed());
+        }
+        let stats = store.stats();
+        assert!(stats.keys <= 10_000);
+        if round == 0 {
+            high_water = stats.allocated_bytes;
+        }
+        assert!(
+            stats.allocated_bytes <= high_water + high_water / 4,
+            "round {round}: {} bytes against {high_water} after the first round",
+            stats.allocated_bytes
+        );
+    }
+    let stats = store.stats();
+    // Each key's state is fresh 10 ms after its request: most left by expiry, not eviction.
+    assert!(stats.evicted_fresh > stats.evicted_live, "{stats:?}");
+}
+
+#[test]
+fn permits_are_given_back_when_the_guard_drops() {
+    let store: MemoryStore = MemoryStore::new(StoreConfig::default());
+    let limit = Limit::from(Concurrency::new(1, Duration::from_secs(30)).unwrap());
+    {
+        let permit = store.acquire(&limit, "db", SEC, 1).expect("free");
+        assert!(permit.id() > 0);
+        assert!(store.acquire(&limit, "db", SEC, 1).is_err());
+    }
+    let kept = store
+        .acquire(&limit, "db", SEC, 1)
+        .expect("given back")
+        .into_id();
+    assert!(store.acquire(&limit, "db", SEC, 1).is_err());
+    assert!(store.release(&limit, "db", kept));
+    assert!(store.acquire(&limit, "db", SEC, 1).is_ok());
+}
+
+#[test]
+fn a_store_of_one_algorithm_keeps_smaller_state() {
+    let store: MemoryStore<Gcra> = MemoryStore::new(StoreConfig::default());
+    let gcra = Gcra::new(Rate::per_second(5).unwrap(), 5).unwrap();
+    for _ in 0..5 {
+        assert!(store.decide(&gcra, "k", 0, 1).is_allowed());
+    }
+    let d = store.decide(&gcra, "k", 0, 1);
+    assert_eq!(d.retry_after(), Some(Duration::from_millis(200)));
+    assert!(gcra.limit() == 5);
+}
