@@ -65,20 +65,22 @@ impl<St> Shard<St> {
         &self.slots[i]
     }
 
-    /// Adds a key that [`find`](Self::find) did not find.
+    /// Adds a key that [`find`](Self::find) did not find; the shard holds at most `most`.
     pub(crate) fn insert(
         &mut self,
         hash: u64,
         key: &str,
         state: St,
         expires: u64,
+        most: usize,
         rehash: impl Fn(&str) -> u64,
     ) -> usize {
         let i = self.slots.len();
         if i == self.slots.capacity() {
-            // Grow by a quarter rather than doubling: at a million keys, doubling would leave
-            // up to half the slots allocated and unused.
-            self.slots.reserve_exact((i / 4).max(16));
+            // Grow by a quarter rather than doubling, and never past the shard's share of
+            // `max_keys`: a full store then wastes no slot.
+            let grow = (i / 4).max(16).min(most.saturating_sub(i)).max(1);
+            self.slots.reserve_exact(grow);
         }
         let mut slot = Slot {
             key: CompactString::from(key),

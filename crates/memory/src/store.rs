@@ -81,7 +81,8 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
     /// A store with `config` and a hasher of your choosing.
     pub fn with_hasher(config: StoreConfig, hasher: S) -> Self {
         let shards = config.shards.clamp(1, 1 << 16).next_power_of_two();
-        let per_shard = config.max_keys.div_ceil(shards).max(1);
+        // Rounded down, so the store never holds more than `max_keys`.
+        let per_shard = (config.max_keys / shards).max(1);
         Self {
             shards: (0..shards)
                 .map(|_| Padded(Mutex::new(Shard::default())))
@@ -229,7 +230,7 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
             return refused;
         }
         let expires = now.saturating_add(decision.reset_after_ns);
-        shard.insert(hash, key, state, expires, rehash);
+        shard.insert(hash, key, state, expires, self.per_shard, rehash);
         decision
     }
 
