@@ -1,3 +1,618 @@
-//! Keyed decisions per second against governor (being written).
+//! Keyed decisions per second: ratewarden's [`MemoryStore`] against governor's keyed limiter
+//! (`RateLimiter::keyed`, a `DashMap` of GCRA cells) and a plain sharded map (the floor: one
+//! hash, one read-locked lookup and one atomic compare-and-swap per decision), on the same
+//! quota, the same pre-generated keys and the real clock, with 1 and 2 threads; then resident
+//! memory per key at 1 and 10 million keys (each structure measured in a child process of its
+//! own, so one's freed memory cannot hide or inflate the next's).
+//!
+//! Run with `cargo bench -p ratewarden-memory --bench keyed`. Every case's limiters share a
+//! benchmark group, so the ratios come from one run.
+//!
+//! Quotas:
+//! - **live** (the main cases): 1 per minute, burst 100 million. Every key's state stays live
+//!   for a minute after each decision, so no limiter drops or re-creates a pre-populated key
+//!   during a group (our store drops states that have returned to fresh; governor never
+//!   does), and practically every decision is allowed: a like-for-like lookup and update.
+//! - **churn** (1000 per second, burst 1000): a key's state is fresh again 1 ms after its
+//!   last decision, so at a million keys our store drops most states (two sweep steps per
+//!   access) and re-creates them on their next decision, while governor keeps every key.
 
-fn main() {}
+use std::cell::Cell;
+use std::hash::{BuildHasher, RandomState};
+use std::num::NonZeroU32;
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Barrier, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use hashbrown::HashTable;
+use ratewarden_core::{Algorithm, Clock, Gcra, Limit, Rate, RealClock};
+use ratewarden_memory::{MemoryStore, StoreConfig};
+
+/// Length of a pre-generated key sequence (at least the number of keys).
+const SEQUENCE: usize = 1 << 20;
+/// Zipf exponent of the skewed cases.
+const ZIPF_S: f64 = 1.1;
+/// The environment variable that turns this binary into a memory-measuring child.
+const MEMORY_CHILD: &str = "RATEWARDEN_KEYED_BENCH_MEMORY";
+
+/// One quota, given to all three limiters.
+#[derive(Clone, Copy)]
+struct QuotaSpec {
+    name: &'static str,
+    /// Cells per period.
+    count: u32,
+    period: Duration,
+    burst: u32,
+}
+
+/// 1 per minute, burst 100 million: states stay live, decisions are allowed.
+const LIVE: QuotaSpec = QuotaSpec {
+    name: "1/min burst 1e8",
+    count: 1,
+    period: Duration::from_secs(60),
+    burst: 100_000_000,
+};
+
+/// 1000 per second, burst 1000: states are fresh 1 ms after their last decision.
+const CHURN: QuotaSpec = QuotaSpec {
+    name: "1000/s burst 1000",
+    count: 1000,
+    period: Duration::from_secs(1),
+    burst: 1000,
+};
+
+impl QuotaSpec {
+    fn gcra(self) -> Gcra {
+        let rate = Rate::new(u64::from(self.count), self.period).expect("valid rate");
+        Gcra::new(rate, u64::from(self.burst)).expect("valid burst")
+    }
+
+    fn governor(self) -> Quota {
+        let interval = self.period / self.count;
+        Quota::with_period(interval)
+            .expect("non-zero period")
+            .allow_burst(NonZeroU32::new(self.burst).expect("non-zero burst"))
+    }
+
+    fn interval_ns(self) -> u64 {
+        (self.period / self.count).as_nanos() as u64
+    }
+}
+
+/// A keyed limiter under test: one decision for one key, at the real clock.
+///
+/// Keys are `&String` because governor's `check_key` takes `&K`; the others use `as_str()`.
+#[allow(clippy::ptr_arg)]
+trait Keyed: Sync {
+    fn decide(&self, key: &String, clock: &RealClock) -> bool;
+}
+
+/// Our store, with the algorithm it is generic over.
+struct Ours<A: Algorithm> {
+    store: MemoryStore<A>,
+    limit: A,
+}
+
+impl<A: Algorithm> Ours<A> {
+    fn new(limit: A, keys: usize) -> Self {
+        let config = StoreConfig {
+            // Room for every key with slack for uneven shards: nothing is evicted for space.
+            max_keys: keys * 2 + 1024,
+            ..StoreConfig::default()
+        };
+        Self {
+            store: MemoryStore::new(config),
+            limit,
+        }
+    }
+}
+
+impl<A: Algorithm + Sync> Keyed for Ours<A> {
+    #[inline]
+    fn decide(&self, key: &String, clock: &RealClock) -> bool {
+        self.store
+            .decide(&self.limit, key.as_str(), clock.now(), 1)
+            .is_allowed()
+    }
+}
+
+impl Keyed for DefaultKeyedRateLimiter<String> {
+    #[inline]
+    fn decide(&self, key: &String, _clock: &RealClock) -> bool {
+        // Governor reads its own default clock (std `Instant` without the quanta feature).
+        self.check_key(key).is_ok()
+    }
+}
+
+/// A shard on cache lines of its own, as in our store.
+#[repr(align(128))]
+struct Padded<T>(T);
+
+/// One shard of the floor: keys and their GCRA-like arrival times.
+type BaselineShard = RwLock<HashTable<(String, AtomicU64)>>;
+
+/// The floor: 64 shards of `RwLock<HashTable<(String, AtomicU64)>>`, one SipHash (the same
+/// randomly seeded std hasher as ours and governor's) choosing both the shard and the bucket,
+/// a read-locked lookup by `&str`, and one `compare_exchange` doing a GCRA-like update.
+struct Baseline {
+    shards: Box<[Padded<BaselineShard>]>,
+    hasher: RandomState,
+    interval: u64,
+    tolerance: u64,
+}
+
+impl Baseline {
+    fn new(quota: QuotaSpec) -> Self {
+        let interval = quota.interval_ns();
+        Self {
+            shards: (0..64)
+                .map(|_| Padded(RwLock::new(HashTable::new())))
+                .collect(),
+            hasher: RandomState::new(),
+            interval,
+            tolerance: interval * u64::from(quota.burst),
+        }
+    }
+
+    fn shard(&self, hash: u64) -> &BaselineShard {
+        &self.shards[(hash >> 32) as usize & (self.shards.len() - 1)].0
+    }
+
+    /// Adds `key` (before timing; the timed loops only look keys up).
+    fn insert(&self, key: &str) {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self
+            .shard(hash)
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        if shard.find(hash, |(k, _)| k == key).is_none() {
+            let hasher = &self.hasher;
+            shard.insert_unique(hash, (key.to_owned(), AtomicU64::new(0)), |(k, _)| {
+                hasher.hash_one(k.as_str())
+            });
+        }
+    }
+}
+
+impl Keyed for Baseline {
+    #[inline]
+    fn decide(&self, key: &String, clock: &RealClock) -> bool {
+        let now = clock.now();
+        let key = key.as_str();
+        let hash = self.hasher.hash_one(key);
+        let shard = self
+            .shard(hash)
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some((_, tat)) = shard.find(hash, |(k, _)| k == key) else {
+            return false;
+        };
+        let current = tat.load(Ordering::Acquire);
+        let next = current.max(now) + self.interval;
+        next - now <= self.tolerance
+            && tat
+                .compare_exchange(current, next, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+    }
+}
+
+/// xorshift64*: a small, fixed-seed generator for key sequences.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform in `[0, 1)`.
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// Samples ranks `0..n` with weights `1 / (rank + 1)^s`: cumulative weights and binary search.
+struct Zipf {
+    cumulative: Vec<f64>,
+}
+
+impl Zipf {
+    fn new(n: usize, s: f64) -> Self {
+        let mut total = 0.0;
+        let mut cumulative: Vec<f64> = (1..=n)
+            .map(|k| {
+                total += 1.0 / (k as f64).powf(s);
+                total
+            })
+            .collect();
+        for c in &mut cumulative {
+            *c /= total;
+        }
+        Self { cumulative }
+    }
+
+    fn sample(&self, rng: &mut XorShift) -> usize {
+        let u = rng.unit();
+        self.cumulative
+            .partition_point(|&c| c <= u)
+            .min(self.cumulative.len() - 1)
+    }
+}
+
+fn make_keys(n: usize) -> Vec<String> {
+    (0..n).map(|i| format!("key-{i:07}")).collect()
+}
+
+#[derive(Clone, Copy)]
+enum Popularity {
+    Uniform,
+    Zipf,
+}
+
+/// A sequence of keys to decide on, cloned in order so the benchmark's own reads of the key
+/// bytes are sequential (as if each key had just been parsed from a request).
+fn make_sequence(keys: &[String], popularity: Popularity, seed: u64) -> Vec<String> {
+    let mut rng = XorShift(seed);
+    let len = SEQUENCE.max(keys.len());
+    let indices: Vec<usize> = match popularity {
+        // Shuffled passes over all keys: every key is used, equally often.
+        Popularity::Uniform => {
+            let mut out = Vec::with_capacity(len + keys.len());
+            while out.len() < len {
+                let mut pass: Vec<usize> = (0..keys.len()).collect();
+                for i in (1..pass.len()).rev() {
+                    pass.swap(i, rng.below(i + 1));
+                }
+                out.extend(pass);
+            }
+            out.truncate(len);
+            out
+        }
+        Popularity::Zipf => {
+            let zipf = Zipf::new(keys.len(), ZIPF_S);
+            (0..len).map(|_| zipf.sample(&mut rng)).collect()
+        }
+    };
+    indices.into_iter().map(|i| keys[i].clone()).collect()
+}
+
+/// Decides `iters` times over `threads` threads, each on its own slice of `seq`; returns the
+/// wall time and how many were allowed.
+// `Instant::now` times the benchmark for criterion (as `Bencher::iter` does), not a decision.
+#[allow(clippy::disallowed_methods)]
+fn run<L: Keyed>(
+    limiter: &L,
+    clock: &RealClock,
+    seq: &[String],
+    threads: usize,
+    iters: u64,
+) -> (Duration, u64) {
+    let barrier = Barrier::new(threads + 1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let slice = &seq[t * seq.len() / threads..(t + 1) * seq.len() / threads];
+                let count = iters / threads as u64 + u64::from((t as u64) < iters % threads as u64);
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    barrier.wait();
+                    let mut allowed = 0u64;
+                    let mut i = 0;
+                    for _ in 0..count {
+                        allowed += u64::from(limiter.decide(&slice[i], clock));
+                        i += 1;
+                        if i == slice.len() {
+                            i = 0;
+                        }
+                    }
+                    allowed
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let allowed = handles
+            .into_iter()
+            .map(|h| h.join().expect("benchmark thread panicked"))
+            .sum();
+        (start.elapsed(), allowed)
+    })
+}
+
+/// Decides once on every key, so every limiter starts with all keys present.
+fn populate<L: Keyed>(limiter: &L, clock: &RealClock, keys: &[String]) {
+    for key in keys {
+        limiter.decide(key, clock);
+    }
+}
+
+/// One case: our store (GCRA, and optionally the `Limit` enum), governor and the floor, with
+/// each thread count, in one benchmark group.
+struct Case<'a> {
+    group: &'a str,
+    keys: &'a [String],
+    seq: &'a [String],
+    quota: QuotaSpec,
+    threads: &'a [usize],
+    with_limit_enum: bool,
+}
+
+fn bench_case(c: &mut Criterion, case: &Case<'_>) {
+    let clock = RealClock::new();
+    let gcra = case.quota.gcra();
+    let ours = Ours::new(gcra, case.keys.len());
+    let ours_limit = case
+        .with_limit_enum
+        .then(|| Ours::new(Limit::from(gcra), case.keys.len()));
+    let governor: DefaultKeyedRateLimiter<String> = RateLimiter::keyed(case.quota.governor());
+    let baseline = Baseline::new(case.quota);
+    for key in case.keys {
+        baseline.insert(key);
+    }
+    populate(&ours, &clock, case.keys);
+    if let Some(ours_limit) = &ours_limit {
+        populate(ours_limit, &clock, case.keys);
+    }
+    populate(&governor, &clock, case.keys);
+    println!(
+        "\n== {}: {} keys, sequence of {}, quota {} ==",
+        case.group,
+        case.keys.len(),
+        case.seq.len(),
+        case.quota.name
+    );
+
+    let mut group = c.benchmark_group(case.group);
+    group.throughput(Throughput::Elements(1));
+    for &threads in case.threads {
+        let param = format!("{threads}-thread");
+        let mut one = |name: &str, limiter: &dyn Fn(u64) -> (Duration, u64)| {
+            let tally = Cell::new((0u64, 0u64));
+            group.bench_function(BenchmarkId::new(name, &param), |b| {
+                b.iter_custom(|iters| {
+                    let (elapsed, allowed) = limiter(iters);
+                    let (a, n) = tally.get();
+                    tally.set((a + allowed, n + iters));
+                    elapsed
+                });
+            });
+            let (a, n) = tally.get();
+            println!(
+                "   {}/{name}/{param}: {:.2}% of {n} decisions allowed",
+                case.group,
+                100.0 * a as f64 / n.max(1) as f64
+            );
+        };
+        one("ratewarden", &|iters| {
+            run(&ours, &clock, case.seq, threads, iters)
+        });
+        if let Some(ours_limit) = &ours_limit {
+            one("ratewarden-limit", &|iters| {
+                run(ours_limit, &clock, case.seq, threads, iters)
+            });
+        }
+        one("governor", &|iters| {
+            run(&governor, &clock, case.seq, threads, iters)
+        });
+        one("baseline", &|iters| {
+            run(&baseline, &clock, case.seq, threads, iters)
+        });
+    }
+    group.finish();
+
+    let stats = ours.store.stats();
+    println!(
+        "   ratewarden store after the group: {} keys (governor: {}), {} dropped fresh, {} evicted live, {} contended locks",
+        stats.keys,
+        governor.len(),
+        stats.evicted_fresh,
+        stats.evicted_live,
+        stats.contention
+    );
+    if let Some(ours_limit) = &ours_limit {
+        let stats = ours_limit.store.stats();
+        println!(
+            "   ratewarden-limit store after the group: {} keys, {} dropped fresh, {} evicted live",
+            stats.keys, stats.evicted_fresh, stats.evicted_live
+        );
+    }
+}
+
+fn throughput(c: &mut Criterion) {
+    let thousand = make_keys(1_000);
+    let million = make_keys(1_000_000);
+    let both = [1, 2];
+    for (keys, label) in [(&thousand, "1k"), (&million, "1M")] {
+        for (popularity, pop) in [(Popularity::Uniform, "uniform"), (Popularity::Zipf, "zipf")] {
+            let seq = make_sequence(keys, popularity, 0x9e37_79b9_7f4a_7c15);
+            bench_case(
+                c,
+                &Case {
+                    group: &format!("keyed/{label}-{pop}"),
+                    keys,
+                    seq: &seq,
+                    quota: LIVE,
+                    threads: &both,
+                    with_limit_enum: matches!(popularity, Popularity::Uniform),
+                },
+            );
+        }
+    }
+    let hot = &thousand[..1];
+    let hot_seq = vec![hot[0].clone(); 1024];
+    bench_case(
+        c,
+        &Case {
+            group: "keyed/hot-key",
+            keys: hot,
+            seq: &hot_seq,
+            quota: LIVE,
+            threads: &both,
+            with_limit_enum: false,
+        },
+    );
+    let seq = make_sequence(&million, Popularity::Uniform, 0x2545_f491_4f6c_dd1d);
+    bench_case(
+        c,
+        &Case {
+            group: "keyed/1M-uniform-churn",
+            keys: &million,
+            seq: &seq,
+            quota: CHURN,
+            threads: &both,
+            with_limit_enum: false,
+        },
+    );
+}
+
+/// Resident bytes of this process (`/proc/self/statm`, pages of 4096 bytes).
+fn resident() -> usize {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("read /proc/self/statm");
+    let pages: usize = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|p| p.parse().ok())
+        .expect("resident pages in statm");
+    pages * 4096
+}
+
+/// Peak resident bytes of this process (`VmHWM`).
+fn peak_resident() -> usize {
+    let status = std::fs::read_to_string("/proc/self/status").expect("read /proc/self/status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<usize>().ok())
+        .expect("VmHWM in status")
+        * 1024
+}
+
+/// In a child process: inserts `n` keys into one structure and prints what it cost.
+fn memory_child(spec: &str) {
+    let (which, n) = spec.split_once(':').expect("structure:keys");
+    let n: usize = n.parse().expect("key count");
+    let keys = make_keys(n);
+    let clock = RealClock::new();
+    let before = resident();
+    let start = clock.now();
+    // Prints one machine-readable line; each arm calls it while its structure is alive.
+    let report = |held: usize, allocated: usize| {
+        let insert_ns = clock.now() - start;
+        let key_bytes: usize = keys.iter().map(String::len).sum();
+        println!(
+            "MEMORY {which} {n} {held} {before} {} {} {allocated} {key_bytes} {insert_ns}",
+            resident(),
+            peak_resident()
+        );
+    };
+    match which {
+        "ratewarden" => {
+            let ours = Ours::new(LIVE.gcra(), n);
+            populate(&ours, &clock, &keys);
+            let stats = ours.store.stats();
+            report(stats.keys, stats.allocated_bytes);
+        }
+        "ratewarden-limit" => {
+            let ours = Ours::new(Limit::from(LIVE.gcra()), n);
+            populate(&ours, &clock, &keys);
+            let stats = ours.store.stats();
+            report(stats.keys, stats.allocated_bytes);
+        }
+        "governor" => {
+            let governor: DefaultKeyedRateLimiter<String> = RateLimiter::keyed(LIVE.governor());
+            populate(&governor, &clock, &keys);
+            report(governor.len(), 0);
+        }
+        "baseline" => {
+            let baseline = Baseline::new(LIVE);
+            for key in &keys {
+                baseline.insert(key);
+            }
+            let held = baseline
+                .shards
+                .iter()
+                .map(|s| s.0.read().unwrap_or_else(PoisonError::into_inner).len())
+                .sum();
+            report(held, 0);
+        }
+        other => panic!("unknown structure {other}"),
+    }
+}
+
+/// Measures every structure at 1 and 10 million keys, each in a fresh child process.
+fn memory_report() {
+    let exe = std::env::current_exe().expect("current exe");
+    println!("\n== resident memory per key (RSS from /proc/self/statm, after - before inserting; each structure in its own process) ==");
+    println!(
+        "{:<18} {:>10} {:>10} {:>12} {:>12} {:>15} {:>13} {:>12}",
+        "structure",
+        "keys",
+        "held",
+        "RSS B/key",
+        "peak B/key",
+        "allocated B/key",
+        "avg key len",
+        "insert ns/key"
+    );
+    for n in [1_000_000usize, 10_000_000] {
+        for which in ["ratewarden", "ratewarden-limit", "governor", "baseline"] {
+            let out = Command::new(&exe)
+                .env(MEMORY_CHILD, format!("{which}:{n}"))
+                .output()
+                .expect("run memory child");
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let Some(line) = stdout.lines().find(|l| l.starts_with("MEMORY ")) else {
+                println!(
+                    "{which} {n}: child failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                continue;
+            };
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let num = |i: usize| f[i].parse::<usize>().expect("number");
+            let (held, before, after, peak, allocated, key_bytes, insert_ns) =
+                (num(3), num(4), num(5), num(6), num(7), num(8), num(9));
+            let per = |bytes: usize| bytes as f64 / n as f64;
+            let allocated = if allocated == 0 {
+                "-".to_owned()
+            } else {
+                format!("{:.1}", per(allocated))
+            };
+            println!(
+                "{which:<18} {n:>10} {held:>10} {:>12.1} {:>12.1} {allocated:>15} {:>13.1} {:>12.0}",
+                per(after.saturating_sub(before)),
+                per(peak.saturating_sub(before)),
+                per(key_bytes),
+                per(insert_ns),
+            );
+        }
+    }
+    println!();
+}
+
+fn main() {
+    if let Ok(spec) = std::env::var(MEMORY_CHILD) {
+        memory_child(&spec);
+        return;
+    }
+    let mut criterion = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(20)
+        .configure_from_args();
+    // Skip the memory report when criterion is only listing or filtering benchmarks.
+    if std::env::args().skip(1).all(|a| a.starts_with('-')) {
+        memory_report();
+    }
+    throughput(&mut criterion);
+    criterion.final_summary();
+}
