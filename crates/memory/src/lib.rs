@@ -5,7 +5,7 @@
 //!   one state transition), so threads on different keys rarely meet.
 //! - **Layered**: [`MemoryStore::decide_all`] decides one request against several limits
 //!   (per IP, per key, per tenant, global) all or nothing.
-//! - **Bounded**: state that has returned to fresh is dropped a little on every access (it
+//! - **Bounded**: state that has returned to fresh is dropped a little with every new key (it
 //!   would decide exactly as a missing key does), and `max_keys` bounds the rest; a full
 //!   store evicts the least recently used key or refuses new keys ([`WhenFull`]).
 //! - **Concurrency permits** with leases: [`MemoryStore::acquire`].

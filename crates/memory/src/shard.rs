@@ -31,7 +31,7 @@ impl<St> Slot<St> {
 pub(crate) struct Shard<St> {
     slots: Vec<Slot<St>>,
     index: HashTable<u32>,
-    /// Where the incremental sweep and the CLOCK eviction look next.
+    /// Where the incremental sweep (on each new key) and the CLOCK eviction look next.
     hand: usize,
 }
 
@@ -112,7 +112,7 @@ impl<St> Shard<St> {
     }
 
     /// Looks at up to `steps` slots at the hand and drops those whose state is fresh at
-    /// `now`. Returns how many it dropped. This is the whole of expiry: a little on every
+    /// `now`. Returns how many it dropped. This is the whole of expiry: a little with every
     /// access, never a stop-the-world sweep.
     pub(crate) fn sweep(&mut self, now: u64, steps: usize, rehash: &impl Fn(&str) -> u64) -> u64 {
         let mut dropped = 0;

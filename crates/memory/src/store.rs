@@ -12,7 +12,7 @@ use ratewarden_core::{Algorithm, Check, Decision, Limit, Outcome, Store};
 use crate::shard::Shard;
 use crate::{StoreConfig, StoreStats, WhenFull};
 
-/// Slots looked at by the incremental sweep on each access to a shard.
+/// Slots looked at by the incremental sweep each time a shard takes a new key.
 const SWEEP_STEPS: usize = 2;
 /// Slots a full shard sweeps for fresh state before it evicts live state.
 const FULL_SWEEP_STEPS: usize = 32;
@@ -38,7 +38,7 @@ struct Counters {
 /// Keys are spread over shards by hash; each shard is a short critical section (a lookup and
 /// one state transition), so threads deciding on different keys rarely meet, and a key
 /// already present is found without allocating. States that have returned to fresh are
-/// dropped a little on every access, and `max_keys` bounds the rest (see [`WhenFull`]).
+/// dropped a little with every new key, and `max_keys` bounds the rest (see [`WhenFull`]).
 ///
 /// `A` is the algorithm: [`Limit`] (the default) holds any algorithm per key and supports
 /// layered decisions across limits; a concrete algorithm such as
@@ -212,9 +212,6 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         now: u64,
         op: impl FnOnce(&mut A::State) -> Decision,
     ) -> Decision {
-        let rehash = |k: &str| self.hash(k);
-        let dropped = shard.sweep(now, SWEEP_STEPS, &rehash);
-        self.count(&self.counters.evicted_fresh, dropped);
         if let Some(i) = shard.find(hash, key) {
             let slot = shard.slot_mut(i);
             let decision = op(&mut slot.state);
@@ -229,6 +226,12 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         if let Some(refused) = self.refuse_new_key(shard, limit, now) {
             return refused;
         }
+        // Expiry keeps pace with insertion: each new key looks at a couple of slots and drops
+        // the fresh ones. A known key's decision pays nothing for it; a store that stops
+        // getting new keys stops growing, and `sweep` can empty it on a timer.
+        let rehash = |k: &str| self.hash(k);
+        let dropped = shard.sweep(now, SWEEP_STEPS, &rehash);
+        self.count(&self.counters.evicted_fresh, dropped);
         let expires = now.saturating_add(decision.reset_after_ns);
         shard.insert(hash, key, state, expires, self.per_shard, rehash);
         decision
