@@ -113,7 +113,7 @@ impl<St> Shard<St> {
 
     /// Looks at up to `steps` slots at the hand and drops those whose state is fresh at
     /// `now`. Returns how many it dropped. This is the whole of expiry: a little with every
-    /// access, never a stop-the-world sweep.
+    /// new key, never a stop-the-world sweep.
     pub(crate) fn sweep(&mut self, now: u64, steps: usize, rehash: &impl Fn(&str) -> u64) -> u64 {
         let mut dropped = 0;
         // Each slot at most once per call: a removal brings another slot to the hand.
