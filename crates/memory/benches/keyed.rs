@@ -28,13 +28,16 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion, Throughput};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use hashbrown::HashTable;
-use ratewarden_core::{Algorithm, Clock, Gcra, Limit, Rate, RealClock};
+use ratewarden_core::algorithm::GcraState;
+use ratewarden_core::{Algorithm, Clock, Gcra, Limit, LimitState, Rate, RealClock};
 use ratewarden_memory::{MemoryStore, StoreConfig};
 
 /// Length of a pre-generated key sequence (at least the number of keys).
 const SEQUENCE: usize = 1 << 20;
 /// Zipf exponent of the skewed cases.
 const ZIPF_S: f64 = 1.1;
+/// `max_keys` of the stores in the memory measurement: room for the largest count, 10 million.
+const MEMORY_MAX_KEYS: usize = 11_000_000;
 /// The environment variable that turns this binary into a memory-measuring child.
 const MEMORY_CHILD: &str = "RATEWARDEN_KEYED_BENCH_MEMORY";
 
@@ -97,10 +100,10 @@ struct Ours<A: Algorithm> {
 }
 
 impl<A: Algorithm> Ours<A> {
-    fn new(limit: A, keys: usize) -> Self {
+    /// A store of 64 shards (the default) holding up to `max_keys`.
+    fn new(limit: A, max_keys: usize) -> Self {
         let config = StoreConfig {
-            // Room for every key with slack for uneven shards: nothing is evicted for space.
-            max_keys: keys * 2 + 1024,
+            max_keys,
             ..StoreConfig::default()
         };
         Self {
@@ -349,10 +352,12 @@ struct Case<'a> {
 fn bench_case(c: &mut Criterion, case: &Case<'_>) {
     let clock = RealClock::new();
     let gcra = case.quota.gcra();
-    let ours = Ours::new(gcra, case.keys.len());
+    // Room for every key with slack for uneven shards: nothing is evicted for space.
+    let max_keys = case.keys.len() * 2 + 1024;
+    let ours = Ours::new(gcra, max_keys);
     let ours_limit = case
         .with_limit_enum
-        .then(|| Ours::new(Limit::from(gcra), case.keys.len()));
+        .then(|| Ours::new(Limit::from(gcra), max_keys));
     let governor: DefaultKeyedRateLimiter<String> = RateLimiter::keyed(case.quota.governor());
     let baseline = Baseline::new(case.quota);
     for key in case.keys {
@@ -516,13 +521,13 @@ fn memory_child(spec: &str) {
     };
     match which {
         "ratewarden" => {
-            let ours = Ours::new(LIVE.gcra(), n);
+            let ours = Ours::new(LIVE.gcra(), MEMORY_MAX_KEYS);
             populate(&ours, &clock, &keys);
             let stats = ours.store.stats();
             report(stats.keys, stats.allocated_bytes);
         }
         "ratewarden-limit" => {
-            let ours = Ours::new(Limit::from(LIVE.gcra()), n);
+            let ours = Ours::new(Limit::from(LIVE.gcra()), MEMORY_MAX_KEYS);
             populate(&ours, &clock, &keys);
             let stats = ours.store.stats();
             report(stats.keys, stats.allocated_bytes);
@@ -562,6 +567,12 @@ fn memory_report() {
         "allocated B/key",
         "avg key len",
         "insert ns/key"
+    );
+    println!(
+        "our stores: max_keys {MEMORY_MAX_KEYS}, 64 shards; per-key state: GcraState {} B, LimitState {} B (our slot adds a 24-byte inline key and 8 bytes of expiry); governor: String {} B + heap key, state 8 B",
+        std::mem::size_of::<GcraState>(),
+        std::mem::size_of::<LimitState>(),
+        std::mem::size_of::<String>()
     );
     for n in [1_000_000usize, 10_000_000] {
         for which in ["ratewarden", "ratewarden-limit", "governor", "baseline"] {

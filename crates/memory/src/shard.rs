@@ -27,10 +27,20 @@ impl<St> Slot<St> {
     }
 }
 
+/// Counts of what a shard did, kept under its lock.
+#[derive(Debug, Default)]
+pub(crate) struct Counts {
+    pub(crate) evicted_fresh: u64,
+    pub(crate) evicted_live: u64,
+    pub(crate) rejected_new_keys: u64,
+}
+
 /// A shard's keys: slots in a vector (so a clock hand can walk them) indexed by hash.
 pub(crate) struct Shard<St> {
     slots: Vec<Slot<St>>,
     index: HashTable<u32>,
+    /// What this shard has dropped and refused, for the store's stats.
+    pub(crate) counts: Counts,
     /// Where the incremental sweep (on each new key) and the CLOCK eviction look next.
     hand: usize,
 }
@@ -40,6 +50,7 @@ impl<St> Default for Shard<St> {
         Self {
             slots: Vec::new(),
             index: HashTable::new(),
+            counts: Counts::default(),
             hand: 0,
         }
     }

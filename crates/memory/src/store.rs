@@ -16,20 +16,16 @@ use crate::{StoreConfig, StoreStats, WhenFull};
 const SWEEP_STEPS: usize = 2;
 /// Slots a full shard sweeps for fresh state before it evicts live state.
 const FULL_SWEEP_STEPS: usize = 32;
+/// Attempts to take a busy shard's lock before sleeping on it.
+const SPINS: usize = 64;
 
-/// A shard on a cache line (two, for the adjacent-line prefetcher) of its own, so that
-/// locking one does not slow its neighbours.
+/// A shard behind its lock, on cache lines of its own (two, for the adjacent-line
+/// prefetcher) so that locking one does not slow its neighbours. Its counters live with it:
+/// store-wide counters would be one more line every core fights over.
 #[repr(align(128))]
-struct Padded<T>(T);
-
-/// A shard behind its lock, on its own cache lines.
-type Locked<St> = Padded<Mutex<Shard<St>>>;
-
-#[derive(Default)]
-struct Counters {
-    evicted_fresh: AtomicU64,
-    evicted_live: AtomicU64,
-    rejected_new_keys: AtomicU64,
+struct Locked<St> {
+    shard: Mutex<Shard<St>>,
+    /// Times a thread found this shard locked and had to wait.
     contention: AtomicU64,
 }
 
@@ -64,7 +60,6 @@ pub struct MemoryStore<A: Algorithm = Limit, S = RandomState> {
     hasher: S,
     per_shard: usize,
     config: StoreConfig,
-    counters: Counters,
     next_permit: AtomicU64,
     _algorithm: PhantomData<fn(&A)>,
 }
@@ -85,12 +80,14 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         let per_shard = (config.max_keys / shards).max(1);
         Self {
             shards: (0..shards)
-                .map(|_| Padded(Mutex::new(Shard::default())))
+                .map(|_| Locked {
+                    shard: Mutex::new(Shard::default()),
+                    contention: AtomicU64::new(0),
+                })
                 .collect(),
             hasher,
             per_shard,
             config,
-            counters: Counters::default(),
             next_permit: AtomicU64::new(1),
             _algorithm: PhantomData,
         }
@@ -112,17 +109,20 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
     }
 
     fn lock(&self, shard: usize) -> MutexGuard<'_, Shard<A::State>> {
-        let mutex = &self.shards[shard].0;
-        match mutex.try_lock() {
-            Ok(guard) => guard,
-            Err(TryLockError::WouldBlock) => {
-                self.counters.contention.fetch_add(1, Ordering::Relaxed);
-                mutex.lock().unwrap_or_else(PoisonError::into_inner)
+        let locked = &self.shards[shard];
+        // The critical section is tens of nanoseconds: spin a little before sleeping, as a
+        // thread put to sleep costs a system call on both sides.
+        for _ in 0..SPINS {
+            match locked.shard.try_lock() {
+                Ok(guard) => return guard,
+                Err(TryLockError::WouldBlock) => std::hint::spin_loop(),
+                // A panic elsewhere cannot leave a state half-written: transitions are
+                // computed first and stored in one assignment.
+                Err(TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
             }
-            // A panic elsewhere cannot leave a state half-written: transitions are computed
-            // first and stored in one assignment.
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
         }
+        locked.contention.fetch_add(1, Ordering::Relaxed);
+        locked.shard.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Decides a request of `cost` for `key` at `now` under `limit`, charging it if allowed.
@@ -231,7 +231,7 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         // getting new keys stops growing, and `sweep` can empty it on a timer.
         let rehash = |k: &str| self.hash(k);
         let dropped = shard.sweep(now, SWEEP_STEPS, &rehash);
-        self.count(&self.counters.evicted_fresh, dropped);
+        shard.counts.evicted_fresh += dropped;
         let expires = now.saturating_add(decision.reset_after_ns);
         shard.insert(hash, key, state, expires, self.per_shard, rehash);
         decision
@@ -245,30 +245,24 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         }
         let rehash = |k: &str| self.hash(k);
         let dropped = shard.sweep(now, FULL_SWEEP_STEPS, &rehash);
-        self.count(&self.counters.evicted_fresh, dropped);
+        shard.counts.evicted_fresh += dropped;
         if shard.len() < self.per_shard {
             return None;
         }
         match self.config.when_full {
             WhenFull::EvictLeastRecentlyUsed => {
                 if shard.evict_one(&rehash) {
-                    self.count(&self.counters.evicted_live, 1);
+                    shard.counts.evicted_live += 1;
                 }
                 None
             }
             WhenFull::RejectNewKeys => {
-                self.count(&self.counters.rejected_new_keys, 1);
+                shard.counts.rejected_new_keys += 1;
                 let retry_after_ns =
                     u64::try_from(self.config.full_retry_after.as_nanos()).unwrap_or(u64::MAX);
                 let outcome = Outcome::Limited { retry_after_ns };
                 Some(Decision::new(outcome, limit.limit(), 0, retry_after_ns))
             }
-        }
-    }
-
-    fn count(&self, counter: &AtomicU64, n: u64) {
-        if n > 0 {
-            counter.fetch_add(n, Ordering::Relaxed);
         }
     }
 
@@ -279,9 +273,11 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         let per_shard = budget.div_ceil(self.shards.len());
         let mut dropped = 0;
         for i in 0..self.shards.len() {
-            dropped += self.lock(i).sweep(now, per_shard, &rehash);
+            let mut shard = self.lock(i);
+            let n = shard.sweep(now, per_shard, &rehash);
+            shard.counts.evicted_fresh += n;
+            dropped += n;
         }
-        self.count(&self.counters.evicted_fresh, dropped);
         dropped
     }
 
@@ -297,22 +293,20 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
 
     /// What the store holds and has done: keys, evictions, refusals, contention.
     pub fn stats(&self) -> StoreStats {
-        let mut keys = 0;
-        let mut bytes = 0;
-        for i in 0..self.shards.len() {
+        let mut stats = StoreStats {
+            allocated_bytes: std::mem::size_of_val(&*self.shards),
+            ..StoreStats::default()
+        };
+        for (i, locked) in self.shards.iter().enumerate() {
+            stats.contention += locked.contention.load(Ordering::Relaxed);
             let shard = self.lock(i);
-            keys += shard.len();
-            bytes += shard.allocated_bytes();
+            stats.keys += shard.len();
+            stats.allocated_bytes += shard.allocated_bytes();
+            stats.evicted_fresh += shard.counts.evicted_fresh;
+            stats.evicted_live += shard.counts.evicted_live;
+            stats.rejected_new_keys += shard.counts.rejected_new_keys;
         }
-        let c = &self.counters;
-        StoreStats {
-            keys,
-            allocated_bytes: bytes + std::mem::size_of_val(&*self.shards),
-            evicted_fresh: c.evicted_fresh.load(Ordering::Relaxed),
-            evicted_live: c.evicted_live.load(Ordering::Relaxed),
-            rejected_new_keys: c.rejected_new_keys.load(Ordering::Relaxed),
-            contention: c.contention.load(Ordering::Relaxed),
-        }
+        stats
     }
 }
 
