@@ -15,7 +15,7 @@
 //!   does), and practically every decision is allowed: a like-for-like lookup and update.
 //! - **churn** (1000 per second, burst 1000): a key's state is fresh again 1 ms after its
 //!   last decision, so at a million keys our store drops most states (two sweep steps per
-//!   access) and re-creates them on their next decision, while governor keeps every key.
+//!   new key) and re-creates them on their next decision, while governor keeps every key.
 
 use std::cell::Cell;
 use std::hash::{BuildHasher, RandomState};
