@@ -131,8 +131,9 @@ impl<'a> Group<'a> {
     where
         F: FnMut() -> T,
     {
-        if profiling() {
-            // Under `--profile-time` the profile should hold the profiled benchmark alone.
+        if profiling() || !measuring() {
+            // Under `--profile-time` the profile should hold the profiled benchmark alone, and
+            // under `cargo test` (no `--bench`) the benchmark only has to prove it runs.
             return self.bench_only(id, make);
         }
         let mut step = make();
@@ -159,6 +160,10 @@ impl<'a> Group<'a> {
 }
 
 /// Whether criterion runs in `--profile-time` mode (no analysis, for profilers).
+fn measuring() -> bool {
+    std::env::args().any(|arg| arg == "--bench")
+}
+
 fn profiling() -> bool {
     std::env::args().any(|arg| arg == "--profile-time")
 }

@@ -1,0 +1,15 @@
+//! Ratewarden's policy: which limits apply to a request, and under which keys.
+//!
+//! This crate grows with the policy engine; so far it holds how a request's client address
+//! is found and keyed:
+//!
+//! - [`client_ip`]: the address of the client, from the socket, or from `Forwarded` /
+//!   `X-Forwarded-For` only through configured [`TrustedProxies`], walking the list from the
+//!   right, so that a client can never choose its own key by sending the header itself.
+//! - [`IpGrouping`]: the key of an address: IPv4 by /32 and IPv6 by /64 by default (a host
+//!   picks its own 64-bit interface ID, so it could otherwise rotate through 2^64 keys),
+//!   IPv4-mapped IPv6 unwrapped first.
+
+mod ip;
+
+pub use ip::{client_ip, IpGrouping, PrefixError, TrustedProxies};
