@@ -1,7 +1,8 @@
 //! Ratewarden's policy: which limits apply to a request, and under which keys.
 //!
-//! This crate grows with the policy engine; so far it holds how a request's client address
-//! is found and keyed:
+//! This crate grows with the policy engine; so far it holds the config file (parsed raw, then
+//! validated into [`Rule`]s, every error naming the file, line, column and rule) and how a
+//! request's client address is found and keyed:
 //!
 //! - [`client_ip`]: the address of the client, from the socket, or from `Forwarded` /
 //!   `X-Forwarded-For` only through configured [`TrustedProxies`], walking the list from the
@@ -10,6 +11,8 @@
 //!   picks its own 64-bit interface ID, so it could otherwise rotate through 2^64 keys),
 //!   IPv4-mapped IPv6 unwrapped first.
 
+pub mod config;
 mod ip;
 
+pub use config::{Config, ConfigError, ConfigErrors, KeyPart, Match, Mode, OnStoreFailure, Rule};
 pub use ip::{client_ip, IpGrouping, PrefixError, TrustedProxies};

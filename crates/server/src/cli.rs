@@ -20,7 +20,13 @@ pub struct Cli {
 pub enum Command {
     /// Run a trace of arrivals through one or every algorithm and show each decision.
     #[command(after_help = SIMULATE_EXAMPLES)]
-    Simulate(SimulateArgs),
+    Simulate(Box<SimulateArgs>),
+    /// Validate a config file and print the rules it resolves to (exit status 1 on errors,
+    /// each naming the file, line, column and rule).
+    CheckConfig {
+        /// The config file, such as `examples/ratewarden.toml`.
+        file: PathBuf,
+    },
 }
 
 const SIMULATE_EXAMPLES: &str = "\

@@ -1,5 +1,6 @@
 //! The `ratewarden` binary's library: everything testable lives here, `main.rs` only parses
 //! arguments and dispatches.
 
+pub mod check_config;
 pub mod cli;
 pub mod simulate;

@@ -8,7 +8,8 @@ use ratewarden_server::cli::{Cli, Command};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Simulate(args) => ratewarden_server::simulate::main(args),
+        Command::Simulate(args) => ratewarden_server::simulate::main(*args),
+        Command::CheckConfig { file } => ratewarden_server::check_config::main(&file),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,755 @@
+//! The config file: parsed raw, then validated into rules, with errors that say where.
+//!
+//! ```toml
+//! [server]
+//! trusted_proxies = ["10.0.0.0/8"]
+//!
+//! [[limit]]
+//! name = "per-key"
+//! key = ["header:x-api-key"]
+//! algorithm = "gcra"
+//! rate = "50/s"
+//! burst = 100
+//! ```
+
+use std::fmt;
+use std::ops::Range;
+use std::path::Path;
+use std::time::Duration;
+
+use ratewarden_core::{
+    parse_duration, AlgorithmKind, CalendarUnit, Concurrency, FixedWindow, Gcra, LeakyBucket,
+    LeakyQueue, Limit, Quota, Rate, SlidingLog, SlidingWindow, TokenBucket,
+};
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::{IpGrouping, TrustedProxies};
+
+/// One thing wrong with a config file, and where.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file, as given.
+    pub file: String,
+    /// 1-based line and column of the offending value, when known.
+    pub position: Option<(usize, usize)>,
+    /// The rule (`[[limit]]` name) it belongs to, when it belongs to one.
+    pub rule: Option<String>,
+    /// What is wrong, and how to fix it where we can tell.
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.file)?;
+        if let Some((line, column)) = self.position {
+            write!(f, ":{line}:{column}")?;
+        }
+        write!(f, ": ")?;
+        if let Some(rule) = &self.rule {
+            write!(f, "limit `{rule}`: ")?;
+        }
+        f.write_str(&self.message)
+    }
+}
+
+/// Every error found in one config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// What a rule's key is built from, part by part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyPart {
+    /// The client address, grouped by prefix.
+    Ip(IpGrouping),
+    /// A request header's value (names are case-insensitive, stored lowercase).
+    Header(String),
+    /// The API key: the bearer token of `Authorization`.
+    ApiKey,
+    /// The tenant, from the `x-tenant-id` header.
+    Tenant,
+    /// The request's method and path.
+    Route,
+    /// One key for everyone.
+    Global,
+    /// A fixed text.
+    Literal(String),
+}
+
+impl fmt::Display for KeyPart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyPart::Ip(_) => f.write_str("ip"),
+            KeyPart::Header(h) => write!(f, "header:{h}"),
+            KeyPart::ApiKey => f.write_str("api_key"),
+            KeyPart::Tenant => f.write_str("tenant"),
+            KeyPart::Route => f.write_str("route"),
+            KeyPart::Global => f.write_str("global"),
+            KeyPart::Literal(text) => write!(f, "literal:{text}"),
+        }
+    }
+}
+
+/// Which requests a rule applies to; every given condition must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Match {
+    /// The method, uppercase.
+    pub method: Option<String>,
+    /// A path: exact, or a prefix when it ends in `*`.
+    pub path: Option<String>,
+    /// The host, lowercase.
+    pub host: Option<String>,
+    /// A header that must be present (lowercase name), with the value it must have if given.
+    pub header: Option<(String, Option<String>)>,
+}
+
+/// Whether a rule rejects, only records, or rejects for a share of its keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Reject over the limit.
+    Enforce,
+    /// Decide and count, log "would have rejected", allow everything.
+    Shadow,
+    /// Enforce for a stable share of keys (in hundredths of a percent), shadow for the rest.
+    Rollout {
+        /// 0 to 10,000.
+        basis_points: u32,
+    },
+}
+
+/// What a rule does when its store fails or is too slow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnStoreFailure {
+    /// Allow, count, alert: minutes without a limit beat an outage.
+    Open,
+    /// Reject with 503: for limits that guard money or security.
+    Closed,
+    /// Decide on a bucket in this process at `share` (a fraction `1 / share`) of the limit.
+    Local {
+        /// The limit is divided by this (for example the number of instances).
+        divide_by: u32,
+    },
+}
+
+/// A validated rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    /// Its name, unique in the file.
+    pub name: String,
+    /// Which requests it applies to.
+    pub matches: Match,
+    /// What its key is built from.
+    pub key: Vec<KeyPart>,
+    /// The algorithm with its numbers.
+    pub limit: Limit,
+    /// What one request costs.
+    pub cost: u64,
+    /// Enforce, shadow, or a rollout.
+    pub mode: Mode,
+    /// When the store fails.
+    pub on_store_failure: OnStoreFailure,
+    /// Whether a rejection must leak nothing (a bare 429).
+    pub sensitive: bool,
+}
+
+/// A validated config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The proxies whose forwarding headers are believed.
+    pub trusted_proxies: TrustedProxies,
+    /// The rules, in file order.
+    pub rules: Vec<Rule>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    server: Option<RawServer>,
+    store: Option<toml::Table>,
+    #[serde(default)]
+    limit: Vec<Spanned<RawLimit>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawServer {
+    #[allow(dead_code)]
+    listen: Option<String>,
+    #[allow(dead_code)]
+    admin: Option<String>,
+    #[allow(dead_code)]
+    api: Option<String>,
+    #[allow(dead_code)]
+    upstream: Option<String>,
+    #[serde(default)]
+    trusted_proxies: Vec<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMatch {
+    method: Option<String>,
+    path: Option<String>,
+    host: Option<String>,
+    header: Option<String>,
+    header_value: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLimit {
+    name: Option<Spanned<String>>,
+    #[serde(rename = "match")]
+    matches: Option<RawMatch>,
+    #[serde(default)]
+    key: Vec<Spanned<String>>,
+    algorithm: Option<Spanned<String>>,
+    rate: Option<Spanned<String>>,
+    burst: Option<Spanned<i64>>,
+    limit: Option<Spanned<i64>>,
+    window: Option<Spanned<String>>,
+    period: Option<Spanned<String>>,
+    timezone: Option<Spanned<String>>,
+    lease: Option<Spanned<String>>,
+    cost: Option<Spanned<i64>>,
+    mode: Option<Spanned<String>>,
+    rollout: Option<Spanned<String>>,
+    sensitive: Option<bool>,
+    on_store_failure: Option<Spanned<String>>,
+    local_divide_by: Option<Spanned<i64>>,
+    ipv4_prefix: Option<Spanned<i64>>,
+    ipv6_prefix: Option<Spanned<i64>>,
+}
+
+/// Collects errors for one file, turning byte spans into lines and columns.
+struct Errors<'a> {
+    file: &'a str,
+    text: &'a str,
+    found: Vec<ConfigError>,
+}
+
+impl Errors<'_> {
+    fn at(&mut self, span: Option<Range<usize>>, rule: Option<&str>, message: String) {
+        let position = span.map(|s| line_column(self.text, s.start));
+        self.found.push(ConfigError {
+            file: self.file.to_owned(),
+            position,
+            rule: rule.map(str::to_owned),
+            message,
+        });
+    }
+}
+
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before
+        .rfind('\n')
+        .map_or(before.len(), |nl| before.len() - nl - 1)
+        + 1;
+    (line, column)
+}
+
+/// The known name closest to `wrong`, if one is close enough to be a typo.
+fn nearest<'a>(wrong: &str, known: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    known
+        .into_iter()
+        .map(|k| (strsim::damerau_levenshtein(wrong, k), k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 3))
+        .min()
+        .map(|(_, k)| k)
+}
+
+const LIMIT_FIELDS: &[&str] = &[
+    "name",
+    "match",
+    "key",
+    "algorithm",
+    "rate",
+    "burst",
+    "limit",
+    "window",
+    "period",
+    "timezone",
+    "lease",
+    "cost",
+    "mode",
+    "rollout",
+    "sensitive",
+    "on_store_failure",
+    "local_divide_by",
+    "ipv4_prefix",
+    "ipv6_prefix",
+];
+
+/// Reads and validates the config file at `path`.
+///
+/// # Errors
+///
+/// Every problem found, each with the file, line, column, rule and a hint.
+pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigErrors(vec![ConfigError {
+            file: file.clone(),
+            position: None,
+            rule: None,
+            message: format!("cannot read the file: {e}"),
+        }])
+    })?;
+    parse(&file, &text)
+}
+
+/// Validates config `text`, naming it `file` in errors.
+///
+/// # Errors
+///
+/// Every problem found, each with the file, line, column, rule and a hint.
+pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
+    let mut errors = Errors {
+        file,
+        text,
+        found: Vec::new(),
+    };
+    let raw: RawConfig = match toml::from_str(text) {
+        Ok(raw) => raw,
+        Err(e) => {
+            let mut message = e.message().trim().to_owned();
+            // "unknown field `algoritm`, expected one of ...": name the likely one.
+            if let Some(wrong) = message
+                .strip_prefix("unknown field `")
+                .and_then(|rest| rest.split('`').next())
+            {
+                if let Some(fix) = nearest(wrong, LIMIT_FIELDS.iter().copied()) {
+                    message.push_str(&format!("; did you mean `{fix}`?"));
+                }
+            }
+            errors.at(e.span(), None, message);
+            return Err(ConfigErrors(errors.found));
+        }
+    };
+    let _ = raw.store;
+    let mut trusted = Vec::new();
+    for proxy in raw.server.map(|s| s.trusted_proxies).unwrap_or_default() {
+        match TrustedProxies::parse([proxy.get_ref().as_str()]) {
+            Ok(_) => trusted.push(proxy.into_inner()),
+            Err(e) => errors.at(Some(proxy.span()), None, format!("`trusted_proxies`: {e}")),
+        }
+    }
+    let trusted_proxies =
+        TrustedProxies::parse(trusted.iter().map(String::as_str)).unwrap_or_default();
+    let mut rules: Vec<Rule> = Vec::new();
+    for raw in raw.limit {
+        let span = raw.span();
+        let name_span = raw.get_ref().name.as_ref().map(Spanned::span);
+        if let Some(rule) = validate(raw.into_inner(), span, &mut errors) {
+            if rules.iter().any(|r| r.name == rule.name) {
+                let message = "the name is used by another limit; names must be unique";
+                errors.at(name_span, Some(&rule.name), message.to_owned());
+            }
+            rules.push(rule);
+        }
+    }
+    // In file order, as an editor walks them.
+    errors
+        .found
+        .sort_by_key(|e| e.position.unwrap_or((usize::MAX, 0)));
+    if errors.found.is_empty() {
+        Ok(Config {
+            trusted_proxies,
+            rules,
+        })
+    } else {
+        Err(ConfigErrors(errors.found))
+    }
+}
+
+fn validate(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -> Option<Rule> {
+    let failures = errors.found.len();
+    let Some(name) = raw.name.as_ref().map(|n| n.get_ref().trim().to_owned()) else {
+        errors.at(Some(span), None, "a `[[limit]]` needs a `name`".to_owned());
+        return None;
+    };
+    let rule = Some(name.as_str());
+    let fail = |errors: &mut Errors<'_>, span: Option<Range<usize>>, message: String| {
+        errors.at(span, rule, message)
+    };
+
+    let kind = match &raw.algorithm {
+        None => {
+            fail(
+                errors,
+                Some(span.clone()),
+                format!(
+                    "`algorithm` is missing; one of: {}",
+                    AlgorithmKind::ALL.map(|k| k.as_str()).join(", ")
+                ),
+            );
+            None
+        }
+        Some(a) => match a.get_ref().parse::<AlgorithmKind>() {
+            Ok(kind) => Some(kind),
+            Err(e) => {
+                let hint = nearest(a.get_ref(), AlgorithmKind::ALL.map(|k| k.as_str()))
+                    .map(|k| format!("; did you mean `{k}`?"))
+                    .unwrap_or_default();
+                fail(errors, Some(a.span()), format!("`algorithm`: {e}{hint}"));
+                None
+            }
+        },
+    };
+
+    let positive =
+        |errors: &mut Errors<'_>, field: &str, value: &Option<Spanned<i64>>| -> Option<u64> {
+            let v = value.as_ref()?;
+            match u64::try_from(*v.get_ref()) {
+                Ok(n) if n > 0 => Some(n),
+                _ => {
+                    errors.at(
+                        Some(v.span()),
+                        rule,
+                        format!(
+                            "`{field}` must be a whole number above zero, not {}",
+                            v.get_ref()
+                        ),
+                    );
+                    None
+                }
+            }
+        };
+    let duration = |errors: &mut Errors<'_>,
+                    field: &str,
+                    value: &Option<Spanned<String>>|
+     -> Option<Duration> {
+        let v = value.as_ref()?;
+        match parse_duration(v.get_ref()) {
+            Ok(d) if !d.is_zero() => Some(d),
+            Ok(_) => {
+                errors.at(
+                    Some(v.span()),
+                    rule,
+                    format!("`{field}` must be longer than zero"),
+                );
+                None
+            }
+            Err(e) => {
+                errors.at(Some(v.span()), rule, format!("`{field}`: {e}"));
+                None
+            }
+        }
+    };
+    let burst = positive(errors, "burst", &raw.burst);
+    let count = positive(errors, "limit", &raw.limit);
+    let window = duration(errors, "window", &raw.window);
+    let lease = duration(errors, "lease", &raw.lease);
+    let rate = raw
+        .rate
+        .as_ref()
+        .and_then(|r| match r.get_ref().parse::<Rate>() {
+            Ok(rate) => Some(rate),
+            Err(e) => {
+                errors.at(Some(r.span()), rule, format!("`rate`: {e}"));
+                None
+            }
+        });
+
+    // Each algorithm takes some fields and not others: a stray one is a mistake to point out.
+    let limit = kind.and_then(|kind| {
+        let needs = |errors: &mut Errors<'_>, field: &str| {
+            errors.at(
+                Some(span.clone()),
+                rule,
+                format!("`{kind}` needs `{field}`"),
+            );
+        };
+        let stray: &[(&str, bool)] = &[
+            ("rate", raw.rate.is_some()),
+            ("burst", raw.burst.is_some()),
+            ("limit", raw.limit.is_some()),
+            ("window", raw.window.is_some()),
+            ("period", raw.period.is_some()),
+            ("timezone", raw.timezone.is_some()),
+            ("lease", raw.lease.is_some()),
+        ];
+        let takes: &[&str] = match kind {
+            AlgorithmKind::FixedWindow
+            | AlgorithmKind::SlidingLog
+            | AlgorithmKind::SlidingWindow => &["limit", "window"],
+            AlgorithmKind::TokenBucket
+            | AlgorithmKind::LeakyBucket
+            | AlgorithmKind::LeakyQueue
+            | AlgorithmKind::Gcra => &["rate", "burst"],
+            AlgorithmKind::Quota => &["limit", "period", "timezone"],
+            AlgorithmKind::Concurrency => &["limit", "lease"],
+        };
+        for (field, given) in stray {
+            if *given && !takes.contains(field) {
+                errors.at(
+                    Some(span.clone()),
+                    rule,
+                    format!(
+                        "`{field}` does not apply to `{kind}`, which takes {}",
+                        takes.join(" and ")
+                    ),
+                );
+            }
+        }
+        let built: Result<Limit, ratewarden_core::Error> = match kind {
+            AlgorithmKind::FixedWindow
+            | AlgorithmKind::SlidingLog
+            | AlgorithmKind::SlidingWindow => {
+                let (Some(n), Some(w)) = (count, window) else {
+                    if raw.limit.is_none() {
+                        needs(errors, "limit");
+                    }
+                    if raw.window.is_none() {
+                        needs(errors, "window");
+                    }
+                    return None;
+                };
+                match kind {
+                    AlgorithmKind::FixedWindow => FixedWindow::new(n, w).map(Limit::from),
+                    AlgorithmKind::SlidingLog => SlidingLog::new(n, w).map(Limit::from),
+                    _ => SlidingWindow::new(n, w).map(Limit::from),
+                }
+            }
+            AlgorithmKind::TokenBucket
+            | AlgorithmKind::LeakyBucket
+            | AlgorithmKind::LeakyQueue
+            | AlgorithmKind::Gcra => {
+                let (Some(r), Some(b)) = (rate, burst) else {
+                    if raw.rate.is_none() {
+                        needs(errors, "rate");
+                    }
+                    if raw.burst.is_none() {
+                        needs(errors, "burst");
+                    }
+                    return None;
+                };
+                match kind {
+                    AlgorithmKind::TokenBucket => TokenBucket::new(r, b).map(Limit::from),
+                    AlgorithmKind::LeakyBucket => LeakyBucket::new(r, b).map(Limit::from),
+                    AlgorithmKind::LeakyQueue => LeakyQueue::new(r, b).map(Limit::from),
+                    _ => Gcra::new(r, b).map(Limit::from),
+                }
+            }
+            AlgorithmKind::Quota => {
+                let period =
+                    raw.period
+                        .as_ref()
+                        .and_then(|p| match p.get_ref().parse::<CalendarUnit>() {
+                            Ok(unit) => Some(unit),
+                            Err(e) => {
+                                errors.at(Some(p.span()), rule, format!("`period`: {e}"));
+                                None
+                            }
+                        });
+                let (Some(n), Some(unit)) = (count, period) else {
+                    if raw.limit.is_none() {
+                        needs(errors, "limit");
+                    }
+                    if raw.period.is_none() {
+                        needs(errors, "period");
+                    }
+                    return None;
+                };
+                let tz = raw
+                    .timezone
+                    .as_ref()
+                    .map_or("UTC", |t| t.get_ref().as_str());
+                Quota::new(n, unit, tz).map(Limit::from).map_err(|e| {
+                    let at = raw.timezone.as_ref().map(|t| t.span());
+                    errors.at(at, rule, format!("`timezone`: {e}"));
+                    e
+                })
+            }
+            AlgorithmKind::Concurrency => {
+                let Some(n) = count else {
+                    if raw.limit.is_none() {
+                        needs(errors, "limit");
+                    }
+                    return None;
+                };
+                // A permit outlives any sane request: five minutes unless told otherwise.
+                Concurrency::new(n, lease.unwrap_or(Duration::from_secs(300))).map(Limit::from)
+            }
+        };
+        match built {
+            Ok(limit) => Some(limit),
+            Err(ratewarden_core::Error::TimeZone { .. }) => None,
+            Err(e) => {
+                errors.at(Some(span.clone()), rule, e.to_string());
+                None
+            }
+        }
+    });
+
+    let grouping = {
+        let prefix =
+            |errors: &mut Errors<'_>, v: &Option<Spanned<i64>>, default: u8, most: i64| -> u8 {
+                match v {
+                    None => default,
+                    Some(p) if (0..=most).contains(p.get_ref()) => *p.get_ref() as u8,
+                    Some(p) => {
+                        errors.at(
+                            Some(p.span()),
+                            rule,
+                            format!("a prefix length between 0 and {most}, not {}", p.get_ref()),
+                        );
+                        default
+                    }
+                }
+            };
+        let v4 = prefix(errors, &raw.ipv4_prefix, 32, 32);
+        let v6 = prefix(errors, &raw.ipv6_prefix, 64, 128);
+        IpGrouping::new(v4, v6).unwrap_or_default()
+    };
+    let mut key = Vec::new();
+    if raw.key.is_empty() {
+        fail(errors, Some(span.clone()), "`key` is missing: list its parts, such as `[\"ip\"]`, `[\"header:x-api-key\"]` or `[\"global\"]`".to_owned());
+    }
+    for part in &raw.key {
+        let text = part.get_ref().trim();
+        let parsed = match text {
+            "ip" => Some(KeyPart::Ip(grouping)),
+            "api_key" => Some(KeyPart::ApiKey),
+            "tenant" => Some(KeyPart::Tenant),
+            "route" => Some(KeyPart::Route),
+            "global" => Some(KeyPart::Global),
+            _ => match text.split_once(':') {
+                Some(("header", name)) if !name.trim().is_empty() => {
+                    Some(KeyPart::Header(name.trim().to_ascii_lowercase()))
+                }
+                Some(("literal", value)) => Some(KeyPart::Literal(value.to_owned())),
+                _ => None,
+            },
+        };
+        match parsed {
+            Some(p) => key.push(p),
+            None => {
+                let hint = nearest(text, ["ip", "api_key", "tenant", "route", "global"])
+                    .map(|k| format!("; did you mean `{k}`?"))
+                    .unwrap_or_default();
+                fail(errors, Some(part.span()), format!(
+                    "unknown key part `{text}`: use ip, header:NAME, api_key, tenant, route, global or literal:TEXT{hint}"
+                ));
+            }
+        }
+    }
+
+    let cost = match &raw.cost {
+        None => 1,
+        Some(c) => match u64::try_from(*c.get_ref()) {
+            Ok(n) => n,
+            Err(_) => {
+                fail(
+                    errors,
+                    Some(c.span()),
+                    format!("`cost` cannot be negative ({})", c.get_ref()),
+                );
+                1
+            }
+        },
+    };
+    let mode = match (&raw.mode, &raw.rollout) {
+        (_, Some(r)) => {
+            let text = r.get_ref().trim();
+            let value = text
+                .strip_suffix('%')
+                .map(str::trim)
+                .and_then(|n| ratewarden_core::parse_decimal(n, 100).ok());
+            match value {
+                Some(bp) if bp <= 10_000 => Mode::Rollout {
+                    basis_points: bp as u32,
+                },
+                _ => {
+                    fail(
+                        errors,
+                        Some(r.span()),
+                        format!(
+                            "`rollout` is a percentage from 0% to 100%, like \"10%\", not `{text}`"
+                        ),
+                    );
+                    Mode::Enforce
+                }
+            }
+        }
+        (None, None) => Mode::Enforce,
+        (Some(m), None) => match m.get_ref().as_str() {
+            "enforce" => Mode::Enforce,
+            "shadow" => Mode::Shadow,
+            other => {
+                fail(errors, Some(m.span()), format!("`mode` is `enforce` or `shadow`, not `{other}` (for a share of keys, set `rollout = \"10%\"`)"));
+                Mode::Enforce
+            }
+        },
+    };
+    let on_store_failure = match raw
+        .on_store_failure
+        .as_ref()
+        .map(|f| (f.get_ref().as_str(), f.span()))
+    {
+        None | Some(("open", _)) => OnStoreFailure::Open,
+        Some(("closed", _)) => OnStoreFailure::Closed,
+        Some(("local", _)) => {
+            let divide_by = raw
+                .local_divide_by
+                .as_ref()
+                .map_or(1, |d| u32::try_from(*d.get_ref()).unwrap_or(0));
+            if divide_by == 0 {
+                let at = raw.local_divide_by.as_ref().map(|d| d.span());
+                fail(errors, at, "`local_divide_by` must be a whole number above zero (the number of instances sharing the limit)".to_owned());
+            }
+            OnStoreFailure::Local {
+                divide_by: divide_by.max(1),
+            }
+        }
+        Some((other, at)) => {
+            fail(
+                errors,
+                Some(at),
+                format!("`on_store_failure` is `open`, `closed` or `local`, not `{other}`"),
+            );
+            OnStoreFailure::Open
+        }
+    };
+    let matches = raw
+        .matches
+        .map(|m| Match {
+            method: m.method.map(|s| s.trim().to_ascii_uppercase()),
+            path: m.path,
+            host: m.host.map(|h| h.trim().to_ascii_lowercase()),
+            header: m
+                .header
+                .map(|h| (h.trim().to_ascii_lowercase(), m.header_value)),
+        })
+        .unwrap_or_default();
+
+    if errors.found.len() > failures {
+        return None;
+    }
+    Some(Rule {
+        name,
+        matches,
+        key,
+        limit: limit?,
+        cost,
+        mode,
+        on_store_failure,
+        sensitive: raw.sensitive.unwrap_or(false),
+    })
+}

@@ -1,0 +1,157 @@
+//! The config file: what it accepts, and every error, with its message asserted.
+
+use ratewarden_core::AlgorithmKind;
+use ratewarden_policy::config::parse;
+use ratewarden_policy::{KeyPart, Mode, OnStoreFailure};
+
+const EXAMPLE: &str = include_str!("../../../examples/ratewarden.toml");
+
+#[test]
+fn the_example_config_is_valid() {
+    let config = parse("examples/ratewarden.toml", EXAMPLE).unwrap();
+    let names: Vec<&str> = config.rules.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "per-ip",
+            "per-key",
+            "monthly",
+            "exports-in-flight",
+            "login",
+            "global"
+        ]
+    );
+    let login = &config.rules[4];
+    assert_eq!(login.limit.kind(), AlgorithmKind::SlidingLog);
+    assert!(login.sensitive);
+    assert_eq!(login.on_store_failure, OnStoreFailure::Closed);
+    assert_eq!(login.matches.method.as_deref(), Some("POST"));
+    assert!(matches!(login.key[0], KeyPart::Ip(_)));
+    assert_eq!(config.rules[5].mode, Mode::Shadow);
+    assert!(config.trusted_proxies.contains("10.2.3.4".parse().unwrap()));
+}
+
+/// Parses `body` as the only limit of a file and returns its errors, one a line.
+fn errors(body: &str) -> String {
+    let text = format!("[[limit]]\n{body}\n");
+    match parse("test.toml", &text) {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn every_error_says_where_and_what() {
+    let gcra = "name = \"k\"\nkey = [\"ip\"]\nalgorithm = \"gcra\"\n";
+    let cases: &[(String, &str)] = &[
+        (
+            format!("{gcra}rate = \"50/s\"\nburst = 10\nalgoritm = \"x\""),
+            "test.toml:7:1: unknown field `algoritm`",
+        ),
+        (
+            format!("{gcra}rate = \"50/s\"\nburst = 10\nalgoritm = \"x\""),
+            "did you mean `algorithm`?",
+        ),
+        (
+            "name = \"k\"\nkey = [\"ip\"]\nalgorithm = \"slidinglog\"\nlimit = 1\nwindow = \"1s\"".to_owned(),
+            "test.toml:4:13: limit `k`: `algorithm`: unknown algorithm `slidinglog`; known algorithms: fixed-window",
+        ),
+        (
+            "name = \"k\"\nkey = [\"ip\"]\nalgorithm = \"slidinglog\"\nlimit = 1\nwindow = \"1s\"".to_owned(),
+            "did you mean `sliding-log`?",
+        ),
+        (format!("{gcra}rate = \"50\"\nburst = 10"), "test.toml:5:8: limit `k`: `rate`: invalid rate `50`: no `/`"),
+        (format!("{gcra}rate = \"50/s\"\nburst = 0"), "test.toml:6:9: limit `k`: `burst` must be a whole number above zero, not 0"),
+        (format!("{gcra}rate = \"50/s\""), "limit `k`: `gcra` needs `burst`"),
+        (format!("{gcra}rate = \"50/s\"\nburst = 5\nwindow = \"1s\""), "`window` does not apply to `gcra`, which takes rate and burst"),
+        (
+            "name = \"k\"\nkey = [\"ip\"]\nalgorithm = \"fixed-window\"\nlimit = 5\nwindow = \"15\"".to_owned(),
+            "test.toml:6:10: limit `k`: `window`: invalid duration `15`: no unit",
+        ),
+        (
+            "name = \"q\"\nkey = [\"api_key\"]\nalgorithm = \"quota\"\nlimit = 5\nperiod = \"fortnight\"".to_owned(),
+            "limit `q`: `period`: unknown calendar period `fortnight`",
+        ),
+        (
+            "name = \"q\"\nkey = [\"api_key\"]\nalgorithm = \"quota\"\nlimit = 5\nperiod = \"month\"\ntimezone = \"Mars/Base\"".to_owned(),
+            "test.toml:7:12: limit `q`: `timezone`: unknown time zone `Mars/Base`",
+        ),
+        (format!("{gcra}rate = \"50/s\"\nburst = 5\nmode = \"dry-run\""), "`mode` is `enforce` or `shadow`, not `dry-run`"),
+        (format!("{gcra}rate = \"50/s\"\nburst = 5\nrollout = \"150%\""), "`rollout` is a percentage from 0% to 100%"),
+        (format!("{gcra}rate = \"50/s\"\nburst = 5\non_store_failure = \"maybe\""), "`on_store_failure` is `open`, `closed` or `local`, not `maybe`"),
+        (format!("{gcra}rate = \"50/s\"\nburst = 5\ncost = -2"), "`cost` cannot be negative (-2)"),
+        (format!("{gcra}rate = \"50/s\"\nburst = 5\nipv6_prefix = 130"), "a prefix length between 0 and 128, not 130"),
+        (
+            "name = \"k\"\nkey = [\"ipp\"]\nalgorithm = \"gcra\"\nrate = \"1/s\"\nburst = 1".to_owned(),
+            "test.toml:3:8: limit `k`: unknown key part `ipp`: use ip, header:NAME, api_key, tenant, route, global or literal:TEXT; did you mean `ip`?",
+        ),
+        (
+            "name = \"k\"\nalgorithm = \"gcra\"\nrate = \"1/s\"\nburst = 1".to_owned(),
+            "limit `k`: `key` is missing",
+        ),
+        ("key = [\"ip\"]\nalgorithm = \"gcra\"\nrate = \"1/s\"\nburst = 1".to_owned(), "a `[[limit]]` needs a `name`"),
+        ("name = \"k\"\nkey = [\"ip\"]\nrate = \"1/s\"\nburst = 1".to_owned(), "`algorithm` is missing; one of: fixed-window"),
+        (format!("{gcra}rate = \"50/s\"\nburst = \"ten\""), "test.toml:6:9: invalid type: string \"ten\", expected i64"),
+    ];
+    for (body, want) in cases {
+        let got = errors(body);
+        assert!(
+            got.contains(want),
+            "for:\n{body}\nwanted: {want}\ngot:    {got}"
+        );
+    }
+}
+
+#[test]
+fn all_errors_are_reported_at_once_and_names_must_be_unique() {
+    let text = "\
+[[limit]]
+name = \"a\"
+key = [\"ip\"]
+algorithm = \"gcra\"
+rate = \"x\"
+burst = 0
+
+[[limit]]
+name = \"a\"
+key = [\"ip\"]
+algorithm = \"fixed-window\"
+limit = 1
+window = \"1s\"
+
+[[limit]]
+name = \"a\"
+key = [\"ip\"]
+algorithm = \"fixed-window\"
+limit = 1
+window = \"1s\"
+";
+    let err = parse("many.toml", text).unwrap_err();
+    let messages: Vec<String> = err.0.iter().map(ToString::to_string).collect();
+    assert_eq!(messages.len(), 3, "{messages:#?}");
+    assert!(
+        messages[0].starts_with("many.toml:5:8: limit `a`: `rate`"),
+        "{messages:#?}"
+    );
+    assert!(messages[1].starts_with("many.toml:6:9: limit `a`: `burst`"));
+    assert!(
+        messages[2].starts_with("many.toml:16:8: limit `a`: the name is used by another limit"),
+        "{messages:#?}"
+    );
+}
+
+#[test]
+fn bad_trusted_proxies_and_unknown_sections_are_errors() {
+    let err = parse(
+        "s.toml",
+        "[server]\ntrusted_proxies = [\"10.0.0.0/8\", \"lan\"]\n",
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("s.toml:2:34: `trusted_proxies`: `lan` is not an address"),
+        "{err}"
+    );
+    let err = parse("s.toml", "[sever]\nlisten = \"x\"\n").unwrap_err();
+    assert!(err.to_string().contains("unknown field `sever`"), "{err}");
+}

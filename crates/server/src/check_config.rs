@@ -1,0 +1,138 @@
+//! `ratewarden check-config`: validate a config file and show the rules it resolves to.
+
+use std::io::{self, Write};
+use std::path::Path;
+use std::process::ExitCode;
+
+use ratewarden_core::{Algorithm, DisplayDuration, Limit};
+use ratewarden_policy::{config, Mode, OnStoreFailure, Rule};
+
+/// Validates `path`; prints its rules as a table, or every error found.
+///
+/// # Errors
+///
+/// Only when standard output cannot be written.
+pub fn main(path: &Path) -> anyhow::Result<ExitCode> {
+    let config = match config::load(path) {
+        Ok(config) => config,
+        Err(errors) => {
+            for e in &errors.0 {
+                eprintln!("error: {e}");
+            }
+            eprintln!("error: {} problem(s) in {}", errors.0.len(), path.display());
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let mut out = io::stdout().lock();
+    let rows: Vec<[String; 6]> = config.rules.iter().map(row).collect();
+    let header = [
+        "limit",
+        "applies to",
+        "key",
+        "algorithm",
+        "mode",
+        "store down",
+    ];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |out: &mut io::StdoutLock<'_>, cells: &[String]| -> io::Result<()> {
+        let text: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        writeln!(out, "{}", text.join("  ").trim_end())
+    };
+    line(&mut out, &header.map(str::to_owned))?;
+    for row in &rows {
+        line(&mut out, row)?;
+    }
+    writeln!(
+        out,
+        "{}: {} rule(s), valid",
+        path.display(),
+        config.rules.len()
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn row(rule: &Rule) -> [String; 6] {
+    let m = &rule.matches;
+    let mut applies: Vec<String> = Vec::new();
+    if let Some(method) = &m.method {
+        applies.push(method.clone());
+    }
+    if let Some(path) = &m.path {
+        applies.push(path.clone());
+    }
+    if let Some(host) = &m.host {
+        applies.push(format!("host {host}"));
+    }
+    if let Some((name, value)) = &m.header {
+        applies.push(match value {
+            Some(v) => format!("{name}: {v}"),
+            None => format!("has {name}"),
+        });
+    }
+    let applies = if applies.is_empty() {
+        "every request".to_owned()
+    } else {
+        applies.join(" ")
+    };
+    let key: Vec<String> = rule.key.iter().map(ToString::to_string).collect();
+    let mut algorithm = describe(&rule.limit);
+    if rule.cost != 1 {
+        algorithm.push_str(&format!(", cost {}", rule.cost));
+    }
+    let mut mode = match rule.mode {
+        Mode::Enforce => "enforce".to_owned(),
+        Mode::Shadow => "shadow".to_owned(),
+        Mode::Rollout { basis_points } => {
+            format!("rollout {}.{:02}%", basis_points / 100, basis_points % 100)
+        }
+    };
+    if rule.sensitive {
+        mode.push_str(", bare 429");
+    }
+    let failure = match rule.on_store_failure {
+        OnStoreFailure::Open => "open".to_owned(),
+        OnStoreFailure::Closed => "closed (503)".to_owned(),
+        OnStoreFailure::Local { divide_by } => format!("local, limit / {divide_by}"),
+    };
+    [
+        rule.name.clone(),
+        applies,
+        key.join(" + "),
+        algorithm,
+        mode,
+        failure,
+    ]
+}
+
+/// An algorithm with its numbers, as a config would write them.
+pub fn describe(limit: &Limit) -> String {
+    let kind = limit.kind();
+    match limit {
+        Limit::FixedWindow(l) => {
+            format!("{kind} {} per {}", l.limit(), DisplayDuration(l.window()))
+        }
+        Limit::SlidingLog(l) => format!("{kind} {} per {}", l.limit(), DisplayDuration(l.window())),
+        Limit::SlidingWindow(l) => {
+            format!("{kind} {} per {}", l.limit(), DisplayDuration(l.window()))
+        }
+        Limit::TokenBucket(l) => format!("{kind} {}, burst {}", l.rate(), l.burst()),
+        Limit::LeakyBucket(l) => format!("{kind} {}, burst {}", l.rate(), l.burst()),
+        Limit::LeakyQueue(l) => format!("{kind} {}, {} may wait", l.rate(), l.burst()),
+        Limit::Gcra(l) => format!("{kind} {}, burst {}", l.rate(), l.burst()),
+        Limit::Quota(l) => format!("{kind} {} per {} ({})", l.limit(), l.unit(), l.timezone()),
+        Limit::Concurrency(l) => format!(
+            "{kind} {} in flight, lease {}",
+            l.limit(),
+            DisplayDuration(l.lease())
+        ),
+    }
+}

@@ -1,0 +1,66 @@
+//! `ratewarden check-config`, end to end on the real binary.
+
+use std::process::{Command, Output};
+
+fn check(path: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_ratewarden"))
+        .args(["check-config", path])
+        .output()
+        .expect("the binary runs")
+}
+
+#[test]
+fn the_example_config_resolves_to_its_rules() {
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/ratewarden.toml"
+    );
+    let out = check(example);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(table.starts_with("limit "), "{table}");
+    assert!(table.contains("gcra 50/s, burst 100"), "{table}");
+    assert!(table.contains("POST /login"), "{table}");
+    assert!(table.contains("enforce, bare 429"), "{table}");
+    assert!(table.contains("closed (503)"), "{table}");
+    assert!(table.contains("6 rule(s), valid"), "{table}");
+}
+
+#[test]
+fn a_bad_config_fails_with_every_error_located() {
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("bad.toml");
+    std::fs::write(
+        &path,
+        "[[limit]]\nname = \"k\"\nkey = [\"ip\"]\nalgorithm = \"gcra\"\nrate = \"fast\"\nburst = -1\n",
+    )
+    .unwrap();
+    let out = check(path.to_str().unwrap());
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    let file = path.display();
+    assert!(
+        err.contains(&format!("error: {file}:5:8: limit `k`: `rate`")),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!("error: {file}:6:9: limit `k`: `burst`")),
+        "{err}"
+    );
+    assert!(err.contains("2 problem(s)"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn a_missing_config_says_so() {
+    let out = check("/no/such/ratewarden.toml");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains("/no/such/ratewarden.toml: cannot read the file"),
+        "{err}"
+    );
+}
