@@ -12,7 +12,9 @@
 //!   IPv4-mapped IPv6 unwrapped first.
 
 pub mod config;
+mod engine;
 mod ip;
 
 pub use config::{Config, ConfigError, ConfigErrors, KeyPart, Match, Mode, OnStoreFailure, Rule};
+pub use engine::{Engine, Request, RuleOutcome, Verdict};
 pub use ip::{client_ip, IpGrouping, PrefixError, TrustedProxies};

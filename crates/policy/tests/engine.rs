@@ -1,0 +1,271 @@
+//! The engine: matching, keys, layers, shadow mode, rollout and store failure.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use ratewarden_core::{Check, Decision, Limit, Store};
+use ratewarden_memory::{MemoryStore, StoreConfig};
+use ratewarden_policy::config::parse;
+use ratewarden_policy::{Engine, Request};
+
+const NOW: u64 = 1_000_000_000_000;
+
+fn engine(toml: &str) -> Engine<MemoryStore> {
+    let config = parse("test.toml", toml).unwrap();
+    Engine::new(config, MemoryStore::new(StoreConfig::default()))
+}
+
+fn get<'a>(peer: &str, headers: &'a [(&'a str, &'a str)]) -> Request<'a> {
+    Request {
+        peer: peer.parse::<IpAddr>().unwrap(),
+        method: "GET",
+        path: "/orders",
+        host: Some("api.example.com"),
+        headers,
+    }
+}
+
+const LAYERS: &str = r#"
+[server]
+trusted_proxies = ["10.0.0.0/8"]
+
+[[limit]]
+name = "per-ip"
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 3
+window = "1h"
+
+[[limit]]
+name = "per-key"
+key = ["api_key"]
+algorithm = "fixed-window"
+limit = 1
+window = "1h"
+"#;
+
+#[test]
+fn a_request_rejected_by_one_rule_spends_no_other_budget() {
+    let engine = engine(LAYERS);
+    let alice: &[(&str, &str)] = &[("Authorization", "Bearer alice")];
+    let first = engine.decide(&get("198.51.100.1", alice), NOW);
+    assert!(first.allowed);
+    assert_eq!(first.outcomes.len(), 2);
+    // Alice's key is spent: three more tries from the same address are rejected by per-key...
+    for _ in 0..3 {
+        let v = engine.decide(&get("198.51.100.1", alice), NOW);
+        assert!(!v.allowed);
+        let violated: Vec<usize> = v.violated().map(|o| o.rule).collect();
+        assert_eq!(violated, [1]);
+        assert!(v.retry_after_ns.is_some());
+    }
+    // ...and spent none of the address's budget: two other keys still pass from it.
+    for who in ["Bearer bob", "Bearer carol"] {
+        let headers: &[(&str, &str)] = &[("authorization", who)];
+        assert!(
+            engine.decide(&get("198.51.100.1", headers), NOW).allowed,
+            "{who}"
+        );
+    }
+    let dave: &[(&str, &str)] = &[("authorization", "Bearer dave")];
+    let v = engine.decide(&get("198.51.100.1", dave), NOW);
+    assert_eq!(v.violated().map(|o| o.rule).collect::<Vec<_>>(), [0]);
+}
+
+#[test]
+fn a_rule_whose_key_is_missing_does_not_apply() {
+    let engine = engine(LAYERS);
+    let v = engine.decide(&get("198.51.100.1", &[]), NOW);
+    assert!(v.allowed);
+    assert_eq!(
+        v.outcomes.len(),
+        1,
+        "only per-ip applies without an API key"
+    );
+    assert_eq!(v.outcomes[0].key, "per-ip|198.51.100.1/32");
+}
+
+#[test]
+fn ipv6_clients_in_one_64_share_a_budget_and_spoofed_headers_are_ignored() {
+    let engine = engine(LAYERS);
+    for peer in ["2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:2:ffff::3"] {
+        assert!(engine.decide(&get(peer, &[]), NOW).allowed, "{peer}");
+    }
+    assert!(!engine.decide(&get("2001:db8:1:2::4", &[]), NOW).allowed);
+    assert!(
+        engine.decide(&get("2001:db8:1:3::1", &[]), NOW).allowed,
+        "the next /64"
+    );
+    // A client cannot pick its own key by sending X-Forwarded-For...
+    let spoof: &[(&str, &str)] = &[("X-Forwarded-For", "192.0.2.99")];
+    let v = engine.decide(&get("2001:db8:1:2::5", spoof), NOW);
+    assert!(!v.allowed);
+    assert_eq!(v.outcomes[0].key, "per-ip|2001:db8:1:2::/64");
+    // ...but our proxy can tell us who it is.
+    let v = engine.decide(&get("10.0.0.7", spoof), NOW);
+    assert_eq!(v.outcomes[0].key, "per-ip|192.0.2.99/32");
+}
+
+#[test]
+fn rules_match_on_method_path_host_and_header() {
+    let engine = engine(
+        r#"
+[[limit]]
+name = "login"
+match = { method = "POST", path = "/login" }
+key = ["ip"]
+algorithm = "sliding-log"
+limit = 1
+window = "1m"
+sensitive = true
+
+[[limit]]
+name = "admin"
+match = { path = "/admin/*", host = "api.example.com", header = "x-debug", header_value = "1" }
+key = ["route"]
+algorithm = "fixed-window"
+limit = 5
+window = "1m"
+"#,
+    );
+    let mut request = get("198.51.100.1", &[]);
+    assert!(
+        engine.decide(&request, NOW).outcomes.is_empty(),
+        "GET /orders matches nothing"
+    );
+    request.method = "POST";
+    request.path = "/login";
+    assert!(engine.decide(&request, NOW).allowed);
+    let v = engine.decide(&request, NOW);
+    assert!(!v.allowed);
+    assert!(engine.rules()[v.violated().next().unwrap().rule].sensitive);
+    let debug: &[(&str, &str)] = &[("X-Debug", "1")];
+    let mut admin = get("198.51.100.1", debug);
+    admin.path = "/admin/users";
+    let v = engine.decide(&admin, NOW);
+    assert_eq!(v.outcomes.len(), 1);
+    assert_eq!(v.outcomes[0].key, "admin|GET /admin/users");
+    admin.host = Some("other.example.com");
+    assert!(engine.decide(&admin, NOW).outcomes.is_empty());
+}
+
+#[test]
+fn shadow_rules_never_reject_but_say_when_they_would_have() {
+    let engine = engine(
+        r#"
+[[limit]]
+name = "new-cap"
+key = ["global"]
+algorithm = "fixed-window"
+limit = 2
+window = "1h"
+mode = "shadow"
+"#,
+    );
+    let mut would = 0;
+    for _ in 0..5 {
+        let v = engine.decide(&get("198.51.100.1", &[]), NOW);
+        assert!(v.allowed);
+        assert!(v.violated().next().is_none());
+        would += v.would_have_rejected().count();
+    }
+    assert_eq!(
+        would, 3,
+        "charged as if enforcing: the third and later would be rejected"
+    );
+}
+
+const ROLLOUT: &str = r#"
+[[limit]]
+name = "per-key"
+key = ["header:x-api-key"]
+algorithm = "fixed-window"
+limit = 1
+window = "1h"
+rollout = "10%"
+"#;
+
+#[test]
+fn a_ten_percent_rollout_enforces_on_a_stable_tenth_of_keys() {
+    let engine = engine(ROLLOUT);
+    let keys: Vec<String> = (0..2_000).map(|i| format!("key-{i}")).collect();
+    let enforced = |engine: &Engine<MemoryStore>| -> Vec<bool> {
+        keys.iter()
+            .map(|k| {
+                let headers: &[(&str, &str)] = &[("x-api-key", k)];
+                engine.decide(&get("198.51.100.1", headers), NOW).outcomes[0].enforced
+            })
+            .collect()
+    };
+    let first = enforced(&engine);
+    let share = first.iter().filter(|e| **e).count();
+    assert!((140..=260).contains(&share), "{share} of 2000 enforced");
+    // The same keys, every time (and on a fresh engine: another instance).
+    assert_eq!(enforced(&engine), first);
+    let other = self::engine(ROLLOUT);
+    assert_eq!(enforced(&other), first);
+}
+
+/// A store that is down.
+struct Down;
+
+#[derive(Debug)]
+struct Unreachable;
+
+impl fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("store unreachable")
+    }
+}
+
+impl std::error::Error for Unreachable {}
+
+impl Store for Down {
+    type Error = Unreachable;
+    fn decide(&self, _: &Limit, _: &str, _: u64, _: u64) -> Result<Decision, Unreachable> {
+        Err(Unreachable)
+    }
+    fn decide_all(&self, _: &[Check<'_>], _: u64) -> Result<Vec<Decision>, Unreachable> {
+        Err(Unreachable)
+    }
+    fn peek(&self, _: &Limit, _: &str, _: u64, _: u64) -> Result<Decision, Unreachable> {
+        Err(Unreachable)
+    }
+    fn settle(&self, _: &Limit, _: &str, _: u64, _: i64) -> Result<(), Unreachable> {
+        Err(Unreachable)
+    }
+    fn acquire(
+        &self,
+        _: &Limit,
+        _: &str,
+        _: u64,
+        _: u64,
+    ) -> Result<Result<u64, Decision>, Unreachable> {
+        Err(Unreachable)
+    }
+    fn release(&self, _: &Limit, _: &str, _: u64) -> Result<bool, Unreachable> {
+        Err(Unreachable)
+    }
+}
+
+#[test]
+fn when_the_store_is_down_each_rule_follows_its_failure_policy() {
+    let open = parse(
+        "t.toml",
+        "[[limit]]\nname = \"api\"\nkey = [\"ip\"]\nalgorithm = \"gcra\"\nrate = \"1/s\"\nburst = 1\n",
+    )
+    .unwrap();
+    let v = Engine::new(open, Down).decide(&get("198.51.100.1", &[]), NOW);
+    assert!(v.allowed && !v.unavailable);
+
+    let closed = parse(
+        "t.toml",
+        "[[limit]]\nname = \"login\"\nkey = [\"ip\"]\nalgorithm = \"gcra\"\nrate = \"1/s\"\nburst = 1\non_store_failure = \"closed\"\n",
+    )
+    .unwrap();
+    let v = Engine::new(closed, Down).decide(&get("198.51.100.1", &[]), NOW);
+    assert!(
+        !v.allowed && v.unavailable,
+        "closed: 503, the server is at fault"
+    );
+}
