@@ -145,6 +145,21 @@ pub enum OnStoreFailure {
     },
 }
 
+/// What one request costs under a rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cost {
+    /// Always this much.
+    Fixed(u64),
+    /// Read from a request header (a whole number, such as an estimated token count),
+    /// refused above `max`; 1 when the header is absent.
+    Header {
+        /// The header, lowercase.
+        name: String,
+        /// The most one request may claim.
+        max: u64,
+    },
+}
+
 /// A validated rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
@@ -157,7 +172,13 @@ pub struct Rule {
     /// The algorithm with its numbers.
     pub limit: Limit,
     /// What one request costs.
-    pub cost: u64,
+    pub cost: Cost,
+    /// When set, the cost is an estimate: the decision reserves it, and the caller settles
+    /// the real cost within this long (or the estimate stands).
+    pub settle_within: Option<Duration>,
+    /// The bucket to decide on when the store fails and `on_store_failure = "local"`: the
+    /// same algorithm at the limit divided as configured.
+    pub local: Option<Limit>,
     /// Enforce, shadow, or a rollout.
     pub mode: Mode,
     /// When the store fails.
@@ -210,6 +231,13 @@ struct RawMatch {
 }
 
 #[derive(Deserialize)]
+#[serde(untagged)]
+enum RawCost {
+    Fixed(i64),
+    Header(String),
+}
+
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawLimit {
     name: Option<Spanned<String>>,
@@ -225,7 +253,9 @@ struct RawLimit {
     period: Option<Spanned<String>>,
     timezone: Option<Spanned<String>>,
     lease: Option<Spanned<String>>,
-    cost: Option<Spanned<i64>>,
+    cost: Option<Spanned<RawCost>>,
+    max_cost: Option<Spanned<i64>>,
+    settle: Option<Spanned<String>>,
     mode: Option<Spanned<String>>,
     rollout: Option<Spanned<String>>,
     sensitive: Option<bool>,
@@ -287,6 +317,8 @@ const LIMIT_FIELDS: &[&str] = &[
     "timezone",
     "lease",
     "cost",
+    "max_cost",
+    "settle",
     "mode",
     "rollout",
     "sensitive",
@@ -652,19 +684,42 @@ fn validate(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -> Optio
     }
 
     let cost = match &raw.cost {
-        None => 1,
-        Some(c) => match u64::try_from(*c.get_ref()) {
-            Ok(n) => n,
-            Err(_) => {
-                fail(
-                    errors,
-                    Some(c.span()),
-                    format!("`cost` cannot be negative ({})", c.get_ref()),
-                );
-                1
-            }
+        None => Cost::Fixed(1),
+        Some(c) => match c.get_ref() {
+            RawCost::Fixed(n) => match u64::try_from(*n) {
+                Ok(n) => Cost::Fixed(n),
+                Err(_) => {
+                    fail(
+                        errors,
+                        Some(c.span()),
+                        format!("`cost` cannot be negative ({n})"),
+                    );
+                    Cost::Fixed(1)
+                }
+            },
+            RawCost::Header(text) => match text.trim().strip_prefix("header:") {
+                Some(name) if !name.trim().is_empty() => {
+                    let max = positive(errors, "max_cost", &raw.max_cost);
+                    if raw.max_cost.is_none() {
+                        fail(errors, Some(c.span()), "a cost read from a header needs `max_cost`, the most one request may claim".to_owned());
+                    }
+                    Cost::Header {
+                        name: name.trim().to_ascii_lowercase(),
+                        max: max.unwrap_or(1),
+                    }
+                }
+                _ => {
+                    fail(
+                        errors,
+                        Some(c.span()),
+                        format!("`cost` is a whole number or \"header:NAME\", not `{text}`"),
+                    );
+                    Cost::Fixed(1)
+                }
+            },
         },
     };
+    let settle_within = duration(errors, "settle", &raw.settle);
     let mode = match (&raw.mode, &raw.rollout) {
         (_, Some(r)) => {
             let text = r.get_ref().trim();
@@ -742,14 +797,61 @@ fn validate(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -> Optio
     if errors.found.len() > failures {
         return None;
     }
+    let limit = limit?;
+    let local = match on_store_failure {
+        OnStoreFailure::Local { divide_by } => Some(divided(&limit, divide_by)),
+        _ => None,
+    };
     Some(Rule {
         name,
         matches,
         key,
-        limit: limit?,
+        limit,
         cost,
+        settle_within,
+        local,
         mode,
         on_store_failure,
         sensitive: raw.sensitive.unwrap_or(false),
     })
+}
+
+/// `limit` at `1 / n` of its size (never below one unit), for a local fallback shared by `n`
+/// instances.
+fn divided(limit: &Limit, n: u32) -> Limit {
+    use ratewarden_core::Algorithm;
+    let n = u64::from(n.max(1));
+    let share = |x: u64| (x / n).max(1);
+    let rate = |r: Rate| {
+        // The same period, a share of the count; a count below one per period becomes one
+        // per `n` periods.
+        if r.count() >= n {
+            Rate::new(r.count() / n, r.period())
+        } else {
+            Rate::new(
+                1,
+                r.period()
+                    .saturating_mul(u32::try_from(n / r.count()).unwrap_or(u32::MAX)),
+            )
+        }
+        .unwrap_or(r)
+    };
+    let built: Result<Limit, ratewarden_core::Error> = match limit {
+        Limit::FixedWindow(l) => FixedWindow::new(share(l.limit()), l.window()).map(Limit::from),
+        Limit::SlidingLog(l) => SlidingLog::new(share(l.limit()), l.window()).map(Limit::from),
+        Limit::SlidingWindow(l) => {
+            SlidingWindow::new(share(l.limit()), l.window()).map(Limit::from)
+        }
+        Limit::TokenBucket(l) => {
+            TokenBucket::new(rate(l.rate()), share(l.burst())).map(Limit::from)
+        }
+        Limit::LeakyBucket(l) => {
+            LeakyBucket::new(rate(l.rate()), share(l.burst())).map(Limit::from)
+        }
+        Limit::LeakyQueue(l) => LeakyQueue::new(rate(l.rate()), l.burst() / n).map(Limit::from),
+        Limit::Gcra(l) => Gcra::new(rate(l.rate()), share(l.burst())).map(Limit::from),
+        Limit::Quota(l) => Quota::new(share(l.limit()), l.unit(), l.timezone()).map(Limit::from),
+        Limit::Concurrency(l) => Concurrency::new(share(l.limit()), l.lease()).map(Limit::from),
+    };
+    built.unwrap_or_else(|_| limit.clone())
 }

@@ -1,13 +1,18 @@
 //! Deciding a request: match the rules, build their keys, and decide every layer at once.
 
 use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
-use ratewarden_core::{Check, Decision, Outcome, Store};
+use ratewarden_core::{Algorithm, Check, Decision, Limit, Outcome, Store};
+use ratewarden_memory::{MemoryStore, StoreConfig};
 
 use crate::client_ip;
-use crate::config::{Config, KeyPart, Match, Mode, OnStoreFailure, Rule};
+use crate::config::{Config, Cost, KeyPart, Match, Mode, OnStoreFailure, Rule};
 
 /// What the engine needs to know of a request.
 #[derive(Debug, Clone, Copy)]
@@ -69,6 +74,10 @@ pub struct Verdict {
     pub outcomes: Vec<RuleOutcome>,
     /// The longest retry time among the enforced rules that said no.
     pub retry_after_ns: Option<u64>,
+    /// When an allowed request's cost was an estimate: the id to settle it with.
+    pub reservation: Option<u64>,
+    /// The version of the rule set that decided.
+    pub version: u64,
 }
 
 impl Verdict {
@@ -83,21 +92,132 @@ impl Verdict {
     }
 }
 
+/// A request the engine cannot decide: it is malformed (a 4xx, not a limit).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestError {
+    /// The rule whose cost could not be read.
+    pub rule: String,
+    /// What was wrong.
+    pub message: String,
+}
+
+impl fmt::Display for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "limit `{}`: {}", self.rule, self.message)
+    }
+}
+
+impl std::error::Error for RequestError {}
+
+/// Why a settle was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettleError {
+    /// No such reservation: never made, settled already, or expired (the estimate stood).
+    Unknown,
+}
+
+impl fmt::Display for SettleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SettleError::Unknown => f.write_str(
+                "no such reservation: never made, already settled, or expired (its estimate stands)",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SettleError {}
+
+/// A rule set in force, with what each rule's keys start with.
+struct RuleSet {
+    config: Config,
+    /// Per rule: `name@fingerprint`, so that a reload keeps the counters of a rule whose
+    /// numbers did not change and starts a changed one afresh.
+    prefixes: Vec<String>,
+    version: u64,
+}
+
+/// Costs charged as estimates, waiting for their real cost.
+struct Reservation {
+    charges: Vec<(Limit, String, u64)>,
+    expires: u64,
+}
+
+/// A rule that applies to a request: its index, key, cost, and whether it enforces.
+type Applying = (usize, String, u64, bool);
+
 /// The policy engine: rules over a store.
 pub struct Engine<S> {
-    config: Config,
+    rules: RwLock<Arc<RuleSet>>,
     store: S,
+    /// Where rules with `on_store_failure = "local"` decide while the store is down.
+    local: MemoryStore,
+    reservations: Mutex<HashMap<u64, Reservation>>,
+    next_reservation: AtomicU64,
 }
 
 impl<S: Store> Engine<S> {
     /// An engine deciding `config`'s rules with `store`.
     pub fn new(config: Config, store: S) -> Self {
-        Self { config, store }
+        Self {
+            rules: RwLock::new(Arc::new(rule_set(config, 1))),
+            store,
+            local: MemoryStore::new(StoreConfig::default()),
+            reservations: Mutex::new(HashMap::new()),
+            next_reservation: AtomicU64::new(1),
+        }
     }
 
-    /// The rules.
-    pub fn rules(&self) -> &[Rule] {
-        &self.config.rules
+    fn current(&self) -> Arc<RuleSet> {
+        Arc::clone(&self.rules.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The rules in force.
+    pub fn rules(&self) -> Vec<Rule> {
+        self.current().config.rules.clone()
+    }
+
+    /// The version of the rules in force: 1, then one more per reload.
+    pub fn version(&self) -> u64 {
+        self.current().version
+    }
+
+    /// Puts `config` in force. A config that failed to load never gets here, so a bad file
+    /// leaves the old rules in force. Rules whose name and numbers did not change keep their
+    /// counters; changed rules start afresh. Returns the new version.
+    pub fn reload(&self, config: Config) -> u64 {
+        let mut rules = self.rules.write().unwrap_or_else(PoisonError::into_inner);
+        let version = rules.version + 1;
+        *rules = Arc::new(rule_set(config, version));
+        version
+    }
+
+    /// Settles reservation `id` with the request's `actual` cost: the difference from the
+    /// estimate is charged (the balance may go past the limit, and later requests wait the
+    /// debt out) or refunded.
+    ///
+    /// # Errors
+    ///
+    /// [`SettleError::Unknown`] for a reservation never made, settled or expired: one not
+    /// settled in time settles at its estimate, which was charged up front.
+    pub fn settle(&self, id: u64, actual: u64, now: u64) -> Result<(), SettleError> {
+        let reservation = {
+            let mut all = self
+                .reservations
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            all.retain(|_, r| r.expires > now);
+            all.remove(&id).ok_or(SettleError::Unknown)?
+        };
+        for (limit, key, estimate) in &reservation.charges {
+            let delta = i128::from(actual) - i128::from(*estimate);
+            let delta = i64::try_from(delta).unwrap_or(if delta < 0 { i64::MIN } else { i64::MAX });
+            if delta != 0 {
+                // A failing store loses the correction, as it would have lost the charge.
+                let _ = self.store.settle(limit, key, now, delta);
+            }
+        }
+        Ok(())
     }
 
     /// Decides `request` at `now` against every matching rule.
@@ -106,89 +226,85 @@ impl<S: Store> Engine<S> {
     /// none. Shadow rules (and keys outside a rollout's share) are charged only when the
     /// request goes through, and never reject. A rule whose key cannot be built (its header
     /// is missing, say) does not apply to the request.
-    pub fn decide(&self, request: &Request<'_>, now: u64) -> Verdict {
+    ///
+    /// # Errors
+    ///
+    /// A cost header that is not a whole number, or claims more than the rule's `max_cost`.
+    pub fn decide(&self, request: &Request<'_>, now: u64) -> Result<Verdict, RequestError> {
+        let set = self.current();
+        let rules = &set.config.rules;
         let client = client_ip(
             request.peer,
             &request.header_values("forwarded").collect::<Vec<_>>(),
             &request.header_values("x-forwarded-for").collect::<Vec<_>>(),
-            &self.config.trusted_proxies,
+            &set.config.trusted_proxies,
         );
-        let applying: Vec<(usize, String, bool)> = self
-            .config
-            .rules
-            .iter()
-            .enumerate()
-            .filter(|(_, rule)| matches(&rule.matches, request))
-            .filter_map(|(i, rule)| {
-                let key = build_key(rule, request, client)?;
-                let enforced = enforces(rule, &key);
-                Some((i, key, enforced))
-            })
-            .collect();
-        let rule = |i: usize| &self.config.rules[i];
-        let enforced: Vec<&(usize, String, bool)> = applying.iter().filter(|a| a.2).collect();
+        let mut applying: Vec<Applying> = Vec::new();
+        for (i, rule) in rules.iter().enumerate() {
+            if !matches(&rule.matches, request) {
+                continue;
+            }
+            let Some(key) = build_key(&set.prefixes[i], rule, request, client) else {
+                continue;
+            };
+            let cost = cost_of(rule, request)?;
+            let enforced = enforces(rule, &key);
+            applying.push((i, key, cost, enforced));
+        }
+        let enforced: Vec<&Applying> = applying.iter().filter(|a| a.3).collect();
         let checks: Vec<Check<'_>> = enforced
             .iter()
-            .map(|(i, key, _)| Check {
-                limit: &rule(*i).limit,
+            .map(|(i, key, cost, _)| Check {
+                limit: &rules[*i].limit,
                 key,
-                cost: rule(*i).cost,
+                cost: *cost,
             })
             .collect();
-        let mut outcomes = Vec::with_capacity(applying.len());
         let mut unavailable = false;
-        match self.store.decide_all(&checks, now) {
-            Ok(decisions) => {
-                for ((i, key, _), decision) in enforced.iter().zip(decisions) {
-                    outcomes.push(RuleOutcome {
-                        rule: *i,
-                        key: key.clone(),
-                        decision,
-                        enforced: true,
-                    });
-                }
-            }
-            Err(_) => {
-                // Each rule already knows what to do when its store fails.
-                for (i, key, _) in &enforced {
-                    let r = rule(*i);
-                    let decision = match r.on_store_failure {
-                        OnStoreFailure::Closed => {
+        let decisions: Vec<Decision> = match self.store.decide_all(&checks, now) {
+            Ok(decisions) => decisions,
+            // Each rule already knows what to do when its store fails.
+            Err(_) => enforced
+                .iter()
+                .map(|(i, key, cost, _)| {
+                    let rule = &rules[*i];
+                    let size = rule.limit.limit();
+                    match (&rule.on_store_failure, &rule.local) {
+                        (OnStoreFailure::Closed, _) => {
                             unavailable = true;
-                            Decision::new(
-                                Outcome::Limited {
-                                    retry_after_ns: 1_000_000_000,
-                                },
-                                r.limit_value(),
-                                0,
-                                0,
-                            )
+                            let retry_after_ns = 1_000_000_000;
+                            Decision::new(Outcome::Limited { retry_after_ns }, size, 0, 0)
                         }
-                        OnStoreFailure::Open | OnStoreFailure::Local { .. } => {
-                            Decision::new(Outcome::Allowed, r.limit_value(), r.limit_value(), 0)
+                        (OnStoreFailure::Local { .. }, Some(local)) => {
+                            self.local.decide(local, key, now, *cost)
                         }
-                    };
-                    outcomes.push(RuleOutcome {
-                        rule: *i,
-                        key: key.clone(),
-                        decision,
-                        enforced: true,
-                    });
-                }
-            }
-        }
+                        _ => Decision::new(Outcome::Allowed, size, size, 0),
+                    }
+                })
+                .collect(),
+        };
+        let mut outcomes: Vec<RuleOutcome> = enforced
+            .iter()
+            .zip(decisions)
+            .map(|((i, key, _, _), decision)| RuleOutcome {
+                rule: *i,
+                key: key.clone(),
+                decision,
+                enforced: true,
+            })
+            .collect();
         let allowed = outcomes.iter().all(|o| o.decision.is_allowed());
-        for (i, key, _) in applying.iter().filter(|a| !a.2) {
-            let r = rule(*i);
+        for (i, key, cost, _) in applying.iter().filter(|a| !a.3) {
+            let rule = &rules[*i];
             // As if enforcing: charged only when the request goes through.
             let result = if allowed {
-                self.store.decide(&r.limit, key, now, r.cost)
+                self.store.decide(&rule.limit, key, now, *cost)
             } else {
-                self.store.peek(&r.limit, key, now, r.cost)
+                self.store.peek(&rule.limit, key, now, *cost)
             };
-            let decision = result.unwrap_or_else(|_| {
-                Decision::new(Outcome::Allowed, r.limit_value(), r.limit_value(), 0)
-            });
+            let size = rule.limit.limit();
+            let decision =
+                result.unwrap_or_else(|_| Decision::new(Outcome::Allowed, size, size, 0));
             outcomes.push(RuleOutcome {
                 rule: *i,
                 key: key.clone(),
@@ -205,19 +321,93 @@ impl<S: Store> Engine<S> {
                 _ => None,
             })
             .max();
-        Verdict {
+        let reservation = if allowed {
+            self.reserve(rules, &applying, now)
+        } else {
+            None
+        };
+        Ok(Verdict {
             allowed,
             unavailable,
             outcomes,
             retry_after_ns,
+            reservation,
+            version: set.version,
+        })
+    }
+
+    /// Records the estimated costs of an allowed request, if any, for a later settle.
+    fn reserve(&self, rules: &[Rule], applying: &[Applying], now: u64) -> Option<u64> {
+        let mut charges = Vec::new();
+        let mut lease = u64::MAX;
+        for (i, key, cost, _) in applying {
+            if let Some(within) = rules[*i].settle_within {
+                charges.push((rules[*i].limit.clone(), key.clone(), *cost));
+                lease = lease.min(u64::try_from(within.as_nanos()).unwrap_or(u64::MAX));
+            }
         }
+        if charges.is_empty() {
+            return None;
+        }
+        let id = self.next_reservation.fetch_add(1, Ordering::Relaxed);
+        let mut all = self
+            .reservations
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Reservations past their time settle at their estimate: nothing is left to do.
+        all.retain(|_, r| r.expires > now);
+        all.insert(
+            id,
+            Reservation {
+                charges,
+                expires: now.saturating_add(lease),
+            },
+        );
+        Some(id)
     }
 }
 
-impl Rule {
-    fn limit_value(&self) -> u64 {
-        use ratewarden_core::Algorithm;
-        self.limit.limit()
+fn rule_set(config: Config, version: u64) -> RuleSet {
+    let prefixes = config
+        .rules
+        .iter()
+        .map(|rule| {
+            let mut h = DefaultHasher::new();
+            format!("{:?}|{:?}", rule.limit, rule.cost).hash(&mut h);
+            format!("{}@{:08x}", rule.name, h.finish() as u32)
+        })
+        .collect();
+    RuleSet {
+        config,
+        prefixes,
+        version,
+    }
+}
+
+/// What `request` costs under `rule`.
+fn cost_of(rule: &Rule, request: &Request<'_>) -> Result<u64, RequestError> {
+    match &rule.cost {
+        Cost::Fixed(n) => Ok(*n),
+        Cost::Header { name, max } => {
+            let Some(text) = request.header(name) else {
+                return Ok(1);
+            };
+            let error = |message: String| RequestError {
+                rule: rule.name.clone(),
+                message,
+            };
+            let n: u64 = text.parse().map_err(|_| {
+                error(format!(
+                    "header `{name}` must be a whole number, not `{text}`"
+                ))
+            })?;
+            if n > *max {
+                return Err(error(format!(
+                    "header `{name}` claims {n}, over the most of {max}"
+                )));
+            }
+            Ok(n)
+        }
     }
 }
 
@@ -252,9 +442,9 @@ fn matches(m: &Match, request: &Request<'_>) -> bool {
     true
 }
 
-/// `rule|part|part`; `None` when a part is missing from the request.
-fn build_key(rule: &Rule, request: &Request<'_>, client: IpAddr) -> Option<String> {
-    let mut key = rule.name.clone();
+/// `rule@fingerprint|part|part`; `None` when a part is missing from the request.
+fn build_key(prefix: &str, rule: &Rule, request: &Request<'_>, client: IpAddr) -> Option<String> {
+    let mut key = prefix.to_owned();
     for part in &rule.key {
         key.push('|');
         match part {

@@ -15,6 +15,8 @@ pub mod config;
 mod engine;
 mod ip;
 
-pub use config::{Config, ConfigError, ConfigErrors, KeyPart, Match, Mode, OnStoreFailure, Rule};
-pub use engine::{Engine, Request, RuleOutcome, Verdict};
+pub use config::{
+    Config, ConfigError, ConfigErrors, Cost, KeyPart, Match, Mode, OnStoreFailure, Rule,
+};
+pub use engine::{Engine, Request, RequestError, RuleOutcome, SettleError, Verdict};
 pub use ip::{client_ip, IpGrouping, PrefixError, TrustedProxies};

@@ -80,6 +80,16 @@ fn every_error_says_where_and_what() {
         (format!("{gcra}rate = \"50/s\"\nburst = 5\nrollout = \"150%\""), "`rollout` is a percentage from 0% to 100%"),
         (format!("{gcra}rate = \"50/s\"\nburst = 5\non_store_failure = \"maybe\""), "`on_store_failure` is `open`, `closed` or `local`, not `maybe`"),
         (format!("{gcra}rate = \"50/s\"\nburst = 5\ncost = -2"), "`cost` cannot be negative (-2)"),
+        (
+            format!("{gcra}rate = \"50/s\"\nburst = 5\ncost = \"header:x-tokens\""),
+            "test.toml:7:8: limit `k`: a cost read from a header needs `max_cost`",
+        ),
+        (format!("{gcra}rate = \"50/s\"\nburst = 5\ncost = \"lots\""), "`cost` is a whole number or \"header:NAME\", not `lots`"),
+        (format!("{gcra}rate = \"50/s\"\nburst = 5\nsettle = \"soon\""), "`settle`: invalid duration `soon`"),
+        (
+            format!("{gcra}rate = \"50/s\"\nburst = 5\non_store_failure = \"local\"\nlocal_divide_by = 0"),
+            "`local_divide_by` must be a whole number above zero",
+        ),
         (format!("{gcra}rate = \"50/s\"\nburst = 5\nipv6_prefix = 130"), "a prefix length between 0 and 128, not 130"),
         (
             "name = \"k\"\nkey = [\"ipp\"]\nalgorithm = \"gcra\"\nrate = \"1/s\"\nburst = 1".to_owned(),

@@ -48,12 +48,12 @@ window = "1h"
 fn a_request_rejected_by_one_rule_spends_no_other_budget() {
     let engine = engine(LAYERS);
     let alice: &[(&str, &str)] = &[("Authorization", "Bearer alice")];
-    let first = engine.decide(&get("198.51.100.1", alice), NOW);
+    let first = engine.decide(&get("198.51.100.1", alice), NOW).unwrap();
     assert!(first.allowed);
     assert_eq!(first.outcomes.len(), 2);
     // Alice's key is spent: three more tries from the same address are rejected by per-key...
     for _ in 0..3 {
-        let v = engine.decide(&get("198.51.100.1", alice), NOW);
+        let v = engine.decide(&get("198.51.100.1", alice), NOW).unwrap();
         assert!(!v.allowed);
         let violated: Vec<usize> = v.violated().map(|o| o.rule).collect();
         assert_eq!(violated, [1]);
@@ -63,47 +63,62 @@ fn a_request_rejected_by_one_rule_spends_no_other_budget() {
     for who in ["Bearer bob", "Bearer carol"] {
         let headers: &[(&str, &str)] = &[("authorization", who)];
         assert!(
-            engine.decide(&get("198.51.100.1", headers), NOW).allowed,
+            engine
+                .decide(&get("198.51.100.1", headers), NOW)
+                .unwrap()
+                .allowed,
             "{who}"
         );
     }
     let dave: &[(&str, &str)] = &[("authorization", "Bearer dave")];
-    let v = engine.decide(&get("198.51.100.1", dave), NOW);
+    let v = engine.decide(&get("198.51.100.1", dave), NOW).unwrap();
     assert_eq!(v.violated().map(|o| o.rule).collect::<Vec<_>>(), [0]);
 }
 
 #[test]
 fn a_rule_whose_key_is_missing_does_not_apply() {
     let engine = engine(LAYERS);
-    let v = engine.decide(&get("198.51.100.1", &[]), NOW);
+    let v = engine.decide(&get("198.51.100.1", &[]), NOW).unwrap();
     assert!(v.allowed);
     assert_eq!(
         v.outcomes.len(),
         1,
         "only per-ip applies without an API key"
     );
-    assert_eq!(v.outcomes[0].key, "per-ip|198.51.100.1/32");
+    assert!(v.outcomes[0].key.starts_with("per-ip@"));
+    assert!(v.outcomes[0].key.ends_with("|198.51.100.1/32"));
 }
 
 #[test]
 fn ipv6_clients_in_one_64_share_a_budget_and_spoofed_headers_are_ignored() {
     let engine = engine(LAYERS);
     for peer in ["2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:2:ffff::3"] {
-        assert!(engine.decide(&get(peer, &[]), NOW).allowed, "{peer}");
+        assert!(
+            engine.decide(&get(peer, &[]), NOW).unwrap().allowed,
+            "{peer}"
+        );
     }
-    assert!(!engine.decide(&get("2001:db8:1:2::4", &[]), NOW).allowed);
     assert!(
-        engine.decide(&get("2001:db8:1:3::1", &[]), NOW).allowed,
+        !engine
+            .decide(&get("2001:db8:1:2::4", &[]), NOW)
+            .unwrap()
+            .allowed
+    );
+    assert!(
+        engine
+            .decide(&get("2001:db8:1:3::1", &[]), NOW)
+            .unwrap()
+            .allowed,
         "the next /64"
     );
     // A client cannot pick its own key by sending X-Forwarded-For...
     let spoof: &[(&str, &str)] = &[("X-Forwarded-For", "192.0.2.99")];
-    let v = engine.decide(&get("2001:db8:1:2::5", spoof), NOW);
+    let v = engine.decide(&get("2001:db8:1:2::5", spoof), NOW).unwrap();
     assert!(!v.allowed);
-    assert_eq!(v.outcomes[0].key, "per-ip|2001:db8:1:2::/64");
+    assert!(v.outcomes[0].key.ends_with("|2001:db8:1:2::/64"));
     // ...but our proxy can tell us who it is.
-    let v = engine.decide(&get("10.0.0.7", spoof), NOW);
-    assert_eq!(v.outcomes[0].key, "per-ip|192.0.2.99/32");
+    let v = engine.decide(&get("10.0.0.7", spoof), NOW).unwrap();
+    assert!(v.outcomes[0].key.ends_with("|192.0.2.99/32"));
 }
 
 #[test]
@@ -130,23 +145,23 @@ window = "1m"
     );
     let mut request = get("198.51.100.1", &[]);
     assert!(
-        engine.decide(&request, NOW).outcomes.is_empty(),
+        engine.decide(&request, NOW).unwrap().outcomes.is_empty(),
         "GET /orders matches nothing"
     );
     request.method = "POST";
     request.path = "/login";
-    assert!(engine.decide(&request, NOW).allowed);
-    let v = engine.decide(&request, NOW);
+    assert!(engine.decide(&request, NOW).unwrap().allowed);
+    let v = engine.decide(&request, NOW).unwrap();
     assert!(!v.allowed);
     assert!(engine.rules()[v.violated().next().unwrap().rule].sensitive);
     let debug: &[(&str, &str)] = &[("X-Debug", "1")];
     let mut admin = get("198.51.100.1", debug);
     admin.path = "/admin/users";
-    let v = engine.decide(&admin, NOW);
+    let v = engine.decide(&admin, NOW).unwrap();
     assert_eq!(v.outcomes.len(), 1);
-    assert_eq!(v.outcomes[0].key, "admin|GET /admin/users");
+    assert!(v.outcomes[0].key.ends_with("|GET /admin/users"));
     admin.host = Some("other.example.com");
-    assert!(engine.decide(&admin, NOW).outcomes.is_empty());
+    assert!(engine.decide(&admin, NOW).unwrap().outcomes.is_empty());
 }
 
 #[test]
@@ -164,7 +179,7 @@ mode = "shadow"
     );
     let mut would = 0;
     for _ in 0..5 {
-        let v = engine.decide(&get("198.51.100.1", &[]), NOW);
+        let v = engine.decide(&get("198.51.100.1", &[]), NOW).unwrap();
         assert!(v.allowed);
         assert!(v.violated().next().is_none());
         would += v.would_have_rejected().count();
@@ -193,7 +208,11 @@ fn a_ten_percent_rollout_enforces_on_a_stable_tenth_of_keys() {
         keys.iter()
             .map(|k| {
                 let headers: &[(&str, &str)] = &[("x-api-key", k)];
-                engine.decide(&get("198.51.100.1", headers), NOW).outcomes[0].enforced
+                engine
+                    .decide(&get("198.51.100.1", headers), NOW)
+                    .unwrap()
+                    .outcomes[0]
+                    .enforced
             })
             .collect()
     };
@@ -255,7 +274,9 @@ fn when_the_store_is_down_each_rule_follows_its_failure_policy() {
         "[[limit]]\nname = \"api\"\nkey = [\"ip\"]\nalgorithm = \"gcra\"\nrate = \"1/s\"\nburst = 1\n",
     )
     .unwrap();
-    let v = Engine::new(open, Down).decide(&get("198.51.100.1", &[]), NOW);
+    let v = Engine::new(open, Down)
+        .decide(&get("198.51.100.1", &[]), NOW)
+        .unwrap();
     assert!(v.allowed && !v.unavailable);
 
     let closed = parse(
@@ -263,9 +284,123 @@ fn when_the_store_is_down_each_rule_follows_its_failure_policy() {
         "[[limit]]\nname = \"login\"\nkey = [\"ip\"]\nalgorithm = \"gcra\"\nrate = \"1/s\"\nburst = 1\non_store_failure = \"closed\"\n",
     )
     .unwrap();
-    let v = Engine::new(closed, Down).decide(&get("198.51.100.1", &[]), NOW);
+    let v = Engine::new(closed, Down)
+        .decide(&get("198.51.100.1", &[]), NOW)
+        .unwrap();
     assert!(
         !v.allowed && v.unavailable,
         "closed: 503, the server is at fault"
     );
+}
+
+const TOKENS: &str = r#"
+[[limit]]
+name = "tokens"
+key = ["api_key"]
+algorithm = "token-bucket"
+rate = "100/s"
+burst = 1000
+cost = "header:x-estimated-tokens"
+max_cost = 1000
+settle = "30s"
+"#;
+
+#[test]
+fn costs_read_from_a_header_are_capped_and_validated() {
+    let engine = engine(TOKENS);
+    let ok: &[(&str, &str)] = &[("authorization", "Bearer a"), ("x-estimated-tokens", "400")];
+    let v = engine.decide(&get("198.51.100.1", ok), NOW).unwrap();
+    assert_eq!(v.outcomes[0].decision.remaining, 600);
+    let absurd: &[(&str, &str)] = &[
+        ("authorization", "Bearer a"),
+        ("x-estimated-tokens", "5000"),
+    ];
+    let e = engine
+        .decide(&get("198.51.100.1", absurd), NOW)
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "limit `tokens`: header `x-estimated-tokens` claims 5000, over the most of 1000"
+    );
+    let junk: &[(&str, &str)] = &[("authorization", "Bearer a"), ("x-estimated-tokens", "-3")];
+    let e = engine.decide(&get("198.51.100.1", junk), NOW).unwrap_err();
+    assert!(
+        e.to_string().contains("must be a whole number, not `-3`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_estimate_is_settled_at_the_real_cost_or_stands_when_never_settled() {
+    let engine = engine(TOKENS);
+    let estimate: &[(&str, &str)] = &[("authorization", "Bearer a"), ("x-estimated-tokens", "500")];
+    let v = engine.decide(&get("198.51.100.1", estimate), NOW).unwrap();
+    let id = v.reservation.expect("an estimated cost is a reservation");
+    // The request really used 1,300 tokens: the balance goes 300 into debt...
+    engine.settle(id, 1_300, NOW).unwrap();
+    let one: &[(&str, &str)] = &[("authorization", "Bearer a"), ("x-estimated-tokens", "1")];
+    let v = engine.decide(&get("198.51.100.1", one), NOW).unwrap();
+    assert!(!v.allowed);
+    // ...which at 100 a second is waited out in exactly 3.01 s (300 owed plus this 1).
+    assert_eq!(v.retry_after_ns, Some(3_010_000_000));
+    assert_eq!(
+        engine.settle(id, 10, NOW),
+        Err(ratewarden_policy::SettleError::Unknown),
+        "settled twice"
+    );
+
+    // A reservation never settled expires after 30 s, its estimate standing.
+    let b: &[(&str, &str)] = &[("authorization", "Bearer b"), ("x-estimated-tokens", "800")];
+    let v = engine.decide(&get("198.51.100.1", b), NOW).unwrap();
+    let late = NOW + 30_000_000_000;
+    assert_eq!(
+        engine.settle(v.reservation.unwrap(), 0, late),
+        Err(ratewarden_policy::SettleError::Unknown)
+    );
+}
+
+#[test]
+fn a_reload_keeps_the_counters_of_unchanged_rules_and_restarts_changed_ones() {
+    let engine = engine(LAYERS);
+    let alice: &[(&str, &str)] = &[("authorization", "Bearer alice")];
+    assert!(
+        engine
+            .decide(&get("198.51.100.1", alice), NOW)
+            .unwrap()
+            .allowed
+    );
+    assert_eq!(engine.version(), 1);
+    // per-key doubles its limit; per-ip is untouched.
+    let changed = LAYERS.replace("limit = 1\n", "limit = 2\n");
+    let version = engine.reload(parse("test.toml", &changed).unwrap());
+    assert_eq!(version, 2);
+    let v = engine.decide(&get("198.51.100.1", alice), NOW).unwrap();
+    assert_eq!(v.version, 2);
+    assert_eq!(
+        v.outcomes[0].decision.remaining, 1,
+        "per-ip kept its count: 2 of 3 spent"
+    );
+    assert_eq!(
+        v.outcomes[1].decision.remaining, 1,
+        "per-key started afresh at its new limit"
+    );
+}
+
+#[test]
+fn a_local_fallback_decides_at_its_share_while_the_store_is_down() {
+    let config = parse(
+        "t.toml",
+        "[[limit]]\nname = \"api\"\nkey = [\"ip\"]\nalgorithm = \"fixed-window\"\nlimit = 30\nwindow = \"1m\"\non_store_failure = \"local\"\nlocal_divide_by = 3\n",
+    )
+    .unwrap();
+    let engine = Engine::new(config, Down);
+    let passed = (0..20)
+        .filter(|_| {
+            engine
+                .decide(&get("198.51.100.1", &[]), NOW)
+                .unwrap()
+                .allowed
+        })
+        .count();
+    assert_eq!(passed, 10, "a third of 30, in this instance alone");
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use ratewarden_core::{Algorithm, DisplayDuration, Limit};
-use ratewarden_policy::{config, Mode, OnStoreFailure, Rule};
+use ratewarden_policy::{config, Cost, Mode, OnStoreFailure, Rule};
 
 /// Validates `path`; prints its rules as a table, or every error found.
 ///
@@ -85,8 +85,15 @@ fn row(rule: &Rule) -> [String; 6] {
     };
     let key: Vec<String> = rule.key.iter().map(ToString::to_string).collect();
     let mut algorithm = describe(&rule.limit);
-    if rule.cost != 1 {
-        algorithm.push_str(&format!(", cost {}", rule.cost));
+    match &rule.cost {
+        Cost::Fixed(1) => {}
+        Cost::Fixed(n) => algorithm.push_str(&format!(", cost {n}")),
+        Cost::Header { name, max } => {
+            algorithm.push_str(&format!(", cost from {name} (at most {max})"));
+        }
+    }
+    if let Some(within) = rule.settle_within {
+        algorithm.push_str(&format!(", settled within {}", DisplayDuration(within)));
     }
     let mut mode = match rule.mode {
         Mode::Enforce => "enforce".to_owned(),
