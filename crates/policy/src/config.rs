@@ -78,9 +78,10 @@ pub enum KeyPart {
     Ip(IpGrouping),
     /// A request header's value (names are case-insensitive, stored lowercase).
     Header(String),
-    /// The API key: the bearer token of `Authorization`.
+    /// The API key: the bearer token of `Authorization`, or the configured header. Keys
+    /// hold a 64-bit digest of it, never the secret itself.
     ApiKey,
-    /// The tenant, from the `x-tenant-id` header.
+    /// The tenant, from the configured header (`x-tenant-id` by default).
     Tenant,
     /// The request's method and path.
     Route,
@@ -187,11 +188,31 @@ pub struct Rule {
     pub sensitive: bool,
 }
 
+/// Where the `api_key` and `tenant` key parts are read from (`[keys]` in the file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySources {
+    /// A header carrying the API key, read when there is no `Authorization: Bearer` token.
+    pub api_key_header: Option<String>,
+    /// The header carrying the tenant.
+    pub tenant_header: String,
+}
+
+impl Default for KeySources {
+    fn default() -> Self {
+        Self {
+            api_key_header: None,
+            tenant_header: "x-tenant-id".to_owned(),
+        }
+    }
+}
+
 /// A validated config file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
     /// The proxies whose forwarding headers are believed.
     pub trusted_proxies: TrustedProxies,
+    /// Where the `api_key` and `tenant` key parts come from.
+    pub keys: KeySources,
     /// The rules, in file order.
     pub rules: Vec<Rule>,
 }
@@ -201,6 +222,7 @@ pub struct Config {
 struct RawConfig {
     server: Option<RawServer>,
     store: Option<toml::Table>,
+    keys: Option<RawKeys>,
     #[serde(default)]
     limit: Vec<Spanned<RawLimit>>,
 }
@@ -218,6 +240,13 @@ struct RawServer {
     upstream: Option<String>,
     #[serde(default)]
     trusted_proxies: Vec<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKeys {
+    api_key_header: Option<String>,
+    tenant_header: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -400,9 +429,17 @@ pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
     errors
         .found
         .sort_by_key(|e| e.position.unwrap_or((usize::MAX, 0)));
+    let keys = raw.keys.map_or_else(KeySources::default, |k| KeySources {
+        api_key_header: k.api_key_header.map(|h| h.trim().to_ascii_lowercase()),
+        tenant_header: k.tenant_header.map_or_else(
+            || KeySources::default().tenant_header,
+            |h| h.trim().to_ascii_lowercase(),
+        ),
+    });
     if errors.found.is_empty() {
         Ok(Config {
             trusted_proxies,
+            keys,
             rules,
         })
     } else {

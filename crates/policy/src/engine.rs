@@ -12,7 +12,7 @@ use ratewarden_core::{Algorithm, Check, Decision, Limit, Outcome, Store};
 use ratewarden_memory::{MemoryStore, StoreConfig};
 
 use crate::client_ip;
-use crate::config::{Config, Cost, KeyPart, Match, Mode, OnStoreFailure, Rule};
+use crate::config::{Config, Cost, KeyPart, KeySources, Match, Mode, OnStoreFailure, Rule};
 
 /// What the engine needs to know of a request.
 #[derive(Debug, Clone, Copy)]
@@ -128,9 +128,31 @@ impl fmt::Display for SettleError {
 
 impl std::error::Error for SettleError {}
 
+/// What one rule did since its rule set came into force.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RuleStats {
+    /// Requests it allowed (enforcing).
+    pub allowed: u64,
+    /// Requests it rejected (enforcing).
+    pub rejected: u64,
+    /// Requests it would have rejected, in shadow mode or outside its rollout's share.
+    pub would_have_rejected: u64,
+    /// Decisions its store failed to make (its failure policy answered instead).
+    pub store_failures: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    allowed: AtomicU64,
+    rejected: AtomicU64,
+    would_have_rejected: AtomicU64,
+    store_failures: AtomicU64,
+}
+
 /// A rule set in force, with what each rule's keys start with.
 struct RuleSet {
     config: Config,
+    counters: Vec<Counters>,
     /// Per rule: `name@fingerprint`, so that a reload keeps the counters of a rule whose
     /// numbers did not change and starts a changed one afresh.
     prefixes: Vec<String>,
@@ -192,6 +214,45 @@ impl<S: Store> Engine<S> {
         version
     }
 
+    /// Reads and validates the config at `path`, then puts it in force; a bad file is
+    /// rejected with its errors and the old rules stay. Returns the new version.
+    ///
+    /// # Errors
+    ///
+    /// Every problem in the file.
+    pub fn reload_from(&self, path: &std::path::Path) -> Result<u64, crate::ConfigErrors> {
+        match crate::config::load(path) {
+            Ok(config) => {
+                let version = self.reload(config);
+                tracing::info!(version, path = %path.display(), "rules reloaded");
+                Ok(version)
+            }
+            Err(errors) => {
+                tracing::warn!(path = %path.display(), %errors, "reload rejected; the old rules stay");
+                Err(errors)
+            }
+        }
+    }
+
+    /// What each rule of the set in force did since it came into force.
+    pub fn stats(&self) -> Vec<(String, RuleStats)> {
+        let set = self.current();
+        set.config
+            .rules
+            .iter()
+            .zip(&set.counters)
+            .map(|(rule, c)| {
+                let stats = RuleStats {
+                    allowed: c.allowed.load(Ordering::Relaxed),
+                    rejected: c.rejected.load(Ordering::Relaxed),
+                    would_have_rejected: c.would_have_rejected.load(Ordering::Relaxed),
+                    store_failures: c.store_failures.load(Ordering::Relaxed),
+                };
+                (rule.name.clone(), stats)
+            })
+            .collect()
+    }
+
     /// Settles reservation `id` with the request's `actual` cost: the difference from the
     /// estimate is charged (the balance may go past the limit, and later requests wait the
     /// debt out) or refunded.
@@ -244,7 +305,8 @@ impl<S: Store> Engine<S> {
             if !matches(&rule.matches, request) {
                 continue;
             }
-            let Some(key) = build_key(&set.prefixes[i], rule, request, client) else {
+            let Some(key) = build_key(&set.prefixes[i], rule, &set.config.keys, request, client)
+            else {
                 continue;
             };
             let cost = cost_of(rule, request)?;
@@ -264,10 +326,12 @@ impl<S: Store> Engine<S> {
         let decisions: Vec<Decision> = match self.store.decide_all(&checks, now) {
             Ok(decisions) => decisions,
             // Each rule already knows what to do when its store fails.
-            Err(_) => enforced
+            Err(error) => enforced
                 .iter()
                 .map(|(i, key, cost, _)| {
                     let rule = &rules[*i];
+                    set.counters[*i].store_failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(rule = %rule.name, %error, policy = ?rule.on_store_failure, "store failed");
                     let size = rule.limit.limit();
                     match (&rule.on_store_failure, &rule.local) {
                         (OnStoreFailure::Closed, _) => {
@@ -313,6 +377,24 @@ impl<S: Store> Engine<S> {
             });
         }
         outcomes.sort_by_key(|o| o.rule);
+        for o in &outcomes {
+            let counters = &set.counters[o.rule];
+            let counter = match (o.enforced, o.said_no()) {
+                (true, false) => &counters.allowed,
+                (true, true) => &counters.rejected,
+                (false, true) => {
+                    tracing::info!(
+                        rule = %rules[o.rule].name,
+                        key = %o.key,
+                        version = set.version,
+                        "would have rejected"
+                    );
+                    &counters.would_have_rejected
+                }
+                (false, false) => continue,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
         let retry_after_ns = outcomes
             .iter()
             .filter(|o| o.enforced)
@@ -378,6 +460,7 @@ fn rule_set(config: Config, version: u64) -> RuleSet {
         })
         .collect();
     RuleSet {
+        counters: config.rules.iter().map(|_| Counters::default()).collect(),
         config,
         prefixes,
         version,
@@ -443,7 +526,13 @@ fn matches(m: &Match, request: &Request<'_>) -> bool {
 }
 
 /// `rule@fingerprint|part|part`; `None` when a part is missing from the request.
-fn build_key(prefix: &str, rule: &Rule, request: &Request<'_>, client: IpAddr) -> Option<String> {
+fn build_key(
+    prefix: &str,
+    rule: &Rule,
+    sources: &KeySources,
+    request: &Request<'_>,
+    client: IpAddr,
+) -> Option<String> {
     let mut key = prefix.to_owned();
     for part in &rule.key {
         key.push('|');
@@ -451,19 +540,26 @@ fn build_key(prefix: &str, rule: &Rule, request: &Request<'_>, client: IpAddr) -
             KeyPart::Ip(grouping) => key.push_str(&grouping.key(client).to_string()),
             KeyPart::Header(name) => key.push_str(request.header(name).filter(|v| !v.is_empty())?),
             KeyPart::ApiKey => {
-                let auth = request.header("authorization")?;
-                let token = auth
-                    .strip_prefix("Bearer ")
-                    .or_else(|| auth.strip_prefix("bearer "))?
-                    .trim();
-                if token.is_empty() {
-                    return None;
-                }
-                key.push_str(token);
+                let bearer = request.header("authorization").and_then(|auth| {
+                    auth.strip_prefix("Bearer ")
+                        .or_else(|| auth.strip_prefix("bearer "))
+                        .map(str::trim)
+                });
+                let configured = sources
+                    .api_key_header
+                    .as_deref()
+                    .and_then(|h| request.header(h));
+                let token = bearer.or(configured).filter(|t| !t.is_empty())?;
+                // Keys show up in logs and metrics: keep a digest, not the secret.
+                let mut h = DefaultHasher::new();
+                token.hash(&mut h);
+                key.push_str(&format!("key:{:016x}", h.finish()));
             }
-            KeyPart::Tenant => {
-                key.push_str(request.header("x-tenant-id").filter(|v| !v.is_empty())?)
-            }
+            KeyPart::Tenant => key.push_str(
+                request
+                    .header(&sources.tenant_header)
+                    .filter(|v| !v.is_empty())?,
+            ),
             KeyPart::Route => {
                 key.push_str(&request.method.to_ascii_uppercase());
                 key.push(' ');

@@ -16,7 +16,7 @@ mod engine;
 mod ip;
 
 pub use config::{
-    Config, ConfigError, ConfigErrors, Cost, KeyPart, Match, Mode, OnStoreFailure, Rule,
+    Config, ConfigError, ConfigErrors, Cost, KeyPart, KeySources, Match, Mode, OnStoreFailure, Rule,
 };
-pub use engine::{Engine, Request, RequestError, RuleOutcome, SettleError, Verdict};
+pub use engine::{Engine, Request, RequestError, RuleOutcome, RuleStats, SettleError, Verdict};
 pub use ip::{client_ip, IpGrouping, PrefixError, TrustedProxies};

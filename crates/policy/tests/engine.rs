@@ -404,3 +404,46 @@ fn a_local_fallback_decides_at_its_share_while_the_store_is_down() {
         .count();
     assert_eq!(passed, 10, "a third of 30, in this instance alone");
 }
+
+#[test]
+fn a_bad_file_on_reload_keeps_the_old_rules() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let good = dir.join("reload-good.toml");
+    let bad = dir.join("reload-bad.toml");
+    std::fs::write(&good, LAYERS).unwrap();
+    std::fs::write(
+        &bad,
+        LAYERS.replace(
+            "algorithm = \"fixed-window\"",
+            "algorithm = \"fixed-widow\"",
+        ),
+    )
+    .unwrap();
+    let engine = engine(LAYERS);
+    let errors = engine.reload_from(&bad).unwrap_err().to_string();
+    assert!(errors.contains("did you mean `fixed-window`?"), "{errors}");
+    assert_eq!(engine.version(), 1, "the old rules stay in force");
+    assert_eq!(engine.rules().len(), 2);
+    assert_eq!(engine.reload_from(&good), Ok(2));
+}
+
+#[test]
+fn api_keys_come_from_bearer_tokens_or_a_configured_header_and_are_never_stored_raw() {
+    let toml =
+        format!("[keys]\napi_key_header = \"X-Api-Key\"\ntenant_header = \"x-org\"\n{LAYERS}");
+    let engine = engine(&toml);
+    let bearer: &[(&str, &str)] = &[("authorization", "Bearer s3cret")];
+    let header: &[(&str, &str)] = &[("x-api-key", "s3cret")];
+    let a = engine.decide(&get("198.51.100.1", bearer), NOW).unwrap();
+    let b = engine.decide(&get("198.51.100.2", header), NOW).unwrap();
+    assert_eq!(
+        a.outcomes[1].key, b.outcomes[1].key,
+        "the same key either way"
+    );
+    assert!(!b.allowed, "and so the same budget");
+    assert!(
+        !a.outcomes[1].key.contains("s3cret"),
+        "{}",
+        a.outcomes[1].key
+    );
+}
