@@ -206,6 +206,45 @@ impl Default for KeySources {
     }
 }
 
+/// Where counters live (`[store]` in the file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreKind {
+    /// In this process's memory.
+    Memory,
+    /// A Redis server at this URL.
+    Redis {
+        /// Such as `redis://127.0.0.1:6379`.
+        url: String,
+    },
+    /// A Redis Cluster, found through these seed nodes.
+    RedisCluster {
+        /// Seed node URLs.
+        nodes: Vec<String>,
+    },
+}
+
+/// The `[store]` section, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreSettings {
+    /// Where counters live.
+    pub kind: StoreKind,
+    /// The most keys the in-memory store (and the local fallback) holds.
+    pub max_keys: usize,
+    /// Whether a full in-memory store evicts (`"evict"`, the default) or refuses new keys
+    /// (`"reject"`).
+    pub evict_when_full: bool,
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        Self {
+            kind: StoreKind::Memory,
+            max_keys: 1_000_000,
+            evict_when_full: true,
+        }
+    }
+}
+
 /// A validated config file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -213,6 +252,8 @@ pub struct Config {
     pub trusted_proxies: TrustedProxies,
     /// Where the `api_key` and `tenant` key parts come from.
     pub keys: KeySources,
+    /// Where counters live.
+    pub store: StoreSettings,
     /// The rules, in file order.
     pub rules: Vec<Rule>,
 }
@@ -221,7 +262,7 @@ pub struct Config {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     server: Option<RawServer>,
-    store: Option<toml::Table>,
+    store: Option<RawStore>,
     keys: Option<RawKeys>,
     #[serde(default)]
     limit: Vec<Spanned<RawLimit>>,
@@ -240,6 +281,17 @@ struct RawServer {
     upstream: Option<String>,
     #[serde(default)]
     trusted_proxies: Vec<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawStore {
+    kind: Option<Spanned<String>>,
+    max_keys: Option<Spanned<i64>>,
+    when_full: Option<Spanned<String>>,
+    url: Option<String>,
+    #[serde(default)]
+    nodes: Vec<String>,
 }
 
 #[derive(Deserialize)]
@@ -333,30 +385,6 @@ fn nearest<'a>(wrong: &str, known: impl IntoIterator<Item = &'a str>) -> Option<
         .map(|(_, k)| k)
 }
 
-const LIMIT_FIELDS: &[&str] = &[
-    "name",
-    "match",
-    "key",
-    "algorithm",
-    "rate",
-    "burst",
-    "limit",
-    "window",
-    "period",
-    "timezone",
-    "lease",
-    "cost",
-    "max_cost",
-    "settle",
-    "mode",
-    "rollout",
-    "sensitive",
-    "on_store_failure",
-    "local_divide_by",
-    "ipv4_prefix",
-    "ipv6_prefix",
-];
-
 /// Reads and validates the config file at `path`.
 ///
 /// # Errors
@@ -390,20 +418,23 @@ pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
         Ok(raw) => raw,
         Err(e) => {
             let mut message = e.message().trim().to_owned();
-            // "unknown field `algoritm`, expected one of ...": name the likely one.
-            if let Some(wrong) = message
+            // "unknown field `algoritm`, expected one of `a`, `b`": name the likely one.
+            if let Some((wrong, expected)) = message
                 .strip_prefix("unknown field `")
-                .and_then(|rest| rest.split('`').next())
+                .and_then(|rest| rest.split_once('`'))
             {
-                if let Some(fix) = nearest(wrong, LIMIT_FIELDS.iter().copied()) {
-                    message.push_str(&format!("; did you mean `{fix}`?"));
+                let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+                if let Some(fix) = nearest(wrong, known) {
+                    message = format!("{message}; did you mean `{fix}`?");
                 }
             }
             errors.at(e.span(), None, message);
             return Err(ConfigErrors(errors.found));
         }
     };
-    let _ = raw.store;
+    let store = raw.store.map_or_else(StoreSettings::default, |raw| {
+        store_settings(raw, &mut errors)
+    });
     let mut trusted = Vec::new();
     for proxy in raw.server.map(|s| s.trusted_proxies).unwrap_or_default() {
         match TrustedProxies::parse([proxy.get_ref().as_str()]) {
@@ -440,6 +471,7 @@ pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
         Ok(Config {
             trusted_proxies,
             keys,
+            store,
             rules,
         })
     } else {
@@ -891,4 +923,77 @@ fn divided(limit: &Limit, n: u32) -> Limit {
         Limit::Concurrency(l) => Concurrency::new(share(l.limit()), l.lease()).map(Limit::from),
     };
     built.unwrap_or_else(|_| limit.clone())
+}
+
+fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSettings {
+    let defaults = StoreSettings::default();
+    let kind = match raw.kind.as_ref().map(|k| (k.get_ref().as_str(), k.span())) {
+        None | Some(("memory", _)) => StoreKind::Memory,
+        Some(("redis", at)) => {
+            match raw.url {
+                Some(url) => StoreKind::Redis { url },
+                None => {
+                    errors.at(Some(at), None, "`[store]`: `kind = \"redis\"` needs `url`, such as \"redis://127.0.0.1:6379\"".to_owned());
+                    StoreKind::Memory
+                }
+            }
+        }
+        Some(("redis-cluster", at)) => {
+            if raw.nodes.is_empty() {
+                errors.at(
+                    Some(at),
+                    None,
+                    "`[store]`: `kind = \"redis-cluster\"` needs `nodes`, the seed node URLs"
+                        .to_owned(),
+                );
+            }
+            StoreKind::RedisCluster { nodes: raw.nodes }
+        }
+        Some((other, at)) => {
+            errors.at(
+                Some(at),
+                None,
+                format!("`[store]`: `kind` is `memory`, `redis` or `redis-cluster`, not `{other}`"),
+            );
+            StoreKind::Memory
+        }
+    };
+    let max_keys = match &raw.max_keys {
+        None => defaults.max_keys,
+        Some(n) => match usize::try_from(*n.get_ref()) {
+            Ok(n) if n > 0 => n,
+            _ => {
+                errors.at(
+                    Some(n.span()),
+                    None,
+                    format!(
+                        "`[store]`: `max_keys` must be above zero, not {}",
+                        n.get_ref()
+                    ),
+                );
+                defaults.max_keys
+            }
+        },
+    };
+    let evict_when_full = match raw
+        .when_full
+        .as_ref()
+        .map(|w| (w.get_ref().as_str(), w.span()))
+    {
+        None | Some(("evict", _)) => true,
+        Some(("reject", _)) => false,
+        Some((other, at)) => {
+            errors.at(
+                Some(at),
+                None,
+                format!("`[store]`: `when_full` is `evict` or `reject`, not `{other}`"),
+            );
+            true
+        }
+    };
+    StoreSettings {
+        kind,
+        max_keys,
+        evict_when_full,
+    }
 }

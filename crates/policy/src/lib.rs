@@ -16,7 +16,8 @@ mod engine;
 mod ip;
 
 pub use config::{
-    Config, ConfigError, ConfigErrors, Cost, KeyPart, KeySources, Match, Mode, OnStoreFailure, Rule,
+    Config, ConfigError, ConfigErrors, Cost, KeyPart, KeySources, Match, Mode, OnStoreFailure,
+    Rule, StoreKind, StoreSettings,
 };
 pub use engine::{Engine, Request, RequestError, RuleOutcome, RuleStats, SettleError, Verdict};
 pub use ip::{client_ip, IpGrouping, PrefixError, TrustedProxies};

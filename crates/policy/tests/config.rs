@@ -165,3 +165,38 @@ fn bad_trusted_proxies_and_unknown_sections_are_errors() {
     let err = parse("s.toml", "[sever]\nlisten = \"x\"\n").unwrap_err();
     assert!(err.to_string().contains("unknown field `sever`"), "{err}");
 }
+
+#[test]
+fn the_store_section_is_validated() {
+    let config = parse(
+        "s.toml",
+        "[store]\nkind = \"memory\"\nmax_keys = 5_000\nwhen_full = \"reject\"\n",
+    )
+    .unwrap();
+    assert_eq!(config.store.max_keys, 5_000);
+    assert!(!config.store.evict_when_full);
+    let cases = [
+        (
+            "[store]\nkind = \"etcd\"\n",
+            "s.toml:2:8: `[store]`: `kind` is `memory`, `redis` or `redis-cluster`, not `etcd`",
+        ),
+        (
+            "[store]\nkind = \"redis\"\n",
+            "`kind = \"redis\"` needs `url`",
+        ),
+        (
+            "[store]\nmax_keys = 0\n",
+            "s.toml:2:12: `[store]`: `max_keys` must be above zero, not 0",
+        ),
+        (
+            "[store]\nwhen_full = \"panic\"\n",
+            "`when_full` is `evict` or `reject`, not `panic`",
+        ),
+        ("[store]\nmax_key = 5\n", "unknown field `max_key`"),
+        ("[store]\nmax_key = 5\n", "did you mean `max_keys`?"),
+    ];
+    for (text, want) in cases {
+        let got = parse("s.toml", text).unwrap_err().to_string();
+        assert!(got.contains(want), "wanted {want}\ngot {got}");
+    }
+}
