@@ -609,17 +609,23 @@ fn validate(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -> Optio
                 );
             }
         }
+        // Fields an algorithm cannot do without (a quota's zone and a permit's lease default).
+        let given = |field: &str| stray.iter().any(|(f, g)| *f == field && *g);
+        let missing: Vec<&&str> = takes
+            .iter()
+            .filter(|f| !matches!(**f, "timezone" | "lease") && !given(f))
+            .collect();
+        for field in &missing {
+            needs(errors, field);
+        }
+        if !missing.is_empty() {
+            return None;
+        }
         let built: Result<Limit, ratewarden_core::Error> = match kind {
             AlgorithmKind::FixedWindow
             | AlgorithmKind::SlidingLog
             | AlgorithmKind::SlidingWindow => {
                 let (Some(n), Some(w)) = (count, window) else {
-                    if raw.limit.is_none() {
-                        needs(errors, "limit");
-                    }
-                    if raw.window.is_none() {
-                        needs(errors, "window");
-                    }
                     return None;
                 };
                 match kind {
@@ -633,12 +639,6 @@ fn validate(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -> Optio
             | AlgorithmKind::LeakyQueue
             | AlgorithmKind::Gcra => {
                 let (Some(r), Some(b)) = (rate, burst) else {
-                    if raw.rate.is_none() {
-                        needs(errors, "rate");
-                    }
-                    if raw.burst.is_none() {
-                        needs(errors, "burst");
-                    }
                     return None;
                 };
                 match kind {
@@ -660,12 +660,6 @@ fn validate(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -> Optio
                             }
                         });
                 let (Some(n), Some(unit)) = (count, period) else {
-                    if raw.limit.is_none() {
-                        needs(errors, "limit");
-                    }
-                    if raw.period.is_none() {
-                        needs(errors, "period");
-                    }
                     return None;
                 };
                 let tz = raw
@@ -680,9 +674,6 @@ fn validate(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -> Optio
             }
             AlgorithmKind::Concurrency => {
                 let Some(n) = count else {
-                    if raw.limit.is_none() {
-                        needs(errors, "limit");
-                    }
                     return None;
                 };
                 // A permit outlives any sane request: five minutes unless told otherwise.
