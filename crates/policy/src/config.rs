@@ -673,9 +673,7 @@ fn validate(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -> Optio
                 })
             }
             AlgorithmKind::Concurrency => {
-                let Some(n) = count else {
-                    return None;
-                };
+                let n = count?;
                 // A permit outlives any sane request: five minutes unless told otherwise.
                 Concurrency::new(n, lease.unwrap_or(Duration::from_secs(300))).map(Limit::from)
             }
