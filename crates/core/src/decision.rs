@@ -77,6 +77,14 @@ impl Decision {
         matches!(self.outcome, Outcome::Allowed | Outcome::Delayed { .. })
     }
 
+    /// Nanoseconds to wait before retrying, when limited.
+    pub fn retry_after_ns(&self) -> Option<u64> {
+        match self.outcome {
+            Outcome::Limited { retry_after_ns } => Some(retry_after_ns),
+            _ => None,
+        }
+    }
+
     /// How long to wait before retrying, when limited.
     pub fn retry_after(&self) -> Option<Duration> {
         match self.outcome {

@@ -1,0 +1,230 @@
+//! The headers and bodies of the rate limiting contract.
+
+use ratewarden_core::{Algorithm, Decision, Limit, NANOS_PER_SEC};
+use sfv::{Integer, KeyRef, ListSerializer, StringRef};
+
+/// The problem type of a caller over its quota (429).
+pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+/// The problem type of a server short of capacity for everyone (503).
+pub const TEMPORARY_REDUCED_CAPACITY: &str =
+    "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity";
+
+/// One policy's place in a response: its name, its numbers, and this request's decision.
+#[derive(Debug, Clone, Copy)]
+pub struct PolicyState<'a> {
+    /// The policy's name (the rule name), as clients will see it.
+    pub name: &'a str,
+    /// Its limit, from the decision.
+    pub decision: &'a Decision,
+    /// Its window in seconds, when it has a fixed one (see [`window_secs`]).
+    pub window_secs: Option<u64>,
+    /// The quota unit, when not requests (`concurrent-requests` for in-flight limits).
+    pub unit: Option<&'a str>,
+}
+
+/// A response to send instead of serving the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Response {
+    /// 429 or 503.
+    pub status: u16,
+    /// Header lines, in order.
+    pub headers: Vec<(&'static str, String)>,
+    /// The body (empty for a bare 429).
+    pub body: String,
+}
+
+/// Whole seconds to tell a client to wait: rounded up, so it never comes back early, and at
+/// least 1 (`Retry-After: 0` invites an immediate retry).
+///
+/// # Examples
+///
+/// ```
+/// use ratewarden_http::retry_after_secs;
+///
+/// assert_eq!(retry_after_secs(200_000_000), 1); // a token due in 200 ms
+/// assert_eq!(retry_after_secs(1_000_000_000), 1);
+/// assert_eq!(retry_after_secs(1_000_000_001), 2);
+/// assert_eq!(retry_after_secs(0), 1);
+/// ```
+pub fn retry_after_secs(ns: u64) -> u64 {
+    ns.div_ceil(NANOS_PER_SEC).max(1)
+}
+
+/// The window a limit's quota refers to, in whole seconds, when it has one: the window of
+/// a window algorithm, the time a bucket takes to refill its whole burst. Calendar quotas
+/// and concurrency limits have none that fits `w`.
+pub fn window_secs(limit: &Limit) -> Option<u64> {
+    let ns = match limit {
+        Limit::FixedWindow(l) => l.window().as_nanos(),
+        Limit::SlidingLog(l) => l.window().as_nanos(),
+        Limit::SlidingWindow(l) => l.window().as_nanos(),
+        Limit::TokenBucket(l) => burst_ns(l.rate(), l.burst()),
+        Limit::LeakyBucket(l) => burst_ns(l.rate(), l.burst()),
+        Limit::LeakyQueue(l) => burst_ns(l.rate(), l.limit()),
+        Limit::Gcra(l) => burst_ns(l.rate(), l.burst()),
+        Limit::Quota(_) | Limit::Concurrency(_) => return None,
+    };
+    u64::try_from(ns.div_ceil(u128::from(NANOS_PER_SEC)).max(1)).ok()
+}
+
+fn burst_ns(rate: ratewarden_core::Rate, burst: u64) -> u128 {
+    (u128::from(burst) * u128::from(rate.period_ns())).div_ceil(u128::from(rate.count()))
+}
+
+/// Structured Field integers stop at 15 digits.
+fn sf_int(n: u64) -> Integer {
+    Integer::try_from(n.min(999_999_999_999_999)).unwrap_or(Integer::constant(0))
+}
+
+fn key(name: &'static str) -> &'static KeyRef {
+    KeyRef::constant(name)
+}
+
+/// `RateLimit-Policy`: each policy's quota, window and unit.
+fn policy_field(policies: &[PolicyState<'_>]) -> Option<String> {
+    let mut list = ListSerializer::new();
+    for p in policies {
+        let Ok(name) = StringRef::from_str(p.name) else {
+            continue;
+        };
+        let item = list
+            .bare_item(name)
+            .parameter(key("q"), sf_int(p.decision.limit));
+        let item = match p.unit.and_then(|u| StringRef::from_str(u).ok()) {
+            Some(unit) => item.parameter(key("qu"), unit),
+            None => item,
+        };
+        // The item is complete once its parameters are written.
+        let _ = match p.window_secs {
+            Some(w) => item.parameter(key("w"), sf_int(w.max(1))),
+            None => item,
+        };
+    }
+    list.finish()
+}
+
+/// `RateLimit`: what each policy has left, and within how many seconds.
+fn state_field(policies: &[PolicyState<'_>]) -> Option<String> {
+    let mut list = ListSerializer::new();
+    for p in policies {
+        let Ok(name) = StringRef::from_str(p.name) else {
+            continue;
+        };
+        let t = p.decision.reset_after_ns.div_ceil(NANOS_PER_SEC);
+        let _ = list
+            .bare_item(name)
+            .parameter(key("r"), sf_int(p.decision.remaining))
+            .parameter(key("t"), sf_int(t));
+    }
+    list.finish()
+}
+
+fn rate_limit_headers(policies: &[PolicyState<'_>], legacy: bool) -> Vec<(&'static str, String)> {
+    let mut headers = Vec::new();
+    if let Some(v) = policy_field(policies) {
+        headers.push(("RateLimit-Policy", v));
+    }
+    if let Some(v) = state_field(policies) {
+        headers.push(("RateLimit", v));
+    }
+    // The legacy trio describes one limit: the one closest to exhaustion.
+    if let Some(p) = legacy
+        .then(|| policies.iter().min_by_key(|p| p.decision.remaining))
+        .flatten()
+    {
+        headers.push(("X-RateLimit-Limit", p.decision.limit.to_string()));
+        headers.push(("X-RateLimit-Remaining", p.decision.remaining.to_string()));
+        let reset = p.decision.reset_after_ns.div_ceil(NANOS_PER_SEC);
+        headers.push(("X-RateLimit-Reset", reset.to_string()));
+    }
+    headers
+}
+
+/// The headers to add to an allowed response: each policy's `RateLimit-Policy` and
+/// `RateLimit`, and the legacy trio when `legacy`. Per-client values must not be replayed
+/// to other clients by a shared cache, hence `Cache-Control: private`.
+pub fn allowed_headers(policies: &[PolicyState<'_>], legacy: bool) -> Vec<(&'static str, String)> {
+    let mut headers = rate_limit_headers(policies, legacy);
+    if !headers.is_empty() {
+        headers.push(("Cache-Control", "private".to_owned()));
+    }
+    headers
+}
+
+/// The 429 for a request over its limits.
+///
+/// `policies` are every matching policy (for the headers), `violated` the names of those
+/// that said no (for the body). When `sensitive` (a login or OTP rule said no) the answer is
+/// a bare 429 with `Retry-After` and nothing that reveals capacity.
+///
+/// # Examples
+///
+/// ```
+/// use ratewarden_core::{Algorithm, Gcra, Rate};
+/// use ratewarden_http::{limited, PolicyState};
+///
+/// let gcra = Gcra::new(Rate::per_second(5)?, 5)?;
+/// let mut state = Default::default();
+/// for _ in 0..5 { gcra.decide(&mut state, 0, 1); }
+/// let no = gcra.decide(&mut state, 0, 1);
+/// let policy = PolicyState { name: "per-key", decision: &no, window_secs: Some(1), unit: None };
+/// let retry = no.retry_after_ns().unwrap_or(0);
+/// let response = limited(&[policy], &["per-key"], retry, false, false);
+/// assert_eq!(response.status, 429);
+/// assert!(response.headers.contains(&("Retry-After", "1".to_owned())));
+/// assert!(response.headers.contains(&("RateLimit-Policy", r#""per-key";q=5;w=1"#.to_owned())));
+/// assert!(response.body.contains("quota-exceeded"));
+/// # Ok::<(), ratewarden_core::Error>(())
+/// ```
+pub fn limited(
+    policies: &[PolicyState<'_>],
+    violated: &[&str],
+    retry_after_ns: u64,
+    sensitive: bool,
+    legacy: bool,
+) -> Response {
+    let mut headers = vec![
+        ("Retry-After", retry_after_secs(retry_after_ns).to_string()),
+        ("Cache-Control", "no-store".to_owned()),
+    ];
+    if sensitive {
+        return Response {
+            status: 429,
+            headers,
+            body: String::new(),
+        };
+    }
+    headers.extend(rate_limit_headers(policies, legacy));
+    headers.push(("Content-Type", "application/problem+json".to_owned()));
+    let body = serde_json::json!({
+        "type": QUOTA_EXCEEDED,
+        "title": "Quota Exceeded",
+        "status": 429,
+        "violated-policies": violated,
+    });
+    Response {
+        status: 429,
+        headers,
+        body: body.to_string(),
+    }
+}
+
+/// The 503 for a server that cannot serve anyone right now (load shedding, or a `closed`
+/// rule whose store is down): the server is at fault, not the caller.
+pub fn unavailable(retry_after_ns: u64, detail: &str) -> Response {
+    let body = serde_json::json!({
+        "type": TEMPORARY_REDUCED_CAPACITY,
+        "title": "Temporary Reduced Capacity",
+        "status": 503,
+        "detail": detail,
+    });
+    Response {
+        status: 503,
+        headers: vec![
+            ("Retry-After", retry_after_secs(retry_after_ns).to_string()),
+            ("Cache-Control", "no-store".to_owned()),
+            ("Content-Type", "application/problem+json".to_owned()),
+        ],
+        body: body.to_string(),
+    }
+}
