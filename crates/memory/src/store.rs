@@ -180,10 +180,15 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
             let shard = &mut guards[guard_of(hash)];
             let decision = match shard.find(hash, key) {
                 Some(i) => limit.peek(&shard.slot(i).state, now, cost),
-                None => match self.refuse_new_key(shard, limit, now) {
-                    Some(refused) => refused,
-                    None => limit.peek(&A::State::default(), now, cost),
-                },
+                // Only a store that refuses new keys can say no here; one that evicts makes
+                // room when (and only if) the request is charged.
+                None if self.config.when_full == WhenFull::RejectNewKeys => {
+                    match self.refuse_new_key(shard, limit, now) {
+                        Some(refused) => refused,
+                        None => limit.peek(&A::State::default(), now, cost),
+                    }
+                }
+                None => limit.peek(&A::State::default(), now, cost),
             };
             all &= decision.is_allowed();
             decisions.push(decision);

@@ -195,3 +195,21 @@ fn a_store_of_one_algorithm_keeps_smaller_state() {
     assert_eq!(d.retry_after(), Some(Duration::from_millis(200)));
     assert!(gcra.limit() == 5);
 }
+
+#[test]
+fn a_rejected_layered_request_evicts_nothing() {
+    let store: MemoryStore = MemoryStore::new(StoreConfig {
+        max_keys: 4,
+        shards: 1,
+        ..StoreConfig::default()
+    });
+    let slow = Limit::from(Gcra::new(Rate::new(1, Duration::from_secs(60)).unwrap(), 1).unwrap());
+    for i in 0..4 {
+        assert!(store.decide(&slow, &format!("k{i}"), SEC, 1).is_allowed());
+    }
+    // k0 is spent, so the layered request is rejected: the new key must not push anyone out.
+    let decisions = store.decide_all(&[(&slow, "newcomer", 1), (&slow, "k0", 1)], SEC);
+    assert!(!decisions[1].is_allowed());
+    let stats = store.stats();
+    assert_eq!((stats.keys, stats.evicted_live), (4, 0));
+}
