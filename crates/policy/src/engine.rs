@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use ratewarden_core::{Algorithm, Check, Decision, Limit, Outcome, Store};
 use ratewarden_memory::{MemoryStore, StoreConfig};
 
-use crate::client_ip;
 use crate::config::{Config, Cost, KeyPart, KeySources, Match, Mode, OnStoreFailure, Rule};
+use crate::{client_ip, TrustedProxies};
 
 /// What the engine needs to know of a request.
 #[derive(Debug, Clone, Copy)]
@@ -294,12 +294,7 @@ impl<S: Store> Engine<S> {
     pub fn decide(&self, request: &Request<'_>, now: u64) -> Result<Verdict, RequestError> {
         let set = self.current();
         let rules = &set.config.rules;
-        let client = client_ip(
-            request.peer,
-            &request.header_values("forwarded").collect::<Vec<_>>(),
-            &request.header_values("x-forwarded-for").collect::<Vec<_>>(),
-            &set.config.trusted_proxies,
-        );
+        let client = client_of(request, &set.config.trusted_proxies);
         let mut applying: Vec<Applying> = Vec::new();
         for (i, rule) in rules.iter().enumerate() {
             if !matches(&rule.matches, request) {
@@ -465,6 +460,17 @@ fn rule_set(config: Config, version: u64) -> RuleSet {
         prefixes,
         version,
     }
+}
+
+/// The client's address. Forwarding headers are gathered only when the peer is one of our
+/// proxies: for every other request (most of them, without a proxy) they cannot matter.
+fn client_of(request: &Request<'_>, trusted: &TrustedProxies) -> IpAddr {
+    if !trusted.contains(request.peer) {
+        return client_ip(request.peer, &[], &[], trusted);
+    }
+    let forwarded: Vec<&str> = request.header_values("forwarded").collect();
+    let x_forwarded_for: Vec<&str> = request.header_values("x-forwarded-for").collect();
+    client_ip(request.peer, &forwarded, &x_forwarded_for, trusted)
 }
 
 /// What `request` costs under `rule`.
