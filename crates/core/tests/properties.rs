@@ -81,6 +81,21 @@ fn held(admitted: &[(u64, u64)], within: impl Fn(u64) -> bool) -> u64 {
         .sum()
 }
 
+/// Walks `trace` from a fresh state, calling `check` with the state, each arrival's time and
+/// its cost; `check` decides what to do with them.
+fn each_arrival(
+    trace: &[Arrival],
+    mut check: impl FnMut(&mut LimitState, u64, u64) -> Result<(), TestCaseError>,
+) -> Result<(), TestCaseError> {
+    let mut state = LimitState::default();
+    let mut now = 1_000_000_000_000u64;
+    for &(gap, cost) in trace {
+        now += gap;
+        check(&mut state, now, cost)?;
+    }
+    Ok(())
+}
+
 fn all_limits(rate: Rate, burst: u64, window: Duration) -> Vec<Limit> {
     let limit = burst;
     vec![
@@ -165,22 +180,22 @@ proptest! {
         rate in rates(), burst in 1u64..=10, window_ms in 1u64..=3_000, trace in arrivals(12),
     ) {
         for limit in all_limits(rate, burst, Duration::from_millis(window_ms)) {
-            let mut state = LimitState::default();
-            let mut now = 1_000_000_000_000u64;
-            for &(gap, cost) in &trace {
-                now += gap;
-                let decision = limit.decide(&mut state, now, cost);
-                let Outcome::Limited { retry_after_ns: wait } = decision.outcome else { continue };
+            each_arrival(&trace, |state, now, cost| {
+                let decision = limit.decide(state, now, cost);
+                let Outcome::Limited { retry_after_ns: wait } = decision.outcome else {
+                    return Ok(());
+                };
                 prop_assert!(wait > 0, "{:?}: limited with no wait", limit.kind());
                 prop_assert!(
-                    !limit.peek(&state, now + wait - 1, cost).is_allowed(),
+                    !limit.peek(state, now + wait - 1, cost).is_allowed(),
                     "{:?}: allowed 1 ns before the retry time {wait} at {now}", limit.kind()
                 );
                 prop_assert!(
-                    limit.peek(&state, now + wait, cost).is_allowed(),
+                    limit.peek(state, now + wait, cost).is_allowed(),
                     "{:?}: still limited at the retry time {wait} at {now}", limit.kind()
                 );
-            }
+                Ok(())
+            })?;
         }
     }
 
@@ -189,19 +204,17 @@ proptest! {
         rate in rates(), burst in 1u64..=10, window_ms in 1u64..=3_000, trace in arrivals(12),
     ) {
         for limit in all_limits(rate, burst, Duration::from_millis(window_ms)) {
-            let mut state = LimitState::default();
-            let mut now = 1_000_000_000_000u64;
-            for &(gap, cost) in &trace {
-                now += gap;
+            each_arrival(&trace, |state, now, cost| {
                 let before = state.clone();
-                let peeked = limit.peek(&state, now, cost);
-                prop_assert_eq!(&state, &before);
-                let decision = limit.decide(&mut state, now, cost);
+                let peeked = limit.peek(state, now, cost);
+                prop_assert_eq!(&*state, &before);
+                let decision = limit.decide(state, now, cost);
                 prop_assert_eq!(peeked, decision);
                 if !decision.is_allowed() {
-                    prop_assert_eq!(&state, &before, "{:?} changed on rejection", limit.kind());
+                    prop_assert_eq!(&*state, &before, "{:?} changed on rejection", limit.kind());
                 }
-            }
+                Ok(())
+            })?;
         }
     }
 

@@ -1,6 +1,8 @@
 //! `ratewarden simulate`, end to end: the real binary on the lesson's Figure 1 and on files.
 
 use std::fs;
+
+use ratewarden_core::AlgorithmKind;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
@@ -67,23 +69,11 @@ fn the_table_shows_every_algorithm_deciding_figure1_as_the_lesson_says() {
     let text = stdout(&out);
     let mut lines = text.lines().filter(|l| !l.starts_with('#'));
     let header: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
-    assert_eq!(
-        header,
-        [
-            "time_s",
-            "key",
-            "cost",
-            "fixed-window",
-            "sliding-log",
-            "sliding-window",
-            "token-bucket",
-            "leaky-bucket",
-            "leaky-queue",
-            "gcra",
-            "quota",
-            "concurrency"
-        ]
-    );
+    let columns: Vec<&str> = ["time_s", "key", "cost"]
+        .into_iter()
+        .chain(AlgorithmKind::ALL.map(|k| k.as_str()))
+        .collect();
+    assert_eq!(header, columns);
     let rows: Vec<Vec<String>> = lines
         .by_ref()
         .take(20)
@@ -177,17 +167,7 @@ fn svg_draws_a_row_per_algorithm_with_passed_and_rejected_marked_apart() {
     assert!(out.status.success(), "{}", stderr(&out));
     let svg = fs::read_to_string(&path).unwrap();
     assert!(svg.starts_with("<svg"));
-    for name in [
-        "fixed-window",
-        "sliding-log",
-        "sliding-window",
-        "token-bucket",
-        "leaky-bucket",
-        "leaky-queue",
-        "gcra",
-        "quota",
-        "concurrency",
-    ] {
+    for name in AlgorithmKind::ALL.map(|k| k.as_str()) {
         assert!(svg.contains(name), "row label {name}");
     }
     // Passed arrivals are filled green circles (plus one in the legend): 117 of 180 decisions.
