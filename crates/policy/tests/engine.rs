@@ -447,3 +447,28 @@ fn api_keys_come_from_bearer_tokens_or_a_configured_header_and_are_never_stored_
         a.outcomes[1].key
     );
 }
+
+#[test]
+fn the_tenant_comes_from_the_configured_header() {
+    let engine = engine(
+        "[keys]\ntenant_header = \"X-Org\"\n\n[[limit]]\nname = \"per-tenant\"\nkey = [\"tenant\"]\nalgorithm = \"fixed-window\"\nlimit = 1\nwindow = \"1h\"\n",
+    );
+    let acme: &[(&str, &str)] = &[("x-org", "acme")];
+    assert!(
+        engine
+            .decide(&get("198.51.100.1", acme), NOW)
+            .unwrap()
+            .allowed
+    );
+    // Another address of the same tenant shares its budget...
+    let v = engine.decide(&get("198.51.100.2", acme), NOW).unwrap();
+    assert!(!v.allowed);
+    assert!(v.outcomes[0].key.ends_with("|acme"));
+    // ...and the default header is no longer read.
+    let other: &[(&str, &str)] = &[("x-tenant-id", "acme")];
+    assert!(engine
+        .decide(&get("198.51.100.3", other), NOW)
+        .unwrap()
+        .outcomes
+        .is_empty());
+}
