@@ -13,6 +13,7 @@
 //! ```
 
 use std::fmt;
+use std::net::SocketAddr;
 use std::ops::Range;
 use std::path::Path;
 use std::time::Duration;
@@ -245,6 +246,55 @@ impl Default for StoreSettings {
     }
 }
 
+/// The `[server]` section, validated: what `ratewarden serve` listens on and how it answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerSettings {
+    /// The main listener: the gateway when `upstream` is set, the decision API otherwise.
+    pub listen: SocketAddr,
+    /// A listener of its own for the decision API (so a gateway can serve it too).
+    pub api: Option<SocketAddr>,
+    /// The admin listener (`/metrics`, `/live`, `/ready`, `/reload`); `"off"` for none.
+    pub admin: Option<SocketAddr>,
+    /// The service the gateway forwards allowed requests to, `http://host:port`.
+    pub upstream: Option<String>,
+    /// Also send `X-RateLimit-Limit/-Remaining/-Reset`.
+    pub legacy_headers: bool,
+    /// Up to this much, in whole seconds, added at random to `Retry-After` so throttled
+    /// clients do not all return at once.
+    pub retry_after_jitter: Duration,
+    /// The most requests in flight at once; beyond it the server sheds with 503.
+    pub max_in_flight: usize,
+    /// How long a request may wait for an in-flight slot before it is shed.
+    pub queue_timeout: Duration,
+    /// In-flight slots only critical routes may take.
+    pub critical_reserve: usize,
+    /// The critical routes.
+    pub critical: Vec<Match>,
+    /// How long shutdown waits for requests in flight.
+    pub shutdown_grace: Duration,
+    /// The largest decision API request body, in bytes.
+    pub max_body: usize,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            api: None,
+            admin: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
+            upstream: None,
+            legacy_headers: false,
+            retry_after_jitter: Duration::ZERO,
+            max_in_flight: 10_000,
+            queue_timeout: Duration::from_millis(100),
+            critical_reserve: 1_000,
+            critical: Vec::new(),
+            shutdown_grace: Duration::from_secs(30),
+            max_body: 64 * 1024,
+        }
+    }
+}
+
 /// A validated config file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -254,6 +304,8 @@ pub struct Config {
     pub keys: KeySources,
     /// Where counters live.
     pub store: StoreSettings,
+    /// Listeners, the upstream, the response contract and load shedding.
+    pub server: ServerSettings,
     /// The rules, in file order.
     pub rules: Vec<Rule>,
 }
@@ -271,16 +323,21 @@ struct RawConfig {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawServer {
-    #[allow(dead_code)]
-    listen: Option<String>,
-    #[allow(dead_code)]
-    admin: Option<String>,
-    #[allow(dead_code)]
-    api: Option<String>,
-    #[allow(dead_code)]
-    upstream: Option<String>,
+    listen: Option<Spanned<String>>,
+    admin: Option<Spanned<String>>,
+    api: Option<Spanned<String>>,
+    upstream: Option<Spanned<String>>,
     #[serde(default)]
     trusted_proxies: Vec<Spanned<String>>,
+    legacy_headers: Option<bool>,
+    retry_after_jitter: Option<Spanned<String>>,
+    max_in_flight: Option<Spanned<i64>>,
+    queue_timeout: Option<Spanned<String>>,
+    critical_reserve: Option<Spanned<i64>>,
+    #[serde(default)]
+    critical: Vec<RawMatch>,
+    shutdown_grace: Option<Spanned<String>>,
+    max_body: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -436,7 +493,14 @@ pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
         store_settings(raw, &mut errors)
     });
     let mut trusted = Vec::new();
-    for proxy in raw.server.map(|s| s.trusted_proxies).unwrap_or_default() {
+    let (server, proxies) = match raw.server {
+        Some(mut raw) => {
+            let proxies = std::mem::take(&mut raw.trusted_proxies);
+            (server_settings(raw, &mut errors), proxies)
+        }
+        None => (ServerSettings::default(), Vec::new()),
+    };
+    for proxy in proxies {
         match TrustedProxies::parse([proxy.get_ref().as_str()]) {
             Ok(_) => trusted.push(proxy.into_inner()),
             Err(e) => errors.at(Some(proxy.span()), None, format!("`trusted_proxies`: {e}")),
@@ -472,6 +536,7 @@ pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
             trusted_proxies,
             keys,
             store,
+            server,
             rules,
         })
     } else {
@@ -840,17 +905,7 @@ fn validate(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -> Optio
             OnStoreFailure::Open
         }
     };
-    let matches = raw
-        .matches
-        .map(|m| Match {
-            method: m.method.map(|s| s.trim().to_ascii_uppercase()),
-            path: m.path,
-            host: m.host.map(|h| h.trim().to_ascii_lowercase()),
-            header: m
-                .header
-                .map(|h| (h.trim().to_ascii_lowercase(), m.header_value)),
-        })
-        .unwrap_or_default();
+    let matches = raw.matches.map(match_of).unwrap_or_default();
 
     if errors.found.len() > failures {
         return None;
@@ -912,6 +967,143 @@ fn divided(limit: &Limit, n: u32) -> Limit {
         Limit::Concurrency(l) => Concurrency::new(share(l.limit()), l.lease()).map(Limit::from),
     };
     built.unwrap_or_else(|_| limit.clone())
+}
+
+fn match_of(m: RawMatch) -> Match {
+    Match {
+        method: m.method.map(|s| s.trim().to_ascii_uppercase()),
+        path: m.path,
+        host: m.host.map(|h| h.trim().to_ascii_lowercase()),
+        header: m
+            .header
+            .map(|h| (h.trim().to_ascii_lowercase(), m.header_value)),
+    }
+}
+
+fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> ServerSettings {
+    let defaults = ServerSettings::default();
+    let mut address = |field: &str, value: Option<Spanned<String>>| -> Option<Option<SocketAddr>> {
+        let v = value?;
+        if v.get_ref().trim() == "off" {
+            return Some(None);
+        }
+        match v.get_ref().trim().parse::<SocketAddr>() {
+            Ok(a) => Some(Some(a)),
+            Err(_) => {
+                errors.at(
+                    Some(v.span()),
+                    None,
+                    format!(
+                        "`[server]`: `{field}` must be an address with a port, such as \"127.0.0.1:8080\" or \"[::1]:8080\", not `{}`",
+                        v.get_ref()
+                    ),
+                );
+                None
+            }
+        }
+    };
+    let listen = address("listen", raw.listen)
+        .flatten()
+        .unwrap_or(defaults.listen);
+    let api = address("api", raw.api).flatten();
+    let admin = address("admin", raw.admin).unwrap_or(defaults.admin);
+    let upstream = raw
+        .upstream
+        .and_then(|u| match parse_upstream(u.get_ref()) {
+            Ok(up) => Some(up),
+            Err(message) => {
+                errors.at(
+                    Some(u.span()),
+                    None,
+                    format!("`[server]`: `upstream`: {message}"),
+                );
+                None
+            }
+        });
+    let mut duration = |field: &str, value: Option<Spanned<String>>, default: Duration| {
+        let Some(v) = value else { return default };
+        match parse_duration(v.get_ref()) {
+            Ok(d) => d,
+            Err(e) => {
+                errors.at(Some(v.span()), None, format!("`[server]`: `{field}`: {e}"));
+                default
+            }
+        }
+    };
+    let retry_after_jitter = duration(
+        "retry_after_jitter",
+        raw.retry_after_jitter,
+        defaults.retry_after_jitter,
+    );
+    let queue_timeout = duration("queue_timeout", raw.queue_timeout, defaults.queue_timeout);
+    let shutdown_grace = duration(
+        "shutdown_grace",
+        raw.shutdown_grace,
+        defaults.shutdown_grace,
+    );
+    let mut count = |field: &str, value: Option<Spanned<i64>>, zero: bool| -> Option<usize> {
+        let v = value?;
+        match usize::try_from(*v.get_ref()) {
+            Ok(n) if zero || n > 0 => Some(n),
+            _ => {
+                let least = if zero { "zero or more" } else { "above zero" };
+                errors.at(
+                    Some(v.span()),
+                    None,
+                    format!(
+                        "`[server]`: `{field}` must be a whole number {least}, not {}",
+                        v.get_ref()
+                    ),
+                );
+                None
+            }
+        }
+    };
+    let max_in_flight =
+        count("max_in_flight", raw.max_in_flight, false).unwrap_or(defaults.max_in_flight);
+    let reserve_span = raw.critical_reserve.as_ref().map(Spanned::span);
+    let critical_reserve =
+        count("critical_reserve", raw.critical_reserve, true).unwrap_or(max_in_flight / 10);
+    let max_body = count("max_body", raw.max_body, false).unwrap_or(defaults.max_body);
+    if critical_reserve >= max_in_flight {
+        errors.at(
+            reserve_span,
+            None,
+            format!(
+                "`[server]`: `critical_reserve` ({critical_reserve}) must be below `max_in_flight` ({max_in_flight}), or nothing but critical routes gets through"
+            ),
+        );
+    }
+    ServerSettings {
+        listen,
+        api,
+        admin,
+        upstream,
+        legacy_headers: raw.legacy_headers.unwrap_or(false),
+        retry_after_jitter,
+        max_in_flight,
+        queue_timeout,
+        critical_reserve,
+        critical: raw.critical.into_iter().map(match_of).collect(),
+        shutdown_grace,
+        max_body,
+    }
+}
+
+/// `http://host:port`, the only kind of upstream the gateway speaks to (TLS ends in front).
+fn parse_upstream(text: &str) -> Result<String, String> {
+    let text = text.trim().trim_end_matches('/');
+    let Some(authority) = text.strip_prefix("http://") else {
+        return Err(format!(
+            "must start with `http://` (TLS to the upstream is not supported), not `{text}`"
+        ));
+    };
+    if authority.is_empty() || authority.contains(['/', '?', '#', ' ', '@']) {
+        return Err(format!(
+            "must be `http://host[:port]`, without a path, query or credentials, not `{text}`"
+        ));
+    }
+    Ok(text.to_owned())
 }
 
 fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSettings {

@@ -27,6 +27,14 @@ pub struct Request<'a> {
     pub host: Option<&'a str>,
     /// Header lines, names in any case, in the order received.
     pub headers: &'a [(&'a str, &'a str)],
+    /// The cost under every matching rule, when the caller says (the decision API's `cost`);
+    /// otherwise each rule's own.
+    pub cost: Option<u64>,
+    /// The API key, when the caller names it outright (the decision API's `api_key`); it
+    /// wins over the request's headers.
+    pub api_key: Option<&'a str>,
+    /// The tenant, when the caller names it outright; it wins over the tenant header.
+    pub tenant: Option<&'a str>,
 }
 
 impl<'a> Request<'a> {
@@ -54,6 +62,8 @@ pub struct RuleOutcome {
     /// Whether this decision could reject: false for shadow mode, and for keys outside a
     /// rollout's share.
     pub enforced: bool,
+    /// The store failed, and the rule's `on_store_failure` policy decided instead.
+    pub store_failed: bool,
 }
 
 impl RuleOutcome {
@@ -76,8 +86,13 @@ pub struct Verdict {
     pub retry_after_ns: Option<u64>,
     /// When an allowed request's cost was an estimate: the id to settle it with.
     pub reservation: Option<u64>,
+    /// When an allowed request holds concurrency permits: the id to release them with
+    /// when it finishes (or they lapse after their lease).
+    pub permit: Option<u64>,
     /// The version of the rule set that decided.
     pub version: u64,
+    /// The rules of that set: `outcomes` index them.
+    pub rules: Arc<[Rule]>,
 }
 
 impl Verdict {
@@ -128,6 +143,25 @@ impl fmt::Display for SettleError {
 
 impl std::error::Error for SettleError {}
 
+/// Why a release was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReleaseError {
+    /// No such permit: never granted, released already, or lapsed after its lease.
+    Unknown,
+}
+
+impl fmt::Display for ReleaseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReleaseError::Unknown => f.write_str(
+                "no such permit: never granted, already released, or lapsed after its lease",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ReleaseError {}
+
 /// What one rule did since its rule set came into force.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RuleStats {
@@ -152,6 +186,7 @@ struct Counters {
 /// A rule set in force, with what each rule's keys start with.
 struct RuleSet {
     config: Config,
+    rules: Arc<[Rule]>,
     counters: Vec<Counters>,
     /// Per rule: `name@fingerprint`, so that a reload keeps the counters of a rule whose
     /// numbers did not change and starts a changed one afresh.
@@ -165,6 +200,13 @@ struct Reservation {
     expires: u64,
 }
 
+/// Concurrency units held by an allowed request until it finishes.
+struct Held {
+    charges: Vec<(Limit, String, u64)>,
+    /// The earliest lease among them: past it, the store has let the units go by itself.
+    lapses: u64,
+}
+
 /// A rule that applies to a request: its index, key, cost, and whether it enforces.
 type Applying = (usize, String, u64, bool);
 
@@ -176,6 +218,7 @@ pub struct Engine<S> {
     local: MemoryStore,
     reservations: Mutex<HashMap<u64, Reservation>>,
     next_reservation: AtomicU64,
+    permits: Mutex<HashMap<u64, Held>>,
 }
 
 impl<S: Store> Engine<S> {
@@ -187,7 +230,18 @@ impl<S: Store> Engine<S> {
             local: MemoryStore::new(StoreConfig::default()),
             reservations: Mutex::new(HashMap::new()),
             next_reservation: AtomicU64::new(1),
+            permits: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The store the rules decide on.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The config in force.
+    pub fn config(&self) -> Config {
+        self.current().config.clone()
     }
 
     fn current(&self) -> Arc<RuleSet> {
@@ -281,6 +335,26 @@ impl<S: Store> Engine<S> {
         Ok(())
     }
 
+    /// Releases permit `id`: the concurrency units an allowed request held go back.
+    ///
+    /// # Errors
+    ///
+    /// [`ReleaseError::Unknown`] for a permit never granted, released, or lapsed: a permit
+    /// not released within its lease was let go by the store already.
+    pub fn release(&self, id: u64, now: u64) -> Result<(), ReleaseError> {
+        let held = {
+            let mut all = self.permits.lock().unwrap_or_else(PoisonError::into_inner);
+            all.retain(|_, h| h.lapses > now);
+            all.remove(&id).ok_or(ReleaseError::Unknown)?
+        };
+        for (limit, key, cost) in &held.charges {
+            let delta = i64::try_from(*cost).unwrap_or(i64::MAX);
+            // A failing store loses the release; the lease lets the units go in the end.
+            let _ = self.store.settle(limit, key, now, -delta);
+        }
+        Ok(())
+    }
+
     /// Decides `request` at `now` against every matching rule.
     ///
     /// Enforced rules are decided all or nothing: a request rejected by one is charged on
@@ -297,14 +371,17 @@ impl<S: Store> Engine<S> {
         let client = client_of(request, &set.config.trusted_proxies);
         let mut applying: Vec<Applying> = Vec::new();
         for (i, rule) in rules.iter().enumerate() {
-            if !matches(&rule.matches, request) {
+            if !rule.matches.matches(request) {
                 continue;
             }
             let Some(key) = build_key(&set.prefixes[i], rule, &set.config.keys, request, client)
             else {
                 continue;
             };
-            let cost = cost_of(rule, request)?;
+            let cost = match request.cost {
+                Some(cost) => cost,
+                None => cost_of(rule, request)?,
+            };
             let enforced = enforces(rule, &key);
             applying.push((i, key, cost, enforced));
         }
@@ -318,10 +395,13 @@ impl<S: Store> Engine<S> {
             })
             .collect();
         let mut unavailable = false;
+        let mut store_failed = false;
         let decisions: Vec<Decision> = match self.store.decide_all(&checks, now) {
             Ok(decisions) => decisions,
             // Each rule already knows what to do when its store fails.
-            Err(error) => enforced
+            Err(error) => {
+                store_failed = true;
+                enforced
                 .iter()
                 .map(|(i, key, cost, _)| {
                     let rule = &rules[*i];
@@ -340,7 +420,8 @@ impl<S: Store> Engine<S> {
                         _ => Decision::new(Outcome::Allowed, size, size, 0),
                     }
                 })
-                .collect(),
+                .collect()
+            }
         };
         let mut outcomes: Vec<RuleOutcome> = enforced
             .iter()
@@ -350,6 +431,7 @@ impl<S: Store> Engine<S> {
                 key: key.clone(),
                 decision,
                 enforced: true,
+                store_failed,
             })
             .collect();
         let allowed = outcomes.iter().all(|o| o.decision.is_allowed());
@@ -362,6 +444,12 @@ impl<S: Store> Engine<S> {
                 self.store.peek(&rule.limit, key, now, *cost)
             };
             let size = rule.limit.limit();
+            let failed = result.is_err();
+            if failed {
+                set.counters[*i]
+                    .store_failures
+                    .fetch_add(1, Ordering::Relaxed);
+            }
             let decision =
                 result.unwrap_or_else(|_| Decision::new(Outcome::Allowed, size, size, 0));
             outcomes.push(RuleOutcome {
@@ -369,6 +457,7 @@ impl<S: Store> Engine<S> {
                 key: key.clone(),
                 decision,
                 enforced: false,
+                store_failed: failed,
             });
         }
         outcomes.sort_by_key(|o| o.rule);
@@ -398,10 +487,13 @@ impl<S: Store> Engine<S> {
                 _ => None,
             })
             .max();
-        let reservation = if allowed {
-            self.reserve(rules, &applying, now)
+        let (reservation, permit) = if allowed {
+            (
+                self.reserve(rules, &applying, now),
+                self.hold(rules, &outcomes, &applying, now),
+            )
         } else {
-            None
+            (None, None)
         };
         Ok(Verdict {
             allowed,
@@ -409,8 +501,45 @@ impl<S: Store> Engine<S> {
             outcomes,
             retry_after_ns,
             reservation,
+            permit,
             version: set.version,
+            rules: Arc::clone(&set.rules),
         })
+    }
+
+    /// Records the concurrency units an allowed request took, if any, for its release.
+    fn hold(
+        &self,
+        rules: &[Rule],
+        outcomes: &[RuleOutcome],
+        applying: &[Applying],
+        now: u64,
+    ) -> Option<u64> {
+        let mut charges = Vec::new();
+        let mut lapses = u64::MAX;
+        for (i, key, cost, _) in applying {
+            let Limit::Concurrency(c) = &rules[*i].limit else {
+                continue;
+            };
+            // Units are held only where the store charged them (a failed store held none,
+            // and neither did a shadow rule that said no).
+            let charged = outcomes
+                .iter()
+                .any(|o| o.rule == *i && o.decision.is_allowed() && !o.store_failed);
+            if charged && *cost > 0 {
+                charges.push((rules[*i].limit.clone(), key.clone(), *cost));
+                let lease = u64::try_from(c.lease().as_nanos()).unwrap_or(u64::MAX);
+                lapses = lapses.min(now.saturating_add(lease));
+            }
+        }
+        if charges.is_empty() {
+            return None;
+        }
+        let id = self.next_reservation.fetch_add(1, Ordering::Relaxed);
+        let mut all = self.permits.lock().unwrap_or_else(PoisonError::into_inner);
+        all.retain(|_, h| h.lapses > now);
+        all.insert(id, Held { charges, lapses });
+        Some(id)
     }
 
     /// Records the estimated costs of an allowed request, if any, for a later settle.
@@ -456,6 +585,7 @@ fn rule_set(config: Config, version: u64) -> RuleSet {
         .collect();
     RuleSet {
         counters: config.rules.iter().map(|_| Counters::default()).collect(),
+        rules: config.rules.clone().into(),
         config,
         prefixes,
         version,
@@ -497,6 +627,13 @@ fn cost_of(rule: &Rule, request: &Request<'_>) -> Result<u64, RequestError> {
             }
             Ok(n)
         }
+    }
+}
+
+impl Match {
+    /// Whether `request` meets every condition given.
+    pub fn matches(&self, request: &Request<'_>) -> bool {
+        matches(self, request)
     }
 }
 
@@ -555,7 +692,11 @@ fn build_key(
                     .api_key_header
                     .as_deref()
                     .and_then(|h| request.header(h));
-                let token = bearer.or(configured).filter(|t| !t.is_empty())?;
+                let token = request
+                    .api_key
+                    .or(bearer)
+                    .or(configured)
+                    .filter(|t| !t.is_empty())?;
                 // Keys show up in logs and metrics: keep a digest, not the secret.
                 let mut h = DefaultHasher::new();
                 token.hash(&mut h);
@@ -563,7 +704,8 @@ fn build_key(
             }
             KeyPart::Tenant => key.push_str(
                 request
-                    .header(&sources.tenant_header)
+                    .tenant
+                    .or_else(|| request.header(&sources.tenant_header))
                     .filter(|v| !v.is_empty())?,
             ),
             KeyPart::Route => {

@@ -17,7 +17,9 @@ mod ip;
 
 pub use config::{
     Config, ConfigError, ConfigErrors, Cost, KeyPart, KeySources, Match, Mode, OnStoreFailure,
-    Rule, StoreKind, StoreSettings,
+    Rule, ServerSettings, StoreKind, StoreSettings,
 };
-pub use engine::{Engine, Request, RequestError, RuleOutcome, RuleStats, SettleError, Verdict};
+pub use engine::{
+    Engine, ReleaseError, Request, RequestError, RuleOutcome, RuleStats, SettleError, Verdict,
+};
 pub use ip::{client_ip, IpGrouping, PrefixError, TrustedProxies};

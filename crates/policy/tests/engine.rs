@@ -22,6 +22,9 @@ fn get<'a>(peer: &str, headers: &'a [(&'a str, &'a str)]) -> Request<'a> {
         path: "/orders",
         host: Some("api.example.com"),
         headers,
+        cost: None,
+        api_key: None,
+        tenant: None,
     }
 }
 

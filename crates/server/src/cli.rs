@@ -18,6 +18,10 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Serve the decision API, or the gateway in front of `[server] upstream`, with the
+    /// config's rules; reload them on SIGHUP or `POST /reload` on the admin listener.
+    #[command(after_help = SERVE_EXAMPLES)]
+    Serve(ServeArgs),
     /// Run a trace of arrivals through one or every algorithm and show each decision.
     #[command(after_help = SIMULATE_EXAMPLES)]
     Simulate(Box<SimulateArgs>),
@@ -28,6 +32,22 @@ pub enum Command {
         file: PathBuf,
     },
 }
+
+const SERVE_EXAMPLES: &str = "\
+Examples:
+  # The example config: the decision API on 127.0.0.1:8080, admin on 127.0.0.1:9090.
+  ratewarden serve --config examples/ratewarden.toml
+
+  # Ask for a decision:
+  curl -s localhost:8080/v1/check -d '{\"ip\":\"203.0.113.7\",\"path\":\"/login\",\"method\":\"POST\"}'
+
+  # Reload the rules after editing the file (a bad file keeps the old rules):
+  kill -HUP $(pidof ratewarden)      # or: curl -X POST localhost:9090/reload
+
+Set `[server] upstream = \"http://127.0.0.1:3000\"` to run as a gateway in front of a service,
+and `[server] api` to serve the decision API beside it. SIGTERM or SIGINT stop accepting and
+let requests in flight finish within `[server] shutdown_grace` (30s). Logs go to standard
+error; RUST_LOG filters them (default `info`).";
 
 const SIMULATE_EXAMPLES: &str = "\
 Examples:
@@ -110,6 +130,31 @@ pub struct SimulateArgs {
     /// axis, passed and rejected marked apart.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+}
+
+/// Arguments of `ratewarden serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The config file.
+    #[arg(long, short, value_name = "FILE", default_value = "ratewarden.toml")]
+    pub config: PathBuf,
+
+    /// Listen here instead of `[server] listen`, such as `0.0.0.0:8080`.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<std::net::SocketAddr>,
+
+    /// How to write logs.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+/// Log formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Lines for people.
+    Text,
+    /// One JSON object a line, for log pipelines.
+    Json,
 }
 
 /// Output formats.

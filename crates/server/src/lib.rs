@@ -3,4 +3,5 @@
 
 pub mod check_config;
 pub mod cli;
+pub mod serve;
 pub mod simulate;

@@ -8,6 +8,7 @@ use ratewarden_server::cli::{Cli, Command};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Serve(args) => ratewarden_server::serve::main(args),
         Command::Simulate(args) => ratewarden_server::simulate::main(*args),
         Command::CheckConfig { file } => ratewarden_server::check_config::main(&file),
     };

@@ -1,0 +1,306 @@
+//! The decision API: `POST /v1/check`, `/v1/settle` and `/v1/release`, JSON in and out.
+//!
+//! The shapes are documented in `docs/decision-api.md` and `docs/openapi.yaml`. A decision
+//! is always a 200 (the decision is in the body, with the status and headers the caller
+//! should send); 4xx answers are about the API request itself, as problem+json.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::CONTENT_TYPE;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use ratewarden_core::{Outcome, NANOS_PER_SEC};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::app::{Answer, App};
+use super::reply::{self, Body, Problem};
+
+/// The most a caller may claim one request costs.
+pub(crate) const MAX_COST: u64 = 1_000_000_000;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Check {
+    /// The client's address; the API caller's own when absent.
+    ip: Option<String>,
+    method: Option<String>,
+    path: Option<String>,
+    host: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    api_key: Option<String>,
+    tenant: Option<String>,
+    cost: Option<u64>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Settle {
+    reservation: u64,
+    cost: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Release {
+    permit: u64,
+}
+
+pub(crate) async fn handle(
+    app: &Arc<App>,
+    peer: SocketAddr,
+    request: Request<Incoming>,
+) -> Response<Body> {
+    let path = request.uri().path();
+    let known = matches!(path, "/v1/check" | "/v1/settle" | "/v1/release");
+    if !known {
+        return reply::problem(
+            StatusCode::NOT_FOUND,
+            format!("no such endpoint `{path}`; the decision API has POST /v1/check, /v1/settle and /v1/release"),
+        );
+    }
+    if request.method() != Method::POST {
+        let mut response = reply::problem(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("`{path}` takes POST, not {}", request.method()),
+        );
+        response
+            .headers_mut()
+            .insert(http::header::ALLOW, http::HeaderValue::from_static("POST"));
+        return response;
+    }
+    let path = path.to_owned();
+    let Some(_slot) = app.shedder.enter(false).await else {
+        app.metrics.shed("in_flight");
+        return reply::contract(ratewarden_http::unavailable(
+            app.jittered(NANOS_PER_SEC),
+            "the server is at capacity",
+        ));
+    };
+    let body = match read_json(app, request).await {
+        Ok(body) => body,
+        Err(problem) => return problem.response(),
+    };
+    match path.as_str() {
+        "/v1/check" => match parse::<Check>(&body) {
+            Ok(check) => decide(app, peer, check),
+            Err(problem) => problem.response(),
+        },
+        "/v1/settle" => match parse::<Settle>(&body) {
+            Ok(settle) => {
+                if settle.cost > MAX_COST {
+                    return too_costly(settle.cost);
+                }
+                match app
+                    .engine
+                    .settle(settle.reservation, settle.cost, app.clock.now())
+                {
+                    Ok(()) => {
+                        reply::json(StatusCode::OK, &json!({ "settled": settle.reservation }))
+                    }
+                    Err(e) => reply::problem(
+                        StatusCode::NOT_FOUND,
+                        format!("reservation {}: {e}", settle.reservation),
+                    ),
+                }
+            }
+            Err(problem) => problem.response(),
+        },
+        _ => match parse::<Release>(&body) {
+            Ok(release) => match app.engine.release(release.permit, app.clock.now()) {
+                Ok(()) => reply::json(StatusCode::OK, &json!({ "released": release.permit })),
+                Err(e) => reply::problem(
+                    StatusCode::NOT_FOUND,
+                    format!("permit {}: {e}", release.permit),
+                ),
+            },
+            Err(problem) => problem.response(),
+        },
+    }
+}
+
+/// The body, within `[server] max_body`, as JSON.
+async fn read_json(app: &App, request: Request<Incoming>) -> Result<Bytes, Problem> {
+    if let Some(kind) = request.headers().get(CONTENT_TYPE) {
+        let kind = kind.to_str().unwrap_or("");
+        let essence = kind.split(';').next().unwrap_or("").trim();
+        if !essence.eq_ignore_ascii_case("application/json") {
+            return Err(Problem::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!("the body must be `application/json`, not `{kind}`"),
+            ));
+        }
+    }
+    let max = app.settings().max_body;
+    match Limited::new(request.into_body(), max).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body is over {max} bytes (`[server] max_body`)"),
+        )),
+        Err(error) => Err(Problem::new(
+            StatusCode::BAD_REQUEST,
+            format!("the body could not be read: {error}"),
+        )),
+    }
+}
+
+fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Problem> {
+    let first = body.iter().find(|b| !b.is_ascii_whitespace());
+    if first.is_some_and(|&b| b != b'{')
+        && serde_json::from_slice::<serde_json::Value>(body).is_ok()
+    {
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "the body must be a JSON object, such as {\"ip\": \"203.0.113.7\", \"path\": \"/orders\"}",
+        ));
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        let status = if e.is_data() {
+            StatusCode::UNPROCESSABLE_ENTITY
+        } else {
+            StatusCode::BAD_REQUEST
+        };
+        let what = if e.is_eof() && body.iter().all(u8::is_ascii_whitespace) {
+            "the body is empty; it must be a JSON object".to_owned()
+        } else {
+            format!("the body is not a valid request: {e}")
+        };
+        Problem::new(status, what)
+    })
+}
+
+fn too_costly(cost: u64) -> Response<Body> {
+    reply::problem(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        format!("`cost` is {cost}; it must be at most {MAX_COST}"),
+    )
+}
+
+fn decide(app: &App, peer: SocketAddr, check: Check) -> Response<Body> {
+    let ip = match check.ip.as_deref() {
+        None => peer.ip(),
+        Some(text) => match text.trim().parse::<IpAddr>() {
+            Ok(ip) => ip,
+            Err(_) => {
+                return reply::problem(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    format!("`ip` must be an IPv4 or IPv6 address, not `{text}`"),
+                )
+            }
+        },
+    };
+    if let Some(cost) = check.cost.filter(|&c| c > MAX_COST) {
+        return too_costly(cost);
+    }
+    let method = check.method.as_deref().unwrap_or("GET");
+    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()) {
+        return reply::problem(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("`method` must be an HTTP method such as \"GET\", not `{method}`"),
+        );
+    }
+    let path = check.path.as_deref().unwrap_or("/");
+    if !path.starts_with('/') {
+        return reply::problem(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            format!("`path` must start with `/`, not `{path}`"),
+        );
+    }
+    let path = path.split('?').next().unwrap_or(path);
+    let headers: Vec<(&str, &str)> = check
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    let request = ratewarden_policy::Request {
+        peer: ip,
+        method,
+        path,
+        host: check.host.as_deref(),
+        headers: &headers,
+        cost: check.cost,
+        api_key: check.api_key.as_deref(),
+        tenant: check.tenant.as_deref(),
+    };
+    let started = app.clock.now();
+    let verdict = match app.engine.decide(&request, started) {
+        Ok(verdict) => verdict,
+        Err(e) => return reply::problem(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+    };
+    app.metrics
+        .decision_seconds
+        .observe(app.clock.now().saturating_sub(started) as f64 / 1e9);
+    let answer = app.answer(&verdict);
+    let policies: Vec<serde_json::Value> = verdict
+        .outcomes
+        .iter()
+        .map(|o| {
+            let d = &o.decision;
+            let (outcome, retry, delay) = match d.outcome {
+                Outcome::Allowed => ("allowed", None, None),
+                Outcome::Delayed { delay_ns } => ("delayed", None, Some(ms(delay_ns))),
+                Outcome::Limited { retry_after_ns } => ("limited", Some(ms(retry_after_ns)), None),
+                Outcome::CostTooHigh => ("cost_too_high", None, None),
+            };
+            json!({
+                "name": verdict.rules[o.rule].name,
+                "key": o.key,
+                "outcome": outcome,
+                "enforced": o.enforced,
+                "limit": d.limit,
+                "remaining": d.remaining,
+                "reset_after_ms": ms(d.reset_after_ns),
+                "retry_after_ms": retry,
+                "delay_ms": delay,
+                "store_failed": o.store_failed,
+            })
+        })
+        .collect();
+    let names = |it: &mut dyn Iterator<Item = &ratewarden_policy::RuleOutcome>| -> Vec<String> {
+        it.map(|o| verdict.rules[o.rule].name.clone()).collect()
+    };
+    let violated = names(&mut verdict.violated());
+    let shadow = names(&mut verdict.would_have_rejected());
+    let (status, headers, body, delay_ms) = match &answer {
+        Answer::Go { headers, delay } => (200, headers.clone(), None, ms_duration(*delay)),
+        Answer::Stop(response) => (
+            response.status,
+            response.headers.clone(),
+            Some(response.body.clone()),
+            0,
+        ),
+    };
+    let headers: Vec<[&str; 2]> = headers.iter().map(|(n, v)| [*n, v.as_str()]).collect();
+    reply::json(
+        StatusCode::OK,
+        &json!({
+            "allowed": verdict.allowed,
+            "status": status,
+            "retry_after_ms": verdict.retry_after_ns.map(ms),
+            "delay_ms": delay_ms,
+            "policies": policies,
+            "violated_policies": violated,
+            "would_have_rejected": shadow,
+            "reservation": verdict.reservation,
+            "permit": verdict.permit,
+            "config_version": verdict.version,
+            "headers": headers,
+            "body": body.filter(|b| !b.is_empty()),
+        }),
+    )
+}
+
+/// Milliseconds, rounded up so a client waiting them is never early.
+fn ms(ns: u64) -> u64 {
+    ns.div_ceil(1_000_000)
+}
+
+fn ms_duration(d: std::time::Duration) -> u64 {
+    ms(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}

@@ -1,0 +1,241 @@
+//! What every listener shares: the engine, the clock, the settings, metrics and shedding.
+
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratewarden_core::{Clock, Limit, Outcome};
+use ratewarden_http::PolicyState;
+use ratewarden_memory::MemoryStore;
+use ratewarden_policy::{ConfigError, ConfigErrors, Engine, ServerSettings, Verdict};
+use tokio::sync::watch;
+
+use super::metrics::Metrics;
+use super::shed::Shedder;
+
+/// A clock that reads tokio's time: under a test's paused time it moves only when tokio's
+/// does, so queue delays and refills line up with `tokio::time::advance`.
+#[derive(Debug)]
+pub struct TokioClock {
+    base_ns: u64,
+    start: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// A clock reading `base_ns` now.
+    pub fn new(base_ns: u64) -> Self {
+        Self {
+            base_ns,
+            start: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl Clock for TokioClock {
+    fn now(&self) -> u64 {
+        let elapsed = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.base_ns.saturating_add(elapsed)
+    }
+}
+
+pub(crate) struct App {
+    pub(crate) engine: Engine<MemoryStore>,
+    pub(crate) clock: Arc<dyn Clock>,
+    settings: ServerSettings,
+    pub(crate) metrics: Metrics,
+    pub(crate) shedder: Arc<Shedder>,
+    pub(crate) upstream: Option<super::gateway::Upstream>,
+    config_path: Option<PathBuf>,
+    ready: AtomicBool,
+    jitter: RandomState,
+    jitter_seq: AtomicU64,
+}
+
+/// What to do with a decided request.
+pub(crate) enum Answer {
+    /// Serve it, after `delay` (a queueing rule), adding `headers` to the response.
+    Go {
+        headers: Vec<(&'static str, String)>,
+        delay: Duration,
+    },
+    /// Answer this instead (429 or 503).
+    Stop(ratewarden_http::Response),
+}
+
+impl App {
+    pub(crate) fn new(
+        engine: Engine<MemoryStore>,
+        settings: ServerSettings,
+        config_path: Option<PathBuf>,
+        clock: Arc<dyn Clock>,
+    ) -> anyhow::Result<Self> {
+        let metrics = Metrics::new();
+        metrics.version.set(engine.version() as i64);
+        let upstream = match &settings.upstream {
+            Some(url) => Some(super::gateway::Upstream::new(url)?),
+            None => None,
+        };
+        Ok(Self {
+            engine,
+            clock,
+            shedder: Arc::new(Shedder::new(
+                settings.max_in_flight,
+                settings.critical_reserve,
+                settings.queue_timeout,
+            )),
+            settings,
+            metrics,
+            upstream,
+            config_path,
+            ready: AtomicBool::new(false),
+            jitter: RandomState::new(),
+            jitter_seq: AtomicU64::new(0),
+        })
+    }
+
+    pub(crate) fn settings(&self) -> &ServerSettings {
+        &self.settings
+    }
+
+    pub(crate) fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// Reads the config file again; on error the old rules stay. `[server]` and `[store]`
+    /// are read at start only.
+    pub(crate) fn reload(&self) -> Result<u64, ConfigErrors> {
+        let Some(path) = &self.config_path else {
+            self.metrics.reloaded(false);
+            return Err(ConfigErrors(vec![ConfigError {
+                file: "(none)".to_owned(),
+                position: None,
+                rule: None,
+                message: "the server was started without a config file to reload".to_owned(),
+            }]));
+        };
+        match self.engine.reload_from(path) {
+            Ok(version) => {
+                let config = self.engine.config();
+                if config.server != self.settings {
+                    tracing::warn!(
+                        "`[server]` changed in {}: listeners, upstream and shedding change on restart only",
+                        path.display()
+                    );
+                }
+                self.metrics.reloaded(true);
+                self.metrics.version.set(version as i64);
+                Ok(version)
+            }
+            Err(errors) => {
+                self.metrics.reloaded(false);
+                Err(errors)
+            }
+        }
+    }
+
+    /// Decides what to do with a verdict: the contract's 429 or 503, or go on with the
+    /// RateLimit fields (and a queueing rule's delay). Records the verdict in the metrics.
+    pub(crate) fn answer(&self, verdict: &Verdict) -> Answer {
+        self.metrics.record(verdict);
+        let legacy = self.settings.legacy_headers;
+        // Only enforced, non-sensitive rules show their numbers; shadow rules are not the
+        // client's business, and sensitive ones must not reveal capacity.
+        let shown: Vec<PolicyState<'_>> = verdict
+            .outcomes
+            .iter()
+            .filter(|o| o.enforced && !verdict.rules[o.rule].sensitive)
+            .map(|o| {
+                policy_state(
+                    &verdict.rules[o.rule].name,
+                    &verdict.rules[o.rule].limit,
+                    &o.decision,
+                )
+            })
+            .collect();
+        if verdict.unavailable {
+            let retry = verdict.retry_after_ns.unwrap_or(1_000_000_000);
+            return Answer::Stop(ratewarden_http::unavailable(
+                self.jittered(retry),
+                "a rate limit this request needs cannot be checked right now",
+            ));
+        }
+        if !verdict.allowed {
+            let violated: Vec<&str> = verdict
+                .violated()
+                .map(|o| verdict.rules[o.rule].name.as_str())
+                .collect();
+            let sensitive = verdict.violated().any(|o| verdict.rules[o.rule].sensitive);
+            let retry = verdict.retry_after_ns.unwrap_or(1_000_000_000);
+            return Answer::Stop(ratewarden_http::limited(
+                &shown,
+                &violated,
+                self.jittered(retry),
+                sensitive,
+                legacy,
+            ));
+        }
+        let delay = verdict
+            .outcomes
+            .iter()
+            .filter(|o| o.enforced)
+            .filter_map(|o| match o.decision.outcome {
+                Outcome::Delayed { delay_ns } => Some(delay_ns),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        Answer::Go {
+            headers: ratewarden_http::allowed_headers(&shown, legacy),
+            delay: Duration::from_nanos(delay),
+        }
+    }
+
+    /// `retry_ns` plus up to `[server] retry_after_jitter` at random, so clients throttled
+    /// together do not all come back together. Only ever later, never earlier.
+    pub(crate) fn jittered(&self, retry_ns: u64) -> u64 {
+        let jitter = u64::try_from(self.settings.retry_after_jitter.as_nanos()).unwrap_or(u64::MAX);
+        if jitter == 0 {
+            return retry_ns;
+        }
+        let seq = self.jitter_seq.fetch_add(1, Ordering::Relaxed);
+        let random = self.jitter.hash_one(seq);
+        retry_ns.saturating_add(random % jitter.saturating_add(1))
+    }
+}
+
+/// A policy's entry in the RateLimit fields.
+pub(crate) fn policy_state<'a>(
+    name: &'a str,
+    limit: &Limit,
+    decision: &'a ratewarden_core::Decision,
+) -> PolicyState<'a> {
+    PolicyState {
+        name,
+        decision,
+        window_secs: ratewarden_http::window_secs(limit),
+        unit: matches!(limit, Limit::Concurrency(_)).then_some("concurrent-requests"),
+    }
+}
+
+/// Drops idle keys from the store once a second, a bounded batch at a time, so memory
+/// follows the live keys even when no new keys arrive to trigger the store's own sweep.
+pub(crate) async fn sweep(app: Arc<App>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                app.engine.store().sweep(app.clock.now(), 4096);
+                app.metrics.keys.set(app.engine.store().len() as i64);
+            }
+            _ = stop.changed() => return,
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! Listeners: accept connections, serve HTTP/1.1 on each, and stop gracefully.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use http::{Request, Response};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use super::app::App;
+use super::reply::Body;
+
+/// What a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// The reverse proxy in front of `[server] upstream`.
+    Gateway,
+    /// The decision API: `/v1/check`, `/v1/settle`, `/v1/release`.
+    Api,
+    /// `/metrics`, `/live`, `/ready`, `/reload`.
+    Admin,
+}
+
+impl Role {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Role::Gateway => "gateway",
+            Role::Api => "api",
+            Role::Admin => "admin",
+        }
+    }
+}
+
+pub(crate) async fn bind(addr: SocketAddr, field: &str) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr} (`[server] {field}`)"))
+}
+
+/// Serves `listener` until `stop` turns true, then gives open connections `grace` to finish.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    role: Role,
+    app: Arc<App>,
+    mut stop: watch::Receiver<bool>,
+    grace: Duration,
+) {
+    let graceful = GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        // A client that never finishes its headers does not hold a connection forever.
+        .header_read_timeout(Duration::from_secs(30));
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of file descriptors, say: wait a little rather than spin.
+                    tracing::warn!(%error, role = role.as_str(), "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = stop.changed() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let app = Arc::clone(&app);
+        let service = service_fn(move |request: Request<Incoming>| {
+            let app = Arc::clone(&app);
+            async move { Ok::<_, Infallible>(route(&app, role, peer, request).await) }
+        });
+        let connection = http.serve_connection(TokioIo::new(stream), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, %peer, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            role = role.as_str(),
+            "shutdown grace ran out with connections still open; closing them"
+        );
+    }
+}
+
+async fn route(
+    app: &Arc<App>,
+    role: Role,
+    peer: SocketAddr,
+    request: Request<Incoming>,
+) -> Response<Body> {
+    let response = match role {
+        Role::Gateway => super::gateway::handle(app, peer, request).await,
+        Role::Api => super::api::handle(app, peer, request).await,
+        Role::Admin => super::admin::handle(app, request).await,
+    };
+    app.metrics
+        .responded(role.as_str(), response.status().as_u16());
+    response
+}

@@ -1,0 +1,250 @@
+//! `ratewarden serve`: the decision API, the gateway and the admin listener.
+//!
+//! [`start`] binds every listener of a config and serves until [`Running::shutdown`] (or a
+//! signal, under [`main`]); tests start it in-process on `127.0.0.1:0` with a clock of
+//! their own.
+
+mod admin;
+mod api;
+mod app;
+mod gateway;
+mod listen;
+mod metrics;
+mod reply;
+mod shed;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{bail, Context};
+use ratewarden_core::{Clock, RealClock};
+use ratewarden_memory::{MemoryStore, StoreConfig, WhenFull};
+use ratewarden_policy::{Config, ConfigErrors, Engine, StoreKind};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::cli::{LogFormat, ServeArgs};
+use app::App;
+pub use app::TokioClock;
+use listen::Role;
+
+/// What to start: a validated config, where it came from (for reloads), and the clock.
+pub struct Options {
+    /// The config.
+    pub config: Config,
+    /// The file it was read from: `/reload`, SIGHUP and `Running::reload` read it again.
+    pub config_path: Option<PathBuf>,
+    /// Where decisions read the time.
+    pub clock: Arc<dyn Clock>,
+}
+
+/// A server that is running: its bound addresses, and the handles to reload and stop it.
+pub struct Running {
+    /// The main listener's address (the gateway with an upstream, the decision API without).
+    pub listen: SocketAddr,
+    /// The separate decision API listener's address, if configured.
+    pub api: Option<SocketAddr>,
+    /// The admin listener's address, if configured.
+    pub admin: Option<SocketAddr>,
+    app: Arc<App>,
+    stop: watch::Sender<bool>,
+    tasks: JoinSet<()>,
+}
+
+impl Running {
+    /// Starts a graceful shutdown: the listeners stop accepting, requests in flight get
+    /// `[server] shutdown_grace` to finish.
+    pub fn shutdown(&self) {
+        self.app.set_ready(false);
+        let _ = self.stop.send(true);
+    }
+
+    /// Reads the config file again and puts its rules in force; on any error the old
+    /// rules stay.
+    ///
+    /// # Errors
+    ///
+    /// Every problem in the file, or that there is no file to read.
+    pub fn reload(&self) -> Result<u64, ConfigErrors> {
+        self.app.reload()
+    }
+
+    /// Waits until every listener has stopped and every connection has finished (or the
+    /// grace period ran out).
+    pub async fn wait(mut self) {
+        while self.tasks.join_next().await.is_some() {}
+    }
+}
+
+/// Binds every listener of `options.config` and starts serving.
+///
+/// # Errors
+///
+/// A listener that cannot be bound, an upstream that cannot be used, or a store this build
+/// does not have.
+pub async fn start(options: Options) -> anyhow::Result<Running> {
+    let config = options.config;
+    let store = match &config.store.kind {
+        StoreKind::Memory => MemoryStore::new(StoreConfig {
+            max_keys: config.store.max_keys,
+            when_full: if config.store.evict_when_full {
+                WhenFull::EvictLeastRecentlyUsed
+            } else {
+                WhenFull::RejectNewKeys
+            },
+            ..StoreConfig::default()
+        }),
+        StoreKind::Redis { .. } | StoreKind::RedisCluster { .. } => bail!(
+            "`[store] kind = \"redis\"` and `\"redis-cluster\"` need the shared store, which \
+             this build does not have yet; use `kind = \"memory\"`"
+        ),
+    };
+    let settings = config.server.clone();
+    let engine = Engine::new(config, store);
+    let app = Arc::new(App::new(
+        engine,
+        settings.clone(),
+        options.config_path,
+        options.clock,
+    )?);
+
+    let (stop, stopped) = watch::channel(false);
+    let mut tasks = JoinSet::new();
+    let main_role = if settings.upstream.is_some() {
+        Role::Gateway
+    } else {
+        Role::Api
+    };
+    let listen = listen::bind(settings.listen, "listen").await?;
+    let listen_addr = listen.local_addr()?;
+    let api = match settings.api {
+        Some(addr) => Some(listen::bind(addr, "api").await?),
+        None => None,
+    };
+    let admin = match settings.admin {
+        Some(addr) => Some(listen::bind(addr, "admin").await?),
+        None => None,
+    };
+    let api_addr = api.as_ref().map(|l| l.local_addr()).transpose()?;
+    let admin_addr = admin.as_ref().map(|l| l.local_addr()).transpose()?;
+    let grace = settings.shutdown_grace;
+    tasks.spawn(listen::serve(
+        listen,
+        main_role,
+        Arc::clone(&app),
+        stopped.clone(),
+        grace,
+    ));
+    if let Some(api) = api {
+        tasks.spawn(listen::serve(
+            api,
+            Role::Api,
+            Arc::clone(&app),
+            stopped.clone(),
+            grace,
+        ));
+    }
+    if let Some(admin) = admin {
+        tasks.spawn(listen::serve(
+            admin,
+            Role::Admin,
+            Arc::clone(&app),
+            stopped.clone(),
+            grace,
+        ));
+    }
+    tasks.spawn(app::sweep(Arc::clone(&app), stopped));
+    tracing::info!(
+        listen = %listen_addr,
+        role = main_role.as_str(),
+        api = ?api_addr,
+        admin = ?admin_addr,
+        upstream = settings.upstream.as_deref().unwrap_or("none"),
+        "ratewarden serving"
+    );
+    app.set_ready(true);
+    Ok(Running {
+        listen: listen_addr,
+        api: api_addr,
+        admin: admin_addr,
+        app,
+        stop,
+        tasks,
+    })
+}
+
+/// `ratewarden serve`: loads the config, serves until SIGTERM or SIGINT, reloads on SIGHUP.
+///
+/// # Errors
+///
+/// A config that does not load, or a server that cannot start.
+pub fn main(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    init_logs(args.log_format);
+    let mut config = match ratewarden_policy::config::load(&args.config) {
+        Ok(config) => config,
+        Err(errors) => {
+            eprintln!("{errors}");
+            let n = errors.0.len();
+            eprintln!(
+                "error: {} has {n} problem{}; nothing started",
+                args.config.display(),
+                if n == 1 { "" } else { "s" }
+            );
+            return Ok(ExitCode::from(1));
+        }
+    };
+    if let Some(listen) = args.listen {
+        config.server.listen = listen;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let running = start(Options {
+            config,
+            config_path: Some(args.config.clone()),
+            clock: Arc::new(RealClock::new()),
+        })
+        .await?;
+        signals(&running).await?;
+        let grace = running.app.settings().shutdown_grace;
+        tracing::info!(grace = ?grace, "shutting down: finishing requests in flight");
+        running.shutdown();
+        running.wait().await;
+        tracing::info!("stopped");
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// Waits for SIGTERM or SIGINT, reloading the config on every SIGHUP meanwhile.
+async fn signals(running: &Running) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    let mut hup = signal(SignalKind::hangup()).context("cannot watch SIGHUP")?;
+    loop {
+        tokio::select! {
+            _ = term.recv() => return Ok(()),
+            _ = int.recv() => return Ok(()),
+            _ = hup.recv() => {
+                // The outcome is logged (and counted) either way; the old rules stay on error.
+                let _ = running.reload();
+            }
+        }
+    }
+}
+
+fn init_logs(format: LogFormat) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}

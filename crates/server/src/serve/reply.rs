@@ -1,0 +1,140 @@
+//! Response bodies and the responses every listener builds the same way.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::header::{HeaderName, HeaderValue, CACHE_CONTROL, CONTENT_TYPE};
+use http::{Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body as HttpBody, Frame, SizeHint};
+
+/// Errors a body may fail with while streaming.
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Every response body: a buffer, or the upstream's stream.
+pub(crate) type Body = BoxBody<Bytes, BoxError>;
+
+pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed()
+}
+
+/// A response of the rate limiting contract (429 or 503), as built by `ratewarden-http`.
+pub(crate) fn contract(answer: ratewarden_http::Response) -> Response<Body> {
+    let mut response = Response::new(full(answer.body));
+    *response.status_mut() =
+        StatusCode::from_u16(answer.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
+    add_headers(&mut response, &answer.headers);
+    response
+}
+
+/// Adds header lines, skipping any value that cannot be a header (none of ours).
+pub(crate) fn add_headers<B>(response: &mut Response<B>, headers: &[(&'static str, String)]) {
+    for (name, value) in headers {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            response
+                .headers_mut()
+                .append(HeaderName::from_static(lowercase(name)), value);
+        }
+    }
+}
+
+/// The contract's header names are written in their usual case; `http` wants lowercase.
+fn lowercase(name: &'static str) -> &'static str {
+    match name {
+        "Retry-After" => "retry-after",
+        "Cache-Control" => "cache-control",
+        "Content-Type" => "content-type",
+        "RateLimit-Policy" => "ratelimit-policy",
+        "RateLimit" => "ratelimit",
+        "X-RateLimit-Limit" => "x-ratelimit-limit",
+        "X-RateLimit-Remaining" => "x-ratelimit-remaining",
+        "X-RateLimit-Reset" => "x-ratelimit-reset",
+        other => other,
+    }
+}
+
+/// A problem+json error (RFC 9457) for a request we cannot serve because of the request
+/// itself or the route: `detail` says what was wrong.
+pub(crate) fn problem(status: StatusCode, detail: impl Into<String>) -> Response<Body> {
+    let body = serde_json::json!({
+        "type": "about:blank",
+        "title": status.canonical_reason().unwrap_or("Error"),
+        "status": status.as_u16(),
+        "detail": detail.into(),
+    });
+    let mut response = Response::new(full(body.to_string()));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// A request that cannot be served, for the problem+json answer built at the end.
+pub(crate) struct Problem {
+    pub(crate) status: StatusCode,
+    pub(crate) detail: String,
+}
+
+impl Problem {
+    pub(crate) fn new(status: StatusCode, detail: impl Into<String>) -> Self {
+        Self {
+            status,
+            detail: detail.into(),
+        }
+    }
+
+    pub(crate) fn response(self) -> Response<Body> {
+        problem(self.status, self.detail)
+    }
+}
+
+/// A JSON response.
+pub(crate) fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
+    let mut response = Response::new(full(value.to_string()));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// A body that keeps something alive (a concurrency permit, a place in flight) until the
+/// body is done with: streamed to the end, or dropped when the client goes away.
+pub(crate) struct Holding<T> {
+    inner: Body,
+    _held: T,
+}
+
+impl<T> Holding<T> {
+    pub(crate) fn new(inner: Body, held: T) -> Self {
+        Self { inner, _held: held }
+    }
+}
+
+impl<T: Unpin> HttpBody for Holding<T> {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

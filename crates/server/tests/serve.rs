@@ -1,0 +1,984 @@
+//! `ratewarden serve` end to end: real listeners on 127.0.0.1, a real HTTP client, a real
+//! upstream started by the test, and the contract asserted header by header.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http_body_util::channel::{Channel, Sender};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use ratewarden_core::{Clock, ManualClock};
+use ratewarden_server::serve::{self, Options, Running, TokioClock};
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+const T0: u64 = 1_000_000_000_000;
+
+async fn start(toml: &str, clock: Arc<dyn Clock>) -> Running {
+    let config = ratewarden_policy::config::parse("test.toml", toml).expect("a valid config");
+    serve::start(Options {
+        config,
+        config_path: None,
+        clock,
+    })
+    .await
+    .expect("the server starts")
+}
+
+fn client() -> Client<HttpConnector, Full<Bytes>> {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+}
+
+async fn send(request: Request<Full<Bytes>>) -> Reply {
+    let response = client().request(request).await.expect("a response");
+    let (parts, body) = response.into_parts();
+    let body = body.collect().await.unwrap().to_bytes();
+    Reply {
+        status: parts.status,
+        headers: parts.headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+async fn post(addr: SocketAddr, path: &str, body: &str) -> Reply {
+    send(
+        Request::post(format!("http://{addr}{path}"))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body.to_owned())))
+            .unwrap(),
+    )
+    .await
+}
+
+async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Reply {
+    let mut request = Request::get(format!("http://{addr}{path}"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    send(request.body(Full::new(Bytes::new())).unwrap()).await
+}
+
+fn list(value: &str) -> sfv::List {
+    sfv::Parser::new(value)
+        .parse::<sfv::List>()
+        .unwrap_or_else(|e| panic!("`{value}` is not a Structured Field list: {e}"))
+}
+
+/// The integer parameter `param` of the list member named `name`.
+fn param(list: &sfv::List, name: &str, param: &str) -> Option<i64> {
+    list.iter().find_map(|member| {
+        let sfv::ListEntry::Item(item) = member else {
+            return None;
+        };
+        let sfv::BareItem::String(s) = &item.bare_item else {
+            return None;
+        };
+        if s.as_str() != name {
+            return None;
+        }
+        item.params.iter().find_map(|(k, v)| match v {
+            sfv::BareItem::Integer(i) if k.as_str() == param => Some(i64::from(*i)),
+            _ => None,
+        })
+    })
+}
+
+// ---------------------------------------------------------------------------------------
+// The decision API
+
+const API: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+
+[[limit]]
+name = "per-key"
+key = ["api_key"]
+algorithm = "gcra"
+rate = "5/s"
+burst = 5
+
+[[limit]]
+name = "watch"
+key = ["global"]
+algorithm = "fixed-window"
+limit = 2
+window = "1m"
+mode = "shadow"
+"#;
+
+#[tokio::test]
+async fn the_decision_api_decides_with_the_headers_a_gateway_should_send() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let server = start(API, clock.clone()).await;
+    let check = r#"{"ip": "203.0.113.7", "method": "GET", "path": "/orders", "api_key": "k1"}"#;
+    for i in 0..5 {
+        let reply = post(server.listen, "/v1/check", check).await;
+        assert_eq!(reply.status, StatusCode::OK);
+        assert_eq!(reply.header("content-type"), Some("application/json"));
+        let d = reply.json();
+        assert_eq!(d["allowed"], true, "request {i}: {d}");
+        assert_eq!(d["status"], 200);
+        let headers = d["headers"].as_array().unwrap();
+        let field = |name: &str| {
+            headers
+                .iter()
+                .find(|h| h[0] == name)
+                .map(|h| h[1].as_str().unwrap().to_owned())
+        };
+        let state = list(&field("RateLimit").unwrap());
+        assert_eq!(param(&state, "per-key", "r"), Some(4 - i));
+        // The shadow rule is nobody's business but the operator's.
+        assert_eq!(param(&state, "watch", "r"), None);
+    }
+    let d = post(server.listen, "/v1/check", check).await.json();
+    assert_eq!(d["allowed"], false);
+    assert_eq!(d["status"], 429);
+    assert_eq!(d["retry_after_ms"], 200, "exactly one token's time at 5/s");
+    assert_eq!(d["violated_policies"], json!(["per-key"]));
+    assert_eq!(d["would_have_rejected"], json!(["watch"]));
+    let headers = d["headers"].as_array().unwrap();
+    assert!(headers.contains(&json!(["Retry-After", "1"])));
+    assert!(headers.contains(&json!(["Cache-Control", "no-store"])));
+    let problem: Value = serde_json::from_str(d["body"].as_str().unwrap()).unwrap();
+    assert_eq!(problem["violated-policies"], json!(["per-key"]));
+    let per_key = &d["policies"][0];
+    assert_eq!(per_key["name"], "per-key");
+    assert_eq!(per_key["outcome"], "limited");
+    assert_eq!(per_key["remaining"], 0);
+
+    // One nanosecond early is still too early; at 200 ms the token is there.
+    clock.advance(Duration::from_nanos(199_999_999));
+    assert_eq!(
+        post(server.listen, "/v1/check", check).await.json()["allowed"],
+        false
+    );
+    clock.advance(Duration::from_nanos(1));
+    assert_eq!(
+        post(server.listen, "/v1/check", check).await.json()["allowed"],
+        true
+    );
+    // Another key has its own budget; the cost is the caller's to say.
+    let other = r#"{"ip": "203.0.113.7", "api_key": "k2", "cost": 5}"#;
+    let d = post(server.listen, "/v1/check", other).await.json();
+    assert_eq!(d["allowed"], true);
+    assert_eq!(d["policies"][0]["remaining"], 0);
+}
+
+#[tokio::test]
+async fn bad_api_requests_get_a_4xx_problem_that_says_what_was_wrong() {
+    let toml = API.replace("[server]\n", "[server]\nmax_body = 1024\n");
+    let server = start(&toml, Arc::new(ManualClock::new(T0))).await;
+    let cases: &[(&str, &str, StatusCode, &str)] = &[
+        ("/v1/check", "{\"ip\": ", StatusCode::BAD_REQUEST, "EOF"),
+        ("/v1/check", "", StatusCode::BAD_REQUEST, "empty"),
+        (
+            "/v1/check",
+            "[1, 2]",
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "JSON object",
+        ),
+        (
+            "/v1/check",
+            r#"{"ipp": "1.2.3.4"}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "unknown field `ipp`",
+        ),
+        (
+            "/v1/check",
+            r#"{"cost": -3}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "-3",
+        ),
+        (
+            "/v1/check",
+            r#"{"cost": 1.5}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "1.5",
+        ),
+        (
+            "/v1/check",
+            r#"{"cost": 99999999999999}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "at most 1000000000",
+        ),
+        (
+            "/v1/check",
+            r#"{"ip": "300.1.1.1"}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "`ip`",
+        ),
+        (
+            "/v1/check",
+            r#"{"path": "orders"}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "`path`",
+        ),
+        (
+            "/v1/check",
+            r#"{"method": "GET /"}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "`method`",
+        ),
+        (
+            "/v1/settle",
+            r#"{"reservation": 7}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "missing field `cost`",
+        ),
+        (
+            "/v1/settle",
+            r#"{"reservation": 7, "cost": 1}"#,
+            StatusCode::NOT_FOUND,
+            "no such reservation",
+        ),
+        (
+            "/v1/release",
+            r#"{"permit": 9}"#,
+            StatusCode::NOT_FOUND,
+            "no such permit",
+        ),
+        ("/v1/nothing", "{}", StatusCode::NOT_FOUND, "/v1/check"),
+    ];
+    for (path, body, status, says) in cases {
+        let reply = post(server.listen, path, body).await;
+        assert_eq!(reply.status, *status, "{path} {body}: {}", reply.body);
+        assert_eq!(
+            reply.header("content-type"),
+            Some("application/problem+json")
+        );
+        let problem = reply.json();
+        assert_eq!(problem["status"], status.as_u16());
+        let detail = problem["detail"].as_str().unwrap();
+        assert!(
+            detail.contains(says),
+            "{path} {body}: `{detail}` should say `{says}`"
+        );
+    }
+    let big = format!(r#"{{"path": "/{}"}}"#, "a".repeat(2000));
+    let reply = post(server.listen, "/v1/check", &big).await;
+    assert_eq!(reply.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(reply.json()["detail"]
+        .as_str()
+        .unwrap()
+        .contains("max_body"));
+
+    let reply = get(server.listen, "/v1/check", &[]).await;
+    assert_eq!(reply.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(reply.header("allow"), Some("POST"));
+
+    let reply = send(
+        Request::post(format!("http://{}/v1/check", server.listen))
+            .header("content-type", "text/plain")
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    // After all that, the server still decides.
+    let d = post(server.listen, "/v1/check", r#"{"api_key": "k"}"#)
+        .await
+        .json();
+    assert_eq!(d["allowed"], true);
+}
+
+#[tokio::test]
+async fn estimates_settle_and_permits_release_through_the_api() {
+    let toml = r#"
+[server]
+listen = "127.0.0.1:0"
+admin = "off"
+
+[[limit]]
+name = "tokens"
+match = { path = "/generate" }
+key = ["tenant"]
+algorithm = "token-bucket"
+rate = "1000/m"
+burst = 1000
+settle = "1m"
+
+[[limit]]
+name = "exports"
+match = { path = "/export" }
+key = ["tenant"]
+algorithm = "concurrency"
+limit = 1
+lease = "5m"
+"#;
+    let server = start(toml, Arc::new(ManualClock::new(T0))).await;
+    assert_eq!(server.admin, None);
+    let d = post(
+        server.listen,
+        "/v1/check",
+        r#"{"tenant": "acme", "path": "/generate", "cost": 800}"#,
+    )
+    .await
+    .json();
+    let reservation = d["reservation"]
+        .as_u64()
+        .expect("an estimate is a reservation");
+    assert_eq!(d["policies"][0]["remaining"], 200);
+    // The real cost was 100: 700 come back.
+    let settled = post(
+        server.listen,
+        "/v1/settle",
+        &format!(r#"{{"reservation": {reservation}, "cost": 100}}"#),
+    )
+    .await;
+    assert_eq!(settled.status, StatusCode::OK, "{}", settled.body);
+    let d = post(
+        server.listen,
+        "/v1/check",
+        r#"{"tenant": "acme", "path": "/generate", "cost": 900}"#,
+    )
+    .await
+    .json();
+    assert_eq!(d["allowed"], true, "{d}");
+    // Settling twice is refused.
+    let again = post(
+        server.listen,
+        "/v1/settle",
+        &format!(r#"{{"reservation": {reservation}, "cost": 100}}"#),
+    )
+    .await;
+    assert_eq!(again.status, StatusCode::NOT_FOUND);
+
+    let export = r#"{"tenant": "acme", "path": "/export"}"#;
+    let first = post(server.listen, "/v1/check", export).await.json();
+    let permit = first["permit"]
+        .as_u64()
+        .expect("a concurrency rule grants a permit");
+    let second = post(server.listen, "/v1/check", export).await.json();
+    assert_eq!(second["allowed"], false);
+    assert_eq!(second["violated_policies"], json!(["exports"]));
+    let policy = second["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h[0] == "RateLimit-Policy")
+        .unwrap()[1]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        policy.contains(r#""exports";q=1;qu="concurrent-requests""#),
+        "{policy}"
+    );
+    let released = post(
+        server.listen,
+        "/v1/release",
+        &format!(r#"{{"permit": {permit}}}"#),
+    )
+    .await;
+    assert_eq!(released.status, StatusCode::OK);
+    let third = post(server.listen, "/v1/check", export).await.json();
+    assert_eq!(third["allowed"], true, "{third}");
+}
+
+// ---------------------------------------------------------------------------------------
+// A real upstream for the gateway
+
+/// An upstream: `/slow` waits for a permit of `gate`; `/stream` answers a chunk, then the
+/// rest when the test sends it; `/upload` answers the length of what it received; anything
+/// else echoes the request as JSON, with hop-by-hop headers of its own.
+struct Upstream {
+    addr: SocketAddr,
+    gate: Arc<Semaphore>,
+    stream: Arc<Mutex<Option<Sender<Bytes>>>>,
+    /// Requests that reached `/slow`.
+    arrived: Arc<AtomicUsize>,
+}
+
+async fn upstream() -> Upstream {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let gate = Arc::new(Semaphore::new(0));
+    let stream = Arc::new(Mutex::new(None));
+    let arrived = Arc::new(AtomicUsize::new(0));
+    let (g, s, a) = (Arc::clone(&gate), Arc::clone(&stream), Arc::clone(&arrived));
+    tokio::spawn(async move {
+        loop {
+            let Ok((conn, _)) = listener.accept().await else {
+                return;
+            };
+            let (gate, stream, arrived) = (Arc::clone(&g), Arc::clone(&s), Arc::clone(&a));
+            let service = service_fn(move |request: Request<Incoming>| {
+                let (gate, stream) = (Arc::clone(&gate), Arc::clone(&stream));
+                let arrived = Arc::clone(&arrived);
+                async move { Ok::<_, Infallible>(answer(request, gate, stream, arrived).await) }
+            });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(conn), service),
+            );
+        }
+    });
+    Upstream {
+        addr,
+        gate,
+        stream,
+        arrived,
+    }
+}
+
+type UpBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+async fn answer(
+    request: Request<Incoming>,
+    gate: Arc<Semaphore>,
+    stream: Arc<Mutex<Option<Sender<Bytes>>>>,
+    arrived: Arc<AtomicUsize>,
+) -> Response<UpBody> {
+    match request.uri().path() {
+        "/slow" | "/payments/slow" => {
+            arrived.fetch_add(1, Ordering::SeqCst);
+            gate.acquire().await.unwrap().forget();
+            Response::new(Full::new(Bytes::from_static(b"slow done")).boxed())
+        }
+        "/stream" => {
+            let (mut tx, body) = Channel::<Bytes, Infallible>::new(4);
+            tx.send_data(Bytes::from_static(b"first;")).await.unwrap();
+            *stream.lock().unwrap() = Some(tx);
+            Response::new(body.boxed())
+        }
+        "/upload" => {
+            let body = request.into_body().collect().await.unwrap().to_bytes();
+            Response::new(Full::new(Bytes::from(body.len().to_string())).boxed())
+        }
+        path => {
+            let headers: serde_json::Map<String, Value> = request
+                .headers()
+                .iter()
+                .map(|(n, v)| (n.to_string(), json!(v.to_str().unwrap_or(""))))
+                .collect();
+            let echo = json!({ "path": path, "query": request.uri().query(), "headers": headers });
+            Response::builder()
+                .header("connection", "x-hop")
+                .header("x-hop", "only for the next hop")
+                .header("keep-alive", "timeout=5")
+                .header("x-upstream", "yes")
+                .body(Full::new(Bytes::from(echo.to_string())).boxed())
+                .unwrap()
+        }
+    }
+}
+
+fn gateway_config(upstream: SocketAddr, extra_server: &str, rules: &str) -> String {
+    format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+api = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+upstream = "http://{upstream}"
+{extra_server}
+
+{rules}
+"#
+    )
+}
+
+const GATEWAY_RULES: &str = r#"
+[[limit]]
+name = "per-ip"
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 3
+window = "10s"
+
+[[limit]]
+name = "login"
+match = { method = "POST", path = "/login" }
+key = ["ip"]
+algorithm = "sliding-log"
+limit = 1
+window = "1m"
+sensitive = true
+"#;
+
+#[tokio::test]
+async fn the_gateway_forwards_allowed_requests_and_answers_the_contract_over_the_limit() {
+    let up = upstream().await;
+    let clock = Arc::new(ManualClock::new(T0));
+    let server = start(
+        &gateway_config(up.addr, "legacy_headers = true", GATEWAY_RULES),
+        clock.clone(),
+    )
+    .await;
+    let gw = server.listen;
+    for i in 0..3 {
+        let reply = get(gw, "/orders?page=2", &[("x-request", "mine")]).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+        // The upstream's own headers and body come through...
+        assert_eq!(reply.header("x-upstream"), Some("yes"));
+        // ...without the ones meant for one connection.
+        assert_eq!(reply.header("x-hop"), None);
+        assert_eq!(reply.header("keep-alive"), None);
+        let policy = list(reply.header("ratelimit-policy").unwrap());
+        assert_eq!(param(&policy, "per-ip", "q"), Some(3));
+        assert_eq!(param(&policy, "per-ip", "w"), Some(10));
+        let state = list(reply.header("ratelimit").unwrap());
+        assert_eq!(param(&state, "per-ip", "r"), Some(2 - i));
+        assert_eq!(param(&state, "per-ip", "t"), Some(10));
+        assert_eq!(reply.header("x-ratelimit-limit"), Some("3"));
+        assert_eq!(
+            reply.header("x-ratelimit-remaining"),
+            Some(&*(2 - i).to_string())
+        );
+        assert_eq!(reply.header("cache-control"), Some("private"));
+        let echo = reply.json();
+        assert_eq!(echo["path"], "/orders");
+        assert_eq!(echo["query"], "page=2");
+        assert_eq!(echo["headers"]["x-request"], "mine");
+        assert_eq!(echo["headers"]["x-forwarded-for"], "127.0.0.1");
+    }
+    clock.advance(Duration::from_millis(2500));
+    let reply = get(gw, "/orders", &[]).await;
+    assert_eq!(reply.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(reply.header("retry-after"), Some("8"), "7.5 s, rounded up");
+    assert_eq!(reply.header("cache-control"), Some("no-store"));
+    assert_eq!(
+        reply.header("content-type"),
+        Some("application/problem+json")
+    );
+    let state = list(reply.header("ratelimit").unwrap());
+    assert_eq!(param(&state, "per-ip", "r"), Some(0));
+    assert_eq!(param(&state, "per-ip", "t"), Some(8));
+    let policy = list(reply.header("ratelimit-policy").unwrap());
+    assert_eq!(param(&policy, "per-ip", "q"), Some(3));
+    assert_eq!(reply.header("x-ratelimit-remaining"), Some("0"));
+    assert_eq!(reply.header("x-ratelimit-reset"), Some("8"));
+    assert_eq!(
+        reply.header("x-upstream"),
+        None,
+        "the upstream never saw it"
+    );
+    let problem = reply.json();
+    assert_eq!(
+        problem["type"],
+        "https://iana.org/assignments/http-problem-types#quota-exceeded"
+    );
+    assert_eq!(problem["status"], 429);
+    assert_eq!(problem["violated-policies"], json!(["per-ip"]));
+
+    // The window turns: allowed again.
+    clock.advance(Duration::from_millis(7500));
+    assert_eq!(get(gw, "/orders", &[]).await.status, StatusCode::OK);
+
+    // The decision API beside the gateway shares its counters.
+    let d = post(server.api.unwrap(), "/v1/check", r#"{"ip": "127.0.0.1"}"#)
+        .await
+        .json();
+    assert_eq!(d["policies"][0]["remaining"], 1);
+}
+
+#[tokio::test]
+async fn a_sensitive_rule_answers_a_bare_429() {
+    let up = upstream().await;
+    let clock = Arc::new(ManualClock::new(T0));
+    let server = start(&gateway_config(up.addr, "", GATEWAY_RULES), clock).await;
+    let login = || {
+        Request::post(format!("http://{}/login", server.listen))
+            .body(Full::new(Bytes::from_static(b"user=a&password=b")))
+            .unwrap()
+    };
+    let first = send(login()).await;
+    assert_eq!(first.status, StatusCode::OK);
+    // Even allowed, a login says nothing of the login rule's capacity.
+    let state = list(first.header("ratelimit").unwrap());
+    assert_eq!(param(&state, "login", "r"), None);
+    assert_eq!(param(&state, "per-ip", "r"), Some(2));
+    let second = send(login()).await;
+    assert_eq!(second.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(second.header("retry-after"), Some("60"));
+    assert_eq!(second.header("cache-control"), Some("no-store"));
+    let mut names: Vec<&str> = second.headers.keys().map(|k| k.as_str()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        ["cache-control", "content-length", "date", "retry-after"],
+        "nothing that reveals capacity"
+    );
+    assert_eq!(second.body, "");
+}
+
+#[tokio::test]
+async fn bodies_stream_both_ways_through_the_gateway() {
+    let up = upstream().await;
+    let server = start(
+        &gateway_config(
+            up.addr,
+            "",
+            GATEWAY_RULES.replace("limit = 3", "limit = 100").as_str(),
+        ),
+        Arc::new(ManualClock::new(T0)),
+    )
+    .await;
+    // Upstream to client: the first chunk arrives while the upstream is still writing.
+    let response = client()
+        .request(
+            Request::get(format!("http://{}/stream", server.listen))
+                .body(Full::new(Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(response.headers().contains_key("ratelimit"));
+    let mut body = response.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert_eq!(&first[..], b"first;");
+    let mut tx = up.stream.lock().unwrap().take().unwrap();
+    tx.send_data(Bytes::from_static(b"second")).await.unwrap();
+    drop(tx);
+    let rest = body.collect().await.unwrap().to_bytes();
+    assert_eq!(&rest[..], b"second");
+
+    // Client to upstream: a 4 MiB upload arrives whole.
+    let upload = Bytes::from(vec![7u8; 4 << 20]);
+    let reply = send(
+        Request::post(format!("http://{}/upload", server.listen))
+            .body(Full::new(upload))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.body, (4 << 20).to_string());
+}
+
+#[tokio::test]
+async fn an_unreachable_upstream_is_a_502_problem() {
+    // A port nobody listens on.
+    let closed = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let server = start(
+        &gateway_config(closed, "", GATEWAY_RULES),
+        Arc::new(ManualClock::new(T0)),
+    )
+    .await;
+    let reply = get(server.listen, "/orders", &[]).await;
+    assert_eq!(reply.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(
+        reply.header("content-type"),
+        Some("application/problem+json")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_queueing_rule_delays_excess_requests_instead_of_rejecting_them() {
+    let up = upstream().await;
+    let rules = r#"
+[[limit]]
+name = "smooth"
+key = ["global"]
+algorithm = "leaky-queue"
+rate = "5/s"
+burst = 2
+"#;
+    let server = start(
+        &gateway_config(up.addr, "", rules),
+        Arc::new(TokioClock::new(T0)),
+    )
+    .await;
+    let start = tokio::time::Instant::now();
+    let mut waiting = Vec::new();
+    for _ in 0..4 {
+        let gw = server.listen;
+        waiting.push(tokio::spawn(async move {
+            let reply = get(gw, "/orders", &[]).await;
+            (reply.status, tokio::time::Instant::now() - start)
+        }));
+        // In order of arrival.
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let mut results = Vec::new();
+    for w in waiting {
+        results.push(w.await.unwrap());
+    }
+    let statuses: Vec<StatusCode> = results.iter().map(|r| r.0).collect();
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ],
+        "two wait, the one beyond the queue is rejected: {results:?}"
+    );
+    // The queue waits its turn at 5 a second: 200 ms apart; the rejection is immediate.
+    let took: Vec<u128> = results.iter().map(|r| r.1.as_millis()).collect();
+    assert!(took[0] < 10, "{results:?}");
+    assert!((200..210).contains(&took[1]), "{results:?}");
+    assert!((400..410).contains(&took[2]), "{results:?}");
+    assert!(took[3] < 10, "{results:?}");
+}
+
+#[tokio::test]
+async fn a_concurrency_rule_holds_its_permit_for_the_life_of_the_proxied_request() {
+    let up = upstream().await;
+    let rules = r#"
+[[limit]]
+name = "one-at-a-time"
+match = { path = "/slow" }
+key = ["ip"]
+algorithm = "concurrency"
+limit = 1
+lease = "5m"
+"#;
+    let server = start(
+        &gateway_config(up.addr, "", rules),
+        Arc::new(ManualClock::new(T0)),
+    )
+    .await;
+    let gw = server.listen;
+    let first = tokio::spawn(async move { get(gw, "/slow", &[]).await });
+    wait_until(|| arrived(&up, 1)).await;
+    let second = get(gw, "/slow", &[]).await;
+    assert_eq!(second.status, StatusCode::TOO_MANY_REQUESTS);
+    let policy = second.header("ratelimit-policy").unwrap().to_owned();
+    assert!(policy.contains(r#"qu="concurrent-requests""#), "{policy}");
+    up.gate.add_permits(1);
+    assert_eq!(first.await.unwrap().status, StatusCode::OK);
+    // Finished: the permit is back.
+    up.gate.add_permits(1);
+    assert_eq!(get(gw, "/slow", &[]).await.status, StatusCode::OK);
+
+    // A client that goes away gives its permit back too.
+    let gone = tokio::spawn(async move { get(gw, "/slow", &[]).await });
+    wait_until(|| arrived(&up, 3)).await;
+    gone.abort();
+    let _ = gone.await;
+    // Asked through the decision API beside the gateway, which does not wait on the
+    // upstream: the permit is free again once the server has seen the client go.
+    let api = server.api.unwrap();
+    let check = r#"{"ip": "127.0.0.1", "path": "/slow"}"#;
+    let mut allowed = false;
+    for _ in 0..500 {
+        allowed = post(api, "/v1/check", check).await.json()["allowed"] == true;
+        if allowed {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(allowed, "the permit came back");
+}
+
+/// Whether `n` requests have reached the upstream's `/slow`.
+fn arrived(up: &Upstream, n: usize) -> bool {
+    up.arrived.load(Ordering::SeqCst) >= n
+}
+
+/// Polls `done` until it holds (a request reaching the upstream, a connection closing):
+/// these wait on the network, not on a clock.
+async fn wait_until(mut done: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("timed out waiting");
+}
+
+#[tokio::test]
+async fn at_capacity_the_server_sheds_with_503_but_critical_routes_get_through() {
+    let up = upstream().await;
+    let extra = r#"
+max_in_flight = 2
+critical_reserve = 1
+queue_timeout = "0s"
+critical = [{ path = "/payments*" }]
+"#;
+    let rules = r#"
+[[limit]]
+name = "per-ip"
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 100
+window = "1m"
+"#;
+    let server = start(
+        &gateway_config(up.addr, extra, rules),
+        Arc::new(ManualClock::new(T0)),
+    )
+    .await;
+    let gw = server.listen;
+    let busy = tokio::spawn(async move { get(gw, "/slow", &[]).await });
+    let admin = server.admin.unwrap();
+    wait_until(|| arrived(&up, 1)).await;
+    let shed = get(gw, "/orders", &[]).await;
+    assert_eq!(shed.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(shed.header("retry-after"), Some("1"));
+    assert_eq!(shed.header("cache-control"), Some("no-store"));
+    let problem = shed.json();
+    assert_eq!(
+        problem["type"],
+        "https://iana.org/assignments/http-problem-types#temporary-reduced-capacity"
+    );
+    // The reserved place lets a payment through.
+    let payment = get(gw, "/payments/42", &[]).await;
+    assert_eq!(payment.status, StatusCode::OK, "{}", payment.body);
+    let metrics = get(admin, "/metrics", &[]).await.body;
+    assert!(
+        metrics.contains(r#"ratewarden_shed_total{reason="in_flight"} 1"#),
+        "{metrics}"
+    );
+    up.gate.add_permits(1);
+    assert_eq!(busy.await.unwrap().status, StatusCode::OK);
+    assert_eq!(get(gw, "/orders", &[]).await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn shutdown_lets_a_request_in_flight_finish_and_refuses_new_ones() {
+    let up = upstream().await;
+    let server = start(
+        &gateway_config(up.addr, "shutdown_grace = \"30s\"", GATEWAY_RULES),
+        Arc::new(ManualClock::new(T0)),
+    )
+    .await;
+    let gw = server.listen;
+    let admin = server.admin.unwrap();
+    let in_flight = tokio::spawn(async move { get(gw, "/slow", &[]).await });
+    wait_until(|| arrived(&up, 1)).await;
+    assert_eq!(get(admin, "/ready", &[]).await.status, StatusCode::OK);
+    server.shutdown();
+    // No longer accepting: a new connection is refused.
+    let mut refused = false;
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(gw).await.is_err() {
+            refused = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(refused, "the listener closed");
+    up.gate.add_permits(1);
+    let reply = in_flight.await.unwrap();
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.body, "slow done");
+    tokio::time::timeout(Duration::from_secs(10), server.wait())
+        .await
+        .expect("the server stops once its requests are done");
+}
+
+// ---------------------------------------------------------------------------------------
+// Reload and metrics
+
+#[tokio::test]
+async fn a_reload_that_fails_leaves_the_old_rules_working() {
+    let dir = std::env::temp_dir().join(format!("ratewarden-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("ratewarden.toml");
+    let config = |limit: u64| API.replace("burst = 5", &format!("burst = {limit}"));
+    std::fs::write(&path, config(2)).unwrap();
+    let server = serve::start(Options {
+        config: ratewarden_policy::config::load(&path).unwrap(),
+        config_path: Some(path.clone()),
+        clock: Arc::new(ManualClock::new(T0)),
+    })
+    .await
+    .unwrap();
+    let admin = server.admin.unwrap();
+    let check = r#"{"api_key": "k"}"#;
+    assert_eq!(
+        post(server.listen, "/v1/check", check).await.json()["allowed"],
+        true
+    );
+
+    // A typo: rejected with its place, and the old rules stay.
+    std::fs::write(
+        &path,
+        config(2).replace("algorithm = \"gcra\"", "algoritm = \"gcra\""),
+    )
+    .unwrap();
+    let reply = post(admin, "/reload", "").await;
+    assert_eq!(reply.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let problem = reply.json();
+    let errors = problem["errors"].to_string();
+    assert!(errors.contains("ratewarden.toml:"), "{errors}");
+    assert!(errors.contains("did you mean `algorithm`"), "{errors}");
+    assert_eq!(problem["config_version"], 1);
+    assert_eq!(
+        post(server.listen, "/v1/check", check).await.json()["allowed"],
+        true
+    );
+    assert_eq!(
+        post(server.listen, "/v1/check", check).await.json()["allowed"],
+        false,
+        "the old burst of 2 still holds"
+    );
+    assert!(server.reload().is_err());
+
+    // A good file goes into force.
+    std::fs::write(&path, config(10)).unwrap();
+    let reply = post(admin, "/reload", "").await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(reply.json()["config_version"], 2);
+    let d = post(server.listen, "/v1/check", check).await.json();
+    assert_eq!(d["allowed"], true);
+    assert_eq!(d["config_version"], 2);
+
+    let metrics = get(admin, "/metrics", &[]).await.body;
+    for line in [
+        r#"ratewarden_config_reloads_total{result="error"} 2"#,
+        r#"ratewarden_config_reloads_total{result="ok"} 1"#,
+        "ratewarden_config_version 2",
+        r#"ratewarden_decisions_total{rule="per-key",outcome="rejected"} 1"#,
+        r#"ratewarden_decisions_total{rule="watch",outcome="shadow_rejected"}"#,
+        "ratewarden_decision_duration_seconds_count",
+        "ratewarden_in_flight 0",
+        "ratewarden_keys ",
+    ] {
+        assert!(metrics.contains(line), "missing `{line}` in:\n{metrics}");
+    }
+    assert_eq!(get(admin, "/live", &[]).await.status, StatusCode::OK);
+    assert_eq!(
+        get(admin, "/nothing", &[]).await.status,
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        send(
+            Request::builder()
+                .method(Method::DELETE)
+                .uri(format!("http://{admin}/reload"))
+                .body(Full::new(Bytes::new()))
+                .unwrap()
+        )
+        .await
+        .status,
+        StatusCode::METHOD_NOT_ALLOWED
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
