@@ -200,3 +200,61 @@ fn the_store_section_is_validated() {
         assert!(got.contains(want), "wanted {want}\ngot {got}");
     }
 }
+
+#[test]
+fn the_server_section_is_validated() {
+    let config = parse(
+        "s.toml",
+        r#"
+[server]
+listen = "0.0.0.0:8000"
+api = "[::1]:8001"
+admin = "off"
+upstream = "http://127.0.0.1:3000/"
+legacy_headers = true
+retry_after_jitter = "2s"
+max_in_flight = 100
+queue_timeout = "20ms"
+critical = [{ method = "POST", path = "/payments*" }]
+"#,
+    )
+    .unwrap();
+    let server = &config.server;
+    assert_eq!(server.listen.to_string(), "0.0.0.0:8000");
+    assert_eq!(server.api.unwrap().to_string(), "[::1]:8001");
+    assert_eq!(server.admin, None);
+    assert_eq!(server.upstream.as_deref(), Some("http://127.0.0.1:3000"));
+    assert!(server.legacy_headers);
+    assert_eq!(server.retry_after_jitter.as_secs(), 2);
+    assert_eq!(
+        server.critical_reserve, 10,
+        "a tenth of max_in_flight by default"
+    );
+    assert_eq!(server.queue_timeout.as_millis(), 20);
+    assert_eq!(server.critical[0].method.as_deref(), Some("POST"));
+
+    let defaults = parse("d.toml", "").unwrap().server;
+    assert_eq!(defaults.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(defaults.admin.unwrap().to_string(), "127.0.0.1:9090");
+    assert_eq!(defaults.upstream, None);
+
+    let wrong = |text: &str| parse("s.toml", text).unwrap_err().to_string();
+    assert_eq!(
+        wrong("[server]\nlisten = \"localhost\"\n"),
+        "s.toml:2:10: `[server]`: `listen` must be an address with a port, such as \"127.0.0.1:8080\" or \"[::1]:8080\", not `localhost`"
+    );
+    assert_eq!(
+        wrong("[server]\nupstream = \"https://api.internal\"\n"),
+        "s.toml:2:12: `[server]`: `upstream`: must start with `http://` (TLS to the upstream is not supported), not `https://api.internal`"
+    );
+    assert!(wrong("[server]\nupstream = \"http://a/b\"\n").contains("without a path"));
+    assert_eq!(
+        wrong("[server]\nmax_in_flight = 10\ncritical_reserve = 10\n"),
+        "s.toml:3:20: `[server]`: `critical_reserve` (10) must be below `max_in_flight` (10), or nothing but critical routes gets through"
+    );
+    assert!(wrong("[server]\nmax_in_flight = 0\n")
+        .contains("`max_in_flight` must be a whole number above zero, not 0"));
+    assert!(wrong("[server]\nqueue_timeout = \"soon\"\n")
+        .starts_with("s.toml:2:17: `[server]`: `queue_timeout`"));
+    assert!(wrong("[server]\nlisen = \"x\"\n").contains("did you mean `listen`?"));
+}

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use ratewarden_core::{Check, Decision, Limit, Store};
 use ratewarden_memory::{MemoryStore, StoreConfig};
 use ratewarden_policy::config::parse;
-use ratewarden_policy::{Engine, Request};
+use ratewarden_policy::{Engine, ReleaseError, Request};
 
 const NOW: u64 = 1_000_000_000_000;
 
@@ -294,6 +294,59 @@ fn when_the_store_is_down_each_rule_follows_its_failure_policy() {
         !v.allowed && v.unavailable,
         "closed: 503, the server is at fault"
     );
+    assert!(v.outcomes.iter().all(|o| o.store_failed));
+}
+
+const EXPORTS: &str = r#"
+[[limit]]
+name = "exports"
+key = ["tenant"]
+algorithm = "concurrency"
+limit = 2
+lease = "1m"
+"#;
+
+#[test]
+fn a_permit_is_held_until_released_or_its_lease_runs_out() {
+    let engine = engine(EXPORTS);
+    let acme = [("x-tenant-id", "acme")];
+    let first = engine.decide(&get("198.51.100.1", &acme), NOW).unwrap();
+    let second = engine.decide(&get("198.51.100.1", &acme), NOW).unwrap();
+    let (Some(a), Some(b)) = (first.permit, second.permit) else {
+        panic!("both hold a permit");
+    };
+    assert_ne!(a, b);
+    let third = engine.decide(&get("198.51.100.1", &acme), NOW).unwrap();
+    assert!(!third.allowed && third.permit.is_none());
+    engine.release(a, NOW).unwrap();
+    assert_eq!(
+        engine.release(a, NOW),
+        Err(ReleaseError::Unknown),
+        "once only"
+    );
+    let fourth = engine.decide(&get("198.51.100.1", &acme), NOW).unwrap();
+    assert!(fourth.allowed);
+    // Never released: both lapse with their lease, and a late release does nothing.
+    let later = NOW + 60_000_000_000;
+    assert_eq!(engine.release(b, later), Err(ReleaseError::Unknown));
+    let after = engine.decide(&get("198.51.100.1", &acme), later).unwrap();
+    assert!(after.allowed);
+    assert_eq!(after.outcomes[0].decision.remaining, 1);
+}
+
+#[test]
+fn a_caller_may_name_the_cost_api_key_and_tenant_outright() {
+    let engine = engine(EXPORTS);
+    let mut request = get("198.51.100.1", &[]);
+    assert!(
+        engine.decide(&request, NOW).unwrap().outcomes.is_empty(),
+        "no tenant, no rule"
+    );
+    request.tenant = Some("acme");
+    request.cost = Some(2);
+    let v = engine.decide(&request, NOW).unwrap();
+    assert_eq!(v.outcomes[0].decision.remaining, 0);
+    assert!(v.outcomes[0].key.ends_with("|acme"));
 }
 
 const TOKENS: &str = r#"
