@@ -982,3 +982,120 @@ async fn a_reload_that_fails_leaves_the_old_rules_working() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+// ---------------------------------------------------------------------------------------
+// The binary: signals
+
+/// A port free a moment ago, for the binary to bind.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn signal(child: &std::process::Child, name: &str) {
+    let status = std::process::Command::new("kill")
+        .args([format!("-{name}"), child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn the_binary_reloads_on_sighup_keeps_old_rules_on_a_bad_file_and_stops_on_sigterm() {
+    let dir = std::env::temp_dir().join(format!("ratewarden-signals-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("ratewarden.toml");
+    let (listen, admin) = (free_port(), free_port());
+    let config = |burst: u64| {
+        API.replace(
+            "127.0.0.1:0\"\nadmin = \"127.0.0.1:0",
+            &format!("127.0.0.1:{listen}\"\nadmin = \"127.0.0.1:{admin}"),
+        )
+        .replace("burst = 5", &format!("burst = {burst}"))
+    };
+    std::fs::write(&path, config(1)).unwrap();
+    let log = dir.join("stderr.log");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ratewarden"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("RUST_LOG", "info")
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let listen: SocketAddr = ([127, 0, 0, 1], listen).into();
+    let admin: SocketAddr = ([127, 0, 0, 1], admin).into();
+    let mut ready = false;
+    for _ in 0..500 {
+        if tokio::net::TcpStream::connect(admin).await.is_ok() {
+            ready = get(admin, "/ready", &[]).await.status == StatusCode::OK;
+            if ready {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(ready, "the server came up");
+    let check = r#"{"api_key": "k"}"#;
+    let version = || async { get(admin, "/metrics", &[]).await.body };
+
+    // A bad file: the old rules stay (a burst of 1).
+    std::fs::write(
+        &path,
+        config(1).replace("rate = \"5/s\"", "rate = \"5/fortnight\""),
+    )
+    .unwrap();
+    signal(&child, "HUP");
+    let mut seen = String::new();
+    for _ in 0..500 {
+        seen = version().await;
+        if seen.contains(r#"ratewarden_config_reloads_total{result="error"} 1"#) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(seen.contains("ratewarden_config_version 1"), "{seen}");
+    assert_eq!(
+        post(listen, "/v1/check", check).await.json()["allowed"],
+        true
+    );
+    assert_eq!(
+        post(listen, "/v1/check", check).await.json()["allowed"],
+        false
+    );
+
+    // A good one goes into force.
+    std::fs::write(&path, config(100)).unwrap();
+    signal(&child, "HUP");
+    for _ in 0..500 {
+        if version().await.contains("ratewarden_config_version 2") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        post(listen, "/v1/check", check).await.json()["allowed"],
+        true
+    );
+
+    signal(&child, "TERM");
+    let mut status = None;
+    for _ in 0..1000 {
+        status = child.try_wait().unwrap();
+        if status.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(status.expect("it stopped on SIGTERM").success(), "{stderr}");
+    assert!(stderr.contains("reload rejected"), "{stderr}");
+    assert!(
+        stderr.contains("ratewarden.toml:"),
+        "the log names the place: {stderr}"
+    );
+    assert!(stderr.contains("stopped"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
