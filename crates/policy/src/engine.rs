@@ -187,7 +187,8 @@ struct Counters {
 struct RuleSet {
     config: Config,
     rules: Arc<[Rule]>,
-    counters: Vec<Counters>,
+    /// Per rule: what it did, carried over a reload by rule name (metrics name rules).
+    counters: Vec<Arc<Counters>>,
     /// Per rule: `name@fingerprint`, so that a reload keeps the counters of a rule whose
     /// numbers did not change and starts a changed one afresh.
     prefixes: Vec<String>,
@@ -264,7 +265,13 @@ impl<S: Store> Engine<S> {
     pub fn reload(&self, config: Config) -> u64 {
         let mut rules = self.rules.write().unwrap_or_else(PoisonError::into_inner);
         let version = rules.version + 1;
-        *rules = Arc::new(rule_set(config, version));
+        let mut next = rule_set(config, version);
+        for (rule, counters) in next.config.rules.iter().zip(&mut next.counters) {
+            if let Some(i) = rules.config.rules.iter().position(|r| r.name == rule.name) {
+                *counters = Arc::clone(&rules.counters[i]);
+            }
+        }
+        *rules = Arc::new(next);
         version
     }
 
@@ -288,7 +295,8 @@ impl<S: Store> Engine<S> {
         }
     }
 
-    /// What each rule of the set in force did since it came into force.
+    /// What each rule in force did since a rule of its name first came into force (a reload
+    /// carries the counts of rules it keeps by name).
     pub fn stats(&self) -> Vec<(String, RuleStats)> {
         let set = self.current();
         set.config
@@ -584,7 +592,7 @@ fn rule_set(config: Config, version: u64) -> RuleSet {
         })
         .collect();
     RuleSet {
-        counters: config.rules.iter().map(|_| Counters::default()).collect(),
+        counters: config.rules.iter().map(|_| Arc::default()).collect(),
         rules: config.rules.clone().into(),
         config,
         prefixes,

@@ -146,6 +146,10 @@ pub struct ServeArgs {
     /// How to write logs.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// Threads serving requests, each with its own event loop (default: one per core).
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
 }
 
 /// Log formats.

@@ -5,6 +5,10 @@ use std::process::ExitCode;
 use clap::Parser;
 use ratewarden_server::cli::{Cli, Command};
 
+/// Per-thread heaps: requests on different tokio workers never contend for an allocator lock.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {

@@ -25,11 +25,17 @@ use tokio::sync::Semaphore;
 const T0: u64 = 1_000_000_000_000;
 
 async fn start(toml: &str, clock: Arc<dyn Clock>) -> Running {
+    start_with(toml, clock, 1).await
+}
+
+/// With worker threads beyond the test's own runtime.
+async fn start_with(toml: &str, clock: Arc<dyn Clock>, workers: usize) -> Running {
     let config = ratewarden_policy::config::parse("test.toml", toml).expect("a valid config");
     serve::start(Options {
         config,
         config_path: None,
         clock,
+        workers,
     })
     .await
     .expect("the server starts")
@@ -189,6 +195,50 @@ async fn the_decision_api_decides_with_the_headers_a_gateway_should_send() {
     let d = post(server.listen, "/v1/check", other).await.json();
     assert_eq!(d["allowed"], true);
     assert_eq!(d["policies"][0]["remaining"], 0);
+}
+
+#[tokio::test]
+async fn retry_after_jitter_spreads_clients_out_but_never_sends_them_early() {
+    let toml = r#"
+[server]
+listen = "127.0.0.1:0"
+admin = "off"
+retry_after_jitter = "3s"
+
+[[limit]]
+name = "per-ip"
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 1
+window = "10s"
+"#;
+    let server = start(toml, Arc::new(ManualClock::new(T0))).await;
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..60 {
+        let d = post(server.listen, "/v1/check", r#"{"ip": "192.0.2.1"}"#)
+            .await
+            .json();
+        if i == 0 {
+            continue;
+        }
+        assert_eq!(
+            d["retry_after_ms"], 10_000,
+            "the exact wait is not jittered"
+        );
+        let retry = d["headers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|h| h[0] == "Retry-After")
+            .unwrap()[1]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap();
+        assert!((10..=13).contains(&retry), "{retry}");
+        seen.insert(retry);
+    }
+    assert!(seen.len() >= 3, "spread out: {seen:?}");
 }
 
 #[tokio::test]
@@ -863,9 +913,11 @@ window = "1m"
 #[tokio::test]
 async fn shutdown_lets_a_request_in_flight_finish_and_refuses_new_ones() {
     let up = upstream().await;
-    let server = start(
+    // Three workers: the test's runtime and two threads, all accepting on one socket.
+    let server = start_with(
         &gateway_config(up.addr, "shutdown_grace = \"30s\"", GATEWAY_RULES),
         Arc::new(ManualClock::new(T0)),
+        3,
     )
     .await;
     let gw = server.listen;
@@ -907,6 +959,7 @@ async fn a_reload_that_fails_leaves_the_old_rules_working() {
         config: ratewarden_policy::config::load(&path).unwrap(),
         config_path: Some(path.clone()),
         clock: Arc::new(ManualClock::new(T0)),
+        workers: 1,
     })
     .await
     .unwrap();

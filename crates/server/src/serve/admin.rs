@@ -15,7 +15,6 @@ pub(crate) async fn handle(app: &Arc<App>, request: Request<Incoming>) -> Respon
     match (&method, request.uri().path()) {
         (&Method::GET, "/metrics") => {
             app.metrics.in_flight.set(app.shedder.in_flight() as i64);
-            app.metrics.keys.set(app.engine.store().len() as i64);
             let mut response = Response::new(reply::full(app.metrics.encode()));
             response.headers_mut().insert(
                 CONTENT_TYPE,

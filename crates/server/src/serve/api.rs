@@ -14,7 +14,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use ratewarden_core::{Outcome, NANOS_PER_SEC};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use super::app::{Answer, App};
@@ -237,63 +237,91 @@ fn decide(app: &App, peer: SocketAddr, check: Check) -> Response<Body> {
         .decision_seconds
         .observe(app.clock.now().saturating_sub(started) as f64 / 1e9);
     let answer = app.answer(&verdict);
-    let policies: Vec<serde_json::Value> = verdict
+    let policies: Vec<PolicyOut<'_>> = verdict
         .outcomes
         .iter()
         .map(|o| {
             let d = &o.decision;
-            let (outcome, retry, delay) = match d.outcome {
+            let (outcome, retry_after_ms, delay_ms) = match d.outcome {
                 Outcome::Allowed => ("allowed", None, None),
                 Outcome::Delayed { delay_ns } => ("delayed", None, Some(ms(delay_ns))),
                 Outcome::Limited { retry_after_ns } => ("limited", Some(ms(retry_after_ns)), None),
                 Outcome::CostTooHigh => ("cost_too_high", None, None),
             };
-            json!({
-                "name": verdict.rules[o.rule].name,
-                "key": o.key,
-                "outcome": outcome,
-                "enforced": o.enforced,
-                "limit": d.limit,
-                "remaining": d.remaining,
-                "reset_after_ms": ms(d.reset_after_ns),
-                "retry_after_ms": retry,
-                "delay_ms": delay,
-                "store_failed": o.store_failed,
-            })
+            PolicyOut {
+                name: &verdict.rules[o.rule].name,
+                key: &o.key,
+                outcome,
+                enforced: o.enforced,
+                limit: d.limit,
+                remaining: d.remaining,
+                reset_after_ms: ms(d.reset_after_ns),
+                retry_after_ms,
+                delay_ms,
+                store_failed: o.store_failed,
+            }
         })
         .collect();
-    let names = |it: &mut dyn Iterator<Item = &ratewarden_policy::RuleOutcome>| -> Vec<String> {
-        it.map(|o| verdict.rules[o.rule].name.clone()).collect()
-    };
-    let violated = names(&mut verdict.violated());
-    let shadow = names(&mut verdict.would_have_rejected());
+    let name = |o: &ratewarden_policy::RuleOutcome| verdict.rules[o.rule].name.as_str();
     let (status, headers, body, delay_ms) = match &answer {
-        Answer::Go { headers, delay } => (200, headers.clone(), None, ms_duration(*delay)),
+        Answer::Go { headers, delay } => (200, headers, None, ms_duration(*delay)),
         Answer::Stop(response) => (
             response.status,
-            response.headers.clone(),
-            Some(response.body.clone()),
+            &response.headers,
+            Some(response.body.as_str()).filter(|b| !b.is_empty()),
             0,
         ),
     };
-    let headers: Vec<[&str; 2]> = headers.iter().map(|(n, v)| [*n, v.as_str()]).collect();
-    reply::json(
-        StatusCode::OK,
-        &json!({
-            "allowed": verdict.allowed,
-            "status": status,
-            "retry_after_ms": verdict.retry_after_ns.map(ms),
-            "delay_ms": delay_ms,
-            "policies": policies,
-            "violated_policies": violated,
-            "would_have_rejected": shadow,
-            "reservation": verdict.reservation,
-            "permit": verdict.permit,
-            "config_version": verdict.version,
-            "headers": headers,
-            "body": body.filter(|b| !b.is_empty()),
-        }),
-    )
+    let out = DecisionOut {
+        allowed: verdict.allowed,
+        status,
+        retry_after_ms: verdict.retry_after_ns.map(ms),
+        delay_ms,
+        policies,
+        violated_policies: verdict.violated().map(name).collect(),
+        would_have_rejected: verdict.would_have_rejected().map(name).collect(),
+        reservation: verdict.reservation,
+        permit: verdict.permit,
+        config_version: verdict.version,
+        headers: headers.iter().map(|(n, v)| (*n, v.as_str())).collect(),
+        body,
+    };
+    match serde_json::to_vec(&out) {
+        Ok(bytes) => reply::json_bytes(StatusCode::OK, bytes),
+        Err(e) => reply::problem(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+/// The answer of `/v1/check` (see `docs/decision-api.md`).
+#[derive(Serialize)]
+struct DecisionOut<'a> {
+    allowed: bool,
+    status: u16,
+    retry_after_ms: Option<u64>,
+    delay_ms: u64,
+    policies: Vec<PolicyOut<'a>>,
+    violated_policies: Vec<&'a str>,
+    would_have_rejected: Vec<&'a str>,
+    reservation: Option<u64>,
+    permit: Option<u64>,
+    config_version: u64,
+    /// `[name, value]` pairs, in order.
+    headers: Vec<(&'a str, &'a str)>,
+    body: Option<&'a str>,
+}
+
+#[derive(Serialize)]
+struct PolicyOut<'a> {
+    name: &'a str,
+    key: &'a str,
+    outcome: &'static str,
+    enforced: bool,
+    limit: u64,
+    remaining: u64,
+    reset_after_ms: u64,
+    retry_after_ms: Option<u64>,
+    delay_ms: Option<u64>,
+    store_failed: bool,
 }
 
 /// Milliseconds, rounded up so a client waiting them is never early.

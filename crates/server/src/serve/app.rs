@@ -42,12 +42,11 @@ impl Clock for TokioClock {
 }
 
 pub(crate) struct App {
-    pub(crate) engine: Engine<MemoryStore>,
+    pub(crate) engine: Arc<Engine<MemoryStore>>,
     pub(crate) clock: Arc<dyn Clock>,
     settings: ServerSettings,
     pub(crate) metrics: Metrics,
     pub(crate) shedder: Arc<Shedder>,
-    pub(crate) upstream: Option<super::gateway::Upstream>,
     config_path: Option<PathBuf>,
     ready: AtomicBool,
     jitter: RandomState,
@@ -67,17 +66,12 @@ pub(crate) enum Answer {
 
 impl App {
     pub(crate) fn new(
-        engine: Engine<MemoryStore>,
+        engine: Arc<Engine<MemoryStore>>,
         settings: ServerSettings,
         config_path: Option<PathBuf>,
         clock: Arc<dyn Clock>,
     ) -> anyhow::Result<Self> {
-        let metrics = Metrics::new();
-        metrics.version.set(engine.version() as i64);
-        let upstream = match &settings.upstream {
-            Some(url) => Some(super::gateway::Upstream::new(url)?),
-            None => None,
-        };
+        let metrics = Metrics::new(Arc::clone(&engine));
         Ok(Self {
             engine,
             clock,
@@ -88,7 +82,6 @@ impl App {
             )),
             settings,
             metrics,
-            upstream,
             config_path,
             ready: AtomicBool::new(false),
             jitter: RandomState::new(),
@@ -130,7 +123,6 @@ impl App {
                     );
                 }
                 self.metrics.reloaded(true);
-                self.metrics.version.set(version as i64);
                 Ok(version)
             }
             Err(errors) => {
@@ -141,9 +133,8 @@ impl App {
     }
 
     /// Decides what to do with a verdict: the contract's 429 or 503, or go on with the
-    /// RateLimit fields (and a queueing rule's delay). Records the verdict in the metrics.
+    /// RateLimit fields (and a queueing rule's delay).
     pub(crate) fn answer(&self, verdict: &Verdict) -> Answer {
-        self.metrics.record(verdict);
         let legacy = self.settings.legacy_headers;
         // Only enforced, non-sensitive rules show their numbers; shadow rules are not the
         // client's business, and sensitive ones must not reveal capacity.
@@ -233,7 +224,6 @@ pub(crate) async fn sweep(app: Arc<App>, mut stop: watch::Receiver<bool>) {
         tokio::select! {
             _ = tick.tick() => {
                 app.engine.store().sweep(app.clock.now(), 4096);
-                app.metrics.keys.set(app.engine.store().len() as i64);
             }
             _ = stop.changed() => return,
         }

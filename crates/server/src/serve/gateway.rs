@@ -16,6 +16,7 @@ use hyper_util::rt::TokioExecutor;
 use ratewarden_core::NANOS_PER_SEC;
 
 use super::app::{Answer, App};
+use super::listen::Local;
 use super::reply::{self, Body, Holding};
 
 /// The service behind the gateway, and a pool of connections to it.
@@ -57,10 +58,11 @@ impl Drop for PermitGuard {
 
 pub(crate) async fn handle(
     app: &Arc<App>,
+    local: &Local,
     peer: SocketAddr,
     request: Request<Incoming>,
 ) -> Response<Body> {
-    let Some(upstream) = &app.upstream else {
+    let Some(upstream) = &local.upstream else {
         return reply::problem(StatusCode::BAD_GATEWAY, "no upstream is configured");
     };
     let header_pairs: Vec<(&str, &str)> = request

@@ -38,17 +38,34 @@ impl Role {
     }
 }
 
-pub(crate) async fn bind(addr: SocketAddr, field: &str) -> anyhow::Result<TcpListener> {
-    TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr} (`[server] {field}`)"))
+/// Binds `addr` (named after its `[server]` field in errors), ready for any runtime.
+pub(crate) fn bind(addr: SocketAddr, field: &str) -> anyhow::Result<std::net::TcpListener> {
+    let listener = std::net::TcpListener::bind(addr)
+        .with_context(|| format!("cannot listen on {addr} (`[server] {field}`)"))?;
+    listener.set_nonblocking(true)?;
+    Ok(listener)
 }
 
 /// Serves `listener` until `stop` turns true, then gives open connections `grace` to finish.
+/// What each worker keeps for itself: its pool of upstream connections, whose tasks run on
+/// the worker's own runtime.
+pub(crate) struct Local {
+    pub(crate) upstream: Option<super::gateway::Upstream>,
+}
+
+impl Local {
+    pub(crate) fn new(upstream: Option<&str>) -> anyhow::Result<Self> {
+        Ok(Self {
+            upstream: upstream.map(super::gateway::Upstream::new).transpose()?,
+        })
+    }
+}
+
 pub(crate) async fn serve(
     listener: TcpListener,
     role: Role,
     app: Arc<App>,
+    local: Arc<Local>,
     mut stop: watch::Receiver<bool>,
     grace: Duration,
 ) {
@@ -71,10 +88,10 @@ pub(crate) async fn serve(
             _ = stop.changed() => break,
         };
         let _ = stream.set_nodelay(true);
-        let app = Arc::clone(&app);
+        let (app, local) = (Arc::clone(&app), Arc::clone(&local));
         let service = service_fn(move |request: Request<Incoming>| {
-            let app = Arc::clone(&app);
-            async move { Ok::<_, Infallible>(route(&app, role, peer, request).await) }
+            let (app, local) = (Arc::clone(&app), Arc::clone(&local));
+            async move { Ok::<_, Infallible>(route(&app, &local, role, peer, request).await) }
         });
         let connection = http.serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection);
@@ -98,12 +115,13 @@ pub(crate) async fn serve(
 
 async fn route(
     app: &Arc<App>,
+    local: &Local,
     role: Role,
     peer: SocketAddr,
     request: Request<Incoming>,
 ) -> Response<Body> {
     let response = match role {
-        Role::Gateway => super::gateway::handle(app, peer, request).await,
+        Role::Gateway => super::gateway::handle(app, local, peer, request).await,
         Role::Api => super::api::handle(app, peer, request).await,
         Role::Admin => super::admin::handle(app, request).await,
     };

@@ -1,12 +1,17 @@
 //! `/metrics`: what each rule did, how long decisions took, in flight, shed, keys, version.
 
-use prometheus_client::encoding::EncodeLabelSet;
-use prometheus_client::metrics::counter::Counter;
+use std::fmt;
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use ratewarden_policy::{OnStoreFailure, Verdict};
+use ratewarden_memory::MemoryStore;
+use ratewarden_policy::{Engine, OnStoreFailure};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RuleLabels {
@@ -32,27 +37,85 @@ struct ReasonLabels {
 
 pub(crate) struct Metrics {
     registry: Registry,
-    decisions: Family<RuleLabels, Counter>,
     pub(crate) decision_seconds: Histogram,
     pub(crate) in_flight: Gauge,
     shed: Family<ReasonLabels, Counter>,
-    pub(crate) keys: Gauge,
-    pub(crate) version: Gauge,
     reloads: Family<ResultLabels, Counter>,
     responses: Family<StatusLabels, Counter>,
 }
 
+/// Reads the engine's own per-rule counters at scrape time, so a decision pays for no
+/// metric of its own: `decisions`, `keys` and `config_version`.
+struct EngineCollector {
+    engine: Arc<Engine<MemoryStore>>,
+}
+
+impl fmt::Debug for EngineCollector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("EngineCollector")
+    }
+}
+
+impl Collector for EngineCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+        let rules = self.engine.rules();
+        let stats = self.engine.stats();
+        {
+            let mut family = encoder.encode_descriptor(
+                "decisions",
+                "Decisions per rule and outcome since its rules came into force: allowed, \
+                 rejected, shadow_rejected (would have rejected in shadow mode or outside a \
+                 rollout), and failed_open, failed_closed or fell_back (the store failed and \
+                 the rule's on_store_failure answered; also counted as allowed or rejected)",
+                None,
+                prometheus_client::metrics::MetricType::Counter,
+            )?;
+            for (name, s) in &stats {
+                let failed = match rules
+                    .iter()
+                    .find(|r| &r.name == name)
+                    .map(|r| r.on_store_failure)
+                {
+                    Some(OnStoreFailure::Closed) => "failed_closed",
+                    Some(OnStoreFailure::Local { .. }) => "fell_back",
+                    _ => "failed_open",
+                };
+                for (outcome, value) in [
+                    ("allowed", s.allowed),
+                    ("rejected", s.rejected),
+                    ("shadow_rejected", s.would_have_rejected),
+                    (failed, s.store_failures),
+                ] {
+                    let labels = RuleLabels {
+                        rule: name.clone(),
+                        outcome,
+                    };
+                    ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
+                }
+            }
+        }
+        let keys = ConstGauge::new(self.engine.store().len() as i64);
+        keys.encode(encoder.encode_descriptor(
+            "keys",
+            "Keys held by the in-memory store",
+            None,
+            keys.metric_type(),
+        )?)?;
+        let version = ConstGauge::new(self.engine.version() as i64);
+        version.encode(encoder.encode_descriptor(
+            "config_version",
+            "The version of the rules in force: 1 at start, one more per reload",
+            None,
+            version.metric_type(),
+        )?)?;
+        Ok(())
+    }
+}
+
 impl Metrics {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(engine: Arc<Engine<MemoryStore>>) -> Self {
         let mut registry = Registry::with_prefix("ratewarden");
-        let decisions = Family::<RuleLabels, Counter>::default();
-        registry.register(
-            "decisions",
-            "Decisions per rule and outcome: allowed, rejected, shadow_rejected (would have \
-             rejected in shadow mode or outside a rollout), failed_open, failed_closed, \
-             fell_back (the store failed and the rule's on_store_failure answered)",
-            decisions.clone(),
-        );
+        registry.register_collector(Box::new(EngineCollector { engine }));
         // 1 µs to about 4 s.
         let decision_seconds = Histogram::new(exponential_buckets(1e-6, 4.0, 12));
         registry.register(
@@ -72,14 +135,6 @@ impl Metrics {
             "Requests answered 503 before any rule, to protect the server",
             shed.clone(),
         );
-        let keys = Gauge::default();
-        registry.register("keys", "Keys held by the in-memory store", keys.clone());
-        let version = Gauge::default();
-        registry.register(
-            "config_version",
-            "The version of the rules in force: 1 at start, one more per reload",
-            version.clone(),
-        );
         let reloads = Family::<ResultLabels, Counter>::default();
         registry.register(
             "config_reloads",
@@ -94,41 +149,11 @@ impl Metrics {
         );
         Self {
             registry,
-            decisions,
             decision_seconds,
             in_flight,
             shed,
-            keys,
-            version,
             reloads,
             responses,
-        }
-    }
-
-    /// Counts each matching rule's outcome.
-    pub(crate) fn record(&self, verdict: &Verdict) {
-        for o in &verdict.outcomes {
-            let rule = &verdict.rules[o.rule];
-            let outcome = if o.store_failed {
-                match rule.on_store_failure {
-                    OnStoreFailure::Open => "failed_open",
-                    OnStoreFailure::Closed => "failed_closed",
-                    OnStoreFailure::Local { .. } => "fell_back",
-                }
-            } else {
-                match (o.enforced, o.said_no()) {
-                    (true, false) => "allowed",
-                    (true, true) => "rejected",
-                    (false, true) => "shadow_rejected",
-                    (false, false) => continue,
-                }
-            };
-            self.decisions
-                .get_or_create(&RuleLabels {
-                    rule: rule.name.clone(),
-                    outcome,
-                })
-                .inc();
         }
     }
 

@@ -38,6 +38,10 @@ pub struct Options {
     pub config_path: Option<PathBuf>,
     /// Where decisions read the time.
     pub clock: Arc<dyn Clock>,
+    /// Threads serving requests: the caller's runtime, and one more thread with a runtime of
+    /// its own per extra worker, all accepting on the same sockets. `ratewarden serve` runs
+    /// one per core.
+    pub workers: usize,
 }
 
 /// A server that is running: its bound addresses, and the handles to reload and stop it.
@@ -102,7 +106,7 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
         ),
     };
     let settings = config.server.clone();
-    let engine = Engine::new(config, store);
+    let engine = Arc::new(Engine::new(config, store));
     let app = Arc::new(App::new(
         engine,
         settings.clone(),
@@ -117,40 +121,51 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
     } else {
         Role::Api
     };
-    let listen = listen::bind(settings.listen, "listen").await?;
-    let listen_addr = listen.local_addr()?;
-    let api = match settings.api {
-        Some(addr) => Some(listen::bind(addr, "api").await?),
-        None => None,
-    };
-    let admin = match settings.admin {
-        Some(addr) => Some(listen::bind(addr, "admin").await?),
-        None => None,
-    };
-    let api_addr = api.as_ref().map(|l| l.local_addr()).transpose()?;
-    let admin_addr = admin.as_ref().map(|l| l.local_addr()).transpose()?;
-    let grace = settings.shutdown_grace;
-    tasks.spawn(listen::serve(
-        listen,
-        main_role,
-        Arc::clone(&app),
-        stopped.clone(),
-        grace,
-    ));
-    if let Some(api) = api {
-        tasks.spawn(listen::serve(
-            api,
-            Role::Api,
-            Arc::clone(&app),
-            stopped.clone(),
-            grace,
-        ));
+    let mut listeners = vec![(listen::bind(settings.listen, "listen")?, main_role)];
+    let listen_addr = listeners[0].0.local_addr()?;
+    let mut api_addr = None;
+    if let Some(addr) = settings.api {
+        let api = listen::bind(addr, "api")?;
+        api_addr = Some(api.local_addr()?);
+        listeners.push((api, Role::Api));
     }
-    if let Some(admin) = admin {
+    let mut admin_addr = None;
+    if let Some(addr) = settings.admin {
+        let admin = listen::bind(addr, "admin")?;
+        admin_addr = Some(admin.local_addr()?);
+        listeners.push((admin, Role::Admin));
+    }
+    let grace = settings.shutdown_grace;
+    // Workers past the first: a thread each, with a single-threaded runtime accepting on
+    // the same sockets, so a request, its decision and its upstream call never cross
+    // threads (what nginx gets from worker processes).
+    for worker in 1..options.workers.max(1) {
+        let mut clones = Vec::new();
+        for (listener, role) in &listeners {
+            clones.push((
+                listener.try_clone().context("cannot share a listener")?,
+                *role,
+            ));
+        }
+        let (app, stopped) = (Arc::clone(&app), stopped.clone());
+        let upstream = settings.upstream.clone();
+        let (done, finished) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name(format!("ratewarden-worker-{worker}"))
+            .spawn(move || worker_thread(clones, app, upstream, stopped, grace, done))
+            .context("cannot start a worker thread")?;
+        tasks.spawn(async move {
+            let _ = finished.await;
+        });
+    }
+    let local = Arc::new(listen::Local::new(settings.upstream.as_deref())?);
+    for (listener, role) in listeners {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
         tasks.spawn(listen::serve(
-            admin,
-            Role::Admin,
+            listener,
+            role,
             Arc::clone(&app),
+            Arc::clone(&local),
             stopped.clone(),
             grace,
         ));
@@ -173,6 +188,52 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
         stop,
         tasks,
     })
+}
+
+/// One worker thread: its own single-threaded runtime serving every listener until stopped.
+fn worker_thread(
+    listeners: Vec<(std::net::TcpListener, Role)>,
+    app: Arc<App>,
+    upstream: Option<String>,
+    stopped: watch::Receiver<bool>,
+    grace: std::time::Duration,
+    done: tokio::sync::oneshot::Sender<()>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!(%error, "a worker thread could not start its runtime");
+            return;
+        }
+    };
+    runtime.block_on(async move {
+        // The upstream URL was checked when the first worker started.
+        let Ok(local) = listen::Local::new(upstream.as_deref()) else {
+            return;
+        };
+        let local = Arc::new(local);
+        let mut serving = JoinSet::new();
+        for (listener, role) in listeners {
+            match tokio::net::TcpListener::from_std(listener) {
+                Ok(listener) => {
+                    serving.spawn(listen::serve(
+                        listener,
+                        role,
+                        Arc::clone(&app),
+                        Arc::clone(&local),
+                        stopped.clone(),
+                        grace,
+                    ));
+                }
+                Err(error) => tracing::error!(%error, "a worker could not take a listener"),
+            }
+        }
+        while serving.join_next().await.is_some() {}
+    });
+    let _ = done.send(());
 }
 
 /// `ratewarden serve`: loads the config, serves until SIGTERM or SIGINT, reloads on SIGHUP.
@@ -198,7 +259,10 @@ pub fn main(args: ServeArgs) -> anyhow::Result<ExitCode> {
     if let Some(listen) = args.listen {
         config.server.listen = listen;
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let workers = args.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
@@ -207,6 +271,7 @@ pub fn main(args: ServeArgs) -> anyhow::Result<ExitCode> {
             config,
             config_path: Some(args.config.clone()),
             clock: Arc::new(RealClock::new()),
+            workers,
         })
         .await?;
         signals(&running).await?;

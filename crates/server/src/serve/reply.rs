@@ -98,7 +98,12 @@ impl Problem {
 
 /// A JSON response.
 pub(crate) fn json(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
-    let mut response = Response::new(full(value.to_string()));
+    json_bytes(status, value.to_string().into_bytes())
+}
+
+/// A JSON response from serialized bytes.
+pub(crate) fn json_bytes(status: StatusCode, bytes: Vec<u8>) -> Response<Body> {
+    let mut response = Response::new(full(bytes));
     *response.status_mut() = status;
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

@@ -15,6 +15,8 @@ pub(crate) struct Shedder {
     reserve: usize,
     timeout: Duration,
     freed: Notify,
+    /// Requests waiting for a place: a freed place wakes them only when there are some.
+    waiting: AtomicUsize,
 }
 
 /// A place in flight, given back when dropped.
@@ -24,9 +26,13 @@ pub(crate) struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.shedder.in_flight.fetch_sub(1, Ordering::AcqRel);
+        // SeqCst on both sides (here, and a waiter's count then look): either the waiter
+        // sees this place free, or this sees the waiter and wakes it.
+        self.shedder.in_flight.fetch_sub(1, Ordering::SeqCst);
         // Waiters of both kinds look again: a critical one may fit where another may not.
-        self.shedder.freed.notify_waiters();
+        if self.shedder.waiting.load(Ordering::SeqCst) > 0 {
+            self.shedder.freed.notify_waiters();
+        }
     }
 }
 
@@ -38,6 +44,7 @@ impl Shedder {
             reserve: reserve.min(max.saturating_sub(1)),
             timeout,
             freed: Notify::new(),
+            waiting: AtomicUsize::new(0),
         }
     }
 
@@ -60,6 +67,8 @@ impl Shedder {
             return None;
         }
         let deadline = tokio::time::Instant::now() + self.timeout;
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let _waiting = Waiting(self);
         loop {
             let freed = self.freed.notified();
             tokio::pin!(freed);
@@ -76,13 +85,22 @@ impl Shedder {
 
     fn try_enter(self: &Arc<Self>, cap: usize) -> Option<Slot> {
         self.in_flight
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                 (n < cap).then_some(n + 1)
             })
             .ok()
             .map(|_| Slot {
                 shedder: Arc::clone(self),
             })
+    }
+}
+
+/// Counts a waiter out however its wait ends (a place, the deadline, or the client gone).
+struct Waiting<'a>(&'a Shedder);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
