@@ -52,7 +52,7 @@ pub use clock::{Clock, ManualClock, RealClock};
 pub use decision::{Decision, Outcome};
 pub use error::Error;
 pub use limit::{AlgorithmKind, Limit, LimitState};
-pub use store::{Check, Store};
+pub use store::{now_or_panic, AsyncStore, Check, Store};
 pub use units::{parse_decimal, parse_duration, DisplayDuration, Rate, Ticks};
 
 /// Nanoseconds in one second.

@@ -1,6 +1,8 @@
 //! What every keyed store offers: the interface the in-memory store and shared stores share,
 //! and that one conformance suite checks.
 
+use std::future::Future;
+
 use crate::{Decision, Limit};
 
 /// One limit of a layered decision: which limit, for which key, at what cost.
@@ -56,4 +58,105 @@ pub trait Store {
 
     /// Gives back permit `id` of `key`; false if it was not held (released, or lapsed).
     fn release(&self, limit: &Limit, key: &str, id: u64) -> Result<bool, Self::Error>;
+}
+
+/// The store interface as the policy engine uses it: every call may wait (a shared store is
+/// a network away). Every [`Store`] is one, answering at once; a shared store implements
+/// this trait directly.
+pub trait AsyncStore: Send + Sync {
+    /// Why a call failed.
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    /// [`Store::decide`], awaited.
+    fn decide(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: u64,
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, Self::Error>> + Send;
+
+    /// [`Store::decide_all`], awaited: all or nothing.
+    fn decide_all(
+        &self,
+        checks: &[Check<'_>],
+        now: u64,
+    ) -> impl Future<Output = Result<Vec<Decision>, Self::Error>> + Send;
+
+    /// [`Store::peek`], awaited.
+    fn peek(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: u64,
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, Self::Error>> + Send;
+
+    /// [`Store::settle`], awaited.
+    fn settle(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: u64,
+        delta: i64,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+}
+
+impl<S: Store + Sync + Send> AsyncStore for S {
+    type Error = S::Error;
+
+    fn decide(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: u64,
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, Self::Error>> + Send {
+        std::future::ready(Store::decide(self, limit, key, now, cost))
+    }
+
+    fn decide_all(
+        &self,
+        checks: &[Check<'_>],
+        now: u64,
+    ) -> impl Future<Output = Result<Vec<Decision>, Self::Error>> + Send {
+        std::future::ready(Store::decide_all(self, checks, now))
+    }
+
+    fn peek(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: u64,
+        cost: u64,
+    ) -> impl Future<Output = Result<Decision, Self::Error>> + Send {
+        std::future::ready(Store::peek(self, limit, key, now, cost))
+    }
+
+    fn settle(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: u64,
+        delta: i64,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        std::future::ready(Store::settle(self, limit, key, now, delta))
+    }
+}
+
+/// Runs a future that is ready at once, as every [`Store`]'s is through [`AsyncStore`]:
+/// for synchronous callers (tests, benchmarks) of async code over an in-memory store.
+///
+/// # Panics
+///
+/// If the future is not ready when first polled (it waits on something: use a runtime).
+pub fn now_or_panic<F: Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut context) {
+        std::task::Poll::Ready(output) => output,
+        std::task::Poll::Pending => {
+            panic!("now_or_panic: the future is waiting; run it on a runtime")
+        }
+    }
 }

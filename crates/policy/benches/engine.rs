@@ -13,7 +13,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use criterion::Criterion;
-use ratewarden_core::{Clock, Limit, RealClock};
+use ratewarden_core::{now_or_panic, Clock, Limit, RealClock};
 use ratewarden_memory::{MemoryStore, StoreConfig};
 use ratewarden_policy::config::parse;
 use ratewarden_policy::{Engine, Request};
@@ -87,7 +87,7 @@ fn main() {
                 api_key: None,
                 tenant: None,
             };
-            black_box(engine.decide(&request, clock.now()).map(|v| v.allowed))
+            black_box(now_or_panic(engine.decide(&request, clock.now())).map(|v| v.allowed))
         })
     });
     let mut i = 0usize;

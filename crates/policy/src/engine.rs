@@ -8,7 +8,7 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
-use ratewarden_core::{Algorithm, Check, Decision, Limit, Outcome, Store};
+use ratewarden_core::{Algorithm, AsyncStore, Check, Decision, Limit, Outcome};
 use ratewarden_memory::{MemoryStore, StoreConfig};
 
 use crate::config::{Config, Cost, KeyPart, KeySources, Match, Mode, OnStoreFailure, Rule};
@@ -222,7 +222,7 @@ pub struct Engine<S> {
     permits: Mutex<HashMap<u64, Held>>,
 }
 
-impl<S: Store> Engine<S> {
+impl<S: AsyncStore> Engine<S> {
     /// An engine deciding `config`'s rules with `store`.
     pub fn new(config: Config, store: S) -> Self {
         Self {
@@ -323,7 +323,7 @@ impl<S: Store> Engine<S> {
     ///
     /// [`SettleError::Unknown`] for a reservation never made, settled or expired: one not
     /// settled in time settles at its estimate, which was charged up front.
-    pub fn settle(&self, id: u64, actual: u64, now: u64) -> Result<(), SettleError> {
+    pub async fn settle(&self, id: u64, actual: u64, now: u64) -> Result<(), SettleError> {
         let reservation = {
             let mut all = self
                 .reservations
@@ -337,7 +337,7 @@ impl<S: Store> Engine<S> {
             let delta = i64::try_from(delta).unwrap_or(if delta < 0 { i64::MIN } else { i64::MAX });
             if delta != 0 {
                 // A failing store loses the correction, as it would have lost the charge.
-                let _ = self.store.settle(limit, key, now, delta);
+                let _ = self.store.settle(limit, key, now, delta).await;
             }
         }
         Ok(())
@@ -349,7 +349,7 @@ impl<S: Store> Engine<S> {
     ///
     /// [`ReleaseError::Unknown`] for a permit never granted, released, or lapsed: a permit
     /// not released within its lease was let go by the store already.
-    pub fn release(&self, id: u64, now: u64) -> Result<(), ReleaseError> {
+    pub async fn release(&self, id: u64, now: u64) -> Result<(), ReleaseError> {
         let held = {
             let mut all = self.permits.lock().unwrap_or_else(PoisonError::into_inner);
             all.retain(|_, h| h.lapses > now);
@@ -358,7 +358,7 @@ impl<S: Store> Engine<S> {
         for (limit, key, cost) in &held.charges {
             let delta = i64::try_from(*cost).unwrap_or(i64::MAX);
             // A failing store loses the release; the lease lets the units go in the end.
-            let _ = self.store.settle(limit, key, now, -delta);
+            let _ = self.store.settle(limit, key, now, -delta).await;
         }
         Ok(())
     }
@@ -373,7 +373,7 @@ impl<S: Store> Engine<S> {
     /// # Errors
     ///
     /// A cost header that is not a whole number, or claims more than the rule's `max_cost`.
-    pub fn decide(&self, request: &Request<'_>, now: u64) -> Result<Verdict, RequestError> {
+    pub async fn decide(&self, request: &Request<'_>, now: u64) -> Result<Verdict, RequestError> {
         let set = self.current();
         let rules = &set.config.rules;
         let client = client_of(request, &set.config.trusted_proxies);
@@ -404,7 +404,7 @@ impl<S: Store> Engine<S> {
             .collect();
         let mut unavailable = false;
         let mut store_failed = false;
-        let decisions: Vec<Decision> = match self.store.decide_all(&checks, now) {
+        let decisions: Vec<Decision> = match self.store.decide_all(&checks, now).await {
             Ok(decisions) => decisions,
             // Each rule already knows what to do when its store fails.
             Err(error) => {
@@ -447,9 +447,9 @@ impl<S: Store> Engine<S> {
             let rule = &rules[*i];
             // As if enforcing: charged only when the request goes through.
             let result = if allowed {
-                self.store.decide(&rule.limit, key, now, *cost)
+                self.store.decide(&rule.limit, key, now, *cost).await
             } else {
-                self.store.peek(&rule.limit, key, now, *cost)
+                self.store.peek(&rule.limit, key, now, *cost).await
             };
             let size = rule.limit.limit();
             let failed = result.is_err();

@@ -3,12 +3,31 @@
 use std::fmt;
 use std::net::IpAddr;
 
-use ratewarden_core::{Check, Decision, Limit, Store};
+use ratewarden_core::{now_or_panic, AsyncStore, Check, Decision, Limit, Store};
 use ratewarden_memory::{MemoryStore, StoreConfig};
 use ratewarden_policy::config::parse;
-use ratewarden_policy::{Engine, ReleaseError, Request};
+use ratewarden_policy::{Engine, ReleaseError, Request, RequestError, SettleError, Verdict};
 
 const NOW: u64 = 1_000_000_000_000;
+
+/// The engine's calls, run to completion: over an in-memory store they never wait.
+trait RunNow {
+    fn decide_now(&self, request: &Request<'_>, now: u64) -> Result<Verdict, RequestError>;
+    fn settle_now(&self, id: u64, actual: u64, now: u64) -> Result<(), SettleError>;
+    fn release_now(&self, id: u64, now: u64) -> Result<(), ReleaseError>;
+}
+
+impl<S: AsyncStore> RunNow for Engine<S> {
+    fn decide_now(&self, request: &Request<'_>, now: u64) -> Result<Verdict, RequestError> {
+        now_or_panic(self.decide(request, now))
+    }
+    fn settle_now(&self, id: u64, actual: u64, now: u64) -> Result<(), SettleError> {
+        now_or_panic(self.settle(id, actual, now))
+    }
+    fn release_now(&self, id: u64, now: u64) -> Result<(), ReleaseError> {
+        now_or_panic(self.release(id, now))
+    }
+}
 
 fn engine(toml: &str) -> Engine<MemoryStore> {
     let config = parse("test.toml", toml).unwrap();
@@ -51,12 +70,12 @@ window = "1h"
 fn a_request_rejected_by_one_rule_spends_no_other_budget() {
     let engine = engine(LAYERS);
     let alice: &[(&str, &str)] = &[("Authorization", "Bearer alice")];
-    let first = engine.decide(&get("198.51.100.1", alice), NOW).unwrap();
+    let first = engine.decide_now(&get("198.51.100.1", alice), NOW).unwrap();
     assert!(first.allowed);
     assert_eq!(first.outcomes.len(), 2);
     // Alice's key is spent: three more tries from the same address are rejected by per-key...
     for _ in 0..3 {
-        let v = engine.decide(&get("198.51.100.1", alice), NOW).unwrap();
+        let v = engine.decide_now(&get("198.51.100.1", alice), NOW).unwrap();
         assert!(!v.allowed);
         let violated: Vec<usize> = v.violated().map(|o| o.rule).collect();
         assert_eq!(violated, [1]);
@@ -67,21 +86,21 @@ fn a_request_rejected_by_one_rule_spends_no_other_budget() {
         let headers: &[(&str, &str)] = &[("authorization", who)];
         assert!(
             engine
-                .decide(&get("198.51.100.1", headers), NOW)
+                .decide_now(&get("198.51.100.1", headers), NOW)
                 .unwrap()
                 .allowed,
             "{who}"
         );
     }
     let dave: &[(&str, &str)] = &[("authorization", "Bearer dave")];
-    let v = engine.decide(&get("198.51.100.1", dave), NOW).unwrap();
+    let v = engine.decide_now(&get("198.51.100.1", dave), NOW).unwrap();
     assert_eq!(v.violated().map(|o| o.rule).collect::<Vec<_>>(), [0]);
 }
 
 #[test]
 fn a_rule_whose_key_is_missing_does_not_apply() {
     let engine = engine(LAYERS);
-    let v = engine.decide(&get("198.51.100.1", &[]), NOW).unwrap();
+    let v = engine.decide_now(&get("198.51.100.1", &[]), NOW).unwrap();
     assert!(v.allowed);
     assert_eq!(
         v.outcomes.len(),
@@ -97,30 +116,32 @@ fn ipv6_clients_in_one_64_share_a_budget_and_spoofed_headers_are_ignored() {
     let engine = engine(LAYERS);
     for peer in ["2001:db8:1:2::1", "2001:db8:1:2::2", "2001:db8:1:2:ffff::3"] {
         assert!(
-            engine.decide(&get(peer, &[]), NOW).unwrap().allowed,
+            engine.decide_now(&get(peer, &[]), NOW).unwrap().allowed,
             "{peer}"
         );
     }
     assert!(
         !engine
-            .decide(&get("2001:db8:1:2::4", &[]), NOW)
+            .decide_now(&get("2001:db8:1:2::4", &[]), NOW)
             .unwrap()
             .allowed
     );
     assert!(
         engine
-            .decide(&get("2001:db8:1:3::1", &[]), NOW)
+            .decide_now(&get("2001:db8:1:3::1", &[]), NOW)
             .unwrap()
             .allowed,
         "the next /64"
     );
     // A client cannot pick its own key by sending X-Forwarded-For...
     let spoof: &[(&str, &str)] = &[("X-Forwarded-For", "192.0.2.99")];
-    let v = engine.decide(&get("2001:db8:1:2::5", spoof), NOW).unwrap();
+    let v = engine
+        .decide_now(&get("2001:db8:1:2::5", spoof), NOW)
+        .unwrap();
     assert!(!v.allowed);
     assert!(v.outcomes[0].key.ends_with("|2001:db8:1:2::/64"));
     // ...but our proxy can tell us who it is.
-    let v = engine.decide(&get("10.0.0.7", spoof), NOW).unwrap();
+    let v = engine.decide_now(&get("10.0.0.7", spoof), NOW).unwrap();
     assert!(v.outcomes[0].key.ends_with("|192.0.2.99/32"));
 }
 
@@ -148,23 +169,27 @@ window = "1m"
     );
     let mut request = get("198.51.100.1", &[]);
     assert!(
-        engine.decide(&request, NOW).unwrap().outcomes.is_empty(),
+        engine
+            .decide_now(&request, NOW)
+            .unwrap()
+            .outcomes
+            .is_empty(),
         "GET /orders matches nothing"
     );
     request.method = "POST";
     request.path = "/login";
-    assert!(engine.decide(&request, NOW).unwrap().allowed);
-    let v = engine.decide(&request, NOW).unwrap();
+    assert!(engine.decide_now(&request, NOW).unwrap().allowed);
+    let v = engine.decide_now(&request, NOW).unwrap();
     assert!(!v.allowed);
     assert!(engine.rules()[v.violated().next().unwrap().rule].sensitive);
     let debug: &[(&str, &str)] = &[("X-Debug", "1")];
     let mut admin = get("198.51.100.1", debug);
     admin.path = "/admin/users";
-    let v = engine.decide(&admin, NOW).unwrap();
+    let v = engine.decide_now(&admin, NOW).unwrap();
     assert_eq!(v.outcomes.len(), 1);
     assert!(v.outcomes[0].key.ends_with("|GET /admin/users"));
     admin.host = Some("other.example.com");
-    assert!(engine.decide(&admin, NOW).unwrap().outcomes.is_empty());
+    assert!(engine.decide_now(&admin, NOW).unwrap().outcomes.is_empty());
 }
 
 #[test]
@@ -182,7 +207,7 @@ mode = "shadow"
     );
     let mut would = 0;
     for _ in 0..5 {
-        let v = engine.decide(&get("198.51.100.1", &[]), NOW).unwrap();
+        let v = engine.decide_now(&get("198.51.100.1", &[]), NOW).unwrap();
         assert!(v.allowed);
         assert!(v.violated().next().is_none());
         would += v.would_have_rejected().count();
@@ -212,7 +237,7 @@ fn a_ten_percent_rollout_enforces_on_a_stable_tenth_of_keys() {
             .map(|k| {
                 let headers: &[(&str, &str)] = &[("x-api-key", k)];
                 engine
-                    .decide(&get("198.51.100.1", headers), NOW)
+                    .decide_now(&get("198.51.100.1", headers), NOW)
                     .unwrap()
                     .outcomes[0]
                     .enforced
@@ -278,7 +303,7 @@ fn when_the_store_is_down_each_rule_follows_its_failure_policy() {
     )
     .unwrap();
     let v = Engine::new(open, Down)
-        .decide(&get("198.51.100.1", &[]), NOW)
+        .decide_now(&get("198.51.100.1", &[]), NOW)
         .unwrap();
     assert!(v.allowed && !v.unavailable);
 
@@ -288,7 +313,7 @@ fn when_the_store_is_down_each_rule_follows_its_failure_policy() {
     )
     .unwrap();
     let v = Engine::new(closed, Down)
-        .decide(&get("198.51.100.1", &[]), NOW)
+        .decide_now(&get("198.51.100.1", &[]), NOW)
         .unwrap();
     assert!(
         !v.allowed && v.unavailable,
@@ -310,26 +335,28 @@ lease = "1m"
 fn a_permit_is_held_until_released_or_its_lease_runs_out() {
     let engine = engine(EXPORTS);
     let acme = [("x-tenant-id", "acme")];
-    let first = engine.decide(&get("198.51.100.1", &acme), NOW).unwrap();
-    let second = engine.decide(&get("198.51.100.1", &acme), NOW).unwrap();
+    let first = engine.decide_now(&get("198.51.100.1", &acme), NOW).unwrap();
+    let second = engine.decide_now(&get("198.51.100.1", &acme), NOW).unwrap();
     let (Some(a), Some(b)) = (first.permit, second.permit) else {
         panic!("both hold a permit");
     };
     assert_ne!(a, b);
-    let third = engine.decide(&get("198.51.100.1", &acme), NOW).unwrap();
+    let third = engine.decide_now(&get("198.51.100.1", &acme), NOW).unwrap();
     assert!(!third.allowed && third.permit.is_none());
-    engine.release(a, NOW).unwrap();
+    engine.release_now(a, NOW).unwrap();
     assert_eq!(
-        engine.release(a, NOW),
+        engine.release_now(a, NOW),
         Err(ReleaseError::Unknown),
         "once only"
     );
-    let fourth = engine.decide(&get("198.51.100.1", &acme), NOW).unwrap();
+    let fourth = engine.decide_now(&get("198.51.100.1", &acme), NOW).unwrap();
     assert!(fourth.allowed);
     // Never released: both lapse with their lease, and a late release does nothing.
     let later = NOW + 60_000_000_000;
-    assert_eq!(engine.release(b, later), Err(ReleaseError::Unknown));
-    let after = engine.decide(&get("198.51.100.1", &acme), later).unwrap();
+    assert_eq!(engine.release_now(b, later), Err(ReleaseError::Unknown));
+    let after = engine
+        .decide_now(&get("198.51.100.1", &acme), later)
+        .unwrap();
     assert!(after.allowed);
     assert_eq!(after.outcomes[0].decision.remaining, 1);
 }
@@ -339,12 +366,16 @@ fn a_caller_may_name_the_cost_api_key_and_tenant_outright() {
     let engine = engine(EXPORTS);
     let mut request = get("198.51.100.1", &[]);
     assert!(
-        engine.decide(&request, NOW).unwrap().outcomes.is_empty(),
+        engine
+            .decide_now(&request, NOW)
+            .unwrap()
+            .outcomes
+            .is_empty(),
         "no tenant, no rule"
     );
     request.tenant = Some("acme");
     request.cost = Some(2);
-    let v = engine.decide(&request, NOW).unwrap();
+    let v = engine.decide_now(&request, NOW).unwrap();
     assert_eq!(v.outcomes[0].decision.remaining, 0);
     assert!(v.outcomes[0].key.ends_with("|acme"));
 }
@@ -365,21 +396,23 @@ settle = "30s"
 fn costs_read_from_a_header_are_capped_and_validated() {
     let engine = engine(TOKENS);
     let ok: &[(&str, &str)] = &[("authorization", "Bearer a"), ("x-estimated-tokens", "400")];
-    let v = engine.decide(&get("198.51.100.1", ok), NOW).unwrap();
+    let v = engine.decide_now(&get("198.51.100.1", ok), NOW).unwrap();
     assert_eq!(v.outcomes[0].decision.remaining, 600);
     let absurd: &[(&str, &str)] = &[
         ("authorization", "Bearer a"),
         ("x-estimated-tokens", "5000"),
     ];
     let e = engine
-        .decide(&get("198.51.100.1", absurd), NOW)
+        .decide_now(&get("198.51.100.1", absurd), NOW)
         .unwrap_err();
     assert_eq!(
         e.to_string(),
         "limit `tokens`: header `x-estimated-tokens` claims 5000, over the most of 1000"
     );
     let junk: &[(&str, &str)] = &[("authorization", "Bearer a"), ("x-estimated-tokens", "-3")];
-    let e = engine.decide(&get("198.51.100.1", junk), NOW).unwrap_err();
+    let e = engine
+        .decide_now(&get("198.51.100.1", junk), NOW)
+        .unwrap_err();
     assert!(
         e.to_string().contains("must be a whole number, not `-3`"),
         "{e}"
@@ -390,27 +423,29 @@ fn costs_read_from_a_header_are_capped_and_validated() {
 fn an_estimate_is_settled_at_the_real_cost_or_stands_when_never_settled() {
     let engine = engine(TOKENS);
     let estimate: &[(&str, &str)] = &[("authorization", "Bearer a"), ("x-estimated-tokens", "500")];
-    let v = engine.decide(&get("198.51.100.1", estimate), NOW).unwrap();
+    let v = engine
+        .decide_now(&get("198.51.100.1", estimate), NOW)
+        .unwrap();
     let id = v.reservation.expect("an estimated cost is a reservation");
     // The request really used 1,300 tokens: the balance goes 300 into debt...
-    engine.settle(id, 1_300, NOW).unwrap();
+    engine.settle_now(id, 1_300, NOW).unwrap();
     let one: &[(&str, &str)] = &[("authorization", "Bearer a"), ("x-estimated-tokens", "1")];
-    let v = engine.decide(&get("198.51.100.1", one), NOW).unwrap();
+    let v = engine.decide_now(&get("198.51.100.1", one), NOW).unwrap();
     assert!(!v.allowed);
     // ...which at 100 a second is waited out in exactly 3.01 s (300 owed plus this 1).
     assert_eq!(v.retry_after_ns, Some(3_010_000_000));
     assert_eq!(
-        engine.settle(id, 10, NOW),
+        engine.settle_now(id, 10, NOW),
         Err(ratewarden_policy::SettleError::Unknown),
         "settled twice"
     );
 
     // A reservation never settled expires after 30 s, its estimate standing.
     let b: &[(&str, &str)] = &[("authorization", "Bearer b"), ("x-estimated-tokens", "800")];
-    let v = engine.decide(&get("198.51.100.1", b), NOW).unwrap();
+    let v = engine.decide_now(&get("198.51.100.1", b), NOW).unwrap();
     let late = NOW + 30_000_000_000;
     assert_eq!(
-        engine.settle(v.reservation.unwrap(), 0, late),
+        engine.settle_now(v.reservation.unwrap(), 0, late),
         Err(ratewarden_policy::SettleError::Unknown)
     );
 }
@@ -421,7 +456,7 @@ fn a_reload_keeps_the_counters_of_unchanged_rules_and_restarts_changed_ones() {
     let alice: &[(&str, &str)] = &[("authorization", "Bearer alice")];
     assert!(
         engine
-            .decide(&get("198.51.100.1", alice), NOW)
+            .decide_now(&get("198.51.100.1", alice), NOW)
             .unwrap()
             .allowed
     );
@@ -430,7 +465,7 @@ fn a_reload_keeps_the_counters_of_unchanged_rules_and_restarts_changed_ones() {
     let changed = LAYERS.replace("limit = 1\n", "limit = 2\n");
     let version = engine.reload(parse("test.toml", &changed).unwrap());
     assert_eq!(version, 2);
-    let v = engine.decide(&get("198.51.100.1", alice), NOW).unwrap();
+    let v = engine.decide_now(&get("198.51.100.1", alice), NOW).unwrap();
     assert_eq!(v.version, 2);
     assert_eq!(
         v.outcomes[0].decision.remaining, 1,
@@ -453,7 +488,7 @@ fn a_local_fallback_decides_at_its_share_while_the_store_is_down() {
     let passed = (0..20)
         .filter(|_| {
             engine
-                .decide(&get("198.51.100.1", &[]), NOW)
+                .decide_now(&get("198.51.100.1", &[]), NOW)
                 .unwrap()
                 .allowed
         })
@@ -490,8 +525,12 @@ fn api_keys_come_from_bearer_tokens_or_a_configured_header_and_are_never_stored_
     let engine = engine(&toml);
     let bearer: &[(&str, &str)] = &[("authorization", "Bearer s3cret")];
     let header: &[(&str, &str)] = &[("x-api-key", "s3cret")];
-    let a = engine.decide(&get("198.51.100.1", bearer), NOW).unwrap();
-    let b = engine.decide(&get("198.51.100.2", header), NOW).unwrap();
+    let a = engine
+        .decide_now(&get("198.51.100.1", bearer), NOW)
+        .unwrap();
+    let b = engine
+        .decide_now(&get("198.51.100.2", header), NOW)
+        .unwrap();
     assert_eq!(
         a.outcomes[1].key, b.outcomes[1].key,
         "the same key either way"
@@ -512,18 +551,18 @@ fn the_tenant_comes_from_the_configured_header() {
     let acme: &[(&str, &str)] = &[("x-org", "acme")];
     assert!(
         engine
-            .decide(&get("198.51.100.1", acme), NOW)
+            .decide_now(&get("198.51.100.1", acme), NOW)
             .unwrap()
             .allowed
     );
     // Another address of the same tenant shares its budget...
-    let v = engine.decide(&get("198.51.100.2", acme), NOW).unwrap();
+    let v = engine.decide_now(&get("198.51.100.2", acme), NOW).unwrap();
     assert!(!v.allowed);
     assert!(v.outcomes[0].key.ends_with("|acme"));
     // ...and the default header is no longer read.
     let other: &[(&str, &str)] = &[("x-tenant-id", "acme")];
     assert!(engine
-        .decide(&get("198.51.100.3", other), NOW)
+        .decide_now(&get("198.51.100.3", other), NOW)
         .unwrap()
         .outcomes
         .is_empty());

@@ -88,7 +88,7 @@ pub(crate) async fn handle(
     };
     match path.as_str() {
         "/v1/check" => match parse::<Check>(&body) {
-            Ok(check) => decide(app, peer, check),
+            Ok(check) => decide(app, peer, check).await,
             Err(problem) => problem.response(),
         },
         "/v1/settle" => match parse::<Settle>(&body) {
@@ -99,6 +99,7 @@ pub(crate) async fn handle(
                 match app
                     .engine
                     .settle(settle.reservation, settle.cost, app.clock.now())
+                    .await
                 {
                     Ok(()) => {
                         reply::json(StatusCode::OK, &json!({ "settled": settle.reservation }))
@@ -112,7 +113,7 @@ pub(crate) async fn handle(
             Err(problem) => problem.response(),
         },
         _ => match parse::<Release>(&body) {
-            Ok(release) => match app.engine.release(release.permit, app.clock.now()) {
+            Ok(release) => match app.engine.release(release.permit, app.clock.now()).await {
                 Ok(()) => reply::json(StatusCode::OK, &json!({ "released": release.permit })),
                 Err(e) => reply::problem(
                     StatusCode::NOT_FOUND,
@@ -182,7 +183,7 @@ fn too_costly(cost: u64) -> Response<Body> {
     )
 }
 
-fn decide(app: &App, peer: SocketAddr, check: Check) -> Response<Body> {
+async fn decide(app: &App, peer: SocketAddr, check: Check) -> Response<Body> {
     let ip = match check.ip.as_deref() {
         None => peer.ip(),
         Some(text) => match text.trim().parse::<IpAddr>() {
@@ -229,7 +230,7 @@ fn decide(app: &App, peer: SocketAddr, check: Check) -> Response<Body> {
         tenant: check.tenant.as_deref(),
     };
     let started = app.clock.now();
-    let verdict = match app.engine.decide(&request, started) {
+    let verdict = match app.engine.decide(&request, started).await {
         Ok(verdict) => verdict,
         Err(e) => return reply::problem(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
     };

@@ -1,6 +1,7 @@
 //! The gateway: decide each request, then forward the allowed ones to the upstream,
 //! streaming both ways, and add the RateLimit fields to what comes back.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -50,8 +51,21 @@ struct PermitGuard {
 
 impl Drop for PermitGuard {
     fn drop(&mut self) {
-        if let Some(id) = self.permit.take() {
-            let _ = self.app.engine.release(id, self.app.clock.now());
+        let Some(id) = self.permit.take() else {
+            return;
+        };
+        let app = Arc::clone(&self.app);
+        let release = async move {
+            let _ = app.engine.release(id, app.clock.now()).await;
+        };
+        // A store that answers at once (in memory) releases here; one a network away
+        // releases on a task of its own. Outside a runtime the lease lets the permit go.
+        let mut release = Box::pin(release);
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        if release.as_mut().poll(&mut context).is_pending() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(release);
+            }
         }
     }
 }
@@ -98,7 +112,7 @@ pub(crate) async fn handle(
         ));
     };
     let started = app.clock.now();
-    let verdict = match app.engine.decide(&engine_request, started) {
+    let verdict = match app.engine.decide(&engine_request, started).await {
         Ok(verdict) => verdict,
         Err(e) => return reply::problem(StatusCode::BAD_REQUEST, e.to_string()),
     };
