@@ -97,7 +97,8 @@ impl Concurrency {
             let at = by_expiry
                 .into_iter()
                 .find(|h| {
-                    left -= h.cost;
+                    // Saturating: the count itself saturates after absurd settles.
+                    left = left.saturating_sub(h.cost);
                     left.saturating_add(cost) <= max
                 })
                 .map_or(self.lease.get(), |h| h.expires - now);

@@ -196,17 +196,38 @@ impl Quota {
         self.tz.iana_name().unwrap_or("UTC")
     }
 
+    /// The calendar period holding `now` (Unix nanoseconds), as `[start, end)` in Unix
+    /// nanoseconds: where a key's count starts when `now` is past its period.
+    ///
+    /// A shared store whose transitions run where time zones cannot be computed (a Redis
+    /// script) is sent these boundaries by the caller. A period that does not fit in 64 bits
+    /// of nanoseconds (its end is past the year 2554) is counted as the second from `now`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewarden_core::{CalendarUnit, Quota};
+    ///
+    /// let quota = Quota::new(10, CalendarUnit::Day, "UTC")?;
+    /// let noon = 1_769_860_800_000_000_000; // 2026-01-31T12:00:00Z
+    /// let day = 86_400_000_000_000;
+    /// assert_eq!(quota.period_at(noon), (noon - day / 2, noon + day / 2));
+    /// # Ok::<(), ratewarden_core::Error>(())
+    /// ```
+    pub fn period_at(&self, now: u64) -> (u64, u64) {
+        // A timestamp jiff cannot place (past the year 9999) never happens for u64
+        // nanoseconds (they end in 2554); count it in a one-second period rather than panic.
+        self.unit
+            .period(&self.tz, now)
+            .unwrap_or((now, now.saturating_add(crate::NANOS_PER_SEC)))
+    }
+
     /// The state counting the period that holds `now`.
     fn current(&self, state: &QuotaState, now: u64) -> QuotaState {
         if state.start <= now && now < state.end {
             return *state;
         }
-        // A timestamp jiff cannot place (past the year 9999) never happens for u64
-        // nanoseconds (they end in 2554); count it in a one-second period rather than panic.
-        let (start, end) = self
-            .unit
-            .period(&self.tz, now)
-            .unwrap_or((now, now.saturating_add(crate::NANOS_PER_SEC)));
+        let (start, end) = self.period_at(now);
         QuotaState {
             start,
             end,
