@@ -1,0 +1,181 @@
+//! Decisions per second and latency through the Redis store, for `scripts/bench-redis`.
+//!
+//! ```text
+//! cargo run --release -p ratewarden-redis --example bench -- \
+//!     --url redis://127.0.0.1:6379 --callers 16 --seconds 5 [--naive] [--rate 20000]
+//! cargo run --release -p ratewarden-redis --example bench -- --print-command
+//! ```
+//!
+//! Each caller decides in a loop (closed loop), or, with `--rate`, all callers together
+//! start decisions at that many a second (open loop: latency is measured from when a
+//! decision was due, so a slow store cannot hide its queueing). `--naive` turns pipelining
+//! off: one round trip at a time on the one connection. Prints one JSON line.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratewarden_core::{AsyncStore, Gcra, Limit, Rate};
+use ratewarden_redis::{RedisConfig, RedisStore, Target, TimeSource};
+use tokio::time::Instant;
+
+struct Args {
+    url: String,
+    callers: usize,
+    seconds: u64,
+    naive: bool,
+    rate: Option<u64>,
+    keys: usize,
+    print_command: bool,
+}
+
+fn parse() -> Result<Args, String> {
+    let mut args = Args {
+        url: "redis://127.0.0.1:6379".to_owned(),
+        callers: 16,
+        seconds: 5,
+        naive: false,
+        rate: None,
+        keys: 10_000,
+        print_command: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = |name: &str| it.next().ok_or(format!("{name} needs a value"));
+        let number = |text: String, name: &str| {
+            text.parse::<u64>()
+                .map_err(|_| format!("{name} must be a whole number, not `{text}`"))
+        };
+        match flag.as_str() {
+            "--url" => args.url = value("--url")?,
+            "--callers" => args.callers = number(value("--callers")?, "--callers")? as usize,
+            "--seconds" => args.seconds = number(value("--seconds")?, "--seconds")?,
+            "--rate" => args.rate = Some(number(value("--rate")?, "--rate")?),
+            "--keys" => args.keys = number(value("--keys")?, "--keys")? as usize,
+            "--naive" => args.naive = true,
+            "--print-command" => args.print_command = true,
+            "-h" | "--help" => return Err(String::new()),
+            other => return Err(format!("unknown argument `{other}`")),
+        }
+    }
+    if args.callers == 0 || args.keys == 0 {
+        return Err("--callers and --keys must be above zero".to_owned());
+    }
+    Ok(args)
+}
+
+/// A limit that never says no during a run, so every decision does the full work.
+fn limit() -> Limit {
+    Limit::from(Gcra::new(Rate::per_second(1_000_000_000).unwrap(), 1_000_000_000).unwrap())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = match parse() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("{e}\nusage: bench --url URL --callers N --seconds S [--naive] [--rate R] [--keys K] [--print-command]");
+            return ExitCode::from(2);
+        }
+    };
+    let store = match RedisStore::new(RedisConfig {
+        target: Target::Single(args.url.clone()),
+        deadline: Duration::from_secs(5),
+        time: TimeSource::Redis,
+        pipeline: !args.naive,
+        ..RedisConfig::default()
+    }) {
+        Ok(store) => Arc::new(store),
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if args.print_command {
+        // The script's SHA, the number of keys, the key and the arguments of one decision,
+        // one a line (an argument may be empty): for redis-benchmark.
+        let (sha, _) = RedisStore::script();
+        let (key, argv) = store.decide_command(&limit(), "bench|k", 1, 0);
+        println!("{sha}\n1\n{key}");
+        for arg in argv {
+            println!("{arg}");
+        }
+        return ExitCode::SUCCESS;
+    }
+    // Load the script, warm the connection.
+    if let Err(e) = store.decide(&limit(), "bench|warm", 0, 1).await {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
+    let limit = Arc::new(limit());
+    let start = Instant::now();
+    let end = start + Duration::from_secs(args.seconds);
+    let interval = args
+        .rate
+        .map(|r| Duration::from_nanos(1_000_000_000 * args.callers as u64 / r.max(1)));
+    let mut tasks = Vec::new();
+    for c in 0..args.callers {
+        let (store, limit) = (Arc::clone(&store), Arc::clone(&limit));
+        let keys = args.keys;
+        tasks.push(tokio::spawn(async move {
+            let mut latencies: Vec<u32> = Vec::new();
+            let mut errors = 0u64;
+            let mut n = 0usize;
+            // Open loop: each caller's decisions are due at fixed times, staggered.
+            let mut due = start + interval.map_or(Duration::ZERO, |i| i * c as u32 / 16);
+            loop {
+                if interval.is_some() {
+                    tokio::time::sleep_until(due).await;
+                }
+                let began = if interval.is_some() {
+                    due
+                } else {
+                    Instant::now()
+                };
+                if began >= end {
+                    break;
+                }
+                let key = format!("bench|k{}", (c * 7919 + n) % keys);
+                n += 1;
+                match store.decide(&limit, &key, 0, 1).await {
+                    Ok(_) => {
+                        let us = began.elapsed().as_micros();
+                        latencies.push(u32::try_from(us).unwrap_or(u32::MAX));
+                    }
+                    Err(_) => errors += 1,
+                }
+                if let Some(i) = interval {
+                    due += i;
+                }
+            }
+            (latencies, errors)
+        }));
+    }
+    let mut all: Vec<u32> = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (l, e) = t.await.unwrap_or_default();
+        all.extend(l);
+        errors += e;
+    }
+    let took = start.elapsed().as_secs_f64().max(args.seconds as f64);
+    all.sort_unstable();
+    let pct = |p: f64| -> u32 {
+        if all.is_empty() {
+            return 0;
+        }
+        all[((all.len() as f64 * p) as usize).min(all.len() - 1)]
+    };
+    println!(
+        "{{\"mode\":\"{}\",\"callers\":{},\"rate\":{},\"decisions\":{},\"errors\":{},\"per_second\":{:.0},\"p50_us\":{},\"p99_us\":{}}}",
+        if args.naive { "naive" } else { "ours" },
+        args.callers,
+        args.rate.map_or("null".to_owned(), |r| r.to_string()),
+        all.len(),
+        errors,
+        all.len() as f64 / took,
+        pct(0.50),
+        pct(0.99),
+    );
+    ExitCode::SUCCESS
+}

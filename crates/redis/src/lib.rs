@@ -1,0 +1,17 @@
+//! Ratewarden's shared store: the state of every key in Redis (or Redis Cluster), each
+//! decision one atomic script with the same integer transition as the in-memory store.
+//!
+//! Redis runs Lua 5.1, whose numbers are doubles: exact only up to 2^53, while times in
+//! nanoseconds since the epoch are near 2^61 and bucket ticks reach 2^128. The scripts
+//! therefore do their arithmetic on fixed-width integers of 24-bit limbs
+//! (`src/lua/bigint.lua`), and every number crosses the wire as a decimal string.
+
+mod breaker;
+mod encode;
+mod slot;
+mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
+
+pub use breaker::BreakerState;
+pub use store::{RedisConfig, RedisError, RedisStore, Target, TimeSource};

@@ -1,0 +1,423 @@
+//! The Redis store: one script call per decision, a deadline on every call, a circuit
+//! breaker in front, and layered decisions across Cluster slots by reserve-then-refund.
+
+use std::time::Duration;
+
+use ratewarden_core::{AsyncStore, Check, Decision, Limit};
+use redis::aio::ConnectionManager;
+use redis::cluster_async::ClusterConnection;
+use tokio::sync::OnceCell;
+
+use crate::breaker::{Breaker, BreakerState};
+use crate::{encode, slot};
+
+/// The script: the big-integer library, then the transitions.
+const SCRIPT: &str = concat!(
+    include_str!("lua/bigint.lua"),
+    "\n",
+    include_str!("lua/store.lua")
+);
+
+/// Where the counters live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// One Redis server (or a primary with replicas behind a stable address), such as
+    /// `redis://127.0.0.1:6379` or `rediss://user:password@host:6380` for TLS with AUTH.
+    Single(String),
+    /// A Redis Cluster, found through these seed nodes.
+    Cluster(Vec<String>),
+}
+
+/// Whose clock decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeSource {
+    /// Redis's `TIME`, read inside the script: every server of a fleet decides on one
+    /// clock, however skewed their own are.
+    Redis,
+    /// The `now` each call is given: for deterministic tests, and differential runs against
+    /// the in-memory store.
+    Caller,
+}
+
+/// How to reach Redis and how long to wait for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    /// Where the counters live.
+    pub target: Target,
+    /// The most one call may take, connecting included; past it the call fails and the
+    /// rule's failure policy answers.
+    pub deadline: Duration,
+    /// Consecutive failures that open the circuit breaker.
+    pub breaker_failures: u32,
+    /// How long an open breaker fails calls at once before one probes again.
+    pub breaker_cool_down: Duration,
+    /// Whose clock decides.
+    pub time: TimeSource,
+    /// Put before every key, so several deployments can share one Redis.
+    pub key_prefix: String,
+    /// Concurrent calls share the connection and are pipelined (the default). Off, calls
+    /// wait for each other, one round trip at a time: only for measuring what pipelining
+    /// is worth.
+    pub pipeline: bool,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self {
+            target: Target::Single("redis://127.0.0.1:6379".to_owned()),
+            deadline: Duration::from_millis(10),
+            breaker_failures: 5,
+            breaker_cool_down: Duration::from_secs(1),
+            time: TimeSource::Redis,
+            key_prefix: "rw:".to_owned(),
+            pipeline: true,
+        }
+    }
+}
+
+/// Why a call to Redis failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RedisError {
+    /// No answer within the deadline.
+    #[error("redis did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The circuit breaker is open: Redis failed repeatedly, and is not asked again until
+    /// the cool-down is over.
+    #[error("redis failed repeatedly; the circuit breaker is open until its cool-down is over")]
+    BreakerOpen,
+    /// The client or the server reported an error.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// The script answered something this build does not understand.
+    #[error("unexpected reply from the ratewarden script: {0}")]
+    Protocol(String),
+}
+
+#[derive(Clone)]
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+/// Limiter state in Redis, shared by every process that uses the same Redis.
+pub struct RedisStore {
+    config: RedisConfig,
+    client: Client,
+    script: redis::Script,
+    connection: OnceCell<Connection>,
+    breaker: Breaker,
+    /// Held across each call when `pipeline` is off.
+    one_at_a_time: tokio::sync::Mutex<()>,
+}
+
+enum Client {
+    Single(redis::Client),
+    Cluster(Box<redis::cluster::ClusterClient>),
+}
+
+impl RedisStore {
+    /// A store for `config`; it connects on first use (so a process can start while Redis
+    /// is down, and its rules' failure policies answer until Redis is back).
+    ///
+    /// # Errors
+    ///
+    /// A URL that cannot be a Redis address.
+    pub fn new(config: RedisConfig) -> Result<Self, RedisError> {
+        let client = match &config.target {
+            Target::Single(url) => Client::Single(redis::Client::open(url.as_str())?),
+            Target::Cluster(nodes) => Client::Cluster(Box::new(
+                redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+                    .build()?,
+            )),
+        };
+        Ok(Self {
+            breaker: Breaker::new(config.breaker_failures, config.breaker_cool_down),
+            config,
+            client,
+            script: redis::Script::new(SCRIPT),
+            connection: OnceCell::new(),
+            one_at_a_time: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The script's SHA1 (for `EVALSHA`) and its source (for `SCRIPT LOAD`).
+    pub fn script() -> (String, &'static str) {
+        (redis::Script::new(SCRIPT).get_hash().to_owned(), SCRIPT)
+    }
+
+    /// The `KEYS` and `ARGV` of one decision of `cost` under `limit` for `key`, on Redis's
+    /// clock: what a tool such as `redis-benchmark` sends to measure the script alone.
+    pub fn decide_command(
+        &self,
+        limit: &Limit,
+        key: &str,
+        cost: u64,
+        now_hint: u64,
+    ) -> (String, Vec<String>) {
+        let mut args = vec![
+            Mode::Decide.as_str().to_owned(),
+            String::new(),
+            "1".to_owned(),
+        ];
+        encode::push_check(&mut args, limit, &cost.to_string(), now_hint);
+        (self.redis_key(key), args)
+    }
+
+    /// Where the circuit breaker stands.
+    pub fn breaker(&self) -> BreakerState {
+        self.breaker.state()
+    }
+
+    async fn connection(&self) -> Result<Connection, RedisError> {
+        let connection = self
+            .connection
+            .get_or_try_init(|| async {
+                let connection = match &self.client {
+                    Client::Single(client) => {
+                        Connection::Single(ConnectionManager::new(client.clone()).await?)
+                    }
+                    Client::Cluster(client) => {
+                        Connection::Cluster(client.get_async_connection().await?)
+                    }
+                };
+                Ok::<_, RedisError>(connection)
+            })
+            .await?;
+        Ok(connection.clone())
+    }
+
+    /// The Redis key of an engine key. Everything after the first `|` (the key parts: the
+    /// client's address, API key digest, tenant) is the hash tag, so rules keyed by the same
+    /// parts share a Cluster slot and are decided in one script.
+    fn redis_key(&self, key: &str) -> String {
+        let prefix = &self.config.key_prefix;
+        match key.split_once('|') {
+            Some((rule, parts)) if !parts.is_empty() => format!("{prefix}{rule}|{{{parts}}}"),
+            _ => format!("{prefix}{key}"),
+        }
+    }
+
+    /// Runs `mode` over `checks` (`cost` is the delta for `settle`) behind the breaker and
+    /// within the deadline.
+    async fn run(
+        &self,
+        mode: Mode,
+        checks: &[(&Limit, &str, i128)],
+        now: u64,
+    ) -> Result<Vec<Decision>, RedisError> {
+        if !self.breaker.allow() {
+            return Err(RedisError::BreakerOpen);
+        }
+        let deadline = self.config.deadline;
+        match tokio::time::timeout(deadline, self.call(mode, checks, now)).await {
+            Ok(Ok(decisions)) => {
+                self.breaker.succeeded();
+                Ok(decisions)
+            }
+            Ok(Err(error)) => {
+                self.breaker.failed();
+                Err(error)
+            }
+            Err(_) => {
+                self.breaker.failed();
+                Err(RedisError::Timeout(deadline))
+            }
+        }
+    }
+
+    async fn call(
+        &self,
+        mode: Mode,
+        checks: &[(&Limit, &str, i128)],
+        now: u64,
+    ) -> Result<Vec<Decision>, RedisError> {
+        let keys: Vec<String> = checks
+            .iter()
+            .map(|(_, key, _)| self.redis_key(key))
+            .collect();
+        // One script when the keys can go together: always on one server, and on a Cluster
+        // when they share a slot.
+        let groups: Vec<Vec<usize>> = match &self.client {
+            Client::Single(_) => vec![(0..checks.len()).collect()],
+            Client::Cluster(_) => {
+                let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+                for (i, key) in keys.iter().enumerate() {
+                    let s = slot::slot(key.as_bytes());
+                    match groups.iter_mut().find(|(g, _)| *g == s) {
+                        Some((_, members)) => members.push(i),
+                        None => groups.push((s, vec![i])),
+                    }
+                }
+                groups.into_iter().map(|(_, members)| members).collect()
+            }
+        };
+        let mut connection = self.connection().await?;
+        if groups.len() <= 1 {
+            return self
+                .script_call(&mut connection, mode, checks, &keys, now)
+                .await;
+        }
+        // Across slots a layered decision cannot be one script: reserve in each slot, and
+        // if any slot says no, refund the slots that charged. Worst case, while a refund is
+        // on its way, other requests see those keys short by this request's cost: the
+        // error is always towards rejecting, never towards admitting more than the limit.
+        let mut decisions = vec![None; checks.len()];
+        let mut charged: Vec<&Vec<usize>> = Vec::new();
+        let mut all_allowed = true;
+        for group in &groups {
+            let group_checks: Vec<(&Limit, &str, i128)> =
+                group.iter().map(|&i| checks[i]).collect();
+            let group_keys: Vec<String> = group.iter().map(|&i| keys[i].clone()).collect();
+            let got = self
+                .script_call(&mut connection, mode, &group_checks, &group_keys, now)
+                .await?;
+            let allowed = got.iter().all(Decision::is_allowed);
+            for (&i, d) in group.iter().zip(got) {
+                decisions[i] = Some(d);
+            }
+            if mode == Mode::Decide {
+                if allowed {
+                    charged.push(group);
+                } else {
+                    all_allowed = false;
+                }
+            }
+        }
+        if mode == Mode::Decide && !all_allowed {
+            for group in charged {
+                let refund: Vec<(&Limit, &str, i128)> = group
+                    .iter()
+                    .map(|&i| (checks[i].0, checks[i].1, -checks[i].2))
+                    .collect();
+                let refund_keys: Vec<String> = group.iter().map(|&i| keys[i].clone()).collect();
+                self.script_call(&mut connection, Mode::Settle, &refund, &refund_keys, now)
+                    .await?;
+            }
+        }
+        decisions
+            .into_iter()
+            .map(|d| d.ok_or_else(|| RedisError::Protocol("a check went undecided".to_owned())))
+            .collect()
+    }
+
+    async fn script_call(
+        &self,
+        connection: &mut Connection,
+        mode: Mode,
+        checks: &[(&Limit, &str, i128)],
+        keys: &[String],
+        now: u64,
+    ) -> Result<Vec<Decision>, RedisError> {
+        let mut args: Vec<String> = Vec::with_capacity(3 + checks.len() * 8);
+        args.push(mode.as_str().to_owned());
+        args.push(match self.config.time {
+            TimeSource::Redis => String::new(),
+            TimeSource::Caller => now.to_string(),
+        });
+        args.push(checks.len().to_string());
+        for (limit, _, cost) in checks {
+            encode::push_check(&mut args, limit, &cost.to_string(), now);
+        }
+        let mut invocation = self.script.prepare_invoke();
+        for key in keys {
+            invocation.key(key);
+        }
+        for arg in &args {
+            invocation.arg(arg);
+        }
+        let _turn = if self.config.pipeline {
+            None
+        } else {
+            Some(self.one_at_a_time.lock().await)
+        };
+        let reply: Vec<String> = match connection {
+            Connection::Single(c) => invocation.invoke_async(c).await?,
+            Connection::Cluster(c) => invocation.invoke_async(c).await?,
+        };
+        let (_now, decisions) = encode::decode(&reply).map_err(RedisError::Protocol)?;
+        if decisions.len() != checks.len() {
+            return Err(RedisError::Protocol(format!(
+                "{} decisions for {} checks",
+                decisions.len(),
+                checks.len()
+            )));
+        }
+        Ok(decisions)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Decide,
+    Peek,
+    Settle,
+}
+
+impl Mode {
+    fn as_str(self) -> &'static str {
+        match self {
+            Mode::Decide => "decide",
+            Mode::Peek => "peek",
+            Mode::Settle => "settle",
+        }
+    }
+}
+
+impl AsyncStore for RedisStore {
+    type Error = RedisError;
+
+    async fn decide(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, RedisError> {
+        let mut d = self
+            .run(Mode::Decide, &[(limit, key, i128::from(cost))], now)
+            .await?;
+        d.pop()
+            .ok_or_else(|| RedisError::Protocol("no decision".to_owned()))
+    }
+
+    async fn decide_all(
+        &self,
+        checks: &[Check<'_>],
+        now: u64,
+    ) -> Result<Vec<Decision>, RedisError> {
+        if checks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let checks: Vec<(&Limit, &str, i128)> = checks
+            .iter()
+            .map(|c| (c.limit, c.key, i128::from(c.cost)))
+            .collect();
+        self.run(Mode::Decide, &checks, now).await
+    }
+
+    async fn peek(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, RedisError> {
+        let mut d = self
+            .run(Mode::Peek, &[(limit, key, i128::from(cost))], now)
+            .await?;
+        d.pop()
+            .ok_or_else(|| RedisError::Protocol("no decision".to_owned()))
+    }
+
+    async fn settle(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: u64,
+        delta: i64,
+    ) -> Result<(), RedisError> {
+        self.run(Mode::Settle, &[(limit, key, i128::from(delta))], now)
+            .await
+            .map(drop)
+    }
+}

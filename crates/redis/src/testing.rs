@@ -1,0 +1,120 @@
+//! Real `redis-server` processes for tests (feature `testing`): started on free loopback
+//! ports, stopped (killed) when dropped. Used by this crate's tests and the server's.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// A redis-server of this test's own.
+pub struct Server {
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    child: Child,
+    dir: PathBuf,
+}
+
+/// A port free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("a free port")
+        .local_addr()
+        .expect("its address")
+        .port()
+}
+
+fn redis_server() -> &'static str {
+    if Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_err()
+    {
+        panic!(
+            "redis-server is not installed: these tests start their own Redis; \
+             `scripts/test` installs it (apt-get install -y redis-server)"
+        );
+    }
+    "redis-server"
+}
+
+impl Server {
+    /// Starts a server on a free port and waits until it answers PING.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// With extra `redis-server` arguments (such as `--cluster-enabled yes`).
+    pub fn start_with(extra: &[&str]) -> Self {
+        Self::start_on(free_port(), extra)
+    }
+
+    /// On `port` (a restart keeps its port).
+    pub fn start_on(port: u16, extra: &[&str]) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("ratewarden-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a scratch directory");
+        let child = Command::new(redis_server())
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        let server = Self { port, child, dir };
+        server.wait_until_ready();
+        server
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Runs `redis-cli` against this server.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli runs");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+
+    /// Sends a signal (`STOP`, `CONT`, `KILL`) to the server process.
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{name}"), self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success(), "kill -{name}");
+    }
+
+    fn wait_until_ready(&self) {
+        for _ in 0..500 {
+            if self.cli(&["PING"]) == "PONG" {
+                return;
+            }
+            // Waiting for a process to start, not for a limit to refill.
+            #[allow(clippy::disallowed_methods)]
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        panic!("redis-server on port {} did not answer PING", self.port);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,369 @@
+//! The Redis store against real `redis-server` processes: the same decisions as the
+//! in-memory store, Redis's own clock, deadlines and the circuit breaker when Redis is
+//! slow or down, and layered decisions across Redis Cluster slots.
+
+use std::time::Duration;
+
+use ratewarden_core::{
+    AlgorithmKind, AsyncStore, CalendarUnit, Check, Concurrency, Decision, FixedWindow, Gcra,
+    LeakyBucket, LeakyQueue, Limit, Quota, Rate, SlidingLog, SlidingWindow, Store, TokenBucket,
+};
+use ratewarden_memory::{MemoryStore, StoreConfig};
+use ratewarden_redis::testing::{free_port, Server};
+use ratewarden_redis::{BreakerState, RedisConfig, RedisError, RedisStore, Target, TimeSource};
+
+const SEC: u64 = 1_000_000_000;
+/// 2026-12-02T00:00:00Z: real epoch times, near 2^61 ns, as production sees them.
+const T0: u64 = 1_796_169_600 * SEC;
+
+fn store(target: Target, time: TimeSource) -> RedisStore {
+    RedisStore::new(RedisConfig {
+        target,
+        // Generous for a shared CI machine; the fault tests set their own.
+        deadline: Duration::from_secs(2),
+        time,
+        ..RedisConfig::default()
+    })
+    .expect("a valid config")
+}
+
+/// One limit of every algorithm, with rates whose ticks are not whole nanoseconds.
+fn limits() -> Vec<Limit> {
+    let rate = |count, ms| Rate::new(count, Duration::from_millis(ms)).unwrap();
+    let mut all = vec![
+        Limit::from(FixedWindow::new(5, Duration::from_secs(1)).unwrap()),
+        Limit::from(SlidingLog::new(5, Duration::from_secs(1)).unwrap()),
+        Limit::from(SlidingWindow::new(5, Duration::from_secs(1)).unwrap()),
+        Limit::from(TokenBucket::new(rate(3, 1000), 5).unwrap()),
+        Limit::from(LeakyBucket::new(rate(7, 11_000), 4).unwrap()),
+        Limit::from(LeakyQueue::new(rate(5, 1000), 3).unwrap()),
+        Limit::from(Gcra::new(rate(3, 1000), 5).unwrap()),
+        Limit::from(Quota::new(20, CalendarUnit::Minute, "UTC").unwrap()),
+        Limit::from(Concurrency::new(3, Duration::from_secs(2)).unwrap()),
+    ];
+    all.push(Limit::from(Gcra::new(rate(50, 1000), 100).unwrap()));
+    for (l, k) in all
+        .iter()
+        .zip(AlgorithmKind::ALL.iter().chain([&AlgorithmKind::Gcra]))
+    {
+        assert_eq!(l.kind(), *k, "one of every algorithm");
+    }
+    all
+}
+
+/// A small deterministic generator: the same trace on every run.
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+#[tokio::test]
+async fn redis_decides_exactly_as_the_memory_store_on_random_traces() {
+    let server = Server::start();
+    let redis = store(Target::Single(server.url()), TimeSource::Caller);
+    let memory: MemoryStore = MemoryStore::new(StoreConfig::default());
+    let limits = limits();
+    let mut random = Random(0x5eed_1234_abcd_0001);
+    let mut now = T0;
+    for step in 0..3000 {
+        now += match random.below(10) {
+            0..=5 => random.below(300_000_000),
+            6..=8 => 0,
+            _ => random.below(5 * SEC),
+        };
+        // Keys name their limit, as the engine's do (a rule name and fingerprint).
+        let i = random.below(limits.len() as u64) as usize;
+        let limit = &limits[i];
+        let key = format!("diff{i}{}|k{}", limit.kind().as_str(), random.below(3));
+        let cost = match random.below(8) {
+            0 => 0,
+            1 => 1 + random.below(8),
+            _ => 1,
+        };
+        match random.below(10) {
+            0 => {
+                let delta = random.below(7) as i64 - 3;
+                Store::settle(&memory, limit, &key, now, delta).unwrap();
+                AsyncStore::settle(&redis, limit, &key, now, delta)
+                    .await
+                    .unwrap_or_else(|e| panic!("step {step}: settle: {e}"));
+            }
+            1 => {
+                let want = Store::peek(&memory, limit, &key, now, cost).unwrap();
+                let got = AsyncStore::peek(&redis, limit, &key, now, cost)
+                    .await
+                    .unwrap();
+                assert_eq!(got, want, "step {step}: peek {key} cost {cost} at {now}");
+            }
+            _ => {
+                let want = Store::decide(&memory, limit, &key, now, cost).unwrap();
+                let got = AsyncStore::decide(&redis, limit, &key, now, cost)
+                    .await
+                    .unwrap_or_else(|e| panic!("step {step}: decide: {e}"));
+                assert_eq!(got, want, "step {step}: decide {key} cost {cost} at {now}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_layered_decision_is_all_or_nothing_in_one_script() {
+    let server = Server::start();
+    let redis = store(Target::Single(server.url()), TimeSource::Caller);
+    let per_ip = Limit::from(FixedWindow::new(10, Duration::from_secs(60)).unwrap());
+    let per_key = Limit::from(Gcra::new(Rate::per_second(1).unwrap(), 2).unwrap());
+    let checks = |ip: &'static str| {
+        [
+            Check {
+                limit: &per_ip,
+                key: ip,
+                cost: 1,
+            },
+            Check {
+                limit: &per_key,
+                key: "per-key|k1",
+                cost: 1,
+            },
+        ]
+    };
+    for _ in 0..2 {
+        let d = redis.decide_all(&checks("per-ip|a"), T0).await.unwrap();
+        assert!(d.iter().all(Decision::is_allowed));
+    }
+    let d = redis.decide_all(&checks("per-ip|b"), T0).await.unwrap();
+    assert!(d[0].is_allowed() && !d[1].is_allowed());
+    // The per-IP window of b was not charged by the rejected request.
+    let b = redis.peek(&per_ip, "per-ip|b", T0, 0).await.unwrap();
+    assert_eq!(b.remaining, 10);
+}
+
+#[tokio::test]
+async fn time_comes_from_redis_when_asked() {
+    let server = Server::start();
+    let redis = store(Target::Single(server.url()), TimeSource::Redis);
+    let once_a_minute =
+        Limit::from(Gcra::new(Rate::new(1, Duration::from_secs(60)).unwrap(), 1).unwrap());
+    // The caller's clock is nonsense (0): Redis's own decides.
+    assert!(redis
+        .decide(&once_a_minute, "time|k", 0, 1)
+        .await
+        .unwrap()
+        .is_allowed());
+    let d = redis.decide(&once_a_minute, "time|k", 0, 1).await.unwrap();
+    let retry = d.retry_after().expect("limited");
+    assert!(
+        retry <= Duration::from_secs(60) && retry > Duration::from_secs(50),
+        "{retry:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_stopped_redis_costs_the_deadline_then_nothing_and_recovery_is_automatic() {
+    let server = Server::start();
+    let deadline = Duration::from_millis(50);
+    let redis = RedisStore::new(RedisConfig {
+        target: Target::Single(server.url()),
+        deadline,
+        breaker_failures: 3,
+        breaker_cool_down: Duration::from_millis(300),
+        time: TimeSource::Caller,
+        ..RedisConfig::default()
+    })
+    .unwrap();
+    let limit = Limit::from(FixedWindow::new(100, Duration::from_secs(60)).unwrap());
+    assert!(redis
+        .decide(&limit, "fault|k", T0, 1)
+        .await
+        .unwrap()
+        .is_allowed());
+
+    // Slow: the process is paused. Each call gives up at the deadline...
+    server.signal("STOP");
+    for _ in 0..3 {
+        let start = tokio::time::Instant::now();
+        let e = redis.decide(&limit, "fault|k", T0, 1).await.unwrap_err();
+        assert!(matches!(e, RedisError::Timeout(_)), "{e}");
+        assert!(
+            start.elapsed() < deadline + Duration::from_millis(250),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+    // ...and after three the breaker opens: calls fail at once.
+    assert_eq!(redis.breaker(), BreakerState::Open);
+    let start = tokio::time::Instant::now();
+    assert!(matches!(
+        redis.decide(&limit, "fault|k", T0, 1).await.unwrap_err(),
+        RedisError::BreakerOpen
+    ));
+    assert!(start.elapsed() < Duration::from_millis(20));
+
+    // Back: after the cool-down one call probes, succeeds, and counting resumes where it was.
+    server.signal("CONT");
+    let mut resumed = None;
+    for _ in 0..100 {
+        match redis.decide(&limit, "fault|k", T0, 1).await {
+            Ok(d) => {
+                resumed = Some(d);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+    let d = resumed.expect("recovered after the cool-down");
+    assert_eq!(redis.breaker(), BreakerState::Closed);
+    assert!(d.remaining <= 98, "the count survived: {d:?}");
+}
+
+#[tokio::test]
+async fn a_killed_redis_fails_fast_and_a_restarted_one_is_used_again() {
+    let server = Server::start();
+    let port = server.port;
+    let redis = RedisStore::new(RedisConfig {
+        target: Target::Single(server.url()),
+        deadline: Duration::from_millis(200),
+        breaker_failures: 2,
+        breaker_cool_down: Duration::from_millis(200),
+        time: TimeSource::Caller,
+        ..RedisConfig::default()
+    })
+    .unwrap();
+    let limit = Limit::from(FixedWindow::new(100, Duration::from_secs(60)).unwrap());
+    assert!(redis.decide(&limit, "kill|k", T0, 1).await.is_ok());
+    drop(server);
+    for _ in 0..2 {
+        let start = tokio::time::Instant::now();
+        assert!(redis.decide(&limit, "kill|k", T0, 1).await.is_err());
+        assert!(start.elapsed() < Duration::from_millis(200 + 250));
+    }
+    assert_eq!(redis.breaker(), BreakerState::Open);
+    let _again = Server::start_on(port, &[]);
+    let mut ok = false;
+    for _ in 0..100 {
+        if redis.decide(&limit, "kill|k", T0, 1).await.is_ok() {
+            ok = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(ok, "the store reconnected to the restarted server");
+}
+
+/// A Redis Cluster of three masters on free ports.
+struct Cluster {
+    nodes: Vec<Server>,
+}
+
+impl Cluster {
+    fn start() -> Self {
+        let nodes: Vec<Server> = (0..3)
+            .map(|_| {
+                let port = free_port();
+                let conf = format!("nodes-{port}.conf");
+                Server::start_on(
+                    port,
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        &conf,
+                        "--cluster-node-timeout",
+                        "2000",
+                    ],
+                )
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = std::process::Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create runs");
+        assert!(
+            out.status.success(),
+            "cluster create: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        for node in &nodes {
+            let mut ok = false;
+            for _ in 0..500 {
+                if node.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok") {
+                    ok = true;
+                    break;
+                }
+                #[allow(clippy::disallowed_methods)]
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            assert!(ok, "the cluster came up");
+        }
+        Self { nodes }
+    }
+
+    fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(Server::url).collect()
+    }
+}
+
+#[tokio::test]
+async fn a_cluster_decides_as_memory_does_and_refunds_layers_across_slots() {
+    let cluster = Cluster::start();
+    let redis = store(Target::Cluster(cluster.urls()), TimeSource::Caller);
+    let memory: MemoryStore = MemoryStore::new(StoreConfig::default());
+    // Keys spread over the three masters decide exactly as in memory.
+    let limits = limits();
+    let mut random = Random(0xc1a5_7e12);
+    let mut now = T0;
+    for step in 0..600 {
+        now += random.below(400_000_000);
+        let i = random.below(limits.len() as u64) as usize;
+        let limit = &limits[i];
+        let key = format!("cl{i}{}|k{}", limit.kind().as_str(), random.below(8));
+        let want = Store::decide(&memory, limit, &key, now, 1).unwrap();
+        let got = AsyncStore::decide(&redis, limit, &key, now, 1)
+            .await
+            .unwrap_or_else(|e| panic!("step {step}: {e}"));
+        assert_eq!(got, want, "step {step}: {key}");
+    }
+
+    // Two layers whose keys live in different slots: reserve in each, refund on a no.
+    let per_ip = Limit::from(FixedWindow::new(10, Duration::from_secs(60)).unwrap());
+    let per_key = Limit::from(Gcra::new(Rate::per_second(1).unwrap(), 1).unwrap());
+    let ip_key = "per-ip@1|203.0.113.9/32";
+    let api_key = "per-key@2|key:0123456789abcdef";
+    let layers = [
+        Check {
+            limit: &per_ip,
+            key: ip_key,
+            cost: 1,
+        },
+        Check {
+            limit: &per_key,
+            key: api_key,
+            cost: 1,
+        },
+    ];
+    let first = redis.decide_all(&layers, T0).await.unwrap();
+    assert!(first.iter().all(Decision::is_allowed));
+    let second = redis.decide_all(&layers, T0).await.unwrap();
+    assert!(second[0].is_allowed() && !second[1].is_allowed());
+    let ip = redis.peek(&per_ip, ip_key, T0, 0).await.unwrap();
+    assert_eq!(
+        ip.remaining, 9,
+        "the per-IP charge of the rejected request was refunded"
+    );
+}
