@@ -234,6 +234,15 @@ pub struct StoreSettings {
     /// Whether a full in-memory store evicts (`"evict"`, the default) or refuses new keys
     /// (`"reject"`).
     pub evict_when_full: bool,
+    /// The most one call to a shared store may take before the rule's failure policy
+    /// answers.
+    pub deadline: Duration,
+    /// Consecutive failures of a shared store that open its circuit breaker.
+    pub breaker_failures: u32,
+    /// How long an open breaker fails calls at once before one call probes again.
+    pub breaker_cool_down: Duration,
+    /// Put before every key in a shared store.
+    pub key_prefix: String,
 }
 
 impl Default for StoreSettings {
@@ -242,6 +251,10 @@ impl Default for StoreSettings {
             kind: StoreKind::Memory,
             max_keys: 1_000_000,
             evict_when_full: true,
+            deadline: Duration::from_millis(10),
+            breaker_failures: 5,
+            breaker_cool_down: Duration::from_secs(1),
+            key_prefix: "rw:".to_owned(),
         }
     }
 }
@@ -349,6 +362,10 @@ struct RawStore {
     url: Option<String>,
     #[serde(default)]
     nodes: Vec<String>,
+    deadline: Option<Spanned<String>>,
+    breaker_failures: Option<Spanned<i64>>,
+    breaker_cool_down: Option<Spanned<String>>,
+    key_prefix: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -1172,9 +1189,54 @@ fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSettings {
             true
         }
     };
+    let mut duration = |field: &str, value: Option<Spanned<String>>, default: Duration| {
+        let Some(v) = value else { return default };
+        match parse_duration(v.get_ref()) {
+            Ok(d) if !d.is_zero() => d,
+            Ok(_) => {
+                errors.at(
+                    Some(v.span()),
+                    None,
+                    format!("`[store]`: `{field}` must be longer than zero"),
+                );
+                default
+            }
+            Err(e) => {
+                errors.at(Some(v.span()), None, format!("`[store]`: `{field}`: {e}"));
+                default
+            }
+        }
+    };
+    let deadline = duration("deadline", raw.deadline, defaults.deadline);
+    let breaker_cool_down = duration(
+        "breaker_cool_down",
+        raw.breaker_cool_down,
+        defaults.breaker_cool_down,
+    );
+    let breaker_failures = match &raw.breaker_failures {
+        None => defaults.breaker_failures,
+        Some(n) => match u32::try_from(*n.get_ref()) {
+            Ok(n) if n > 0 => n,
+            _ => {
+                errors.at(
+                    Some(n.span()),
+                    None,
+                    format!(
+                        "`[store]`: `breaker_failures` must be a whole number above zero, not {}",
+                        n.get_ref()
+                    ),
+                );
+                defaults.breaker_failures
+            }
+        },
+    };
     StoreSettings {
         kind,
         max_keys,
         evict_when_full,
+        deadline,
+        breaker_failures,
+        breaker_cool_down,
+        key_prefix: raw.key_prefix.unwrap_or(defaults.key_prefix),
     }
 }

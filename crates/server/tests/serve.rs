@@ -1152,3 +1152,193 @@ async fn the_binary_reloads_on_sighup_keeps_old_rules_on_a_bad_file_and_stops_on
     assert!(stderr.contains("stopped"), "{stderr}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+// ---------------------------------------------------------------------------------------
+// On a shared Redis
+
+/// Starts the binary on `config` (listen and admin ports already in it) and waits until
+/// it is ready.
+async fn spawn_binary(
+    dir: &std::path::Path,
+    name: &str,
+    config: &str,
+    admin: u16,
+) -> std::process::Child {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(&path, config).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ratewarden"))
+        .args(["serve", "--workers", "1", "--config"])
+        .arg(&path)
+        .stderr(std::fs::File::create(dir.join(format!("{name}.log"))).unwrap())
+        .spawn()
+        .unwrap();
+    let admin: SocketAddr = ([127, 0, 0, 1], admin).into();
+    for _ in 0..500 {
+        if tokio::net::TcpStream::connect(admin).await.is_ok()
+            && get(admin, "/ready", &[]).await.status == StatusCode::OK
+        {
+            return child;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("{name} did not come up");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_servers_on_one_redis_admit_no_more_than_one_limiter_would() {
+    let redis = ratewarden_redis::testing::Server::start();
+    let dir = std::env::temp_dir().join(format!("ratewarden-fleet-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut servers = Vec::new();
+    let mut addrs = Vec::new();
+    for i in 0..3 {
+        let (listen, admin) = (free_port(), free_port());
+        let config = format!(
+            r#"
+[server]
+listen = "127.0.0.1:{listen}"
+admin = "127.0.0.1:{admin}"
+
+[store]
+kind = "redis"
+url = "{url}"
+deadline = "2s"
+
+[[limit]]
+name = "per-key"
+key = ["api_key"]
+algorithm = "gcra"
+rate = "200/s"
+burst = 20
+"#,
+            url = redis.url()
+        );
+        servers.push(spawn_binary(&dir, &format!("fleet{i}"), &config, admin).await);
+        addrs.push(SocketAddr::from(([127, 0, 0, 1], listen)));
+    }
+    // As fast as it can, spread over the three: 16 clients, 150 requests each.
+    let start = tokio::time::Instant::now();
+    let mut clients = Vec::new();
+    for c in 0..16 {
+        let addrs = addrs.clone();
+        clients.push(tokio::spawn(async move {
+            let mut allowed = 0u64;
+            for n in 0..150 {
+                let addr = addrs[(c + n) % addrs.len()];
+                let d = post(addr, "/v1/check", r#"{"api_key": "fleet"}"#)
+                    .await
+                    .json();
+                assert!(d["status"] == 200 || d["status"] == 429, "{d}");
+                allowed += u64::from(d["allowed"] == true);
+            }
+            allowed
+        }));
+    }
+    let mut admitted = 0;
+    for c in clients {
+        admitted += c.await.unwrap();
+    }
+    let elapsed = start.elapsed();
+    // One limiter over the span: the burst, plus 200 a second (plus one for the edge).
+    let most = 20 + (elapsed.as_nanos() * 200).div_ceil(1_000_000_000) as u64 + 1;
+    assert!(
+        admitted <= most,
+        "admitted {admitted} in {elapsed:?}; one limiter allows {most}"
+    );
+    assert!(admitted >= 20, "the burst at least: {admitted}");
+    for mut s in servers {
+        let _ = s.kill();
+        let _ = s.wait();
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn when_redis_is_down_each_rule_follows_its_failure_policy() {
+    let redis = ratewarden_redis::testing::Server::start();
+    let toml = format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+
+[store]
+kind = "redis"
+url = "{url}"
+deadline = "100ms"
+breaker_failures = 2
+breaker_cool_down = "10s"
+
+[[limit]]
+name = "browse"
+match = {{ path = "/browse" }}
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 100
+window = "1m"
+on_store_failure = "open"
+
+[[limit]]
+name = "pay"
+match = {{ path = "/pay" }}
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 100
+window = "1m"
+on_store_failure = "closed"
+
+[[limit]]
+name = "search"
+match = {{ path = "/search" }}
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 30
+window = "1m"
+on_store_failure = "local"
+local_divide_by = 3
+"#,
+        url = redis.url()
+    );
+    let server = start(&toml, Arc::new(ManualClock::new(T0))).await;
+    let check = |path: &str| format!(r#"{{"ip": "198.51.100.4", "path": "{path}"}}"#);
+    let d = post(server.listen, "/v1/check", &check("/pay"))
+        .await
+        .json();
+    assert_eq!(d["allowed"], true, "Redis up: {d}");
+    drop(redis);
+    let started = tokio::time::Instant::now();
+    let d = post(server.listen, "/v1/check", &check("/browse"))
+        .await
+        .json();
+    assert_eq!(d["allowed"], true, "open: allowed while Redis is down");
+    assert_eq!(d["policies"][0]["store_failed"], true);
+    let d = post(server.listen, "/v1/check", &check("/pay"))
+        .await
+        .json();
+    assert_eq!(d["allowed"], false, "closed: refused");
+    assert_eq!(d["status"], 503);
+    assert!(
+        started.elapsed() < Duration::from_millis(2 * 100 + 500),
+        "no call waits past the deadline"
+    );
+    // The breaker is open now: the local share (30 / 3 = 10) decides /search at once.
+    let mut allowed = 0;
+    for _ in 0..15 {
+        let d = post(server.listen, "/v1/check", &check("/search"))
+            .await
+            .json();
+        allowed += u64::from(d["allowed"] == true);
+    }
+    assert_eq!(allowed, 10, "the local share of the limit");
+    let metrics = get(server.admin.unwrap(), "/metrics", &[]).await.body;
+    for line in [
+        r#"ratewarden_decisions_total{rule="browse",outcome="failed_open"} 1"#,
+        r#"ratewarden_decisions_total{rule="pay",outcome="failed_closed"} 1"#,
+        r#"ratewarden_decisions_total{rule="search",outcome="fell_back"} 15"#,
+        "ratewarden_store_breaker 1",
+    ] {
+        assert!(metrics.contains(line), "missing `{line}` in:\n{metrics}");
+    }
+}

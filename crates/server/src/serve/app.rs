@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::store::AnyStore;
 use ratewarden_core::{Clock, Limit, Outcome};
 use ratewarden_http::PolicyState;
-use ratewarden_memory::MemoryStore;
 use ratewarden_policy::{ConfigError, ConfigErrors, Engine, ServerSettings, Verdict};
 use tokio::sync::watch;
 
@@ -42,7 +42,7 @@ impl Clock for TokioClock {
 }
 
 pub(crate) struct App {
-    pub(crate) engine: Arc<Engine<MemoryStore>>,
+    pub(crate) engine: Arc<Engine<AnyStore>>,
     pub(crate) clock: Arc<dyn Clock>,
     settings: ServerSettings,
     pub(crate) metrics: Metrics,
@@ -66,7 +66,7 @@ pub(crate) enum Answer {
 
 impl App {
     pub(crate) fn new(
-        engine: Arc<Engine<MemoryStore>>,
+        engine: Arc<Engine<AnyStore>>,
         settings: ServerSettings,
         config_path: Option<PathBuf>,
         clock: Arc<dyn Clock>,
@@ -223,7 +223,7 @@ pub(crate) async fn sweep(app: Arc<App>, mut stop: watch::Receiver<bool>) {
     loop {
         tokio::select! {
             _ = tick.tick() => {
-                app.engine.store().sweep(app.clock.now(), 4096);
+                app.engine.store().sweep(app.clock.now());
             }
             _ = stop.changed() => return,
         }

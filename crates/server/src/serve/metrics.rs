@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use super::store::AnyStore;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
@@ -10,7 +11,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
-use ratewarden_memory::MemoryStore;
 use ratewarden_policy::{Engine, OnStoreFailure};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -47,7 +47,7 @@ pub(crate) struct Metrics {
 /// Reads the engine's own per-rule counters at scrape time, so a decision pays for no
 /// metric of its own: `decisions`, `keys` and `config_version`.
 struct EngineCollector {
-    engine: Arc<Engine<MemoryStore>>,
+    engine: Arc<Engine<AnyStore>>,
 }
 
 impl fmt::Debug for EngineCollector {
@@ -94,13 +94,29 @@ impl Collector for EngineCollector {
                 }
             }
         }
-        let keys = ConstGauge::new(self.engine.store().len() as i64);
-        keys.encode(encoder.encode_descriptor(
-            "keys",
-            "Keys held by the in-memory store",
-            None,
-            keys.metric_type(),
-        )?)?;
+        if let Some(len) = self.engine.store().len() {
+            let keys = ConstGauge::new(len as i64);
+            keys.encode(encoder.encode_descriptor(
+                "keys",
+                "Keys held by the in-memory store",
+                None,
+                keys.metric_type(),
+            )?)?;
+        }
+        if let Some(state) = self.engine.store().breaker() {
+            let value = match state {
+                ratewarden_redis::BreakerState::Closed => 0,
+                ratewarden_redis::BreakerState::Open => 1,
+                ratewarden_redis::BreakerState::HalfOpen => 2,
+            };
+            let breaker = ConstGauge::new(value);
+            breaker.encode(encoder.encode_descriptor(
+                "store_breaker",
+                "The shared store's circuit breaker: 0 closed, 1 open (failing fast), 2 half-open (probing)",
+                None,
+                breaker.metric_type(),
+            )?)?;
+        }
         let version = ConstGauge::new(self.engine.version() as i64);
         version.encode(encoder.encode_descriptor(
             "config_version",
@@ -113,7 +129,7 @@ impl Collector for EngineCollector {
 }
 
 impl Metrics {
-    pub(crate) fn new(engine: Arc<Engine<MemoryStore>>) -> Self {
+    pub(crate) fn new(engine: Arc<Engine<AnyStore>>) -> Self {
         let mut registry = Registry::with_prefix("ratewarden");
         registry.register_collector(Box::new(EngineCollector { engine }));
         // 1 µs to about 4 s.

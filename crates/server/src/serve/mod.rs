@@ -12,16 +12,19 @@ mod listen;
 mod metrics;
 mod reply;
 mod shed;
+mod store;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use ratewarden_core::{Clock, RealClock};
 use ratewarden_memory::{MemoryStore, StoreConfig, WhenFull};
 use ratewarden_policy::{Config, ConfigErrors, Engine, StoreKind};
+use ratewarden_redis::{RedisConfig, RedisStore, Target, TimeSource};
+use store::AnyStore;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -90,20 +93,33 @@ impl Running {
 /// does not have.
 pub async fn start(options: Options) -> anyhow::Result<Running> {
     let config = options.config;
-    let store = match &config.store.kind {
-        StoreKind::Memory => MemoryStore::new(StoreConfig {
-            max_keys: config.store.max_keys,
-            when_full: if config.store.evict_when_full {
+    let settings = &config.store;
+    let redis = |target: Target| {
+        RedisStore::new(RedisConfig {
+            target,
+            deadline: settings.deadline,
+            breaker_failures: settings.breaker_failures,
+            breaker_cool_down: settings.breaker_cool_down,
+            time: TimeSource::Redis,
+            key_prefix: settings.key_prefix.clone(),
+            ..RedisConfig::default()
+        })
+        .context("`[store]`")
+    };
+    let store = match &settings.kind {
+        StoreKind::Memory => AnyStore::Memory(MemoryStore::new(StoreConfig {
+            max_keys: settings.max_keys,
+            when_full: if settings.evict_when_full {
                 WhenFull::EvictLeastRecentlyUsed
             } else {
                 WhenFull::RejectNewKeys
             },
             ..StoreConfig::default()
-        }),
-        StoreKind::Redis { .. } | StoreKind::RedisCluster { .. } => bail!(
-            "`[store] kind = \"redis\"` and `\"redis-cluster\"` need the shared store, which \
-             this build does not have yet; use `kind = \"memory\"`"
-        ),
+        })),
+        StoreKind::Redis { url } => AnyStore::Redis(Box::new(redis(Target::Single(url.clone()))?)),
+        StoreKind::RedisCluster { nodes } => {
+            AnyStore::Redis(Box::new(redis(Target::Cluster(nodes.clone()))?))
+        }
     };
     let settings = config.server.clone();
     let engine = Arc::new(Engine::new(config, store));

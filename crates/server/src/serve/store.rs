@@ -1,0 +1,105 @@
+//! The store a server decides on: in this process's memory, or shared in Redis.
+
+use ratewarden_core::{AsyncStore, Check, Decision, Limit};
+use ratewarden_memory::MemoryStore;
+use ratewarden_redis::{BreakerState, RedisError, RedisStore};
+
+/// The configured store, chosen at start from `[store] kind`.
+pub(crate) enum AnyStore {
+    Memory(MemoryStore),
+    /// Boxed: a store is made once, and the Redis one is large.
+    Redis(Box<RedisStore>),
+}
+
+/// Why the store failed (only a shared store can).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StoreError {
+    #[error(transparent)]
+    Redis(#[from] RedisError),
+}
+
+impl AnyStore {
+    /// Keys held, for a store that can count them cheaply (the in-memory one).
+    pub(crate) fn len(&self) -> Option<usize> {
+        match self {
+            AnyStore::Memory(m) => Some(m.len()),
+            AnyStore::Redis(_) => None,
+        }
+    }
+
+    /// Drops a bounded batch of idle keys (Redis expires its own).
+    pub(crate) fn sweep(&self, now: u64) {
+        if let AnyStore::Memory(m) = self {
+            m.sweep(now, 4096);
+        }
+    }
+
+    /// The shared store's circuit breaker.
+    pub(crate) fn breaker(&self) -> Option<BreakerState> {
+        match self {
+            AnyStore::Memory(_) => None,
+            AnyStore::Redis(r) => Some(r.breaker()),
+        }
+    }
+}
+
+impl AsyncStore for AnyStore {
+    type Error = StoreError;
+
+    async fn decide(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, StoreError> {
+        match self {
+            AnyStore::Memory(m) => Ok(m.decide(limit, key, now, cost)),
+            AnyStore::Redis(r) => Ok(r.decide(limit, key, now, cost).await?),
+        }
+    }
+
+    async fn decide_all(
+        &self,
+        checks: &[Check<'_>],
+        now: u64,
+    ) -> Result<Vec<Decision>, StoreError> {
+        match self {
+            AnyStore::Memory(m) => {
+                let layers: Vec<(&Limit, &str, u64)> =
+                    checks.iter().map(|c| (c.limit, c.key, c.cost)).collect();
+                Ok(m.decide_all(&layers, now))
+            }
+            AnyStore::Redis(r) => Ok(r.decide_all(checks, now).await?),
+        }
+    }
+
+    async fn peek(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: u64,
+        cost: u64,
+    ) -> Result<Decision, StoreError> {
+        match self {
+            AnyStore::Memory(m) => Ok(m.peek(limit, key, now, cost)),
+            AnyStore::Redis(r) => Ok(r.peek(limit, key, now, cost).await?),
+        }
+    }
+
+    async fn settle(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: u64,
+        delta: i64,
+    ) -> Result<(), StoreError> {
+        match self {
+            AnyStore::Memory(m) => {
+                m.settle(limit, key, now, delta);
+                Ok(())
+            }
+            AnyStore::Redis(r) => Ok(r.settle(limit, key, now, delta).await?),
+        }
+    }
+}
