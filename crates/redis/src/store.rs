@@ -205,24 +205,7 @@ impl RedisStore {
         checks: &[(&Limit, &str, i128)],
         now: u64,
     ) -> Result<Vec<Decision>, RedisError> {
-        if !self.breaker.allow() {
-            return Err(RedisError::BreakerOpen);
-        }
-        let deadline = self.config.deadline;
-        match tokio::time::timeout(deadline, self.call(mode, checks, now)).await {
-            Ok(Ok(decisions)) => {
-                self.breaker.succeeded();
-                Ok(decisions)
-            }
-            Ok(Err(error)) => {
-                self.breaker.failed();
-                Err(error)
-            }
-            Err(_) => {
-                self.breaker.failed();
-                Err(RedisError::Timeout(deadline))
-            }
-        }
+        self.guarded(self.call(mode, checks, now)).await
     }
 
     async fn call(
@@ -310,19 +293,37 @@ impl RedisStore {
     ) -> Result<Vec<Decision>, RedisError> {
         let mut args: Vec<String> = Vec::with_capacity(3 + checks.len() * 8);
         args.push(mode.as_str().to_owned());
-        args.push(match self.config.time {
-            TimeSource::Redis => String::new(),
-            TimeSource::Caller => now.to_string(),
-        });
+        args.push(self.time_arg(now));
         args.push(checks.len().to_string());
         for (limit, _, cost) in checks {
             encode::push_check(&mut args, limit, &cost.to_string(), now);
         }
+        let reply = self.invoke(connection, keys, &args).await?;
+        let (_now, decisions) = encode::decode(&reply).map_err(RedisError::Protocol)?;
+        if decisions.len() != checks.len() {
+            return Err(RedisError::Protocol(format!(
+                "{} decisions for {} checks",
+                decisions.len(),
+                checks.len()
+            )));
+        }
+        Ok(decisions)
+    }
+}
+
+impl RedisStore {
+    /// One call of the script: `KEYS` and `ARGV` in, the flat string reply out.
+    async fn invoke(
+        &self,
+        connection: &mut Connection,
+        keys: &[String],
+        args: &[String],
+    ) -> Result<Vec<String>, RedisError> {
         let mut invocation = self.script.prepare_invoke();
         for key in keys {
             invocation.key(key);
         }
-        for arg in &args {
+        for arg in args {
             invocation.arg(arg);
         }
         let _turn = if self.config.pipeline {
@@ -334,15 +335,105 @@ impl RedisStore {
             Connection::Single(c) => invocation.invoke_async(c).await?,
             Connection::Cluster(c) => invocation.invoke_async(c).await?,
         };
-        let (_now, decisions) = encode::decode(&reply).map_err(RedisError::Protocol)?;
-        if decisions.len() != checks.len() {
-            return Err(RedisError::Protocol(format!(
-                "{} decisions for {} checks",
-                decisions.len(),
-                checks.len()
-            )));
+        Ok(reply)
+    }
+
+    /// Behind the breaker and within the deadline, with the connection.
+    async fn guarded<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, RedisError>>,
+    ) -> Result<T, RedisError> {
+        if !self.breaker.allow() {
+            return Err(RedisError::BreakerOpen);
         }
-        Ok(decisions)
+        let deadline = self.config.deadline;
+        match tokio::time::timeout(deadline, call).await {
+            Ok(Ok(value)) => {
+                self.breaker.succeeded();
+                Ok(value)
+            }
+            Ok(Err(error)) => {
+                self.breaker.failed();
+                Err(error)
+            }
+            Err(_) => {
+                self.breaker.failed();
+                Err(RedisError::Timeout(deadline))
+            }
+        }
+    }
+
+    fn time_arg(&self, now: u64) -> String {
+        match self.config.time {
+            TimeSource::Redis => String::new(),
+            TimeSource::Caller => now.to_string(),
+        }
+    }
+
+    /// Takes a concurrency permit of `cost` units for `key` under `id` (a non-zero id
+    /// unique to the holder: zero is the anonymous holder of settled units): `Ok(Ok(()))`
+    /// when granted, the decision when not. Under a limit that is not a concurrency limit
+    /// this is a decision.
+    ///
+    /// # Errors
+    ///
+    /// Redis failed, was too slow, or the breaker is open.
+    pub async fn acquire(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: u64,
+        cost: u64,
+        id: u64,
+    ) -> Result<Result<(), Decision>, RedisError> {
+        self.guarded(async {
+            let mut connection = self.connection().await?;
+            let mut args = vec!["acquire".to_owned(), self.time_arg(now), "1".to_owned()];
+            args.push(id.to_string());
+            encode::push_check(&mut args, limit, &cost.to_string(), now);
+            let reply = self
+                .invoke(&mut connection, &[self.redis_key(key)], &args)
+                .await?;
+            let (_, mut decisions) = encode::decode(&reply).map_err(RedisError::Protocol)?;
+            let decision = decisions
+                .pop()
+                .ok_or_else(|| RedisError::Protocol("no decision".to_owned()))?;
+            Ok(if decision.is_allowed() {
+                Ok(())
+            } else {
+                Err(decision)
+            })
+        })
+        .await
+    }
+
+    /// Gives back permit `id` of `key`; false if it was not held (released, or lapsed).
+    ///
+    /// # Errors
+    ///
+    /// Redis failed, was too slow, or the breaker is open.
+    pub async fn release(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: u64,
+        id: u64,
+    ) -> Result<bool, RedisError> {
+        self.guarded(async {
+            let mut connection = self.connection().await?;
+            let mut args = vec!["release".to_owned(), self.time_arg(now), "1".to_owned()];
+            args.push(id.to_string());
+            encode::push_check(&mut args, limit, "0", now);
+            let reply = self
+                .invoke(&mut connection, &[self.redis_key(key)], &args)
+                .await?;
+            match reply.get(1).map(String::as_str) {
+                Some("1") => Ok(true),
+                Some("0") => Ok(false),
+                other => Err(RedisError::Protocol(format!("release answered {other:?}"))),
+            }
+        })
+        .await
     }
 }
 

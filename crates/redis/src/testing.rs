@@ -118,3 +118,66 @@ impl Drop for Server {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A Redis Cluster of three masters on free ports.
+pub struct Cluster {
+    /// The masters.
+    pub nodes: Vec<Server>,
+}
+
+impl Cluster {
+    /// Starts three masters and joins them with `redis-cli --cluster create`.
+    pub fn start() -> Self {
+        let nodes: Vec<Server> = (0..3)
+            .map(|_| {
+                let port = free_port();
+                let conf = format!("nodes-{port}.conf");
+                Server::start_on(
+                    port,
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        &conf,
+                        "--cluster-node-timeout",
+                        "2000",
+                    ],
+                )
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = std::process::Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create runs");
+        assert!(
+            out.status.success(),
+            "cluster create: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        for node in &nodes {
+            let mut ok = false;
+            for _ in 0..500 {
+                if node.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok") {
+                    ok = true;
+                    break;
+                }
+                #[allow(clippy::disallowed_methods)]
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            assert!(ok, "the cluster came up");
+        }
+        Self { nodes }
+    }
+
+    /// Every node's URL, for the cluster client's seeds.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(Server::url).collect()
+    }
+}

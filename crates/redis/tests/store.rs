@@ -9,7 +9,7 @@ use ratewarden_core::{
     LeakyBucket, LeakyQueue, Limit, Quota, Rate, SlidingLog, SlidingWindow, Store, TokenBucket,
 };
 use ratewarden_memory::{MemoryStore, StoreConfig};
-use ratewarden_redis::testing::{free_port, Server};
+use ratewarden_redis::testing::{Cluster, Server};
 use ratewarden_redis::{BreakerState, RedisConfig, RedisError, RedisStore, Target, TimeSource};
 
 const SEC: u64 = 1_000_000_000;
@@ -257,66 +257,6 @@ async fn a_killed_redis_fails_fast_and_a_restarted_one_is_used_again() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(ok, "the store reconnected to the restarted server");
-}
-
-/// A Redis Cluster of three masters on free ports.
-struct Cluster {
-    nodes: Vec<Server>,
-}
-
-impl Cluster {
-    fn start() -> Self {
-        let nodes: Vec<Server> = (0..3)
-            .map(|_| {
-                let port = free_port();
-                let conf = format!("nodes-{port}.conf");
-                Server::start_on(
-                    port,
-                    &[
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        &conf,
-                        "--cluster-node-timeout",
-                        "2000",
-                    ],
-                )
-            })
-            .collect();
-        let addrs: Vec<String> = nodes
-            .iter()
-            .map(|n| format!("127.0.0.1:{}", n.port))
-            .collect();
-        let out = std::process::Command::new("redis-cli")
-            .arg("--cluster")
-            .arg("create")
-            .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .output()
-            .expect("redis-cli --cluster create runs");
-        assert!(
-            out.status.success(),
-            "cluster create: {}",
-            String::from_utf8_lossy(&out.stdout)
-        );
-        for node in &nodes {
-            let mut ok = false;
-            for _ in 0..500 {
-                if node.cli(&["CLUSTER", "INFO"]).contains("cluster_state:ok") {
-                    ok = true;
-                    break;
-                }
-                #[allow(clippy::disallowed_methods)]
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            assert!(ok, "the cluster came up");
-        }
-        Self { nodes }
-    }
-
-    fn urls(&self) -> Vec<String> {
-        self.nodes.iter().map(Server::url).collect()
-    }
 }
 
 #[tokio::test]
