@@ -187,6 +187,10 @@ pub struct Rule {
     pub on_store_failure: OnStoreFailure,
     /// Whether a rejection must leak nothing (a bare 429).
     pub sensitive: bool,
+    /// Hybrid mode: a bucket in this process with the rule's own numbers is asked first,
+    /// and a request it refuses never reaches the shared store (it would refuse it too:
+    /// it sees all this process's admitted requests, and more).
+    pub local_first: bool,
 }
 
 /// Where the `api_key` and `tenant` key parts are read from (`[keys]` in the file).
@@ -414,6 +418,7 @@ struct RawLimit {
     mode: Option<Spanned<String>>,
     rollout: Option<Spanned<String>>,
     sensitive: Option<bool>,
+    local_first: Option<bool>,
     on_store_failure: Option<Spanned<String>>,
     local_divide_by: Option<Spanned<i64>>,
     ipv4_prefix: Option<Spanned<i64>>,
@@ -943,6 +948,7 @@ fn validate(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -> Optio
         mode,
         on_store_failure,
         sensitive: raw.sensitive.unwrap_or(false),
+        local_first: raw.local_first.unwrap_or(false),
     })
 }
 

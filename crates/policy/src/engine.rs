@@ -217,6 +217,8 @@ pub struct Engine<S> {
     store: S,
     /// Where rules with `on_store_failure = "local"` decide while the store is down.
     local: MemoryStore,
+    /// The in-process buckets of `local_first` rules, asked before the store.
+    hybrid: MemoryStore,
     reservations: Mutex<HashMap<u64, Reservation>>,
     next_reservation: AtomicU64,
     permits: Mutex<HashMap<u64, Held>>,
@@ -229,6 +231,7 @@ impl<S: AsyncStore> Engine<S> {
             rules: RwLock::new(Arc::new(rule_set(config, 1))),
             store,
             local: MemoryStore::new(StoreConfig::default()),
+            hybrid: MemoryStore::new(StoreConfig::default()),
             reservations: Mutex::new(HashMap::new()),
             next_reservation: AtomicU64::new(1),
             permits: Mutex::new(HashMap::new()),
@@ -393,7 +396,18 @@ impl<S: AsyncStore> Engine<S> {
             let enforced = enforces(rule, &key);
             applying.push((i, key, cost, enforced));
         }
-        let enforced: Vec<&Applying> = applying.iter().filter(|a| a.3).collect();
+        let mut enforced: Vec<&Applying> = applying.iter().filter(|a| a.3).collect();
+        // Hybrid rules first: their in-process bucket has seen a subset of what the store
+        // has, so when it says no the store would too, and the round trip is saved.
+        let refused_here: Vec<Decision> = enforced
+            .iter()
+            .filter(|(i, ..)| rules[*i].local_first)
+            .map(|(i, key, cost, _)| self.hybrid.peek(&rules[*i].limit, key, now, *cost))
+            .collect();
+        let locally_refused = refused_here.iter().any(|d| !d.is_allowed());
+        if locally_refused {
+            enforced.retain(|(i, ..)| rules[*i].local_first);
+        }
         let checks: Vec<Check<'_>> = enforced
             .iter()
             .map(|(i, key, cost, _)| Check {
@@ -404,7 +418,12 @@ impl<S: AsyncStore> Engine<S> {
             .collect();
         let mut unavailable = false;
         let mut store_failed = false;
-        let decisions: Vec<Decision> = match self.store.decide_all(&checks, now).await {
+        let result = if locally_refused {
+            Ok(refused_here)
+        } else {
+            self.store.decide_all(&checks, now).await
+        };
+        let decisions: Vec<Decision> = match result {
             Ok(decisions) => decisions,
             // Each rule already knows what to do when its store fails.
             Err(error) => {
@@ -443,7 +462,18 @@ impl<S: AsyncStore> Engine<S> {
             })
             .collect();
         let allowed = outcomes.iter().all(|o| o.decision.is_allowed());
-        for (i, key, cost, _) in applying.iter().filter(|a| !a.3) {
+        if allowed {
+            for (i, key, cost, _) in enforced.iter().filter(|(i, ..)| rules[*i].local_first) {
+                self.hybrid.decide(&rules[*i].limit, key, now, *cost);
+            }
+        }
+        // A request refused in this process is not shown to shadow rules: that would cost
+        // the round trips hybrid rules exist to save.
+        for (i, key, cost, _) in applying
+            .iter()
+            .filter(|a| !a.3)
+            .filter(|_| !locally_refused)
+        {
             let rule = &rules[*i];
             // As if enforcing: charged only when the request goes through.
             let result = if allowed {

@@ -567,3 +567,118 @@ fn the_tenant_comes_from_the_configured_header() {
         .outcomes
         .is_empty());
 }
+
+/// A store that counts the calls that reach it.
+struct Counting {
+    inner: MemoryStore,
+    calls: std::sync::atomic::AtomicUsize,
+}
+
+impl Counting {
+    fn count(&self) -> usize {
+        self.calls
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+impl Store for Counting {
+    type Error = std::convert::Infallible;
+    fn decide(&self, l: &Limit, k: &str, now: u64, c: u64) -> Result<Decision, Self::Error> {
+        self.count();
+        Store::decide(&self.inner, l, k, now, c)
+    }
+    fn decide_all(&self, checks: &[Check<'_>], now: u64) -> Result<Vec<Decision>, Self::Error> {
+        self.count();
+        Store::decide_all(&self.inner, checks, now)
+    }
+    fn peek(&self, l: &Limit, k: &str, now: u64, c: u64) -> Result<Decision, Self::Error> {
+        self.count();
+        Store::peek(&self.inner, l, k, now, c)
+    }
+    fn settle(&self, l: &Limit, k: &str, now: u64, d: i64) -> Result<(), Self::Error> {
+        self.count();
+        Store::settle(&self.inner, l, k, now, d)
+    }
+    fn acquire(
+        &self,
+        l: &Limit,
+        k: &str,
+        now: u64,
+        c: u64,
+    ) -> Result<Result<u64, Decision>, Self::Error> {
+        self.count();
+        Store::acquire(&self.inner, l, k, now, c)
+    }
+    fn release(&self, l: &Limit, k: &str, id: u64) -> Result<bool, Self::Error> {
+        self.count();
+        Store::release(&self.inner, l, k, id)
+    }
+}
+
+#[test]
+fn a_hybrid_rule_refuses_floods_in_process_without_asking_the_store() {
+    let config = parse(
+        "t.toml",
+        r#"
+[[limit]]
+name = "per-key"
+key = ["api_key"]
+algorithm = "gcra"
+rate = "1/s"
+burst = 2
+local_first = true
+
+[[limit]]
+name = "watch"
+key = ["global"]
+algorithm = "fixed-window"
+limit = 1
+window = "1m"
+mode = "shadow"
+"#,
+    )
+    .unwrap();
+    let engine = Engine::new(
+        config,
+        Counting {
+            inner: MemoryStore::new(StoreConfig::default()),
+            calls: Default::default(),
+        },
+    );
+    let key = [("authorization", "Bearer k1")];
+    let calls = || {
+        engine
+            .store()
+            .calls
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    for _ in 0..2 {
+        assert!(
+            engine
+                .decide_now(&get("198.51.100.1", &key), NOW)
+                .unwrap()
+                .allowed
+        );
+    }
+    let before = calls();
+    for _ in 0..100 {
+        let v = engine.decide_now(&get("198.51.100.1", &key), NOW).unwrap();
+        assert!(!v.allowed);
+        assert_eq!(
+            v.retry_after_ns,
+            Some(1_000_000_000),
+            "the exact wait, from here"
+        );
+    }
+    assert_eq!(
+        calls(),
+        before,
+        "a flood of refusals never reached the store"
+    );
+    // Once the bucket has room again, the store decides as before.
+    let v = engine
+        .decide_now(&get("198.51.100.1", &key), NOW + 1_000_000_000)
+        .unwrap();
+    assert!(v.allowed);
+    assert!(calls() > before);
+}
