@@ -121,14 +121,19 @@ impl Drop for Server {
 
 /// A Redis Cluster of three masters on free ports.
 pub struct Cluster {
-    /// The masters.
+    /// Every node, masters and replicas.
     pub nodes: Vec<Server>,
 }
 
 impl Cluster {
     /// Starts three masters and joins them with `redis-cli --cluster create`.
     pub fn start() -> Self {
-        let nodes: Vec<Server> = (0..3)
+        Self::start_with(0)
+    }
+
+    /// Three masters with `replicas` replicas each.
+    pub fn start_with(replicas: usize) -> Self {
+        let nodes: Vec<Server> = (0..3 * (1 + replicas))
             .map(|_| {
                 let port = free_port();
                 let conf = format!("nodes-{port}.conf");
@@ -153,7 +158,7 @@ impl Cluster {
             .arg("--cluster")
             .arg("create")
             .args(&addrs)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .expect("redis-cli --cluster create runs");
         assert!(
@@ -174,6 +179,13 @@ impl Cluster {
             assert!(ok, "the cluster came up");
         }
         Self { nodes }
+    }
+
+    /// The node that is a master and holds `key` now.
+    pub fn master_of(&self, key: &str) -> Option<&Server> {
+        self.nodes
+            .iter()
+            .find(|n| n.cli(&["ROLE"]).starts_with("master") && n.cli(&["EXISTS", key]) == "1")
     }
 
     /// Every node's URL, for the cluster client's seeds.

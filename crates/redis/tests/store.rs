@@ -307,3 +307,60 @@ async fn a_cluster_decides_as_memory_does_and_refunds_layers_across_slots() {
         "the per-IP charge of the rejected request was refunded"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_master_failing_over_to_its_replica_loses_no_count() {
+    let cluster = Cluster::start_with(1);
+    let deadline = Duration::from_millis(300);
+    let redis = RedisStore::new(RedisConfig {
+        target: Target::Cluster(cluster.urls()),
+        deadline,
+        breaker_failures: 3,
+        breaker_cool_down: Duration::from_millis(200),
+        time: TimeSource::Caller,
+        ..RedisConfig::default()
+    })
+    .unwrap();
+    let limit = Limit::from(FixedWindow::new(1000, Duration::from_secs(3600)).unwrap());
+    for _ in 0..10 {
+        assert!(redis
+            .decide(&limit, "fo|k1", T0, 1)
+            .await
+            .unwrap()
+            .is_allowed());
+    }
+    let key = "rw:fo|{k1}";
+    let master = cluster.master_of(key).expect("a master holds the key");
+    // Every write is on the replica before the master dies (the replica may still be
+    // finishing its first sync).
+    let mut synced = false;
+    for _ in 0..50 {
+        synced = master.cli(&["WAIT", "1", "200"]) == "1";
+        if synced {
+            break;
+        }
+    }
+    assert!(synced, "the replica caught up");
+    master.signal("KILL");
+    let mut resumed = None;
+    for _ in 0..300 {
+        let start = tokio::time::Instant::now();
+        let got = redis.decide(&limit, "fo|k1", T0, 1).await;
+        assert!(
+            start.elapsed() < deadline + Duration::from_millis(300),
+            "a call waited {:?}",
+            start.elapsed()
+        );
+        if let Ok(d) = got {
+            resumed = Some(d);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let d = resumed.expect("the replica was promoted and the client followed it");
+    assert_eq!(
+        d.remaining,
+        1000 - 11,
+        "the ten before the failover, and this one"
+    );
+}
