@@ -247,6 +247,8 @@ pub struct StoreSettings {
     pub breaker_cool_down: Duration,
     /// Put before every key in a shared store.
     pub key_prefix: String,
+    /// For `rediss://` URLs: a CA certificate file (PEM) to trust instead of the system's.
+    pub tls_ca_file: Option<std::path::PathBuf>,
 }
 
 impl Default for StoreSettings {
@@ -259,6 +261,7 @@ impl Default for StoreSettings {
             breaker_failures: 5,
             breaker_cool_down: Duration::from_secs(1),
             key_prefix: "rw:".to_owned(),
+            tls_ca_file: None,
         }
     }
 }
@@ -370,6 +373,7 @@ struct RawStore {
     breaker_failures: Option<Spanned<i64>>,
     breaker_cool_down: Option<Spanned<String>>,
     key_prefix: Option<String>,
+    tls_ca_file: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -1244,5 +1248,6 @@ fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSettings {
         breaker_failures,
         breaker_cool_down,
         key_prefix: raw.key_prefix.unwrap_or(defaults.key_prefix),
+        tls_ca_file: raw.tls_ca_file.map(std::path::PathBuf::from),
     }
 }

@@ -92,17 +92,18 @@ async fn main() -> ExitCode {
         }
     };
     if args.print_command {
-        // The script's SHA, the number of keys, the key and the arguments of one decision,
-        // one a line (an argument may be empty): for redis-benchmark.
-        let (sha, _) = RedisStore::script();
+        // The function's name, the number of keys, the key and the arguments of one
+        // decision, one a line (an argument may be empty): for redis-benchmark's
+        // `FCALL <function> 1 <key> <args>`, the very call the store makes.
+        let (function, _) = RedisStore::script();
         let (key, argv) = store.decide_command(&limit(), "bench|k", 1, 0);
-        println!("{sha}\n1\n{key}");
+        println!("{function}\n1\n{key}");
         for arg in argv {
             println!("{arg}");
         }
         return ExitCode::SUCCESS;
     }
-    // Load the script, warm the connection.
+    // Load the library, warm the connection.
     if let Err(e) = store.decide(&limit(), "bench|warm", 0, 1).await {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;

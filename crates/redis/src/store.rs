@@ -11,12 +11,42 @@ use tokio::sync::OnceCell;
 use crate::breaker::{Breaker, BreakerState};
 use crate::{encode, slot};
 
-/// The script: the big-integer library, then the transitions.
+/// The code: the big-integer library, then the transitions (whose last statement returns the
+/// entry point).
 const SCRIPT: &str = concat!(
     include_str!("lua/bigint.lua"),
     "\n",
     include_str!("lua/store.lua")
 );
+
+/// The Redis Function library that runs [`SCRIPT`]: loaded once per server with
+/// `FUNCTION LOAD REPLACE`, called with `FCALL`. Its names carry a hash of the code, so two
+/// versions of ratewarden sharing one Redis never call each other's code.
+struct Library {
+    /// The function's name, for `FCALL`.
+    function: String,
+    /// The library's source, for `FUNCTION LOAD`.
+    source: String,
+}
+
+static LIBRARY: std::sync::LazyLock<Library> = std::sync::LazyLock::new(|| {
+    let hash = redis::Script::new(SCRIPT).get_hash().to_owned();
+    let version = &hash[..16];
+    let function = format!("ratewarden_store_{version}");
+    // Redis 7 hides the Lua standard library while a library loads (only
+    // `redis.register_function` and a few others are there), so the code runs on the first
+    // call, once per server (and again after each FUNCTION LOAD).
+    let source = format!(
+        "#!lua name=ratewarden_{version}\n\
+         local function load()\n{SCRIPT}\nend\n\
+         local main\n\
+         redis.register_function('{function}', function(keys, args)\n\
+         \x20 if main == nil then main = load() end\n\
+         \x20 return main(keys, args)\n\
+         end)\n"
+    );
+    Library { function, source }
+});
 
 /// Where the counters live.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +85,8 @@ pub struct RedisConfig {
     pub time: TimeSource,
     /// Put before every key, so several deployments can share one Redis.
     pub key_prefix: String,
+    /// For `rediss://` URLs: trust this CA certificate (PEM) instead of the system's.
+    pub tls_ca: Option<Vec<u8>>,
     /// Concurrent calls share the connection and are pipelined (the default). Off, calls
     /// wait for each other, one round trip at a time: only for measuring what pipelining
     /// is worth.
@@ -70,6 +102,7 @@ impl Default for RedisConfig {
             breaker_cool_down: Duration::from_secs(1),
             time: TimeSource::Redis,
             key_prefix: "rw:".to_owned(),
+            tls_ca: None,
             pipeline: true,
         }
     }
@@ -103,15 +136,17 @@ enum Connection {
 pub struct RedisStore {
     config: RedisConfig,
     client: Client,
-    script: redis::Script,
+    /// The library's function, for `FCALL`.
+    function: &'static str,
     connection: OnceCell<Connection>,
     breaker: Breaker,
     /// Held across each call when `pipeline` is off.
     one_at_a_time: tokio::sync::Mutex<()>,
 }
 
+/// Made once per store; boxed because the clients are large with TLS.
 enum Client {
-    Single(redis::Client),
+    Single(Box<redis::Client>),
     Cluster(Box<redis::cluster::ClusterClient>),
 }
 
@@ -123,30 +158,44 @@ impl RedisStore {
     ///
     /// A URL that cannot be a Redis address.
     pub fn new(config: RedisConfig) -> Result<Self, RedisError> {
+        let certificates = || redis::TlsCertificates {
+            client_tls: None,
+            root_cert: config.tls_ca.clone(),
+        };
         let client = match &config.target {
-            Target::Single(url) => Client::Single(redis::Client::open(url.as_str())?),
-            Target::Cluster(nodes) => Client::Cluster(Box::new(
-                redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
-                    .build()?,
+            Target::Single(url) if config.tls_ca.is_some() => Client::Single(Box::new(
+                redis::Client::build_with_tls(url.as_str(), certificates())?,
             )),
+            Target::Single(url) => Client::Single(Box::new(redis::Client::open(url.as_str())?)),
+            Target::Cluster(nodes) => {
+                let mut builder =
+                    redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str));
+                if config.tls_ca.is_some() {
+                    builder = builder.certs(certificates());
+                }
+                Client::Cluster(Box::new(builder.build()?))
+            }
         };
         Ok(Self {
             breaker: Breaker::new(config.breaker_failures, config.breaker_cool_down),
             config,
             client,
-            script: redis::Script::new(SCRIPT),
+            function: LIBRARY.function.as_str(),
             connection: OnceCell::new(),
             one_at_a_time: tokio::sync::Mutex::new(()),
         })
     }
 
-    /// The script's SHA1 (for `EVALSHA`) and its source (for `SCRIPT LOAD`).
-    pub fn script() -> (String, &'static str) {
-        (redis::Script::new(SCRIPT).get_hash().to_owned(), SCRIPT)
+    /// The Redis Function the store calls (for `FCALL <function> <numkeys> <keys> <args>`)
+    /// and the source of its library (for `FUNCTION LOAD REPLACE`). Both names carry a hash
+    /// of the code.
+    pub fn script() -> (&'static str, &'static str) {
+        (LIBRARY.function.as_str(), LIBRARY.source.as_str())
     }
 
-    /// The `KEYS` and `ARGV` of one decision of `cost` under `limit` for `key`, on Redis's
-    /// clock: what a tool such as `redis-benchmark` sends to measure the script alone.
+    /// The key and the arguments of one decision of `cost` under `limit` for `key`, on
+    /// Redis's clock: what a tool such as `redis-benchmark` sends after
+    /// `FCALL <function> 1` (see [`RedisStore::script`]) to measure the function alone.
     pub fn decide_command(
         &self,
         limit: &Limit,
@@ -172,14 +221,18 @@ impl RedisStore {
         let connection = self
             .connection
             .get_or_try_init(|| async {
-                let connection = match &self.client {
+                let mut connection = match &self.client {
                     Client::Single(client) => {
-                        Connection::Single(ConnectionManager::new(client.clone()).await?)
+                        Connection::Single(ConnectionManager::new((**client).clone()).await?)
                     }
                     Client::Cluster(client) => {
                         Connection::Cluster(client.get_async_connection().await?)
                     }
                 };
+                // Load the library up front, so the first decision need not find it missing.
+                // (A server restarted, flushed or failed over later gets it on a call that
+                // finds it missing: see `invoke`.)
+                Self::load(&mut connection).await?;
                 Ok::<_, RedisError>(connection)
             })
             .await?;
@@ -312,30 +365,55 @@ impl RedisStore {
 }
 
 impl RedisStore {
-    /// One call of the script: `KEYS` and `ARGV` in, the flat string reply out.
+    /// One call of the function: keys and arguments in, the flat string reply out. A server
+    /// without the library (new, restarted, flushed, or a replica promoted before it had it)
+    /// gets it loaded, and the call is made once more.
     async fn invoke(
         &self,
         connection: &mut Connection,
         keys: &[String],
         args: &[String],
     ) -> Result<Vec<String>, RedisError> {
-        let mut invocation = self.script.prepare_invoke();
-        for key in keys {
-            invocation.key(key);
-        }
-        for arg in args {
-            invocation.arg(arg);
-        }
+        let mut fcall = redis::cmd("FCALL");
+        fcall.arg(self.function).arg(keys.len()).arg(keys).arg(args);
         let _turn = if self.config.pipeline {
             None
         } else {
             Some(self.one_at_a_time.lock().await)
         };
-        let reply: Vec<String> = match connection {
-            Connection::Single(c) => invocation.invoke_async(c).await?,
-            Connection::Cluster(c) => invocation.invoke_async(c).await?,
-        };
-        Ok(reply)
+        match Self::query(connection, &fcall).await {
+            Err(RedisError::Redis(e)) if Self::function_missing(&e) => {
+                Self::load(connection).await?;
+                Self::query(connection, &fcall).await
+            }
+            reply => reply,
+        }
+    }
+
+    async fn query<T: redis::FromRedisValue>(
+        connection: &mut Connection,
+        cmd: &redis::Cmd,
+    ) -> Result<T, RedisError> {
+        Ok(match connection {
+            Connection::Single(c) => cmd.query_async(c).await?,
+            Connection::Cluster(c) => cmd.query_async(c).await?,
+        })
+    }
+
+    /// `FUNCTION LOAD REPLACE` of the library: on a Cluster, the client sends it to every
+    /// primary. Replacing is safe: a library's name is a hash of its code, so whatever
+    /// holds the name holds this code.
+    async fn load(connection: &mut Connection) -> Result<(), RedisError> {
+        let mut load = redis::cmd("FUNCTION");
+        load.arg("LOAD").arg("REPLACE").arg(LIBRARY.source.as_str());
+        let _name: redis::Value = Self::query(connection, &load).await?;
+        Ok(())
+    }
+
+    /// Whether `FCALL` failed because this server does not have the library.
+    fn function_missing(e: &redis::RedisError) -> bool {
+        e.detail()
+            .is_some_and(|d| d.starts_with("Function not found"))
     }
 
     /// Behind the breaker and within the deadline, with the connection.

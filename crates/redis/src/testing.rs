@@ -100,7 +100,9 @@ impl Server {
 
     fn wait_until_ready(&self) {
         for _ in 0..500 {
-            if self.cli(&["PING"]) == "PONG" {
+            let answer = self.cli(&["PING"]);
+            // A server with a password answers, but only to say so.
+            if answer == "PONG" || answer.starts_with("NOAUTH") {
                 return;
             }
             // Waiting for a process to start, not for a limit to refill.

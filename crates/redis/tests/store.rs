@@ -193,11 +193,9 @@ async fn a_stopped_redis_costs_the_deadline_then_nothing_and_recovery_is_automat
         let start = tokio::time::Instant::now();
         let e = redis.decide(&limit, "fault|k", T0, 1).await.unwrap_err();
         assert!(matches!(e, RedisError::Timeout(_)), "{e}");
-        assert!(
-            start.elapsed() < deadline + Duration::from_millis(250),
-            "{:?}",
-            start.elapsed()
-        );
+        let took = start.elapsed();
+        eprintln!("paused redis: a call gave up after {took:?} (deadline {deadline:?})");
+        assert!(took < deadline + Duration::from_millis(250), "{took:?}");
     }
     // ...and after three the breaker opens: calls fail at once.
     assert_eq!(redis.breaker(), BreakerState::Open);
@@ -206,10 +204,12 @@ async fn a_stopped_redis_costs_the_deadline_then_nothing_and_recovery_is_automat
         redis.decide(&limit, "fault|k", T0, 1).await.unwrap_err(),
         RedisError::BreakerOpen
     ));
+    eprintln!("breaker open: a call failed after {:?}", start.elapsed());
     assert!(start.elapsed() < Duration::from_millis(20));
 
     // Back: after the cool-down one call probes, succeeds, and counting resumes where it was.
     server.signal("CONT");
+    let back = tokio::time::Instant::now();
     let mut resumed = None;
     for _ in 0..100 {
         match redis.decide(&limit, "fault|k", T0, 1).await {
@@ -221,6 +221,10 @@ async fn a_stopped_redis_costs_the_deadline_then_nothing_and_recovery_is_automat
         }
     }
     let d = resumed.expect("recovered after the cool-down");
+    eprintln!(
+        "resumed: decisions again {:?} after SIGCONT (cool-down 300ms)",
+        back.elapsed()
+    );
     assert_eq!(redis.breaker(), BreakerState::Closed);
     assert!(d.remaining <= 98, "the count survived: {d:?}");
 }
@@ -244,10 +248,12 @@ async fn a_killed_redis_fails_fast_and_a_restarted_one_is_used_again() {
     for _ in 0..2 {
         let start = tokio::time::Instant::now();
         assert!(redis.decide(&limit, "kill|k", T0, 1).await.is_err());
+        eprintln!("killed redis: a call failed after {:?}", start.elapsed());
         assert!(start.elapsed() < Duration::from_millis(200 + 250));
     }
     assert_eq!(redis.breaker(), BreakerState::Open);
     let _again = Server::start_on(port, &[]);
+    let restarted = tokio::time::Instant::now();
     let mut ok = false;
     for _ in 0..100 {
         if redis.decide(&limit, "kill|k", T0, 1).await.is_ok() {
@@ -257,6 +263,10 @@ async fn a_killed_redis_fails_fast_and_a_restarted_one_is_used_again() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(ok, "the store reconnected to the restarted server");
+    eprintln!(
+        "restarted redis: decisions again after {:?}",
+        restarted.elapsed()
+    );
 }
 
 #[tokio::test]
@@ -342,6 +352,7 @@ async fn a_cluster_master_failing_over_to_its_replica_loses_no_count() {
     }
     assert!(synced, "the replica caught up");
     master.signal("KILL");
+    let killed = tokio::time::Instant::now();
     let mut resumed = None;
     for _ in 0..300 {
         let start = tokio::time::Instant::now();
@@ -358,9 +369,122 @@ async fn a_cluster_master_failing_over_to_its_replica_loses_no_count() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let d = resumed.expect("the replica was promoted and the client followed it");
+    eprintln!(
+        "cluster failover: decisions again {:?} after the master was killed",
+        killed.elapsed()
+    );
     assert_eq!(
         d.remaining,
         1000 - 11,
         "the ten before the failover, and this one"
     );
+}
+
+#[tokio::test]
+async fn tls_and_a_password_pass_through_to_the_client() {
+    let dir = std::env::temp_dir().join(format!("ratewarden-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A CA of the test's own, and a server certificate for 127.0.0.1 signed by it.
+    let (ca_cert, ca_key) = (dir.join("ca.pem"), dir.join("ca-key.pem"));
+    let (cert, key, csr) = (
+        dir.join("cert.pem"),
+        dir.join("key.pem"),
+        dir.join("req.csr"),
+    );
+    let ext = dir.join("ext.cnf");
+    std::fs::write(
+        &ext,
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .unwrap();
+    let openssl = |args: &[&std::ffi::OsStr]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let os = |s: &'static str| std::ffi::OsStr::new(s);
+    openssl(&[
+        os("req"),
+        os("-x509"),
+        os("-newkey"),
+        os("rsa:2048"),
+        os("-nodes"),
+        os("-days"),
+        os("1"),
+        os("-subj"),
+        os("/CN=ratewarden test CA"),
+        os("-keyout"),
+        ca_key.as_os_str(),
+        os("-out"),
+        ca_cert.as_os_str(),
+    ]);
+    openssl(&[
+        os("req"),
+        os("-newkey"),
+        os("rsa:2048"),
+        os("-nodes"),
+        os("-subj"),
+        os("/CN=127.0.0.1"),
+        os("-keyout"),
+        key.as_os_str(),
+        os("-out"),
+        csr.as_os_str(),
+    ]);
+    openssl(&[
+        os("x509"),
+        os("-req"),
+        os("-in"),
+        csr.as_os_str(),
+        os("-CA"),
+        ca_cert.as_os_str(),
+        os("-CAkey"),
+        ca_key.as_os_str(),
+        os("-CAcreateserial"),
+        os("-days"),
+        os("1"),
+        os("-extfile"),
+        ext.as_os_str(),
+        os("-out"),
+        cert.as_os_str(),
+    ]);
+    let tls_port = ratewarden_redis::testing::free_port().to_string();
+    let (cert_s, key_s) = (cert.display().to_string(), key.display().to_string());
+    let _server = Server::start_with(&[
+        "--tls-port",
+        &tls_port,
+        "--tls-cert-file",
+        &cert_s,
+        "--tls-key-file",
+        &key_s,
+        "--tls-auth-clients",
+        "no",
+        "--requirepass",
+        "s3cret",
+    ]);
+    let limit = Limit::from(FixedWindow::new(3, Duration::from_secs(60)).unwrap());
+    let config = |url: String, ca: Option<Vec<u8>>| RedisConfig {
+        target: Target::Single(url),
+        deadline: Duration::from_secs(2),
+        time: TimeSource::Caller,
+        tls_ca: ca,
+        ..RedisConfig::default()
+    };
+    let ca = std::fs::read(&ca_cert).unwrap();
+    let url = format!("rediss://:s3cret@127.0.0.1:{tls_port}");
+    let redis = RedisStore::new(config(url.clone(), Some(ca.clone()))).unwrap();
+    let d = redis.decide(&limit, "tls|k", T0, 1).await.unwrap();
+    assert_eq!(d.remaining, 2);
+    // A wrong password is refused, and so is a server whose certificate is not trusted.
+    let wrong = format!("rediss://:nope@127.0.0.1:{tls_port}");
+    let e = RedisStore::new(config(wrong, Some(ca))).unwrap();
+    assert!(e.decide(&limit, "tls|k", T0, 1).await.is_err());
+    let untrusted = RedisStore::new(config(url, None)).unwrap();
+    assert!(untrusted.decide(&limit, "tls|k", T0, 1).await.is_err());
+    std::fs::remove_dir_all(&dir).unwrap();
 }

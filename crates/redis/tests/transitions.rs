@@ -1,4 +1,5 @@
-//! The store script (`src/lua/bigint.lua` + `src/lua/store.lua`) against the core, decision for
+//! The store's Redis Function (`src/lua/bigint.lua` + `src/lua/store.lua`, loaded as the library
+//! `RedisStore::script()` gives) against the core, decision for
 //! decision: randomized traces of every algorithm run through `ratewarden-core` and through
 //! the script in a real `redis-server`, and must agree to the nanosecond. Also: the big-integer
 //! library against `u128`, all-or-nothing layered decisions, key TTLs, Redis `TIME`,
@@ -26,7 +27,6 @@ use ratewarden_core::{
 };
 
 const BIGINT: &str = include_str!("../src/lua/bigint.lua");
-const STORE: &str = include_str!("../src/lua/store.lua");
 
 // ---------------------------------------------------------------------------------------------
 // A redis-server of our own.
@@ -126,8 +126,8 @@ impl<'a> Call<'a> {
 
 struct Store {
     con: redis::Connection,
-    script: redis::Script,
-    sha: String,
+    /// The library's function, for FCALL.
+    function: &'static str,
     // Last, so the connection closes before the server stops.
     _server: Server,
 }
@@ -136,12 +136,15 @@ impl Store {
     fn start() -> Self {
         let server = Server::start();
         let mut con = server.connect();
-        let script = redis::Script::new(&format!("{BIGINT}\n{STORE}"));
-        let sha = script.load(&mut con).expect("SCRIPT LOAD");
+        let (function, library) = ratewarden_redis::RedisStore::script();
+        let _: String = redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg(library)
+            .query(&mut con)
+            .expect("FUNCTION LOAD");
         Self {
             con,
-            script,
-            sha,
+            function,
             _server: server,
         }
     }
@@ -159,8 +162,8 @@ impl Store {
         let args = Self::args(mode, Some(now), now, calls);
         let mut pipe = redis::pipe();
         pipe.atomic()
-            .cmd("EVALSHA")
-            .arg(&self.sha)
+            .cmd("FCALL")
+            .arg(self.function)
             .arg(calls.len())
             .arg(calls.iter().map(|c| c.key.as_str()).collect::<Vec<_>>())
             .arg(&args);
@@ -185,14 +188,12 @@ impl Store {
 
     /// Runs the script with raw keys and arguments.
     fn raw(&mut self, keys: &[&str], args: &[String]) -> redis::RedisResult<Vec<String>> {
-        let mut invocation = self.script.prepare_invoke();
-        for key in keys {
-            invocation.key(*key);
-        }
-        for arg in args {
-            invocation.arg(arg);
-        }
-        invocation.invoke(&mut self.con)
+        redis::cmd("FCALL")
+            .arg(self.function)
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args)
+            .query(&mut self.con)
     }
 
     /// The arguments for `calls` in `mode` (`now` None: Redis TIME), encoded as the store does.
@@ -1348,4 +1349,64 @@ fn bad_arguments_are_refused_before_anything_is_written() {
     // And the good call works.
     let reply = store.raw(&["bad|a"], &good).expect("a good call");
     assert_eq!(reply[1], "allowed");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The library on the server.
+
+#[test]
+fn the_store_loads_its_library_again_when_redis_lost_it() {
+    use ratewarden_core::AsyncStore;
+    use ratewarden_redis::{RedisConfig, RedisStore, Target, TimeSource};
+
+    let server = Server::start();
+    let mut con = server.connect();
+    let store = RedisStore::new(RedisConfig {
+        target: Target::Single(format!("redis://127.0.0.1:{}/", server.port)),
+        deadline: Duration::from_secs(5),
+        time: TimeSource::Caller,
+        ..RedisConfig::default()
+    })
+    .expect("a store");
+    let limit = Limit::from(Gcra::new(Rate::per_second(5).unwrap(), 5).unwrap());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a runtime");
+    let (function, _) = RedisStore::script();
+    let libraries = |con: &mut redis::Connection| -> Vec<redis::Value> {
+        redis::cmd("FUNCTION")
+            .arg("LIST")
+            .query(con)
+            .expect("FUNCTION LIST")
+    };
+    runtime.block_on(async {
+        let d = store.decide(&limit, "lib|a", SEC, 1).await.expect("decide");
+        assert_eq!(d.remaining, 4);
+        assert_eq!(libraries(&mut con).len(), 1, "the library is loaded");
+        // A flushed (or restarted, or failed-over) server: the next call loads it again.
+        let _: () = redis::cmd("FUNCTION").arg("FLUSH").query(&mut con).unwrap();
+        assert!(libraries(&mut con).is_empty());
+        let d = store
+            .decide(&limit, "lib|a", SEC, 1)
+            .await
+            .expect("decide after a flush");
+        assert_eq!(d.remaining, 3);
+        assert_eq!(libraries(&mut con).len(), 1, "loaded again");
+    });
+    // What the store calls is what `script()` names.
+    let reply: Vec<String> = redis::cmd("FCALL")
+        .arg(function)
+        .arg(1)
+        .arg("rw:lib|{a}")
+        .arg(Store::args(
+            "peek",
+            Some(SEC),
+            SEC,
+            &[Call::new("lib|a", &limit, 0)],
+        ))
+        .query(&mut con)
+        .expect("FCALL");
+    let (_, d) = encode::decode(&reply).expect("a reply");
+    assert_eq!(d[0].remaining, 3);
 }

@@ -6,9 +6,15 @@
 -- any u128 plus the carry of one addition. Limb products stay below 2^48 and every column
 -- sum below 2^53, so each step is exact in doubles.
 --
--- Every function returns a new table and never changes its arguments. Everything is local
--- and reached through the table `BN` (Redis scripts may not create globals, and a Lua 5.1
--- function may not capture more than 60 upvalues).
+-- No function changes its arguments (a result may be one of them, or a shared constant such
+-- as ZERO: values are never changed in place). Everything is local and reached through the
+-- table `BN` (Redis scripts may not create globals, and a Lua 5.1 function may not capture
+-- more than 60 upvalues).
+--
+-- Speed: loops over limbs are unrolled, and values below 2^52 (most costs, limits, windows
+-- and delays) take fast paths in doubles. For 0 <= t < 2^52 and 0 < d < 2^52, floor(t / d)
+-- is exact in doubles (the rounded quotient cannot reach the next integer), and so is
+-- t - floor(t / d) * d.
 
 local BN = {}
 
@@ -18,15 +24,11 @@ local floor = math.floor
 
 -- n, an integer 0 <= n < 2^53.
 local function from_int(n)
-  local r = {0, 0, 0, 0, 0, 0}
-  local i = 1
-  while n > 0 do
-    local q = floor(n / BASE)
-    r[i] = n - q * BASE
-    n = q
-    i = i + 1
-  end
-  return r
+  if n < BASE then return {n, 0, 0, 0, 0, 0} end
+  local q1 = floor(n / BASE)
+  if q1 < BASE then return {n - q1 * BASE, q1, 0, 0, 0, 0} end
+  local q2 = floor(q1 / BASE)
+  return {n - q1 * BASE, q1 - q2 * BASE, q2, 0, 0, 0}
 end
 BN.from_int = from_int
 
@@ -42,14 +44,25 @@ BN.is_zero = is_zero
 
 -- -1, 0 or 1 as a is below, equal to or above b.
 local function cmp(a, b)
-  for i = LIMBS, 1, -1 do
-    local x, y = a[i], b[i]
-    if x ~= y then
-      if x < y then return -1 end
-      return 1
+  local x, y = a[6], b[6]
+  if x == y then
+    x, y = a[5], b[5]
+    if x == y then
+      x, y = a[4], b[4]
+      if x == y then
+        x, y = a[3], b[3]
+        if x == y then
+          x, y = a[2], b[2]
+          if x == y then
+            x, y = a[1], b[1]
+            if x == y then return 0 end
+          end
+        end
+      end
     end
   end
-  return 0
+  if x < y then return -1 end
+  return 1
 end
 BN.cmp = cmp
 function BN.lt(a, b) return cmp(a, b) < 0 end
@@ -60,37 +73,39 @@ function BN.max(a, b) if cmp(a, b) >= 0 then return a end return b end
 
 -- a + b, modulo 2^144 (callers keep sums of values below 2^143, so nothing is lost).
 local function add(a, b)
-  local r = {}
-  local carry = 0
-  for i = 1, LIMBS do
-    local t = a[i] + b[i] + carry
-    if t >= BASE then
-      r[i] = t - BASE
-      carry = 1
-    else
-      r[i] = t
-      carry = 0
-    end
-  end
-  return r
+  local c = 0
+  local t1 = a[1] + b[1]
+  if t1 >= BASE then t1, c = t1 - BASE, 1 end
+  local t2 = a[2] + b[2] + c
+  if t2 >= BASE then t2, c = t2 - BASE, 1 else c = 0 end
+  local t3 = a[3] + b[3] + c
+  if t3 >= BASE then t3, c = t3 - BASE, 1 else c = 0 end
+  local t4 = a[4] + b[4] + c
+  if t4 >= BASE then t4, c = t4 - BASE, 1 else c = 0 end
+  local t5 = a[5] + b[5] + c
+  if t5 >= BASE then t5, c = t5 - BASE, 1 else c = 0 end
+  local t6 = a[6] + b[6] + c
+  if t6 >= BASE then t6 = t6 - BASE end
+  return {t1, t2, t3, t4, t5, t6}
 end
 BN.add = add
 
 -- a - b for a >= b (modulo 2^144 otherwise).
 local function sub(a, b)
-  local r = {}
-  local borrow = 0
-  for i = 1, LIMBS do
-    local t = a[i] - b[i] - borrow
-    if t < 0 then
-      r[i] = t + BASE
-      borrow = 1
-    else
-      r[i] = t
-      borrow = 0
-    end
-  end
-  return r
+  local c = 0
+  local t1 = a[1] - b[1]
+  if t1 < 0 then t1, c = t1 + BASE, 1 end
+  local t2 = a[2] - b[2] - c
+  if t2 < 0 then t2, c = t2 + BASE, 1 else c = 0 end
+  local t3 = a[3] - b[3] - c
+  if t3 < 0 then t3, c = t3 + BASE, 1 else c = 0 end
+  local t4 = a[4] - b[4] - c
+  if t4 < 0 then t4, c = t4 + BASE, 1 else c = 0 end
+  local t5 = a[5] - b[5] - c
+  if t5 < 0 then t5, c = t5 + BASE, 1 else c = 0 end
+  local t6 = a[6] - b[6] - c
+  if t6 < 0 then t6 = t6 + BASE end
+  return {t1, t2, t3, t4, t5, t6}
 end
 BN.sub = sub
 
@@ -100,9 +115,36 @@ function BN.ssub(a, b)
   return sub(a, b)
 end
 
+-- a * k for one limb 0 <= k < 2^24 (each a[i] * k + carry < 2^49); an error if the product
+-- does not fit in 144 bits.
+local function mul1(a, k)
+  if k == 1 then return a end
+  local t = a[1] * k
+  local c = floor(t / BASE)
+  local r1 = t - c * BASE
+  t = a[2] * k + c
+  c = floor(t / BASE)
+  local r2 = t - c * BASE
+  t = a[3] * k + c
+  c = floor(t / BASE)
+  local r3 = t - c * BASE
+  t = a[4] * k + c
+  c = floor(t / BASE)
+  local r4 = t - c * BASE
+  t = a[5] * k + c
+  c = floor(t / BASE)
+  local r5 = t - c * BASE
+  t = a[6] * k + c
+  c = floor(t / BASE)
+  if c ~= 0 then error("ratewarden: internal: bigint product overflows 144 bits") end
+  return {r1, r2, r3, r4, r5, t - c * BASE}
+end
+
 -- a * b; an error if the product does not fit in 144 bits (never, for the u64 x u64
 -- products the algorithms take).
 local function mul(a, b)
+  if b[2] == 0 and b[3] == 0 and b[4] == 0 and b[5] == 0 and b[6] == 0 then return mul1(a, b[1]) end
+  if a[2] == 0 and a[3] == 0 and a[4] == 0 and a[5] == 0 and a[6] == 0 then return mul1(b, a[1]) end
   local col = {0, 0, 0, 0, 0, 0}
   for i = 1, LIMBS do
     local x = a[i]
@@ -128,6 +170,7 @@ local function mul(a, b)
   return r
 end
 BN.mul = mul
+BN.mul1 = mul1
 
 -- Number of significant limbs (0 for zero).
 local function len(a)
@@ -154,15 +197,26 @@ end
 
 -- (a / d, a % d), rounded down; d must not be zero.
 local function divmod(a, d)
+  if a[4] == 0 and a[5] == 0 and a[6] == 0 and a[3] < 16 then
+    -- a < 2^52: in doubles.
+    if d[4] ~= 0 or d[5] ~= 0 or d[6] ~= 0 or d[3] >= 16 then return ZERO, a end
+    local dv = (d[3] * BASE + d[2]) * BASE + d[1]
+    if dv == 0 then error("ratewarden: internal: bigint division by zero") end
+    local av = (a[3] * BASE + a[2]) * BASE + a[1]
+    if av < dv then return ZERO, a end
+    local q, r = qr(av, dv)
+    return from_int(q), from_int(r)
+  end
   local n = len(d)
   if n == 0 then error("ratewarden: internal: bigint division by zero") end
   if cmp(a, d) < 0 then return ZERO, a end
   if n == 1 then
-    -- Short division: r * 2^24 + limb < 2^48.
     local dv = d[1]
+    if dv == 1 then return a, ZERO end
+    -- Short division: r * 2^24 + limb < 2^48.
     local q = {0, 0, 0, 0, 0, 0}
     local r = 0
-    for i = LIMBS, 1, -1 do
+    for i = len(a), 1, -1 do
       q[i], r = qr(r * BASE + a[i], dv)
     end
     return q, from_int(r)
@@ -266,10 +320,18 @@ end
 -- The decimal digits of a.
 local CHUNK = 10000000 -- 10^7: r * 2^24 + limb < 2^48
 local fmt = string.format
+local E8 = 100000000 -- 10^8
 function BN.to_dec(a)
-  if a[4] == 0 and a[5] == 0 and a[6] == 0 and a[3] < 32 then
-    -- Below 2^53: a double holds it exactly.
-    return fmt("%.0f", (a[3] * BASE + a[2]) * BASE + a[1])
+  if a[4] == 0 and a[5] == 0 and a[6] == 0 then
+    local a3 = a[3]
+    if a3 < 32 then
+      -- Below 2^53: a double holds it exactly.
+      return fmt("%.0f", (a3 * BASE + a[2]) * BASE + a[1])
+    end
+    -- Below 2^72 (times in nanoseconds): with 2^48 = 2814749 * 10^8 + 76710656,
+    -- a = (a3 * 2814749) * 10^8 + s where s = a3 * 76710656 + a[2] * 2^24 + a[1] < 2^52.
+    local q, lo = qr(a3 * 76710656 + a[2] * BASE + a[1], E8)
+    return fmt("%.0f%08d", a3 * 2814749 + q, lo)
   end
   local x = {a[1], a[2], a[3], a[4], a[5], a[6]}
   local top = len(x)
@@ -301,8 +363,22 @@ function BN.from_dec(s)
   if type(s) ~= "string" or #s == 0 or #s > 43 or string.find(s, "^%d+$") == nil then
     return nil
   end
+  local digits = #s
   -- Up to 15 digits (below 10^15 < 2^53), a double reads it exactly.
-  if #s <= 15 then return from_int(tonumber(s)) end
+  if digits <= 15 then return from_int(tonumber(s)) end
+  if digits <= 21 then
+    -- hi * 10^8 + lo, hi below 10^13 < 2^44 split into limbs h1 + h2 * 2^24 (h2 < 2^20):
+    -- h1 * 10^8 + lo < 2^52, and h2 * 10^8 + carry < 2^48.
+    local hi = tonumber(string.sub(s, 1, digits - 8))
+    local lo = tonumber(string.sub(s, digits - 7))
+    local h2 = floor(hi / BASE)
+    local t = (hi - h2 * BASE) * E8 + lo
+    local c = floor(t / BASE)
+    local r1 = t - c * BASE
+    t = h2 * E8 + c
+    c = floor(t / BASE)
+    return {r1, t - c * BASE, c, 0, 0, 0}
+  end
   local r = {0, 0, 0, 0, 0, 0}
   local first = #s % 7
   if first == 0 then first = 7 end

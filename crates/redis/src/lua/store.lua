@@ -1,5 +1,9 @@
 -- Ratewarden's shared store: every algorithm's transition, run atomically inside Redis with
--- exactly the integer results of `ratewarden-core`. Sent after bigint.lua (which defines BN).
+-- exactly the integer results of `ratewarden-core`. Loaded after bigint.lua (which defines BN)
+-- as one Redis Function library (store.rs builds it: FUNCTION LOAD once per server, then
+-- FCALL <function> <numkeys> KEYS... ARGV...). Nothing here may touch Redis's Lua globals
+-- (math, string, table, redis) while the library loads: Redis 7 hides them then, so the
+-- whole text runs on the first call instead.
 --
 -- KEYS: one key per check (all in one hash slot).
 -- ARGV[1]  mode: decide | peek | settle | acquire | release
@@ -50,7 +54,7 @@
 --   concurrency    id/cost/expires,...   (in the order the core keeps them)
 
 local ZERO, ONE = BN.ZERO, BN.ONE
-local cmp, add, sub, ssub, mul = BN.cmp, BN.add, BN.sub, BN.ssub, BN.mul
+local cmp, add, sub, ssub, mul, mul1 = BN.cmp, BN.add, BN.sub, BN.ssub, BN.mul, BN.mul1
 local sadd64, sadd128, sat64, smul64 = BN.sadd64, BN.sadd128, BN.sat64, BN.smul64
 local div, div_ceil, divmod, is_zero = BN.div, BN.div_ceil, BN.divmod, BN.is_zero
 local bmin, bmax, dec = BN.min, BN.max, BN.to_dec
@@ -69,33 +73,34 @@ end
 
 -- Arguments ---------------------------------------------------------------------------------
 
-local function parse_u(s, max, what)
+-- `what .. more` names the argument in an error (joined only then: strings cost time).
+local function parse_u(s, max, what, more)
   local v = BN.from_dec(s)
   if v == nil or cmp(v, max) > 0 then
-    fail(what .. " must be a decimal integer from 0 to " .. dec(max) .. ", got '" .. tostring(s) .. "'")
+    fail(what .. (more or "") .. " must be a decimal integer from 0 to " .. dec(max) .. ", got '" .. tostring(s) .. "'")
   end
   return v
 end
-local function u64(s, what) return parse_u(s, U64_MAX, what) end
-local function nonzero64(s, what)
-  local v = u64(s, what)
-  if is_zero(v) then fail(what .. " must not be zero") end
+local function u64(s, what, more) return parse_u(s, U64_MAX, what, more) end
+local function nonzero64(s, what, more)
+  local v = u64(s, what, more)
+  if is_zero(v) then fail(what .. (more or "") .. " must not be zero") end
   return v
 end
 
 local I64_MAX = {16777215, 16777215, 32767, 0, 0, 0} -- 2^63 - 1
 local I64_MIN_MAG = {0, 0, 32768, 0, 0, 0} -- 2^63
 -- A signed 64-bit delta: its magnitude and whether it is negative.
-local function i64(s, what)
+local function i64(s, what, more)
   if type(s) == "string" and string.sub(s, 1, 1) == "-" then
-    return parse_u(string.sub(s, 2), I64_MIN_MAG, what .. " (a negative i64)"), true
+    return parse_u(string.sub(s, 2), I64_MIN_MAG, what, more .. " (a negative i64)"), true
   end
-  return parse_u(s, I64_MAX, what .. " (an i64)"), false
+  return parse_u(s, I64_MAX, what, more .. " (an i64)"), false
 end
 
-local function small(s, what)
+local function small(s, what, more)
   if type(s) ~= "string" or string.find(s, "^%d+$") == nil or #s > 6 then
-    fail(what .. " must be a small decimal count, got '" .. tostring(s) .. "'")
+    fail(what .. (more or "") .. " must be a small decimal count, got '" .. tostring(s) .. "'")
   end
   return tonumber(s)
 end
@@ -159,9 +164,9 @@ local function schedule(queue, name)
   function A.params(a)
     if #a ~= 3 then fail(name .. " takes 3 parameters (ticks_per_ns, ticks_per_cell, capacity), got " .. #a) end
     local p = {
-      tpn = nonzero64(a[1], name .. " ticks_per_ns"),
-      tpc = nonzero64(a[2], name .. " ticks_per_cell"),
-      cap = nonzero64(a[3], name .. " capacity"),
+      tpn = nonzero64(a[1], name, " ticks_per_ns"),
+      tpc = nonzero64(a[2], name, " ticks_per_cell"),
+      cap = nonzero64(a[3], name, " capacity"),
     }
     p.allowance = mul(p.cap, p.tpc)
     return p
@@ -215,9 +220,9 @@ local function bucket(name)
   function A.params(a)
     if #a ~= 3 then fail(name .. " takes 3 parameters (ticks_per_ns, ticks_per_cell, burst), got " .. #a) end
     local p = {
-      tpn = nonzero64(a[1], name .. " ticks_per_ns"),
-      tpc = nonzero64(a[2], name .. " ticks_per_cell"),
-      burst = nonzero64(a[3], name .. " burst"),
+      tpn = nonzero64(a[1], name, " ticks_per_ns"),
+      tpc = nonzero64(a[2], name, " ticks_per_cell"),
+      burst = nonzero64(a[3], name, " burst"),
     }
     p.capacity = mul(p.burst, p.tpc)
     return p
@@ -266,7 +271,7 @@ ALGO["leaky-bucket"] = bucket("leaky-bucket")
 local function window_params(name)
   return function(a)
     if #a ~= 2 then fail(name .. " takes 2 parameters (limit, window_ns), got " .. #a) end
-    return {limit = nonzero64(a[1], name .. " limit"), w = nonzero64(a[2], name .. " window_ns")}
+    return {limit = nonzero64(a[1], name, " limit"), w = nonzero64(a[2], name, " window_ns")}
   end
 end
 
@@ -742,17 +747,21 @@ end
 -- The script ---------------------------------------------------------------------------------
 
 local MODES = {decide = true, peek = true, settle = true, acquire = true, release = true}
+-- "check i: ", made once.
+local WHERE = {}
+for i = 1, 16 do WHERE[i] = "check " .. i .. ": " end
 local MILLION = BN.from_int(1000000)
 
-local function run()
+local function run(KEYS, ARGV)
   local mode = ARGV[1]
   if not MODES[mode] then
     fail("unknown mode '" .. tostring(mode) .. "' (decide, peek, settle, acquire or release)")
   end
   local now
   if ARGV[2] == "" then
+    -- seconds * 10^9 + microseconds * 10^3, as (seconds * 10^3) * 10^6 + microseconds * 10^3.
     local t = redis.call("TIME")
-    now = add(mul(BN.from_dec(t[1]), BN.from_int(1000000000)), mul(BN.from_dec(t[2]), BN.from_int(1000)))
+    now = add(mul1(BN.from_int(tonumber(t[1]) * 1000), 1000000), BN.from_int(tonumber(t[2]) * 1000))
   else
     now = u64(ARGV[2], "now")
   end
@@ -765,20 +774,20 @@ local function run()
   local with_id = mode == "acquire" or mode == "release"
   for i = 1, n do
     local c = {key = KEYS[i]}
-    local where = "check " .. i .. ": "
+    local where = WHERE[i] or ("check " .. i .. ": ")
     if with_id then
-      c.id = u64(ARGV[pos], where .. "permit id")
+      c.id = u64(ARGV[pos], where, "permit id")
       pos = pos + 1
     end
     c.kind = ARGV[pos]
     c.algo = ALGO[c.kind]
     if c.algo == nil then fail(where .. "unknown algorithm '" .. tostring(c.kind) .. "'") end
     if mode == "settle" then
-      c.mag, c.neg = i64(ARGV[pos + 1], where .. "delta")
+      c.mag, c.neg = i64(ARGV[pos + 1], where, "delta")
     else
-      c.cost = u64(ARGV[pos + 1], where .. "cost")
+      c.cost = u64(ARGV[pos + 1], where, "cost")
     end
-    local np = small(ARGV[pos + 2], where .. "the number of parameters")
+    local np = small(ARGV[pos + 2], where, "the number of parameters")
     local a = {}
     for k = 1, np do
       local v = ARGV[pos + 2 + k]
@@ -858,29 +867,39 @@ local function run()
       push(d)
     end
   else
-    -- decide and acquire: all or nothing.
+    -- decide and acquire: all or nothing. The first pass runs each transition (keeping
+    -- nothing); if all are allowed, a check whose key no earlier check has changed keeps
+    -- the transition it already ran (the same function of the same state), and the others
+    -- run again on the state the earlier checks left.
     local acquiring = mode == "acquire"
-    local decisions, all = {}, true
+    local decisions, states, all = {}, {}, true
     for i, c in ipairs(checks) do
-      local d
+      local d, s
       if acquiring and c.kind == "concurrency" then
-        d = c.algo.acquire(c.p, state_of(c), now, c.cost, c.id)
+        d, s = c.algo.acquire(c.p, state_of(c), now, c.cost, c.id)
+      elseif c.algo.peek then
+        d, s = c.algo.peek(c.p, state_of(c), now, c.cost), false
       else
-        d = peek(c, state_of(c), now, c.cost)
+        d, s = c.algo.decide(c.p, state_of(c), now, c.cost)
       end
-      decisions[i] = d
+      decisions[i], states[i] = d, s
       if not allowed(d) then all = false end
     end
     if all then
+      local changed = {}
       for i, c in ipairs(checks) do
-        local d, s
-        if acquiring and c.kind == "concurrency" then
-          -- Limit::acquire keeps the pruned state even when it refuses.
-          d, s = c.algo.acquire(c.p, state_of(c), now, c.cost, c.id)
+        local d, s = decisions[i], states[i]
+        if s == false or changed[c.key] then
+          if acquiring and c.kind == "concurrency" then
+            -- Limit::acquire keeps the pruned state even when it refuses.
+            d, s = c.algo.acquire(c.p, state_of(c), now, c.cost, c.id)
+          else
+            d, s = c.algo.decide(c.p, state_of(c), now, c.cost)
+          end
+        end
+        if s then
           keep(c, s)
-        else
-          d, s = c.algo.decide(c.p, state_of(c), now, c.cost)
-          if s ~= nil then keep(c, s) end
+          changed[c.key] = true
         end
         decisions[i] = d
       end
@@ -912,8 +931,13 @@ local function run()
   return reply
 end
 
-local ok, result = pcall(run)
-if ok then return result end
-if ours(result) then return redis.error_reply(result) end
-if type(result) == "table" and result.err then result = result.err end
-return redis.error_reply(PREFIX .. "internal error: " .. tostring(result))
+-- The entry point: FCALL's keys and arguments in, the reply out. The library (built in
+-- store.rs) wraps bigint.lua and this file in a function run once per server, on the first
+-- call after FUNCTION LOAD, and registers a function calling what it returns.
+return function(keys, argv)
+  local ok, result = pcall(run, keys, argv)
+  if ok then return result end
+  if ours(result) then return redis.error_reply(result) end
+  if type(result) == "table" and result.err then result = result.err end
+  return redis.error_reply(PREFIX .. "internal error: " .. tostring(result))
+end

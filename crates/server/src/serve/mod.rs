@@ -94,8 +94,16 @@ impl Running {
 pub async fn start(options: Options) -> anyhow::Result<Running> {
     let config = options.config;
     let settings = &config.store;
+    let tls_ca =
+        match &settings.tls_ca_file {
+            Some(path) => Some(std::fs::read(path).with_context(|| {
+                format!("`[store] tls_ca_file`: cannot read {}", path.display())
+            })?),
+            None => None,
+        };
     let redis = |target: Target| {
         RedisStore::new(RedisConfig {
+            tls_ca: tls_ca.clone(),
             target,
             deadline: settings.deadline,
             breaker_failures: settings.breaker_failures,
