@@ -13,6 +13,7 @@
 
 pub mod config;
 mod engine;
+pub mod envoy;
 mod ip;
 
 pub use config::{
