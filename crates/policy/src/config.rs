@@ -273,6 +273,8 @@ pub struct ServerSettings {
     pub listen: SocketAddr,
     /// A listener of its own for the decision API (so a gateway can serve it too).
     pub api: Option<SocketAddr>,
+    /// Envoy's rate limit service (gRPC `ShouldRateLimit`), for envoyproxy/ratelimit configs.
+    pub grpc: Option<SocketAddr>,
     /// The admin listener (`/metrics`, `/live`, `/ready`, `/reload`); `"off"` for none.
     pub admin: Option<SocketAddr>,
     /// The service the gateway forwards allowed requests to, `http://host:port`.
@@ -301,6 +303,7 @@ impl Default for ServerSettings {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             api: None,
+            grpc: None,
             admin: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
             upstream: None,
             legacy_headers: false,
@@ -346,6 +349,7 @@ struct RawServer {
     listen: Option<Spanned<String>>,
     admin: Option<Spanned<String>>,
     api: Option<Spanned<String>>,
+    grpc: Option<Spanned<String>>,
     upstream: Option<Spanned<String>>,
     #[serde(default)]
     trusted_proxies: Vec<Spanned<String>>,
@@ -1033,6 +1037,7 @@ fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> ServerSettings {
         .flatten()
         .unwrap_or(defaults.listen);
     let api = address("api", raw.api).flatten();
+    let grpc = address("grpc", raw.grpc).flatten();
     let admin = address("admin", raw.admin).unwrap_or(defaults.admin);
     let upstream = raw
         .upstream
@@ -1104,6 +1109,7 @@ fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> ServerSettings {
     ServerSettings {
         listen,
         api,
+        grpc,
         admin,
         upstream,
         legacy_headers: raw.legacy_headers.unwrap_or(false),

@@ -135,9 +135,15 @@ pub struct SimulateArgs {
 /// Arguments of `ratewarden serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// The config file.
-    #[arg(long, short, value_name = "FILE", default_value = "ratewarden.toml")]
-    pub config: PathBuf,
+    /// The config file (default `ratewarden.toml`, unless only --envoy-config is given).
+    #[arg(long, short, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// envoyproxy/ratelimit YAML configs, as they are: one file or a directory of them,
+    /// served over Envoy's gRPC rate limit protocol on `[server] grpc`. Alone, the server
+    /// listens where envoyproxy/ratelimit does: gRPC on 0.0.0.0:8081, HTTP on 0.0.0.0:8080.
+    #[arg(long, value_name = "PATH")]
+    pub envoy_config: Option<PathBuf>,
 
     /// Listen here instead of `[server] listen`, such as `0.0.0.0:8080`.
     #[arg(long, value_name = "ADDR")]

@@ -36,6 +36,8 @@ async fn start_with(toml: &str, clock: Arc<dyn Clock>, workers: usize) -> Runnin
         config_path: None,
         clock,
         workers,
+        envoy: Default::default(),
+        envoy_path: None,
     })
     .await
     .expect("the server starts")
@@ -960,6 +962,8 @@ async fn a_reload_that_fails_leaves_the_old_rules_working() {
         config_path: Some(path.clone()),
         clock: Arc::new(ManualClock::new(T0)),
         workers: 1,
+        envoy: Default::default(),
+        envoy_path: None,
     })
     .await
     .unwrap();

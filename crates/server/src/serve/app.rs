@@ -10,6 +10,7 @@ use std::time::Duration;
 use super::store::AnyStore;
 use ratewarden_core::{Clock, Limit, Outcome};
 use ratewarden_http::PolicyState;
+use ratewarden_policy::envoy::EnvoyConfig;
 use ratewarden_policy::{ConfigError, ConfigErrors, Engine, ServerSettings, Verdict};
 use tokio::sync::watch;
 
@@ -48,6 +49,9 @@ pub(crate) struct App {
     pub(crate) metrics: Metrics,
     pub(crate) shedder: Arc<Shedder>,
     config_path: Option<PathBuf>,
+    /// envoyproxy/ratelimit configs for the gRPC service, and where they came from.
+    envoy: std::sync::RwLock<Arc<EnvoyConfig>>,
+    envoy_path: Option<PathBuf>,
     ready: AtomicBool,
     jitter: RandomState,
     jitter_seq: AtomicU64,
@@ -70,6 +74,7 @@ impl App {
         settings: ServerSettings,
         config_path: Option<PathBuf>,
         clock: Arc<dyn Clock>,
+        envoy: (EnvoyConfig, Option<PathBuf>),
     ) -> anyhow::Result<Self> {
         let metrics = Metrics::new(Arc::clone(&engine));
         Ok(Self {
@@ -83,10 +88,22 @@ impl App {
             settings,
             metrics,
             config_path,
+            envoy: std::sync::RwLock::new(Arc::new(envoy.0)),
+            envoy_path: envoy.1,
             ready: AtomicBool::new(false),
             jitter: RandomState::new(),
             jitter_seq: AtomicU64::new(0),
         })
+    }
+
+    /// The envoyproxy/ratelimit configs in force.
+    pub(crate) fn envoy(&self) -> Arc<EnvoyConfig> {
+        Arc::clone(
+            &self
+                .envoy
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     pub(crate) fn settings(&self) -> &ServerSettings {
@@ -104,6 +121,26 @@ impl App {
     /// Reads the config file again; on error the old rules stay. `[server]` and `[store]`
     /// are read at start only.
     pub(crate) fn reload(&self) -> Result<u64, ConfigErrors> {
+        if let Some(path) = &self.envoy_path {
+            match ratewarden_policy::envoy::load(path) {
+                Ok(config) => {
+                    *self
+                        .envoy
+                        .write()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(config);
+                    tracing::info!(path = %path.display(), "envoy configs reloaded");
+                }
+                Err(errors) => {
+                    tracing::warn!(path = %path.display(), %errors, "envoy config reload rejected; the old configs stay");
+                    self.metrics.reloaded(false);
+                    return Err(errors);
+                }
+            }
+            if self.config_path.is_none() {
+                self.metrics.reloaded(true);
+                return Ok(self.engine.version());
+            }
+        }
         let Some(path) = &self.config_path else {
             self.metrics.reloaded(false);
             return Err(ConfigErrors(vec![ConfigError {

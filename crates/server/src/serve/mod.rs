@@ -11,6 +11,7 @@ mod gateway;
 mod listen;
 mod metrics;
 mod reply;
+mod rls;
 mod shed;
 mod store;
 
@@ -41,6 +42,11 @@ pub struct Options {
     pub config_path: Option<PathBuf>,
     /// Where decisions read the time.
     pub clock: Arc<dyn Clock>,
+    /// envoyproxy/ratelimit configs for the gRPC service (empty without), and the file or
+    /// directory they came from, for reloads.
+    pub envoy: ratewarden_policy::envoy::EnvoyConfig,
+    /// Where `envoy` was read from.
+    pub envoy_path: Option<PathBuf>,
     /// Threads serving requests: the caller's runtime, and one more thread with a runtime of
     /// its own per extra worker, all accepting on the same sockets. `ratewarden serve` runs
     /// one per core.
@@ -55,6 +61,8 @@ pub struct Running {
     pub api: Option<SocketAddr>,
     /// The admin listener's address, if configured.
     pub admin: Option<SocketAddr>,
+    /// The gRPC rate limit service's address, if configured.
+    pub grpc: Option<SocketAddr>,
     app: Arc<App>,
     stop: watch::Sender<bool>,
     tasks: JoinSet<()>,
@@ -136,6 +144,7 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
         settings.clone(),
         options.config_path,
         options.clock,
+        (options.envoy, options.envoy_path),
     )?);
 
     let (stop, stopped) = watch::channel(false);
@@ -153,6 +162,15 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
         api_addr = Some(api.local_addr()?);
         listeners.push((api, Role::Api));
     }
+    let mut grpc_addr = None;
+    let grpc = match settings.grpc {
+        Some(addr) => {
+            let listener = listen::bind(addr, "grpc")?;
+            grpc_addr = Some(listener.local_addr()?);
+            Some(listener)
+        }
+        None => None,
+    };
     let mut admin_addr = None;
     if let Some(addr) = settings.admin {
         let admin = listen::bind(addr, "admin")?;
@@ -194,6 +212,28 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
             grace,
         ));
     }
+    if let Some(listener) = grpc {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let service = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer::new(
+            rls::Rls { app: Arc::clone(&app) },
+        );
+        let mut stop = stopped.clone();
+        tasks.spawn(async move {
+            let shutdown = async move {
+                let _ = stop.changed().await;
+            };
+            let served = tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming_shutdown(
+                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+                    shutdown,
+                )
+                .await;
+            if let Err(error) = served {
+                tracing::error!(%error, "the gRPC listener failed");
+            }
+        });
+    }
     tasks.spawn(app::sweep(Arc::clone(&app), stopped));
     tracing::info!(
         listen = %listen_addr,
@@ -208,6 +248,7 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
         listen: listen_addr,
         api: api_addr,
         admin: admin_addr,
+        grpc: grpc_addr,
         app,
         stop,
         tasks,
@@ -267,19 +308,52 @@ fn worker_thread(
 /// A config that does not load, or a server that cannot start.
 pub fn main(args: ServeArgs) -> anyhow::Result<ExitCode> {
     init_logs(args.log_format);
-    let mut config = match ratewarden_policy::config::load(&args.config) {
-        Ok(config) => config,
-        Err(errors) => {
-            eprintln!("{errors}");
-            let n = errors.0.len();
-            eprintln!(
-                "error: {} has {n} problem{}; nothing started",
-                args.config.display(),
-                if n == 1 { "" } else { "s" }
-            );
-            return Ok(ExitCode::from(1));
+    let report = |what: &std::path::Path, errors: &ConfigErrors| {
+        eprintln!("{errors}");
+        let n = errors.0.len();
+        eprintln!(
+            "error: {} has {n} problem{}; nothing started",
+            what.display(),
+            if n == 1 { "" } else { "s" }
+        );
+    };
+    let envoy = match &args.envoy_config {
+        Some(path) => match ratewarden_policy::envoy::load(path) {
+            Ok(envoy) => Some((envoy, path.clone())),
+            Err(errors) => {
+                report(path, &errors);
+                return Ok(ExitCode::from(1));
+            }
+        },
+        None => None,
+    };
+    // With only envoyproxy/ratelimit configs, listen where that service does.
+    let config_path = match (&args.config, &envoy) {
+        (Some(path), _) => Some(path.clone()),
+        (None, Some(_)) => None,
+        (None, None) => Some(PathBuf::from("ratewarden.toml")),
+    };
+    let mut config = match &config_path {
+        Some(path) => match ratewarden_policy::config::load(path) {
+            Ok(config) => config,
+            Err(errors) => {
+                report(path, &errors);
+                return Ok(ExitCode::from(1));
+            }
+        },
+        None => {
+            let mut config = ratewarden_policy::config::parse("(defaults)", "")
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            config.server.listen = SocketAddr::from(([0, 0, 0, 0], 8080));
+            config.server.grpc = Some(SocketAddr::from(([0, 0, 0, 0], 8081)));
+            config
         }
     };
+    if envoy.is_some() && config.server.grpc.is_none() {
+        eprintln!(
+            "warning: --envoy-config without `[server] grpc`: Envoy's ShouldRateLimit is not served; add grpc = \"0.0.0.0:8081\""
+        );
+    }
     if let Some(listen) = args.listen {
         config.server.listen = listen;
     }
@@ -291,11 +365,17 @@ pub fn main(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async {
+        let (envoy, envoy_path) = match envoy {
+            Some((envoy, path)) => (envoy, Some(path)),
+            None => (Default::default(), None),
+        };
         let running = start(Options {
             config,
-            config_path: Some(args.config.clone()),
+            config_path,
             clock: Arc::new(RealClock::new()),
             workers,
+            envoy,
+            envoy_path,
         })
         .await?;
         signals(&running).await?;

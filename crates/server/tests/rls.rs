@@ -1,0 +1,320 @@
+//! Envoy's rate limit service over real gRPC: a tonic client built from the same protos
+//! against `ratewarden serve`'s listener, with envoyproxy/ratelimit configs as they are.
+
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::UInt64Value;
+use ratewarden_core::ManualClock;
+use ratewarden_server::serve::{self, Options, Running};
+use tonic::transport::Channel;
+
+const T0: u64 = 1_796_169_600_000_000_000;
+
+const ENVOY: &str = r#"
+domain: edge
+descriptors:
+  - key: client_id
+    rate_limit: {unit: minute, requests_per_unit: 3, name: per_client}
+  - key: client_id
+    value: partner
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: path
+    value: /api/*/export
+    descriptors:
+      - key: client_id
+        rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: tier
+    value: free
+    rate_limit: {unit: second, requests_per_unit: 5, name: free_tier}
+  - key: tier
+    value: paid
+    rate_limit: {unit: second, requests_per_unit: 50, replaces: [{name: free_tier}]}
+  - key: watch
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    shadow_mode: true
+  - key: everything
+    rate_limit: {unlimited: true}
+  - key: soft
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    quota_mode: true
+  - key: smooth
+    rate_limit: {unit: second, requests_per_unit: 5}
+    ratewarden: {algorithm: gcra, burst: 5}
+"#;
+
+async fn start(store: &str) -> (Running, RateLimitServiceClient<Channel>) {
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"off\"\ngrpc = \"127.0.0.1:0\"\n{store}"
+    );
+    let running = serve::start(Options {
+        config: ratewarden_policy::config::parse("t.toml", &toml).unwrap(),
+        config_path: None,
+        clock: Arc::new(ManualClock::new(T0)),
+        workers: 1,
+        envoy: ratewarden_policy::envoy::parse("edge.yaml", ENVOY).unwrap(),
+        envoy_path: None,
+    })
+    .await
+    .unwrap();
+    let client = RateLimitServiceClient::connect(format!("http://{}", running.grpc.unwrap()))
+        .await
+        .unwrap();
+    (running, client)
+}
+
+fn descriptor(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: (*k).to_owned(),
+                value: (*v).to_owned(),
+            })
+            .collect(),
+        ..RateLimitDescriptor::default()
+    }
+}
+
+fn request(descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: "edge".to_owned(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+async fn ask(
+    client: &mut RateLimitServiceClient<Channel>,
+    r: RateLimitRequest,
+) -> RateLimitResponse {
+    client.should_rate_limit(r).await.unwrap().into_inner()
+}
+
+fn header<'a>(r: &'a RateLimitResponse, name: &str) -> Option<&'a str> {
+    r.response_headers_to_add
+        .iter()
+        .find(|h| h.key == name)
+        .map(|h| h.value.as_str())
+}
+
+#[tokio::test]
+async fn the_edge_cases_of_the_reference_service() {
+    let (_server, mut client) = start("").await;
+    let empty_domain = RateLimitRequest {
+        domain: String::new(),
+        ..request(vec![descriptor(&[("client_id", "a")])])
+    };
+    let e = client.should_rate_limit(empty_domain).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().contains("domain must not be empty"));
+    let e = client.should_rate_limit(request(vec![])).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().contains("descriptor list must not be empty"));
+
+    // An unknown domain, or no matching rule: OK without a limit.
+    let unknown = RateLimitRequest {
+        domain: "nowhere".to_owned(),
+        ..request(vec![descriptor(&[("client_id", "a")])])
+    };
+    let r = ask(&mut client, unknown).await;
+    assert_eq!(r.overall_code, Code::Ok as i32);
+    assert_eq!(r.statuses.len(), 1);
+    assert!(r.statuses[0].current_limit.is_none());
+    let r = ask(&mut client, request(vec![descriptor(&[("nothing", "x")])])).await;
+    assert!(r.statuses[0].current_limit.is_none());
+
+    // Unlimited: OK, everything remaining, nothing counted.
+    let r = ask(
+        &mut client,
+        request(vec![descriptor(&[("everything", "x")])]),
+    )
+    .await;
+    assert_eq!(r.statuses[0].code, Code::Ok as i32);
+    assert_eq!(r.statuses[0].limit_remaining, u32::MAX);
+}
+
+#[tokio::test]
+async fn descriptors_are_limited_with_statuses_in_order_and_headers_for_the_client() {
+    let (_server, mut client) = start("").await;
+    let a = || descriptor(&[("client_id", "a")]);
+    for left in [2, 1, 0] {
+        let r = ask(
+            &mut client,
+            request(vec![a(), descriptor(&[("nothing", "")])]),
+        )
+        .await;
+        assert_eq!(r.overall_code, Code::Ok as i32);
+        assert_eq!(r.statuses.len(), 2, "one status per descriptor, in order");
+        let s = &r.statuses[0];
+        assert_eq!(s.limit_remaining, left);
+        let limit = s.current_limit.as_ref().unwrap();
+        assert_eq!(
+            (limit.requests_per_unit, limit.name.as_str()),
+            (3, "per_client")
+        );
+        assert_eq!(limit.unit, 2, "MINUTE");
+        assert!(s.duration_until_reset.is_some());
+        assert!(header(&r, "ratelimit")
+            .unwrap()
+            .contains(&format!("r={left}")));
+        assert!(header(&r, "ratelimit-policy").unwrap().contains("q=3"));
+        assert_eq!(header(&r, "retry-after"), None);
+    }
+    let r = ask(&mut client, request(vec![a()])).await;
+    assert_eq!(r.overall_code, Code::OverLimit as i32);
+    assert_eq!(r.statuses[0].code, Code::OverLimit as i32);
+    let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
+    assert!((1..=60).contains(&retry), "{retry}");
+
+    // Exact value beats key only; a wildcard path with a nested descriptor.
+    let r = ask(
+        &mut client,
+        request(vec![descriptor(&[("client_id", "partner")])]),
+    )
+    .await;
+    assert_eq!(
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .requests_per_unit,
+        100
+    );
+    let export = || descriptor(&[("path", "/api/v2/export"), ("client_id", "b")]);
+    assert_eq!(
+        ask(&mut client, request(vec![export()])).await.overall_code,
+        Code::Ok as i32
+    );
+    assert_eq!(
+        ask(&mut client, request(vec![export()])).await.overall_code,
+        Code::OverLimit as i32,
+        "one an hour"
+    );
+    // Depth must match: the path alone has no limit.
+    let r = ask(
+        &mut client,
+        request(vec![descriptor(&[("path", "/api/v2/export")])]),
+    )
+    .await;
+    assert!(r.statuses[0].current_limit.is_none());
+}
+
+#[tokio::test]
+async fn replaces_shadow_quota_addends_and_overrides() {
+    let (_server, mut client) = start("").await;
+    // `paid` replaces `free_tier` when both match.
+    let r = ask(
+        &mut client,
+        request(vec![
+            descriptor(&[("tier", "free")]),
+            descriptor(&[("tier", "paid")]),
+        ]),
+    )
+    .await;
+    assert!(r.statuses[0].current_limit.is_none(), "replaced");
+    assert_eq!(
+        r.statuses[1]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .requests_per_unit,
+        50
+    );
+
+    // Shadow mode counts but never refuses.
+    for _ in 0..3 {
+        let r = ask(&mut client, request(vec![descriptor(&[("watch", "w")])])).await;
+        assert_eq!(r.overall_code, Code::Ok as i32);
+        assert_eq!(r.statuses[0].code, Code::Ok as i32);
+    }
+
+    // Quota mode: over alone is over (every quota rule is over).
+    assert_eq!(
+        ask(&mut client, request(vec![descriptor(&[("soft", "s")])]))
+            .await
+            .overall_code,
+        Code::Ok as i32
+    );
+    assert_eq!(
+        ask(&mut client, request(vec![descriptor(&[("soft", "s")])]))
+            .await
+            .overall_code,
+        Code::OverLimit as i32
+    );
+
+    // hits_addend: 2 at the request level; 0 on a descriptor checks without counting.
+    let r = ask(
+        &mut client,
+        RateLimitRequest {
+            hits_addend: 2,
+            ..request(vec![descriptor(&[("client_id", "c")])])
+        },
+    )
+    .await;
+    assert_eq!(r.statuses[0].limit_remaining, 1);
+    let mut check = descriptor(&[("client_id", "c")]);
+    check.hits_addend = Some(UInt64Value { value: 0 });
+    for _ in 0..3 {
+        let r = ask(&mut client, request(vec![check.clone()])).await;
+        assert_eq!(r.statuses[0].limit_remaining, 1, "checked, not counted");
+    }
+
+    // A limit the request brings: 1 a second for this descriptor.
+    let mut o = descriptor(&[("anything", "z")]);
+    o.limit = Some(RateLimitOverride {
+        requests_per_unit: 1,
+        unit: 1,
+    });
+    assert_eq!(
+        ask(&mut client, request(vec![o.clone()]))
+            .await
+            .overall_code,
+        Code::Ok as i32
+    );
+    assert_eq!(
+        ask(&mut client, request(vec![o])).await.overall_code,
+        Code::OverLimit as i32
+    );
+
+    // Our extension: GCRA behind the same descriptor, 5 at once then exactly 200 ms apart.
+    for _ in 0..5 {
+        let r = ask(&mut client, request(vec![descriptor(&[("smooth", "x")])])).await;
+        assert_eq!(r.overall_code, Code::Ok as i32);
+    }
+    let r = ask(&mut client, request(vec![descriptor(&[("smooth", "x")])])).await;
+    assert_eq!(r.overall_code, Code::OverLimit as i32);
+    assert_eq!(
+        header(&r, "retry-after"),
+        Some("1"),
+        "200 ms, in whole seconds"
+    );
+}
+
+#[tokio::test]
+async fn a_store_failure_is_unavailable_so_envoys_failure_mode_decides() {
+    let redis = ratewarden_redis::testing::Server::start();
+    let store = format!(
+        "[store]\nkind = \"redis\"\nurl = \"{}\"\ndeadline = \"200ms\"\n",
+        redis.url()
+    );
+    let (_server, mut client) = start(&store).await;
+    let r = ask(
+        &mut client,
+        request(vec![descriptor(&[("client_id", "r")])]),
+    )
+    .await;
+    assert_eq!(r.statuses[0].limit_remaining, 2, "decided on Redis");
+    drop(redis);
+    let e = client
+        .should_rate_limit(request(vec![descriptor(&[("client_id", "r")])]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable);
+}
