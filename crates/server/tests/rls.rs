@@ -318,3 +318,74 @@ async fn a_store_failure_is_unavailable_so_envoys_failure_mode_decides() {
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unavailable);
 }
+
+#[tokio::test]
+async fn the_json_endpoint_round_trips_as_envoyproxy_ratelimit_answers() {
+    let (server, _client) = start("").await;
+    let client: hyper_util::client::legacy::Client<_, http_body_util::Full<bytes::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http();
+    let post = |body: &'static str| {
+        let client = client.clone();
+        let url = format!("http://{}/json", server.listen);
+        async move {
+            let response = client
+                .request(
+                    http::Request::post(url)
+                        .body(http_body_util::Full::new(bytes::Bytes::from_static(
+                            body.as_bytes(),
+                        )))
+                        .unwrap(),
+                )
+                .await
+                .unwrap();
+            let status = response.status();
+            let body = http_body_util::BodyExt::collect(response.into_body())
+                .await
+                .unwrap()
+                .to_bytes();
+            (
+                status,
+                serde_json::from_slice::<serde_json::Value>(&body).unwrap(),
+            )
+        }
+    };
+    let body = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"client_id","value":"j"}]},{"entries":[{"key":"nothing","value":"x"}]}]}"#;
+    let (status, json) = post(body).await;
+    assert_eq!(status, http::StatusCode::OK);
+    assert_eq!(json["overallCode"], "OK");
+    assert_eq!(json["statuses"][0]["code"], "OK");
+    assert_eq!(json["statuses"][0]["currentLimit"]["requestsPerUnit"], 3);
+    assert_eq!(json["statuses"][0]["currentLimit"]["unit"], "MINUTE");
+    assert_eq!(json["statuses"][0]["limitRemaining"], 2);
+    assert!(json["statuses"][0]["durationUntilReset"]
+        .as_str()
+        .unwrap()
+        .ends_with('s'));
+    assert_eq!(json["statuses"][1], serde_json::json!({"code": "OK"}));
+    // The proto names are accepted too, and 64-bit numbers as strings.
+    let more = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"client_id","value":"j"}],"hits_addend":"2"}]}"#;
+    let (status, json) = post(more).await;
+    assert_eq!(status, http::StatusCode::OK);
+    assert!(
+        json["statuses"][0].get("limitRemaining").is_none(),
+        "0 is omitted: {json}"
+    );
+    let (status, json) = post(body).await;
+    assert_eq!(status, http::StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(json["overallCode"], "OVER_LIMIT");
+    // Bad input is a 400, as there.
+    let (status, _) = post(r#"{"domain":"edge","descriptors":[]}"#).await;
+    assert_eq!(status, http::StatusCode::BAD_REQUEST);
+    let (status, _) = post(r#"{"domain": 7}"#).await;
+    assert_eq!(status, http::StatusCode::BAD_REQUEST);
+    let health = client
+        .request(
+            http::Request::get(format!("http://{}/healthcheck", server.listen))
+                .body(http_body_util::Full::new(bytes::Bytes::new()))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(health.status(), http::StatusCode::OK);
+}

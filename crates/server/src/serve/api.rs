@@ -57,11 +57,19 @@ pub(crate) async fn handle(
     request: Request<Incoming>,
 ) -> Response<Body> {
     let path = request.uri().path();
-    let known = matches!(path, "/v1/check" | "/v1/settle" | "/v1/release");
+    // envoyproxy/ratelimit's HTTP endpoints, for configs loaded with --envoy-config.
+    if path == "/healthcheck" && request.method() == Method::GET {
+        return if app.is_ready() {
+            Response::new(reply::full("OK"))
+        } else {
+            reply::problem(StatusCode::SERVICE_UNAVAILABLE, "shutting down")
+        };
+    }
+    let known = matches!(path, "/v1/check" | "/v1/settle" | "/v1/release" | "/json");
     if !known {
         return reply::problem(
             StatusCode::NOT_FOUND,
-            format!("no such endpoint `{path}`; the decision API has POST /v1/check, /v1/settle and /v1/release"),
+            format!("no such endpoint `{path}`; the decision API has POST /v1/check, /v1/settle and /v1/release (and POST /json, GET /healthcheck for Envoy configs)"),
         );
     }
     if request.method() != Method::POST {
@@ -82,11 +90,14 @@ pub(crate) async fn handle(
             "the server is at capacity",
         ));
     };
-    let body = match read_json(app, request).await {
+    // envoyproxy/ratelimit takes /json whatever its Content-Type (curl -d sends a form type).
+    let strict = path != "/json";
+    let body = match read_json(app, request, strict).await {
         Ok(body) => body,
         Err(problem) => return problem.response(),
     };
     match path.as_str() {
+        "/json" => super::rls_json::handle(app, body).await,
         "/v1/check" => match parse::<Check>(&body) {
             Ok(check) => decide(app, peer, check).await,
             Err(problem) => problem.response(),
@@ -126,8 +137,8 @@ pub(crate) async fn handle(
 }
 
 /// The body, within `[server] max_body`, as JSON.
-async fn read_json(app: &App, request: Request<Incoming>) -> Result<Bytes, Problem> {
-    if let Some(kind) = request.headers().get(CONTENT_TYPE) {
+async fn read_json(app: &App, request: Request<Incoming>, strict: bool) -> Result<Bytes, Problem> {
+    if let Some(kind) = request.headers().get(CONTENT_TYPE).filter(|_| strict) {
         let kind = kind.to_str().unwrap_or("");
         let essence = kind.split(';').next().unwrap_or("").trim();
         if !essence.eq_ignore_ascii_case("application/json") {

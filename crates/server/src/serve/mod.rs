@@ -12,6 +12,7 @@ mod listen;
 mod metrics;
 mod reply;
 mod rls;
+mod rls_json;
 mod shed;
 mod store;
 
