@@ -1,0 +1,151 @@
+//! Load for Envoy's rate limit service, for `scripts/bench-rls`: `ShouldRateLimit` calls
+//! per second and latency from N concurrent callers over one HTTP/2 connection, as Envoy
+//! sends them; and, with `--serve-bare`, the ceiling: a tonic service answering OK without
+//! deciding anything.
+//!
+//! ```text
+//! cargo run --release -p ratewarden-server --example rls_bench -- --serve-bare 127.0.0.1:9081
+//! cargo run --release -p ratewarden-server --example rls_bench -- \
+//!     --target http://127.0.0.1:8081 --streams 64 --seconds 5
+//! ```
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use tokio::time::Instant;
+use tonic::{Request, Response, Status};
+
+/// The ceiling: OK for every descriptor, nothing decided.
+struct Bare;
+
+#[tonic::async_trait]
+impl RateLimitService for Bare {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        let n = request.into_inner().descriptors.len();
+        Ok(Response::new(RateLimitResponse {
+            overall_code: Code::Ok as i32,
+            statuses: vec![
+                DescriptorStatus {
+                    code: Code::Ok as i32,
+                    ..DescriptorStatus::default()
+                };
+                n
+            ],
+            ..RateLimitResponse::default()
+        }))
+    }
+}
+
+fn flag(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(addr) = flag(&args, "--serve-bare") {
+        let Ok(addr) = addr.parse() else {
+            eprintln!("error: --serve-bare wants an address such as 127.0.0.1:9081");
+            return ExitCode::from(2);
+        };
+        eprintln!("bare rate limit service on {addr}");
+        let served = tonic::transport::Server::builder()
+            .add_service(RateLimitServiceServer::new(Bare))
+            .serve(addr)
+            .await;
+        return match served {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    let Some(target) = flag(&args, "--target") else {
+        eprintln!("usage: rls_bench --serve-bare ADDR | --target URL [--streams N] [--seconds S] [--domain D]");
+        return ExitCode::from(2);
+    };
+    let streams: usize = flag(&args, "--streams")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(64);
+    let seconds: u64 = flag(&args, "--seconds")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(5);
+    let domain = flag(&args, "--domain").unwrap_or_else(|| "bench".to_owned());
+    let client = match RateLimitServiceClient::connect(target.clone()).await {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: cannot connect to {target}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let end = Instant::now() + Duration::from_secs(seconds);
+    let mut tasks = Vec::new();
+    for s in 0..streams {
+        let mut client = client.clone();
+        let domain = domain.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut latencies: Vec<u32> = Vec::new();
+            let mut errors = 0u64;
+            let mut n = 0u64;
+            while Instant::now() < end {
+                let request = RateLimitRequest {
+                    domain: domain.clone(),
+                    descriptors: vec![RateLimitDescriptor {
+                        entries: vec![Entry {
+                            key: "client_id".to_owned(),
+                            value: format!("c{}", (s as u64 * 7919 + n) % 10_000),
+                        }],
+                        ..RateLimitDescriptor::default()
+                    }],
+                    hits_addend: 0,
+                };
+                n += 1;
+                let sent = Instant::now();
+                match client.should_rate_limit(request).await {
+                    Ok(_) => latencies
+                        .push(u32::try_from(sent.elapsed().as_micros()).unwrap_or(u32::MAX)),
+                    Err(_) => errors += 1,
+                }
+            }
+            (latencies, errors)
+        }));
+    }
+    let started = Instant::now();
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (l, e) = t.await.unwrap_or_default();
+        all.extend(l);
+        errors += e;
+    }
+    let took = started.elapsed().as_secs_f64().max(seconds as f64);
+    all.sort_unstable();
+    let at = |p: f64| {
+        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0)
+    };
+    println!(
+        "{{\"target\":\"{target}\",\"streams\":{streams},\"calls\":{},\"errors\":{errors},\"per_second\":{:.0},\"p50_us\":{},\"p99_us\":{}}}",
+        all.len(),
+        all.len() as f64 / took,
+        at(0.5),
+        at(0.99)
+    );
+    ExitCode::SUCCESS
+}
