@@ -389,3 +389,62 @@ async fn the_json_endpoint_round_trips_as_envoyproxy_ratelimit_answers() {
         .unwrap();
     assert_eq!(health.status(), http::StatusCode::OK);
 }
+
+#[tokio::test]
+async fn envoy_configs_reload_and_a_bad_one_keeps_the_old() {
+    let dir = std::env::temp_dir().join(format!("ratewarden-envoy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("edge.yaml");
+    let config = |n: u32| {
+        format!("domain: edge\ndescriptors:\n  - key: client_id\n    rate_limit: {{unit: minute, requests_per_unit: {n}}}\n")
+    };
+    std::fs::write(&path, config(3)).unwrap();
+    let running = serve::start(Options {
+        config: ratewarden_policy::config::parse(
+            "t.toml",
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"off\"\ngrpc = \"127.0.0.1:0\"\n",
+        )
+        .unwrap(),
+        config_path: None,
+        clock: Arc::new(ManualClock::new(T0)),
+        workers: 1,
+        envoy: ratewarden_policy::envoy::load(&path).unwrap(),
+        envoy_path: Some(path.clone()),
+    })
+    .await
+    .unwrap();
+    let mut client = RateLimitServiceClient::connect(format!("http://{}", running.grpc.unwrap()))
+        .await
+        .unwrap();
+    let limit = |r: &RateLimitResponse| {
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .requests_per_unit
+    };
+    let r = ask(
+        &mut client,
+        request(vec![descriptor(&[("client_id", "a")])]),
+    )
+    .await;
+    assert_eq!(limit(&r), 3);
+    std::fs::write(&path, config(7).replace("unit: minute", "unit: fortnight")).unwrap();
+    let errors = running.reload().unwrap_err().to_string();
+    assert!(errors.contains("edge.yaml:4:"), "{errors}");
+    let r = ask(
+        &mut client,
+        request(vec![descriptor(&[("client_id", "a")])]),
+    )
+    .await;
+    assert_eq!(limit(&r), 3, "the old config stays");
+    std::fs::write(&path, config(7)).unwrap();
+    running.reload().unwrap();
+    let r = ask(
+        &mut client,
+        request(vec![descriptor(&[("client_id", "a")])]),
+    )
+    .await;
+    assert_eq!(limit(&r), 7);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
