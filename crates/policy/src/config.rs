@@ -90,6 +90,9 @@ pub enum KeyPart {
     Global,
     /// A fixed text.
     Literal(String),
+    /// The values of an Envoy descriptor, in order (rules matched by `domain` and
+    /// `descriptor`, decided over Envoy's rate limit protocol).
+    Descriptor,
 }
 
 impl fmt::Display for KeyPart {
@@ -101,6 +104,7 @@ impl fmt::Display for KeyPart {
             KeyPart::Tenant => f.write_str("tenant"),
             KeyPart::Route => f.write_str("route"),
             KeyPart::Global => f.write_str("global"),
+            KeyPart::Descriptor => f.write_str("descriptor"),
             KeyPart::Literal(text) => write!(f, "literal:{text}"),
         }
     }
@@ -117,6 +121,13 @@ pub struct Match {
     pub host: Option<String>,
     /// A header that must be present (lowercase name), with the value it must have if given.
     pub header: Option<(String, Option<String>)>,
+    /// An Envoy rate limit domain: the rule is decided over Envoy's protocol (gRPC
+    /// `ShouldRateLimit`, `POST /json`), for descriptors in this domain, never for HTTP
+    /// requests.
+    pub domain: Option<String>,
+    /// The descriptor's entries, in order: each key, with the value it must have when given
+    /// (`*` matches any run of characters). Only with `domain`.
+    pub descriptor: Vec<(String, Option<String>)>,
 }
 
 /// Whether a rule rejects, only records, or rejects for a share of its keys.
@@ -395,6 +406,8 @@ struct RawMatch {
     host: Option<String>,
     header: Option<String>,
     header_value: Option<String>,
+    domain: Option<String>,
+    descriptor: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -815,6 +828,7 @@ fn validate(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -> Optio
             "tenant" => Some(KeyPart::Tenant),
             "route" => Some(KeyPart::Route),
             "global" => Some(KeyPart::Global),
+            "descriptor" => Some(KeyPart::Descriptor),
             _ => match text.split_once(':') {
                 Some(("header", name)) if !name.trim().is_empty() => {
                     Some(KeyPart::Header(name.trim().to_ascii_lowercase()))
@@ -830,7 +844,7 @@ fn validate(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -> Optio
                     .map(|k| format!("; did you mean `{k}`?"))
                     .unwrap_or_default();
                 fail(errors, Some(part.span()), format!(
-                    "unknown key part `{text}`: use ip, header:NAME, api_key, tenant, route, global or literal:TEXT{hint}"
+                    "unknown key part `{text}`: use ip, header:NAME, api_key, tenant, route, global, descriptor or literal:TEXT{hint}"
                 ));
             }
         }
@@ -936,6 +950,28 @@ fn validate(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -> Optio
         }
     };
     let matches = raw.matches.map(match_of).unwrap_or_default();
+    if matches.domain.is_none() && !matches.descriptor.is_empty() {
+        fail(
+            errors,
+            Some(span.clone()),
+            "`match.descriptor` needs `match.domain`: descriptors come over Envoy's protocol, for a domain".to_owned(),
+        );
+    }
+    if matches.domain.as_deref() == Some("") {
+        fail(
+            errors,
+            Some(span.clone()),
+            "`match.domain` must not be empty".to_owned(),
+        );
+    }
+    if matches.domain.is_none() && key.contains(&KeyPart::Descriptor) {
+        fail(
+            errors,
+            Some(span.clone()),
+            "the `descriptor` key part needs `match.domain` (and usually `match.descriptor`)"
+                .to_owned(),
+        );
+    }
 
     if errors.found.len() > failures {
         return None;
@@ -1008,6 +1044,21 @@ fn match_of(m: RawMatch) -> Match {
         header: m
             .header
             .map(|h| (h.trim().to_ascii_lowercase(), m.header_value)),
+        domain: m.domain.map(|d| d.trim().to_owned()),
+        // `client_id` or `path=/api/*,client_id`: entries in order, values optional.
+        descriptor: m
+            .descriptor
+            .map(|d| {
+                d.split(',')
+                    .map(str::trim)
+                    .filter(|e| !e.is_empty())
+                    .map(|e| match e.split_once('=') {
+                        Some((k, v)) => (k.trim().to_owned(), Some(v.trim().to_owned())),
+                        None => (e.to_owned(), None),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
     }
 }
 

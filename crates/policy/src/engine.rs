@@ -238,6 +238,11 @@ impl<S: AsyncStore> Engine<S> {
         }
     }
 
+    /// The rules in force, shared (cheap to take per request).
+    pub fn rule_list(&self) -> Arc<[Rule]> {
+        Arc::clone(&self.current().rules)
+    }
+
     /// The store the rules decide on.
     pub fn store(&self) -> &S {
         &self.store
@@ -676,6 +681,10 @@ impl Match {
 }
 
 fn matches(m: &Match, request: &Request<'_>) -> bool {
+    // Rules of an Envoy domain are for descriptors, not HTTP requests.
+    if m.domain.is_some() {
+        return false;
+    }
     if let Some(method) = &m.method {
         if !request.method.eq_ignore_ascii_case(method) {
             return false;
@@ -752,6 +761,8 @@ fn build_key(
                 key.push_str(request.path);
             }
             KeyPart::Global => key.push('*'),
+            // Descriptors come over Envoy's protocol, never with an HTTP request.
+            KeyPart::Descriptor => return None,
             KeyPart::Literal(text) => key.push_str(text),
         }
     }

@@ -531,7 +531,7 @@ fn fixed_window(requests: u32, unit: Unit) -> Option<Limit> {
 }
 
 /// Whether `text` matches `pattern`, each `*` standing for zero or more characters.
-fn glob(pattern: &str, text: &str) -> bool {
+pub fn glob(pattern: &str, text: &str) -> bool {
     let mut parts = pattern.split('*');
     let first = parts.next().unwrap_or_default();
     let Some(mut rest) = text.strip_prefix(first) else {

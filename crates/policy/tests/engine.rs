@@ -682,3 +682,22 @@ mode = "shadow"
     assert!(v.allowed);
     assert!(calls() > before);
 }
+
+#[test]
+fn rules_of_an_envoy_domain_never_apply_to_http_requests() {
+    let engine = engine(
+        r#"
+[[limit]]
+name = "mesh"
+match = { domain = "mesh", descriptor = "tenant" }
+key = ["descriptor"]
+algorithm = "gcra"
+rate = "1/s"
+burst = 1
+"#,
+    );
+    for _ in 0..3 {
+        let v = engine.decide_now(&get("198.51.100.1", &[]), NOW).unwrap();
+        assert!(v.allowed && v.outcomes.is_empty());
+    }
+}

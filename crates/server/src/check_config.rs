@@ -78,6 +78,17 @@ fn row(rule: &Rule) -> [String; 6] {
             None => format!("has {name}"),
         });
     }
+    if let Some(domain) = &m.domain {
+        let entries: Vec<String> = m
+            .descriptor
+            .iter()
+            .map(|(k, v)| match v {
+                Some(v) => format!("{k}={v}"),
+                None => k.clone(),
+            })
+            .collect();
+        applies.push(format!("envoy {domain} [{}]", entries.join(", ")));
+    }
     let applies = if applies.is_empty() {
         "every request".to_owned()
     } else {

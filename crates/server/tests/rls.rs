@@ -448,3 +448,79 @@ async fn envoy_configs_reload_and_a_bad_one_keeps_the_old() {
     assert_eq!(limit(&r), 7);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test]
+async fn native_rules_can_be_addressed_by_domain_and_descriptor() {
+    let toml = r#"
+[server]
+listen = "127.0.0.1:0"
+admin = "off"
+grpc = "127.0.0.1:0"
+
+[[limit]]
+name = "tenant-gcra"
+match = { domain = "mesh", descriptor = "tenant,path=/reports/*" }
+key = ["descriptor"]
+algorithm = "gcra"
+rate = "2/s"
+burst = 2
+"#;
+    let running = serve::start(Options {
+        config: ratewarden_policy::config::parse("t.toml", toml).unwrap(),
+        config_path: None,
+        clock: Arc::new(ManualClock::new(T0)),
+        workers: 1,
+        envoy: Default::default(),
+        envoy_path: None,
+    })
+    .await
+    .unwrap();
+    let mut client = RateLimitServiceClient::connect(format!("http://{}", running.grpc.unwrap()))
+        .await
+        .unwrap();
+    let mesh = |entries: &[(&str, &str)]| RateLimitRequest {
+        domain: "mesh".to_owned(),
+        ..request(vec![descriptor(entries)])
+    };
+    let report = [("tenant", "acme"), ("path", "/reports/q3")];
+    for left in [1, 0] {
+        let r = ask(&mut client, mesh(&report)).await;
+        assert_eq!(r.overall_code, Code::Ok as i32);
+        assert_eq!(r.statuses[0].limit_remaining, left);
+        assert_eq!(
+            r.statuses[0].current_limit.as_ref().unwrap().name,
+            "tenant-gcra"
+        );
+    }
+    let r = ask(&mut client, mesh(&report)).await;
+    assert_eq!(r.overall_code, Code::OverLimit as i32);
+    assert_eq!(
+        header(&r, "retry-after"),
+        Some("1"),
+        "500 ms at 2/s, in whole seconds"
+    );
+    // Another tenant has its own budget; another path or depth is not this rule's.
+    let other = ask(
+        &mut client,
+        mesh(&[("tenant", "globex"), ("path", "/reports/q3")]),
+    )
+    .await;
+    assert_eq!(other.statuses[0].limit_remaining, 1);
+    let elsewhere = ask(
+        &mut client,
+        mesh(&[("tenant", "acme"), ("path", "/orders")]),
+    )
+    .await;
+    assert!(elsewhere.statuses[0].current_limit.is_none());
+    let shallow = ask(&mut client, mesh(&[("tenant", "acme")])).await;
+    assert!(shallow.statuses[0].current_limit.is_none());
+
+    // Such rules never apply to HTTP requests, and a descriptor needs its domain.
+    let e = ratewarden_policy::config::parse(
+        "bad.toml",
+        "[[limit]]\nname = \"x\"\nmatch = { descriptor = \"tenant\" }\nkey = [\"descriptor\"]\nalgorithm = \"gcra\"\nrate = \"1/s\"\nburst = 1\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("`match.descriptor` needs `match.domain`"), "{e}");
+}

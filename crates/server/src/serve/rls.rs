@@ -14,7 +14,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use ratewarden_core::{AsyncStore, Check, Decision, NANOS_PER_SEC};
+use ratewarden_core::{Algorithm, AsyncStore, Check, Decision, NANOS_PER_SEC};
 use ratewarden_policy::envoy::{self, RateLimitOverride, Resolved, Unit};
 use tonic::{Request, Response, Status};
 
@@ -67,11 +67,19 @@ pub(crate) async fn decide(
     } else {
         u64::from(request.hits_addend)
     };
+    let native = app.engine.rule_list();
     let mut resolved: Vec<Option<Resolved>> = request
         .descriptors
         .iter()
-        .map(|d| resolve(&config, &request.domain, d))
-        .collect::<Result<_, _>>()?;
+        .map(|d| {
+            Ok(match resolve(&config, &request.domain, d)? {
+                Some(r) => Some(r),
+                // No YAML rule: a native rule of this domain may address the descriptor.
+                None if d.limit.is_none() => native_rule(&native, &request.domain, d),
+                None => None,
+            })
+        })
+        .collect::<Result<_, Status>>()?;
     envoy::apply_replaces(&mut resolved);
     let mut parts: Vec<Part> = resolved
         .into_iter()
@@ -235,6 +243,65 @@ fn resolve(
             )
         }
         None => config.resolve(domain, &entries),
+    })
+}
+
+/// The first native (TOML) rule of `domain` whose `match.descriptor` fits `d`, as a
+/// resolved limit: its key is the rule and the descriptor's values.
+fn native_rule(
+    rules: &[ratewarden_policy::Rule],
+    domain: &str,
+    d: &RateLimitDescriptor,
+) -> Option<Resolved> {
+    let rule = rules.iter().find(|r| {
+        r.matches.domain.as_deref() == Some(domain)
+            && (r.matches.descriptor.is_empty()
+                || (r.matches.descriptor.len() == d.entries.len()
+                    && r.matches
+                        .descriptor
+                        .iter()
+                        .zip(&d.entries)
+                        .all(|((k, v), e)| {
+                            *k == e.key && v.as_deref().is_none_or(|p| envoy::glob(p, &e.value))
+                        })))
+    })?;
+    let mut key = format!("native:{}", rule.name);
+    for part in &rule.key {
+        key.push('|');
+        match part {
+            ratewarden_policy::KeyPart::Descriptor => {
+                let values: Vec<&str> = d.entries.iter().map(|e| e.value.as_str()).collect();
+                key.push_str(&values.join("|"));
+            }
+            ratewarden_policy::KeyPart::Literal(text) => key.push_str(text),
+            // Request attributes (ip, headers, …) do not come with a descriptor: the part
+            // stands for everyone.
+            _ => key.push('*'),
+        }
+    }
+    let window = ratewarden_http::window_secs(&rule.limit);
+    let unit = [
+        (1, Unit::Second),
+        (60, Unit::Minute),
+        (3_600, Unit::Hour),
+        (86_400, Unit::Day),
+    ]
+    .into_iter()
+    .find(|(secs, _)| Some(*secs) == window)
+    .map(|(_, unit)| unit);
+    Some(Resolved {
+        name: Some(rule.name.clone()),
+        unit,
+        requests_per_unit: u32::try_from(rule.limit.limit()).unwrap_or(u32::MAX),
+        unlimited: false,
+        shadow_mode: rule.mode == ratewarden_policy::Mode::Shadow,
+        quota_mode: false,
+        replaces: Vec::new(),
+        detailed_metric: false,
+        value_to_metric: false,
+        limit: Some(rule.limit.clone()),
+        stats_key: key.clone(),
+        key,
     })
 }
 
