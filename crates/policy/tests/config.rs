@@ -93,7 +93,7 @@ fn every_error_says_where_and_what() {
         (format!("{gcra}rate = \"50/s\"\nburst = 5\nipv6_prefix = 130"), "a prefix length between 0 and 128, not 130"),
         (
             "name = \"k\"\nkey = [\"ipp\"]\nalgorithm = \"gcra\"\nrate = \"1/s\"\nburst = 1".to_owned(),
-            "test.toml:3:8: limit `k`: unknown key part `ipp`: use ip, header:NAME, api_key, tenant, route, global or literal:TEXT; did you mean `ip`?",
+            "test.toml:3:8: limit `k`: unknown key part `ipp`: use ip, header:NAME, api_key, tenant, route, global, descriptor or literal:TEXT; did you mean `ip`?",
         ),
         (
             "name = \"k\"\nalgorithm = \"gcra\"\nrate = \"1/s\"\nburst = 1".to_owned(),
