@@ -524,3 +524,83 @@ burst = 2
     .to_string();
     assert!(e.contains("`match.descriptor` needs `match.domain`"), "{e}");
 }
+
+#[tokio::test]
+async fn native_rules_keep_their_failure_policy_over_envoys_protocol() {
+    let redis = ratewarden_redis::testing::Server::start();
+    let toml = format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+admin = "off"
+grpc = "127.0.0.1:0"
+
+[store]
+kind = "redis"
+url = "{url}"
+deadline = "200ms"
+
+[[limit]]
+name = "open"
+match = {{ domain = "mesh", descriptor = "open" }}
+key = ["descriptor"]
+algorithm = "fixed-window"
+limit = 100
+window = "1m"
+on_store_failure = "open"
+
+[[limit]]
+name = "shared"
+match = {{ domain = "mesh", descriptor = "shared" }}
+key = ["descriptor"]
+algorithm = "fixed-window"
+limit = 10
+window = "1m"
+on_store_failure = "local"
+local_divide_by = 5
+
+[[limit]]
+name = "closed"
+match = {{ domain = "mesh", descriptor = "closed" }}
+key = ["descriptor"]
+algorithm = "fixed-window"
+limit = 10
+window = "1m"
+on_store_failure = "closed"
+"#,
+        url = redis.url()
+    );
+    let running = serve::start(Options {
+        config: ratewarden_policy::config::parse("t.toml", &toml).unwrap(),
+        config_path: None,
+        clock: Arc::new(ManualClock::new(T0)),
+        workers: 1,
+        envoy: Default::default(),
+        envoy_path: None,
+    })
+    .await
+    .unwrap();
+    let mut client = RateLimitServiceClient::connect(format!("http://{}", running.grpc.unwrap()))
+        .await
+        .unwrap();
+    let mesh = |key: &str| RateLimitRequest {
+        domain: "mesh".to_owned(),
+        ..request(vec![descriptor(&[(key, "k")])])
+    };
+    assert_eq!(
+        ask(&mut client, mesh("closed")).await.statuses[0].limit_remaining,
+        9
+    );
+    drop(redis);
+    assert_eq!(
+        ask(&mut client, mesh("open")).await.overall_code,
+        Code::Ok as i32
+    );
+    let mut ok = 0;
+    for _ in 0..4 {
+        ok += u32::from(ask(&mut client, mesh("shared")).await.overall_code == Code::Ok as i32);
+    }
+    assert_eq!(ok, 2, "the local share: 10 / 5");
+    let e = client.should_rate_limit(mesh("closed")).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable);
+}

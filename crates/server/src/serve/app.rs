@@ -48,6 +48,9 @@ pub(crate) struct App {
     settings: ServerSettings,
     pub(crate) metrics: Metrics,
     pub(crate) shedder: Arc<Shedder>,
+    /// Where native rules decided over Envoy's protocol take their local share while the
+    /// store is down.
+    pub(crate) fallback: ratewarden_memory::MemoryStore,
     config_path: Option<PathBuf>,
     /// envoyproxy/ratelimit configs for the gRPC service, and where they came from.
     envoy: std::sync::RwLock<Arc<EnvoyConfig>>,
@@ -85,6 +88,7 @@ impl App {
                 settings.critical_reserve,
                 settings.queue_timeout,
             )),
+            fallback: ratewarden_memory::MemoryStore::new(ratewarden_memory::StoreConfig::default()),
             settings,
             metrics,
             config_path,

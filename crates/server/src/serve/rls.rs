@@ -14,8 +14,9 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use ratewarden_core::{Algorithm, AsyncStore, Check, Decision, NANOS_PER_SEC};
+use ratewarden_core::{Algorithm, AsyncStore, Check, Decision, Limit, Outcome, NANOS_PER_SEC};
 use ratewarden_policy::envoy::{self, RateLimitOverride, Resolved, Unit};
+use ratewarden_policy::OnStoreFailure;
 use tonic::{Request, Response, Status};
 
 use super::app::{policy_state, App};
@@ -30,6 +31,9 @@ struct Part {
     resolved: Option<Resolved>,
     hits: u64,
     decision: Option<Decision>,
+    /// A native rule's failure policy, and its local share; envoyproxy/ratelimit rules
+    /// have none (their store failures are UNAVAILABLE, for Envoy to decide).
+    on_failure: Option<(OnStoreFailure, Option<Limit>)>,
 }
 
 #[tonic::async_trait]
@@ -68,27 +72,32 @@ pub(crate) async fn decide(
         u64::from(request.hits_addend)
     };
     let native = app.engine.rule_list();
-    let mut resolved: Vec<Option<Resolved>> = request
-        .descriptors
-        .iter()
-        .map(|d| {
-            Ok(match resolve(&config, &request.domain, d)? {
-                Some(r) => Some(r),
-                // No YAML rule: a native rule of this domain may address the descriptor.
-                None if d.limit.is_none() => native_rule(&native, &request.domain, d),
-                None => None,
-            })
-        })
-        .collect::<Result<_, Status>>()?;
+    let mut on_failure = Vec::new();
+    let mut resolved: Vec<Option<Resolved>> = Vec::new();
+    for d in &request.descriptors {
+        let (r, policy) = match resolve(&config, &request.domain, d)? {
+            Some(r) => (Some(r), None),
+            // No YAML rule: a native rule of this domain may address the descriptor.
+            None if d.limit.is_none() => match native_rule(&native, &request.domain, d) {
+                Some((r, policy)) => (Some(r), Some(policy)),
+                None => (None, None),
+            },
+            None => (None, None),
+        };
+        resolved.push(r);
+        on_failure.push(policy);
+    }
     envoy::apply_replaces(&mut resolved);
     let mut parts: Vec<Part> = resolved
         .into_iter()
         .zip(&request.descriptors)
-        .map(|(resolved, d)| Part {
+        .zip(on_failure)
+        .map(|((resolved, d), on_failure)| Part {
             resolved,
             // A descriptor's own addend wins, and there 0 checks without counting.
             hits: d.hits_addend.as_ref().map_or(request_hits, |h| h.value),
             decision: None,
+            on_failure,
         })
         .collect();
 
@@ -117,7 +126,40 @@ pub(crate) async fn decide(
             })
         })
         .collect();
-    let decided = store.decide_all(&checks, now).await.map_err(unavailable)?;
+    let decided = match store.decide_all(&checks, now).await {
+        Ok(decided) => decided,
+        // Native rules answer with their own failure policy when every one that failed
+        // has one that answers (open, or its local share); otherwise Envoy decides.
+        Err(error) => {
+            let answers = enforced.iter().all(|&i| {
+                matches!(
+                    parts[i].on_failure,
+                    Some((OnStoreFailure::Open, _)) | Some((OnStoreFailure::Local { .. }, Some(_)))
+                )
+            });
+            if !answers {
+                return Err(unavailable(error));
+            }
+            tracing::warn!(%error, "store failed; the rules' failure policies answer");
+            enforced
+                .iter()
+                .zip(&keys_of(&enforced, &keys))
+                .map(|(&i, key)| {
+                    let size = parts[i]
+                        .resolved
+                        .as_ref()
+                        .and_then(|r| r.limit.as_ref())
+                        .map_or(0, Algorithm::limit);
+                    match &parts[i].on_failure {
+                        Some((OnStoreFailure::Local { .. }, Some(local))) => {
+                            app.fallback.decide(local, key, now, parts[i].hits)
+                        }
+                        _ => Decision::new(Outcome::Allowed, size, size, 0),
+                    }
+                })
+                .collect()
+        }
+    };
     let all_allowed = decided.iter().all(Decision::is_allowed);
     for (&i, d) in enforced.iter().zip(decided) {
         parts[i].decision = Some(d);
@@ -138,7 +180,12 @@ pub(crate) async fn decide(
         } else {
             store.peek(limit, key, now, hits).await
         };
-        parts[i].decision = Some(d.map_err(unavailable)?);
+        match d {
+            Ok(d) => parts[i].decision = Some(d),
+            // A shadow rule never decides a request, nor does a failing store through it.
+            Err(_) if r.shadow_mode => {}
+            Err(error) => return Err(unavailable(error)),
+        }
     }
 
     let over: Vec<bool> = parts
@@ -246,13 +293,21 @@ fn resolve(
     })
 }
 
+fn keys_of(enforced: &[usize], keys: &[Option<String>]) -> Vec<String> {
+    enforced
+        .iter()
+        .map(|&i| keys[i].clone().unwrap_or_default())
+        .collect()
+}
+
 /// The first native (TOML) rule of `domain` whose `match.descriptor` fits `d`, as a
-/// resolved limit: its key is the rule and the descriptor's values.
+/// resolved limit (its key is the rule and the descriptor's values), with its failure
+/// policy and local share.
 fn native_rule(
     rules: &[ratewarden_policy::Rule],
     domain: &str,
     d: &RateLimitDescriptor,
-) -> Option<Resolved> {
+) -> Option<(Resolved, (OnStoreFailure, Option<Limit>))> {
     let rule = rules.iter().find(|r| {
         r.matches.domain.as_deref() == Some(domain)
             && (r.matches.descriptor.is_empty()
@@ -289,7 +344,8 @@ fn native_rule(
     .into_iter()
     .find(|(secs, _)| Some(*secs) == window)
     .map(|(_, unit)| unit);
-    Some(Resolved {
+    let policy = (rule.on_store_failure, rule.local.clone());
+    let resolved = Resolved {
         name: Some(rule.name.clone()),
         unit,
         requests_per_unit: u32::try_from(rule.limit.limit()).unwrap_or(u32::MAX),
@@ -302,7 +358,8 @@ fn native_rule(
         limit: Some(rule.limit.clone()),
         stats_key: key.clone(),
         key,
-    })
+    };
+    Some((resolved, policy))
 }
 
 fn status(p: &Part, over: bool) -> DescriptorStatus {
