@@ -240,6 +240,7 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
         listen = %listen_addr,
         role = main_role.as_str(),
         api = ?api_addr,
+        grpc = ?grpc_addr,
         admin = ?admin_addr,
         upstream = settings.upstream.as_deref().unwrap_or("none"),
         "ratewarden serving"
