@@ -463,6 +463,26 @@ impl Errors<'_> {
             message,
         });
     }
+
+    /// A duration field of a section (`[server]`, `[store]`): `default` when absent, and
+    /// when wrong (after recording what was wrong). Zero is refused unless `zero_ok`.
+    fn section_duration(
+        &mut self,
+        section: &str,
+        field: &str,
+        value: Option<Spanned<String>>,
+        default: Duration,
+        zero_ok: bool,
+    ) -> Duration {
+        let Some(v) = value else { return default };
+        let message = match parse_duration(v.get_ref()) {
+            Ok(d) if zero_ok || !d.is_zero() => return d,
+            Ok(_) => format!("`{section}`: `{field}` must be longer than zero"),
+            Err(e) => format!("`{section}`: `{field}`: {e}"),
+        };
+        self.at(Some(v.span()), None, message);
+        default
+    }
 }
 
 fn line_column(text: &str, offset: usize) -> (usize, usize) {
@@ -1104,14 +1124,7 @@ fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> ServerSettings {
             }
         });
     let mut duration = |field: &str, value: Option<Spanned<String>>, default: Duration| {
-        let Some(v) = value else { return default };
-        match parse_duration(v.get_ref()) {
-            Ok(d) => d,
-            Err(e) => {
-                errors.at(Some(v.span()), None, format!("`[server]`: `{field}`: {e}"));
-                default
-            }
-        }
+        errors.section_duration("[server]", field, value, default, true)
     };
     let retry_after_jitter = duration(
         "retry_after_jitter",
@@ -1257,22 +1270,7 @@ fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSettings {
         }
     };
     let mut duration = |field: &str, value: Option<Spanned<String>>, default: Duration| {
-        let Some(v) = value else { return default };
-        match parse_duration(v.get_ref()) {
-            Ok(d) if !d.is_zero() => d,
-            Ok(_) => {
-                errors.at(
-                    Some(v.span()),
-                    None,
-                    format!("`[store]`: `{field}` must be longer than zero"),
-                );
-                default
-            }
-            Err(e) => {
-                errors.at(Some(v.span()), None, format!("`[store]`: `{field}`: {e}"));
-                default
-            }
-        }
+        errors.section_duration("[store]", field, value, default, false)
     };
     let deadline = duration("deadline", raw.deadline, defaults.deadline);
     let breaker_cool_down = duration(

@@ -1,6 +1,6 @@
 //! The store a server decides on: in this process's memory, or shared in Redis.
 
-use ratewarden_core::{AsyncStore, Check, Decision, Limit};
+use ratewarden_core::{AsyncStore, Check, Decision, Limit, Store};
 use ratewarden_memory::MemoryStore;
 use ratewarden_redis::{BreakerState, RedisError, RedisStore};
 
@@ -66,9 +66,7 @@ impl AsyncStore for AnyStore {
     ) -> Result<Vec<Decision>, StoreError> {
         match self {
             AnyStore::Memory(m) => {
-                let layers: Vec<(&Limit, &str, u64)> =
-                    checks.iter().map(|c| (c.limit, c.key, c.cost)).collect();
-                Ok(m.decide_all(&layers, now))
+                Ok(Store::decide_all(m, checks, now).unwrap_or_else(|never| match never {}))
             }
             AnyStore::Redis(r) => Ok(r.decide_all(checks, now).await?),
         }
