@@ -257,4 +257,8 @@ critical = [{ method = "POST", path = "/payments*" }]
     assert!(wrong("[server]\nqueue_timeout = \"soon\"\n")
         .starts_with("s.toml:2:17: `[server]`: `queue_timeout`"));
     assert!(wrong("[server]\nlisen = \"x\"\n").contains("did you mean `listen`?"));
+    assert_eq!(
+        wrong("[store]\nkind = \"redis\"\nurl = \"redis://r\"\ndeadline = \"0s\"\n"),
+        "s.toml:4:12: `[store]`: `deadline` must be longer than zero"
+    );
 }

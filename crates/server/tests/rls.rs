@@ -49,17 +49,29 @@ descriptors:
     ratewarden: {algorithm: gcra, burst: 5}
 "#;
 
+/// The `[server]` section of every test: the gRPC listener, nothing else to speak of.
+const SERVER: &str =
+    "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"off\"\ngrpc = \"127.0.0.1:0\"\n";
+
+/// The example Envoy config beside `store` (a `[store]` section, or nothing).
 async fn start(store: &str) -> (Running, RateLimitServiceClient<Channel>) {
-    let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"off\"\ngrpc = \"127.0.0.1:0\"\n{store}"
-    );
+    let envoy = ratewarden_policy::envoy::parse("edge.yaml", ENVOY).unwrap();
+    serve_grpc(&format!("{SERVER}{store}"), envoy, None).await
+}
+
+/// A server on `toml` (which names its listeners) with `envoy` configs, and a client.
+async fn serve_grpc(
+    toml: &str,
+    envoy: ratewarden_policy::envoy::EnvoyConfig,
+    envoy_path: Option<std::path::PathBuf>,
+) -> (Running, RateLimitServiceClient<Channel>) {
     let running = serve::start(Options {
-        config: ratewarden_policy::config::parse("t.toml", &toml).unwrap(),
+        config: ratewarden_policy::config::parse("t.toml", toml).unwrap(),
         config_path: None,
         clock: Arc::new(ManualClock::new(T0)),
         workers: 1,
-        envoy: ratewarden_policy::envoy::parse("edge.yaml", ENVOY).unwrap(),
-        envoy_path: None,
+        envoy,
+        envoy_path,
     })
     .await
     .unwrap();
@@ -399,23 +411,8 @@ async fn envoy_configs_reload_and_a_bad_one_keeps_the_old() {
         format!("domain: edge\ndescriptors:\n  - key: client_id\n    rate_limit: {{unit: minute, requests_per_unit: {n}}}\n")
     };
     std::fs::write(&path, config(3)).unwrap();
-    let running = serve::start(Options {
-        config: ratewarden_policy::config::parse(
-            "t.toml",
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"off\"\ngrpc = \"127.0.0.1:0\"\n",
-        )
-        .unwrap(),
-        config_path: None,
-        clock: Arc::new(ManualClock::new(T0)),
-        workers: 1,
-        envoy: ratewarden_policy::envoy::load(&path).unwrap(),
-        envoy_path: Some(path.clone()),
-    })
-    .await
-    .unwrap();
-    let mut client = RateLimitServiceClient::connect(format!("http://{}", running.grpc.unwrap()))
-        .await
-        .unwrap();
+    let envoy = ratewarden_policy::envoy::load(&path).unwrap();
+    let (running, mut client) = serve_grpc(SERVER, envoy, Some(path.clone())).await;
     let limit = |r: &RateLimitResponse| {
         r.statuses[0]
             .current_limit
@@ -465,19 +462,7 @@ algorithm = "gcra"
 rate = "2/s"
 burst = 2
 "#;
-    let running = serve::start(Options {
-        config: ratewarden_policy::config::parse("t.toml", toml).unwrap(),
-        config_path: None,
-        clock: Arc::new(ManualClock::new(T0)),
-        workers: 1,
-        envoy: Default::default(),
-        envoy_path: None,
-    })
-    .await
-    .unwrap();
-    let mut client = RateLimitServiceClient::connect(format!("http://{}", running.grpc.unwrap()))
-        .await
-        .unwrap();
+    let (_running, mut client) = serve_grpc(toml, Default::default(), None).await;
     let mesh = |entries: &[(&str, &str)]| RateLimitRequest {
         domain: "mesh".to_owned(),
         ..request(vec![descriptor(entries)])
@@ -570,19 +555,7 @@ on_store_failure = "closed"
 "#,
         url = redis.url()
     );
-    let running = serve::start(Options {
-        config: ratewarden_policy::config::parse("t.toml", &toml).unwrap(),
-        config_path: None,
-        clock: Arc::new(ManualClock::new(T0)),
-        workers: 1,
-        envoy: Default::default(),
-        envoy_path: None,
-    })
-    .await
-    .unwrap();
-    let mut client = RateLimitServiceClient::connect(format!("http://{}", running.grpc.unwrap()))
-        .await
-        .unwrap();
+    let (_running, mut client) = serve_grpc(&toml, Default::default(), None).await;
     let mesh = |key: &str| RateLimitRequest {
         domain: "mesh".to_owned(),
         ..request(vec![descriptor(&[(key, "k")])])

@@ -836,15 +836,8 @@ lease = "5m"
     // upstream: the permit is free again once the server has seen the client go.
     let api = server.api.unwrap();
     let check = r#"{"ip": "127.0.0.1", "path": "/slow"}"#;
-    let mut allowed = false;
-    for _ in 0..500 {
-        allowed = post(api, "/v1/check", check).await.json()["allowed"] == true;
-        if allowed {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(allowed, "the permit came back");
+    let allowed = || async { post(api, "/v1/check", check).await.json()["allowed"] == true };
+    assert!(eventually(allowed).await, "the permit came back");
 }
 
 /// Whether `n` requests have reached the upstream's `/slow`.
@@ -855,13 +848,28 @@ fn arrived(up: &Upstream, n: usize) -> bool {
 /// Polls `done` until it holds (a request reaching the upstream, a connection closing):
 /// these wait on the network, not on a clock.
 async fn wait_until(mut done: impl FnMut() -> bool) {
-    for _ in 0..500 {
-        if done() {
-            return;
+    assert!(
+        eventually(|| std::future::ready(done())).await,
+        "timed out waiting"
+    );
+}
+
+/// Polls `check` every 10 ms for up to 10 s until it holds: for what waits on processes
+/// and sockets (a server coming up, a signal handled), never on a refill.
+async fn eventually<F: std::future::Future<Output = bool>>(mut check: impl FnMut() -> F) -> bool {
+    for _ in 0..1000 {
+        if check().await {
+            return true;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!("timed out waiting");
+    false
+}
+
+/// Whether the server whose admin listener is `admin` answers `/ready` with 200.
+async fn is_ready(admin: SocketAddr) -> bool {
+    tokio::net::TcpStream::connect(admin).await.is_ok()
+        && get(admin, "/ready", &[]).await.status == StatusCode::OK
 }
 
 #[tokio::test]
@@ -1014,12 +1022,18 @@ async fn a_reload_that_fails_leaves_the_old_rules_working() {
         "ratewarden_config_version 2",
         r#"ratewarden_decisions_total{rule="per-key",outcome="rejected"} 1"#,
         r#"ratewarden_decisions_total{rule="watch",outcome="shadow_rejected"}"#,
-        "ratewarden_decision_duration_seconds_count",
+        // Every decision was timed (on the manual clock, each in no time).
+        "ratewarden_decision_duration_seconds_count 4",
         "ratewarden_in_flight 0",
-        "ratewarden_keys ",
     ] {
         assert!(metrics.contains(line), "missing `{line}` in:\n{metrics}");
     }
+    let keys: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("ratewarden_keys "))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("a keys gauge");
+    assert!(keys >= 2, "the keys decided on are held: {keys}");
     assert_eq!(get(admin, "/live", &[]).await.status, StatusCode::OK);
     assert_eq!(
         get(admin, "/nothing", &[]).await.status,
@@ -1084,19 +1098,10 @@ async fn the_binary_reloads_on_sighup_keeps_old_rules_on_a_bad_file_and_stops_on
         .unwrap();
     let listen: SocketAddr = ([127, 0, 0, 1], listen).into();
     let admin: SocketAddr = ([127, 0, 0, 1], admin).into();
-    let mut ready = false;
-    for _ in 0..500 {
-        if tokio::net::TcpStream::connect(admin).await.is_ok() {
-            ready = get(admin, "/ready", &[]).await.status == StatusCode::OK;
-            if ready {
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(ready, "the server came up");
+    assert!(eventually(|| is_ready(admin)).await, "the server came up");
     let check = r#"{"api_key": "k"}"#;
-    let version = || async { get(admin, "/metrics", &[]).await.body };
+    let metrics_say =
+        |line: &'static str| async move { get(admin, "/metrics", &[]).await.body.contains(line) };
 
     // A bad file: the old rules stay (a burst of 1).
     std::fs::write(
@@ -1105,15 +1110,12 @@ async fn the_binary_reloads_on_sighup_keeps_old_rules_on_a_bad_file_and_stops_on
     )
     .unwrap();
     signal(&child, "HUP");
-    let mut seen = String::new();
-    for _ in 0..500 {
-        seen = version().await;
-        if seen.contains(r#"ratewarden_config_reloads_total{result="error"} 1"#) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(seen.contains("ratewarden_config_version 1"), "{seen}");
+    let refused = r#"ratewarden_config_reloads_total{result="error"} 1"#;
+    assert!(
+        eventually(|| metrics_say(refused)).await,
+        "SIGHUP read the bad file"
+    );
+    assert!(metrics_say("ratewarden_config_version 1").await);
     assert_eq!(
         post(listen, "/v1/check", check).await.json()["allowed"],
         true
@@ -1126,26 +1128,21 @@ async fn the_binary_reloads_on_sighup_keeps_old_rules_on_a_bad_file_and_stops_on
     // A good one goes into force.
     std::fs::write(&path, config(100)).unwrap();
     signal(&child, "HUP");
-    for _ in 0..500 {
-        if version().await.contains("ratewarden_config_version 2") {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(
-        post(listen, "/v1/check", check).await.json()["allowed"],
-        true
+    assert!(
+        eventually(|| metrics_say("ratewarden_config_version 2")).await,
+        "SIGHUP put the good file in force"
     );
+    let d = post(listen, "/v1/check", check).await.json();
+    assert_eq!(d["config_version"], 2);
+    assert_eq!(d["policies"][0]["limit"], 100, "the new burst decides");
 
     signal(&child, "TERM");
     let mut status = None;
-    for _ in 0..1000 {
+    eventually(|| {
         status = child.try_wait().unwrap();
-        if status.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        std::future::ready(status.is_some())
+    })
+    .await;
     let stderr = std::fs::read_to_string(&log).unwrap();
     assert!(status.expect("it stopped on SIGTERM").success(), "{stderr}");
     assert!(stderr.contains("reload rejected"), "{stderr}");
@@ -1177,13 +1174,8 @@ async fn spawn_binary(
         .spawn()
         .unwrap();
     let admin: SocketAddr = ([127, 0, 0, 1], admin).into();
-    for _ in 0..500 {
-        if tokio::net::TcpStream::connect(admin).await.is_ok()
-            && get(admin, "/ready", &[]).await.status == StatusCode::OK
-        {
-            return child;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
+    if eventually(|| is_ready(admin)).await {
+        return child;
     }
     let _ = child.kill();
     let _ = child.wait();
