@@ -185,6 +185,7 @@ struct Counters {
 
 /// A rule set in force, with what each rule's keys start with.
 struct RuleSet {
+    /// The config, its rules moved out into `rules` (one copy, shared with verdicts).
     config: Config,
     rules: Arc<[Rule]>,
     /// Per rule: what it did, carried over a reload by rule name (metrics name rules).
@@ -250,7 +251,11 @@ impl<S: AsyncStore> Engine<S> {
 
     /// The config in force.
     pub fn config(&self) -> Config {
-        self.current().config.clone()
+        let set = self.current();
+        Config {
+            rules: set.rules.to_vec(),
+            ..set.config.clone()
+        }
     }
 
     fn current(&self) -> Arc<RuleSet> {
@@ -259,7 +264,7 @@ impl<S: AsyncStore> Engine<S> {
 
     /// The rules in force.
     pub fn rules(&self) -> Vec<Rule> {
-        self.current().config.rules.clone()
+        self.current().rules.to_vec()
     }
 
     /// The version of the rules in force: 1, then one more per reload.
@@ -274,8 +279,8 @@ impl<S: AsyncStore> Engine<S> {
         let mut rules = self.rules.write().unwrap_or_else(PoisonError::into_inner);
         let version = rules.version + 1;
         let mut next = rule_set(config, version);
-        for (rule, counters) in next.config.rules.iter().zip(&mut next.counters) {
-            if let Some(i) = rules.config.rules.iter().position(|r| r.name == rule.name) {
+        for (rule, counters) in next.rules.iter().zip(&mut next.counters) {
+            if let Some(i) = rules.rules.iter().position(|r| r.name == rule.name) {
                 *counters = Arc::clone(&rules.counters[i]);
             }
         }
@@ -307,8 +312,7 @@ impl<S: AsyncStore> Engine<S> {
     /// carries the counts of rules it keeps by name).
     pub fn stats(&self) -> Vec<(String, RuleStats)> {
         let set = self.current();
-        set.config
-            .rules
+        set.rules
             .iter()
             .zip(&set.counters)
             .map(|(rule, c)| {
@@ -383,7 +387,7 @@ impl<S: AsyncStore> Engine<S> {
     /// A cost header that is not a whole number, or claims more than the rule's `max_cost`.
     pub async fn decide(&self, request: &Request<'_>, now: u64) -> Result<Verdict, RequestError> {
         let set = self.current();
-        let rules = &set.config.rules;
+        let rules = &set.rules;
         let client = client_of(request, &set.config.trusted_proxies);
         let mut applying: Vec<Applying> = Vec::new();
         for (i, rule) in rules.iter().enumerate() {
@@ -616,7 +620,7 @@ impl<S: AsyncStore> Engine<S> {
     }
 }
 
-fn rule_set(config: Config, version: u64) -> RuleSet {
+fn rule_set(mut config: Config, version: u64) -> RuleSet {
     let prefixes = config
         .rules
         .iter()
@@ -628,7 +632,7 @@ fn rule_set(config: Config, version: u64) -> RuleSet {
         .collect();
     RuleSet {
         counters: config.rules.iter().map(|_| Arc::default()).collect(),
-        rules: config.rules.clone().into(),
+        rules: std::mem::take(&mut config.rules).into(),
         config,
         prefixes,
         version,

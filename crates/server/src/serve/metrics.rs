@@ -58,7 +58,7 @@ impl fmt::Debug for EngineCollector {
 
 impl Collector for EngineCollector {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
-        let rules = self.engine.rules();
+        let rules = self.engine.rule_list();
         let stats = self.engine.stats();
         {
             let mut family = encoder.encode_descriptor(
