@@ -1,6 +1,7 @@
 //! Real `redis-server` processes for tests (feature `testing`): started on free loopback
 //! ports, stopped (killed) when dropped. Used by this crate's tests and the server's.
 
+use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -54,18 +55,33 @@ impl Server {
         let dir =
             std::env::temp_dir().join(format!("ratewarden-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a scratch directory");
-        let child = Command::new(redis_server())
+        let mut child = Command::new(redis_server())
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(&dir)
             .args(extra)
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server starts");
+        // Ready when its log says so: read, never sleep.
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let mut lines = BufReader::new(stdout).lines();
+        let mut log = Vec::new();
+        let ready = lines.by_ref().take(500).map_while(Result::ok).any(|line| {
+            let ready = line.contains("Ready to accept connections");
+            log.push(line);
+            ready
+        });
+        // Keep draining the log so the server never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
         let server = Self { port, child, dir };
-        server.wait_until_ready();
+        assert!(
+            ready,
+            "redis-server on port {port} did not start; its log:\n{}",
+            log.join("\n")
+        );
         server
     }
 
@@ -96,20 +112,6 @@ impl Server {
             .status()
             .expect("kill runs");
         assert!(status.success(), "kill -{name}");
-    }
-
-    fn wait_until_ready(&self) {
-        for _ in 0..500 {
-            let answer = self.cli(&["PING"]);
-            // A server with a password answers, but only to say so.
-            if answer == "PONG" || answer.starts_with("NOAUTH") {
-                return;
-            }
-            // Waiting for a process to start, not for a limit to refill.
-            #[allow(clippy::disallowed_methods)]
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        panic!("redis-server on port {} did not answer PING", self.port);
     }
 }
 

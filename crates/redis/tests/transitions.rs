@@ -13,9 +13,6 @@ mod encode;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -25,75 +22,17 @@ use ratewarden_core::{
     LeakyBucket, LeakyQueue, Limit, LimitState, Outcome, Quota, Rate, RealClock, SlidingLog,
     SlidingWindow, TokenBucket, NANOS_PER_SEC,
 };
+use ratewarden_redis::testing::Server;
 
 const BIGINT: &str = include_str!("../src/lua/bigint.lua");
 
 // ---------------------------------------------------------------------------------------------
 // A redis-server of our own.
 
-struct Server {
-    child: Child,
-    port: u16,
-}
-
-impl Server {
-    fn start() -> Self {
-        let mut log = Vec::new();
-        for _ in 0..10 {
-            // A port free a moment ago; if another process takes it first, try another.
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .expect("a free loopback port")
-                .port();
-            let spawned = Command::new("redis-server")
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn();
-            let mut child = match spawned {
-                Ok(child) => child,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!(
-                    "redis-server is not on PATH: the Redis store's tests need it. Install Redis \
-                     (e.g. `apt-get install redis-server`; the project's scripts/test installs it)"
-                ),
-                Err(e) => panic!("cannot run redis-server: {e}"),
-            };
-            // Waiting for the server is reading its log until it says it is ready: no sleep.
-            let stdout = child.stdout.take().expect("stdout is piped");
-            let mut lines = BufReader::new(stdout).lines();
-            log.clear();
-            let ready = lines.by_ref().take(500).map_while(Result::ok).any(|line| {
-                let ready = line.contains("Ready to accept connections");
-                log.push(line);
-                ready
-            });
-            if ready {
-                // Keep draining the log so the server never blocks on a full pipe.
-                std::thread::spawn(move || lines.for_each(drop));
-                return Self { child, port };
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        panic!(
-            "redis-server did not start; its last log:\n{}",
-            log.join("\n")
-        );
-    }
-
-    fn connect(&self) -> redis::Connection {
-        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port))
-            .and_then(|c| c.get_connection())
-            .expect("connecting to our redis-server")
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+fn connect(server: &Server) -> redis::Connection {
+    redis::Client::open(server.url())
+        .and_then(|c| c.get_connection())
+        .expect("connecting to our redis-server")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -135,7 +74,7 @@ struct Store {
 impl Store {
     fn start() -> Self {
         let server = Server::start();
-        let mut con = server.connect();
+        let mut con = connect(&server);
         let (function, library) = ratewarden_redis::RedisStore::script();
         let _: String = redis::cmd("FUNCTION")
             .arg("LOAD")
@@ -924,7 +863,7 @@ fn wide() -> impl Strategy<Value = u128> {
 #[test]
 fn bigint_agrees_with_u128() {
     let server = Server::start();
-    let con = RefCell::new(server.connect());
+    let con = RefCell::new(connect(&server));
     let script = redis::Script::new(&format!("{BIGINT}\n{DRIVER}"));
     // Fixed cases: Knuth's add-back step (rare at random), limb edges, the extremes.
     let fixed: [(u128, u128); 9] = [
@@ -1360,7 +1299,7 @@ fn the_store_loads_its_library_again_when_redis_lost_it() {
     use ratewarden_redis::{RedisConfig, RedisStore, Target, TimeSource};
 
     let server = Server::start();
-    let mut con = server.connect();
+    let mut con = connect(&server);
     let store = RedisStore::new(RedisConfig {
         target: Target::Single(format!("redis://127.0.0.1:{}/", server.port)),
         deadline: Duration::from_secs(5),
