@@ -119,7 +119,6 @@ pub(crate) async fn handle(
     app.metrics
         .decision_seconds
         .observe(app.clock.now().saturating_sub(started) as f64 / 1e9);
-    drop(header_pairs);
     let permit = PermitGuard {
         app: Arc::clone(app),
         permit: verdict.permit,
