@@ -13,6 +13,14 @@ pub enum Error {
         /// The parameter's name, as in config files (`limit`, `burst`, `window`, `rate`).
         field: &'static str,
     },
+    /// An algorithm was given without a number it needs.
+    #[error("`{algorithm}` needs `{field}`")]
+    Missing {
+        /// The algorithm's name.
+        algorithm: &'static str,
+        /// The missing number's name, as in config files.
+        field: &'static str,
+    },
     /// A number too large to represent (for example a window longer than 584 years).
     #[error("`{field}` is too large: {reason}")]
     TooLarge {

@@ -41,6 +41,8 @@ mod decision;
 mod divisor;
 mod error;
 mod limit;
+mod numbers;
+pub mod shared_store;
 pub mod store;
 mod units;
 
@@ -52,6 +54,7 @@ pub use clock::{Clock, ManualClock, RealClock};
 pub use decision::{Decision, Outcome};
 pub use error::Error;
 pub use limit::{AlgorithmKind, Limit, LimitState};
+pub use numbers::{Numbers, DEFAULT_LEASE, DEFAULT_TIMEZONE};
 pub use store::{now_or_panic, AsyncStore, Check, Store};
 pub use units::{parse_decimal, parse_duration, DisplayDuration, Rate, Ticks};
 

@@ -97,11 +97,11 @@ impl Default for RedisConfig {
     fn default() -> Self {
         Self {
             target: Target::Single("redis://127.0.0.1:6379".to_owned()),
-            deadline: Duration::from_millis(10),
-            breaker_failures: 5,
-            breaker_cool_down: Duration::from_secs(1),
+            deadline: ratewarden_core::shared_store::DEADLINE,
+            breaker_failures: ratewarden_core::shared_store::BREAKER_FAILURES,
+            breaker_cool_down: ratewarden_core::shared_store::BREAKER_COOL_DOWN,
             time: TimeSource::Redis,
-            key_prefix: "rw:".to_owned(),
+            key_prefix: ratewarden_core::shared_store::KEY_PREFIX.to_owned(),
             tls_ca: None,
             pipeline: true,
         }
