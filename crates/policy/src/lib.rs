@@ -14,6 +14,7 @@
 pub mod config;
 mod engine;
 pub mod envoy;
+mod hint;
 mod ip;
 
 pub use config::{

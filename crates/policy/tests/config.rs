@@ -186,7 +186,7 @@ fn the_store_section_is_validated() {
         ),
         (
             "[store]\nmax_keys = 0\n",
-            "s.toml:2:12: `[store]`: `max_keys` must be above zero, not 0",
+            "s.toml:2:12: `[store]`: `max_keys` must be a whole number above zero, not 0",
         ),
         (
             "[store]\nwhen_full = \"panic\"\n",
@@ -261,4 +261,27 @@ critical = [{ method = "POST", path = "/payments*" }]
         wrong("[store]\nkind = \"redis\"\nurl = \"redis://r\"\ndeadline = \"0s\"\n"),
         "s.toml:4:12: `[store]`: `deadline` must be longer than zero"
     );
+}
+
+/// Issue 12: a blank name was accepted, and one with control characters was written raw
+/// into every message, log line and metric label that names the rule.
+#[test]
+fn rule_names_may_not_be_blank_nor_hold_control_characters() {
+    let rest = "key = [\"ip\"]\nalgorithm = \"gcra\"\nrate = \"5/s\"\nburst = 5";
+    assert_eq!(
+        errors(&format!("name = \"  \"\n{rest}")),
+        "test.toml:2:8: `name` must not be empty"
+    );
+    assert_eq!(
+        errors(&format!("name = \"a\\nb\\u001b[31m\"\n{rest}")),
+        "test.toml:2:8: `name` must not hold control characters, and `a\\nb\\u{1b}[31m` holds U+000A",
+    );
+    // Its other errors still name the rule, escaped.
+    let both =
+        errors("name = \"a\\tb\"\nkey = [\"ip\"]\nalgorithm = \"gcra\"\nrate = \"5/s\"\nburst = 0");
+    assert!(
+        both.contains("limit `a\\tb`: `burst` must be a whole number above zero, not 0"),
+        "{both}"
+    );
+    assert!(!both.contains('\t'), "{both}");
 }

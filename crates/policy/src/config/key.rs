@@ -1,0 +1,71 @@
+//! A rule's key, part by part (`key = ["ip", "header:x-api-key"]`).
+
+use std::ops::Range;
+
+use toml::Spanned;
+
+use super::error::Errors;
+use super::raw::RawLimit;
+use super::KeyPart;
+use crate::hint::did_you_mean;
+use crate::IpGrouping;
+
+/// The parts of the rule's key; the wrong ones are recorded and left out.
+pub(super) fn key(
+    raw: &RawLimit,
+    span: &Range<usize>,
+    rule: Option<&str>,
+    errors: &mut Errors<'_>,
+) -> Vec<KeyPart> {
+    let grouping = grouping(raw, rule, errors);
+    if raw.key.is_empty() {
+        errors.at(Some(span.clone()), rule, "`key` is missing: list its parts, such as `[\"ip\"]`, `[\"header:x-api-key\"]` or `[\"global\"]`".to_owned());
+    }
+    let mut key = Vec::new();
+    for part in &raw.key {
+        let text = part.get_ref().trim();
+        let parsed = match text {
+            "ip" => Some(KeyPart::Ip(grouping)),
+            "api_key" => Some(KeyPart::ApiKey),
+            "tenant" => Some(KeyPart::Tenant),
+            "route" => Some(KeyPart::Route),
+            "global" => Some(KeyPart::Global),
+            "descriptor" => Some(KeyPart::Descriptor),
+            _ => match text.split_once(':') {
+                Some(("header", name)) if !name.trim().is_empty() => {
+                    Some(KeyPart::Header(name.trim().to_ascii_lowercase()))
+                }
+                Some(("literal", value)) => Some(KeyPart::Literal(value.to_owned())),
+                _ => None,
+            },
+        };
+        match parsed {
+            Some(p) => key.push(p),
+            None => {
+                let hint = did_you_mean(text, ["ip", "api_key", "tenant", "route", "global"]);
+                errors.at(Some(part.span()), rule, format!(
+                    "unknown key part `{text}`: use ip, header:NAME, api_key, tenant, route, global, descriptor or literal:TEXT{hint}"
+                ));
+            }
+        }
+    }
+    key
+}
+
+/// How the `ip` part groups addresses (`ipv4_prefix`, `ipv6_prefix`).
+fn grouping(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>) -> IpGrouping {
+    let mut prefix = |v: &Option<Spanned<i64>>, default: u8, most: u8| -> u8 {
+        let Some(p) = v else { return default };
+        match u8::try_from(*p.get_ref()) {
+            Ok(n) if n <= most => n,
+            _ => {
+                let message = format!("a prefix length between 0 and {most}, not {}", p.get_ref());
+                errors.at(Some(p.span()), rule, message);
+                default
+            }
+        }
+    };
+    let v4 = prefix(&raw.ipv4_prefix, 32, 32);
+    let v6 = prefix(&raw.ipv6_prefix, 64, 128);
+    IpGrouping::new(v4, v6).unwrap_or_default()
+}

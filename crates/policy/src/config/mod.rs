@@ -1,0 +1,35 @@
+//! The config file: parsed raw, then validated into rules, with errors that say where.
+//!
+//! ```toml
+//! [server]
+//! trusted_proxies = ["10.0.0.0/8"]
+//!
+//! [[limit]]
+//! name = "per-key"
+//! key = ["header:x-api-key"]
+//! algorithm = "gcra"
+//! rate = "50/s"
+//! burst = 100
+//! ```
+//!
+//! A file is read in two steps, as ripgrep reads its arguments: serde reads the TOML into a
+//! raw model where every field is optional and spanned (`raw.rs`), then validation turns it
+//! into the typed [`Config`] (`validate.rs` driving; `rule.rs`, `limit.rs` and `key.rs` for a
+//! `[[limit]]`; `server.rs` and `store.rs` for the sections), collecting every error with its
+//! file, line, column and rule rather than stopping at the first.
+
+mod error;
+mod key;
+mod limit;
+mod model;
+mod raw;
+mod rule;
+mod server;
+mod settings;
+mod store;
+mod validate;
+
+pub use error::{ConfigError, ConfigErrors};
+pub use model::{Cost, KeyPart, Match, Mode, OnStoreFailure, Rule};
+pub use settings::{Config, KeySources, ServerSettings, StoreKind, StoreSettings};
+pub use validate::{load, parse};

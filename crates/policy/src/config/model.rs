@@ -1,0 +1,140 @@
+//! A validated rule: what it matches, what it keys on, what it costs and how it fails.
+
+use std::fmt;
+use std::time::Duration;
+
+use ratewarden_core::Limit;
+
+use crate::IpGrouping;
+
+/// What a rule's key is built from, part by part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyPart {
+    /// The client address, grouped by prefix.
+    Ip(IpGrouping),
+    /// A request header's value (names are case-insensitive, stored lowercase).
+    Header(String),
+    /// The API key: the bearer token of `Authorization`, or the configured header. Keys
+    /// hold a 64-bit digest of it, never the secret itself.
+    ApiKey,
+    /// The tenant, from the configured header (`x-tenant-id` by default).
+    Tenant,
+    /// The request's method and path.
+    Route,
+    /// One key for everyone.
+    Global,
+    /// A fixed text.
+    Literal(String),
+    /// The values of an Envoy descriptor, in order (rules matched by `domain` and
+    /// `descriptor`, decided over Envoy's rate limit protocol).
+    Descriptor,
+}
+
+impl fmt::Display for KeyPart {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyPart::Ip(_) => f.write_str("ip"),
+            KeyPart::Header(h) => write!(f, "header:{h}"),
+            KeyPart::ApiKey => f.write_str("api_key"),
+            KeyPart::Tenant => f.write_str("tenant"),
+            KeyPart::Route => f.write_str("route"),
+            KeyPart::Global => f.write_str("global"),
+            KeyPart::Descriptor => f.write_str("descriptor"),
+            KeyPart::Literal(text) => write!(f, "literal:{text}"),
+        }
+    }
+}
+
+/// Which requests a rule applies to; every given condition must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Match {
+    /// The method, uppercase.
+    pub method: Option<String>,
+    /// A path: exact, or a prefix when it ends in `*`.
+    pub path: Option<String>,
+    /// The host, lowercase.
+    pub host: Option<String>,
+    /// A header that must be present (lowercase name), with the value it must have if given.
+    pub header: Option<(String, Option<String>)>,
+    /// An Envoy rate limit domain: the rule is decided over Envoy's protocol (gRPC
+    /// `ShouldRateLimit`, `POST /json`), for descriptors in this domain, never for HTTP
+    /// requests.
+    pub domain: Option<String>,
+    /// The descriptor's entries, in order: each key, with the value it must have when given
+    /// (`*` matches any run of characters). Only with `domain`.
+    pub descriptor: Vec<(String, Option<String>)>,
+}
+
+/// Whether a rule rejects, only records, or rejects for a share of its keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Reject over the limit.
+    Enforce,
+    /// Decide and count, log "would have rejected", allow everything.
+    Shadow,
+    /// Enforce for a stable share of keys (in hundredths of a percent), shadow for the rest.
+    Rollout {
+        /// 0 to 10,000.
+        basis_points: u32,
+    },
+}
+
+/// What a rule does when its store fails or is too slow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnStoreFailure {
+    /// Allow, count, alert: minutes without a limit beat an outage.
+    Open,
+    /// Reject with 503: for limits that guard money or security.
+    Closed,
+    /// Decide on a bucket in this process at `share` (a fraction `1 / share`) of the limit.
+    Local {
+        /// The limit is divided by this (for example the number of instances).
+        divide_by: u32,
+    },
+}
+
+/// What one request costs under a rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cost {
+    /// Always this much.
+    Fixed(u64),
+    /// Read from a request header (a whole number, such as an estimated token count),
+    /// refused above `max`; 1 when the header is absent.
+    Header {
+        /// The header, lowercase.
+        name: String,
+        /// The most one request may claim.
+        max: u64,
+    },
+}
+
+/// A validated rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rule {
+    /// Its name, unique in the file.
+    pub name: String,
+    /// Which requests it applies to.
+    pub matches: Match,
+    /// What its key is built from.
+    pub key: Vec<KeyPart>,
+    /// The algorithm with its numbers.
+    pub limit: Limit,
+    /// What one request costs.
+    pub cost: Cost,
+    /// When set, the cost is an estimate: the decision reserves it, and the caller settles
+    /// the real cost within this long (or the estimate stands).
+    pub settle_within: Option<Duration>,
+    /// The bucket to decide on when the store fails and `on_store_failure = "local"`: the
+    /// same algorithm at the limit divided as configured.
+    pub local: Option<Limit>,
+    /// Enforce, shadow, or a rollout.
+    pub mode: Mode,
+    /// When the store fails.
+    pub on_store_failure: OnStoreFailure,
+    /// Whether a rejection must leak nothing (a bare 429).
+    pub sensitive: bool,
+    /// Hybrid mode: a bucket in this process with the rule's own numbers is asked first,
+    /// and a request it refuses never reaches the shared store (it would refuse it too:
+    /// it sees all this process's admitted requests, and more).
+    pub local_first: bool,
+}

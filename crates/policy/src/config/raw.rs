@@ -1,0 +1,107 @@
+//! The file as serde reads it: every field optional and spanned, so that validation can say
+//! what is missing, and where a wrong value is.
+
+use serde::Deserialize;
+use toml::Spanned;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    pub(super) server: Option<RawServer>,
+    pub(super) store: Option<RawStore>,
+    pub(super) keys: Option<RawKeys>,
+    #[serde(default)]
+    pub(super) limit: Vec<Spanned<RawLimit>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawServer {
+    pub(super) listen: Option<Spanned<String>>,
+    pub(super) admin: Option<Spanned<String>>,
+    pub(super) api: Option<Spanned<String>>,
+    pub(super) grpc: Option<Spanned<String>>,
+    pub(super) upstream: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(super) trusted_proxies: Vec<Spanned<String>>,
+    pub(super) legacy_headers: Option<bool>,
+    pub(super) retry_after_jitter: Option<Spanned<String>>,
+    pub(super) max_in_flight: Option<Spanned<i64>>,
+    pub(super) queue_timeout: Option<Spanned<String>>,
+    pub(super) critical_reserve: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub(super) critical: Vec<RawMatch>,
+    pub(super) shutdown_grace: Option<Spanned<String>>,
+    pub(super) max_body: Option<Spanned<i64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStore {
+    pub(super) kind: Option<Spanned<String>>,
+    pub(super) max_keys: Option<Spanned<i64>>,
+    pub(super) when_full: Option<Spanned<String>>,
+    pub(super) url: Option<String>,
+    #[serde(default)]
+    pub(super) nodes: Vec<String>,
+    pub(super) deadline: Option<Spanned<String>>,
+    pub(super) breaker_failures: Option<Spanned<i64>>,
+    pub(super) breaker_cool_down: Option<Spanned<String>>,
+    pub(super) key_prefix: Option<String>,
+    pub(super) tls_ca_file: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawKeys {
+    pub(super) api_key_header: Option<String>,
+    pub(super) tenant_header: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawMatch {
+    pub(super) method: Option<String>,
+    pub(super) path: Option<String>,
+    pub(super) host: Option<String>,
+    pub(super) header: Option<String>,
+    pub(super) header_value: Option<String>,
+    pub(super) domain: Option<String>,
+    pub(super) descriptor: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawCost {
+    Fixed(i64),
+    Header(String),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLimit {
+    pub(super) name: Option<Spanned<String>>,
+    #[serde(rename = "match")]
+    pub(super) matches: Option<RawMatch>,
+    #[serde(default)]
+    pub(super) key: Vec<Spanned<String>>,
+    pub(super) algorithm: Option<Spanned<String>>,
+    pub(super) rate: Option<Spanned<String>>,
+    pub(super) burst: Option<Spanned<i64>>,
+    pub(super) limit: Option<Spanned<i64>>,
+    pub(super) window: Option<Spanned<String>>,
+    pub(super) period: Option<Spanned<String>>,
+    pub(super) timezone: Option<Spanned<String>>,
+    pub(super) lease: Option<Spanned<String>>,
+    pub(super) cost: Option<Spanned<RawCost>>,
+    pub(super) max_cost: Option<Spanned<i64>>,
+    pub(super) settle: Option<Spanned<String>>,
+    pub(super) mode: Option<Spanned<String>>,
+    pub(super) rollout: Option<Spanned<String>>,
+    pub(super) sensitive: Option<bool>,
+    pub(super) local_first: Option<bool>,
+    pub(super) on_store_failure: Option<Spanned<String>>,
+    pub(super) local_divide_by: Option<Spanned<i64>>,
+    pub(super) ipv4_prefix: Option<Spanned<i64>>,
+    pub(super) ipv6_prefix: Option<Spanned<i64>>,
+}

@@ -1,0 +1,216 @@
+//! One `[[limit]]` table validated into a [`Rule`]: its name, match, mode, cost and failure
+//! policy here; its algorithm in `limit.rs` and its key in `key.rs`.
+
+use std::ops::Range;
+
+use toml::Spanned;
+
+use super::error::Errors;
+use super::key::key;
+use super::limit::{divided, limit};
+use super::raw::{RawCost, RawLimit, RawMatch};
+use super::{Cost, KeyPart, Match, Mode, OnStoreFailure, Rule};
+
+/// The rule of one `[[limit]]` table at `span`, `None` when anything was wrong with it (all
+/// of which is recorded).
+pub(super) fn rule(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -> Option<Rule> {
+    let failures = errors.found.len();
+    let name = name(&raw, &span, errors)?;
+    // A name with control characters is refused, but the rule's other errors still name it,
+    // escaped, so that none of them writes those characters into a terminal or a log.
+    let shown = name.escape_debug().to_string();
+    let rule = Some(shown.as_str());
+
+    let limit = limit(&raw, &span, rule, errors);
+    let key = key(&raw, &span, rule, errors);
+    let cost = cost(&raw, rule, errors);
+    let settle_within = errors.duration(raw.settle.as_ref(), "`settle`", rule, false);
+    let mode = mode(&raw, rule, errors);
+    let on_store_failure = on_store_failure(&raw, rule, errors);
+    let matches = raw.matches.map(match_of).unwrap_or_default();
+    let mut refuse = |message: &str| errors.at(Some(span.clone()), rule, message.to_owned());
+    if matches.domain.is_none() && !matches.descriptor.is_empty() {
+        refuse("`match.descriptor` needs `match.domain`: descriptors come over Envoy's protocol, for a domain");
+    }
+    if matches.domain.as_deref() == Some("") {
+        refuse("`match.domain` must not be empty");
+    }
+    if matches.domain.is_none() && key.contains(&KeyPart::Descriptor) {
+        refuse("the `descriptor` key part needs `match.domain` (and usually `match.descriptor`)");
+    }
+
+    if errors.found.len() > failures {
+        return None;
+    }
+    let limit = limit?;
+    let local = match on_store_failure {
+        OnStoreFailure::Local { divide_by } => Some(divided(&limit, divide_by)),
+        _ => None,
+    };
+    Some(Rule {
+        name,
+        matches,
+        key,
+        limit,
+        cost,
+        settle_within,
+        local,
+        mode,
+        on_store_failure,
+        sensitive: raw.sensitive.unwrap_or(false),
+        local_first: raw.local_first.unwrap_or(false),
+    })
+}
+
+/// The rule's name: present, not blank, and free of control characters (it is written into
+/// logs, metrics labels and error messages).
+fn name(raw: &RawLimit, span: &Range<usize>, errors: &mut Errors<'_>) -> Option<String> {
+    let Some(given) = &raw.name else {
+        errors.at(
+            Some(span.clone()),
+            None,
+            "a `[[limit]]` needs a `name`".to_owned(),
+        );
+        return None;
+    };
+    let name = given.get_ref().trim();
+    if name.is_empty() {
+        errors.at(
+            Some(given.span()),
+            None,
+            "`name` must not be empty".to_owned(),
+        );
+        return None;
+    }
+    if let Some(c) = name.chars().find(|c| c.is_control()) {
+        let message = format!(
+            "`name` must not hold control characters, and `{}` holds U+{:04X}",
+            name.escape_debug(),
+            u32::from(c)
+        );
+        errors.at(Some(given.span()), None, message);
+    }
+    Some(name.to_owned())
+}
+
+fn cost(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>) -> Cost {
+    let Some(c) = &raw.cost else {
+        return Cost::Fixed(1);
+    };
+    match c.get_ref() {
+        RawCost::Fixed(n) => match u64::try_from(*n) {
+            Ok(n) => Cost::Fixed(n),
+            Err(_) => {
+                let message = format!("`cost` cannot be negative ({n})");
+                errors.at(Some(c.span()), rule, message);
+                Cost::Fixed(1)
+            }
+        },
+        RawCost::Header(text) => match text.trim().strip_prefix("header:") {
+            Some(name) if !name.trim().is_empty() => {
+                let max = raw
+                    .max_cost
+                    .as_ref()
+                    .and_then(|m| errors.whole(m, "`max_cost`", rule, false));
+                if raw.max_cost.is_none() {
+                    errors.at(Some(c.span()), rule, "a cost read from a header needs `max_cost`, the most one request may claim".to_owned());
+                }
+                Cost::Header {
+                    name: name.trim().to_ascii_lowercase(),
+                    max: max.unwrap_or(1),
+                }
+            }
+            _ => {
+                let message = format!("`cost` is a whole number or \"header:NAME\", not `{text}`");
+                errors.at(Some(c.span()), rule, message);
+                Cost::Fixed(1)
+            }
+        },
+    }
+}
+
+fn mode(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>) -> Mode {
+    match (&raw.mode, &raw.rollout) {
+        (_, Some(r)) => {
+            let text = r.get_ref().trim();
+            let value = text
+                .strip_suffix('%')
+                .map(str::trim)
+                .and_then(|n| ratewarden_core::parse_decimal(n, 100).ok());
+            match value.and_then(|bp| u32::try_from(bp).ok()) {
+                Some(basis_points) if basis_points <= 10_000 => Mode::Rollout { basis_points },
+                _ => {
+                    let message = format!(
+                        "`rollout` is a percentage from 0% to 100%, like \"10%\", not `{text}`"
+                    );
+                    errors.at(Some(r.span()), rule, message);
+                    Mode::Enforce
+                }
+            }
+        }
+        (None, None) => Mode::Enforce,
+        (Some(m), None) => match m.get_ref().as_str() {
+            "enforce" => Mode::Enforce,
+            "shadow" => Mode::Shadow,
+            other => {
+                errors.at(Some(m.span()), rule, format!("`mode` is `enforce` or `shadow`, not `{other}` (for a share of keys, set `rollout = \"10%\"`)"));
+                Mode::Enforce
+            }
+        },
+    }
+}
+
+fn on_store_failure(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>) -> OnStoreFailure {
+    let Some(given) = &raw.on_store_failure else {
+        return OnStoreFailure::Open;
+    };
+    match given.get_ref().as_str() {
+        "open" => OnStoreFailure::Open,
+        "closed" => OnStoreFailure::Closed,
+        "local" => {
+            // The number of instances sharing the limit.
+            let divide_by = raw
+                .local_divide_by
+                .as_ref()
+                .map_or(Some(1), |d: &Spanned<i64>| {
+                    errors.whole(d, "`local_divide_by`", rule, false)
+                });
+            OnStoreFailure::Local {
+                divide_by: divide_by.unwrap_or(1),
+            }
+        }
+        other => {
+            let message =
+                format!("`on_store_failure` is `open`, `closed` or `local`, not `{other}`");
+            errors.at(Some(given.span()), rule, message);
+            OnStoreFailure::Open
+        }
+    }
+}
+
+/// A `match` table (of a rule, or of `[server] critical`).
+pub(super) fn match_of(m: RawMatch) -> Match {
+    Match {
+        method: m.method.map(|s| s.trim().to_ascii_uppercase()),
+        path: m.path,
+        host: m.host.map(|h| h.trim().to_ascii_lowercase()),
+        header: m
+            .header
+            .map(|h| (h.trim().to_ascii_lowercase(), m.header_value)),
+        domain: m.domain.map(|d| d.trim().to_owned()),
+        // `client_id` or `path=/api/*,client_id`: entries in order, values optional.
+        descriptor: m
+            .descriptor
+            .map(|d| {
+                d.split(',')
+                    .map(str::trim)
+                    .filter(|e| !e.is_empty())
+                    .map(|e| match e.split_once('=') {
+                        Some((k, v)) => (k.trim().to_owned(), Some(v.trim().to_owned())),
+                        None => (e.to_owned(), None),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+    }
+}

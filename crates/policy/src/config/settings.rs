@@ -1,0 +1,150 @@
+//! The file's sections other than its rules, validated: `[keys]`, `[store]`, `[server]`, and
+//! the whole config.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use ratewarden_core::shared_store;
+
+use super::{Match, Rule};
+use crate::TrustedProxies;
+
+/// Where the `api_key` and `tenant` key parts are read from (`[keys]` in the file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeySources {
+    /// A header carrying the API key, read when there is no `Authorization: Bearer` token.
+    pub api_key_header: Option<String>,
+    /// The header carrying the tenant.
+    pub tenant_header: String,
+}
+
+impl Default for KeySources {
+    fn default() -> Self {
+        Self {
+            api_key_header: None,
+            tenant_header: "x-tenant-id".to_owned(),
+        }
+    }
+}
+
+/// Where counters live (`[store]` in the file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreKind {
+    /// In this process's memory.
+    Memory,
+    /// A Redis server at this URL.
+    Redis {
+        /// Such as `redis://127.0.0.1:6379`.
+        url: String,
+    },
+    /// A Redis Cluster, found through these seed nodes.
+    RedisCluster {
+        /// Seed node URLs.
+        nodes: Vec<String>,
+    },
+}
+
+/// The `[store]` section, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreSettings {
+    /// Where counters live.
+    pub kind: StoreKind,
+    /// The most keys the in-memory store (and the local fallback) holds.
+    pub max_keys: usize,
+    /// Whether a full in-memory store evicts (`"evict"`, the default) or refuses new keys
+    /// (`"reject"`).
+    pub evict_when_full: bool,
+    /// The most one call to a shared store may take before the rule's failure policy
+    /// answers.
+    pub deadline: Duration,
+    /// Consecutive failures of a shared store that open its circuit breaker.
+    pub breaker_failures: u32,
+    /// How long an open breaker fails calls at once before one call probes again.
+    pub breaker_cool_down: Duration,
+    /// Put before every key in a shared store.
+    pub key_prefix: String,
+    /// For `rediss://` URLs: a CA certificate file (PEM) to trust instead of the system's.
+    pub tls_ca_file: Option<std::path::PathBuf>,
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        Self {
+            kind: StoreKind::Memory,
+            max_keys: 1_000_000,
+            evict_when_full: true,
+            deadline: shared_store::DEADLINE,
+            breaker_failures: shared_store::BREAKER_FAILURES,
+            breaker_cool_down: shared_store::BREAKER_COOL_DOWN,
+            key_prefix: shared_store::KEY_PREFIX.to_owned(),
+            tls_ca_file: None,
+        }
+    }
+}
+
+/// The `[server]` section, validated: what `ratewarden serve` listens on and how it answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerSettings {
+    /// The main listener: the gateway when `upstream` is set, the decision API otherwise.
+    pub listen: SocketAddr,
+    /// A listener of its own for the decision API (so a gateway can serve it too).
+    pub api: Option<SocketAddr>,
+    /// Envoy's rate limit service (gRPC `ShouldRateLimit`), for envoyproxy/ratelimit configs.
+    pub grpc: Option<SocketAddr>,
+    /// The admin listener (`/metrics`, `/live`, `/ready`, `/reload`); `"off"` for none.
+    pub admin: Option<SocketAddr>,
+    /// The service the gateway forwards allowed requests to, `http://host:port`.
+    pub upstream: Option<String>,
+    /// Also send `X-RateLimit-Limit/-Remaining/-Reset`.
+    pub legacy_headers: bool,
+    /// Up to this much, in whole seconds, added at random to `Retry-After` so throttled
+    /// clients do not all return at once.
+    pub retry_after_jitter: Duration,
+    /// The most requests in flight at once; beyond it the server sheds with 503.
+    pub max_in_flight: usize,
+    /// How long a request may wait for an in-flight slot before it is shed.
+    pub queue_timeout: Duration,
+    /// In-flight slots only critical routes may take.
+    pub critical_reserve: usize,
+    /// The critical routes.
+    pub critical: Vec<Match>,
+    /// How long shutdown waits for requests in flight.
+    pub shutdown_grace: Duration,
+    /// The largest decision API request body, in bytes.
+    pub max_body: usize,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            api: None,
+            grpc: None,
+            admin: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
+            upstream: None,
+            legacy_headers: false,
+            retry_after_jitter: Duration::ZERO,
+            max_in_flight: 10_000,
+            queue_timeout: Duration::from_millis(100),
+            critical_reserve: 1_000,
+            critical: Vec::new(),
+            shutdown_grace: Duration::from_secs(30),
+            max_body: 64 * 1024,
+        }
+    }
+}
+
+/// A validated config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The proxies whose forwarding headers are believed.
+    pub trusted_proxies: TrustedProxies,
+    /// Where the `api_key` and `tenant` key parts come from.
+    pub keys: KeySources,
+    /// Where counters live.
+    pub store: StoreSettings,
+    /// Listeners, the upstream, the response contract and load shedding.
+    pub server: ServerSettings,
+    /// The rules, in file order.
+    pub rules: Vec<Rule>,
+}

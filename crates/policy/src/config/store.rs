@@ -1,0 +1,98 @@
+//! The `[store]` section: where counters live, and how long a shared store may take.
+
+use toml::Spanned;
+
+use super::error::Errors;
+use super::raw::RawStore;
+use super::{StoreKind, StoreSettings};
+
+pub(super) fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSettings {
+    let defaults = StoreSettings::default();
+    let kind = match raw.kind.as_ref().map(|k| (k.get_ref().as_str(), k.span())) {
+        None | Some(("memory", _)) => StoreKind::Memory,
+        Some(("redis", at)) => match raw.url {
+            Some(url) => StoreKind::Redis { url },
+            None => {
+                errors.at(
+                    Some(at),
+                    None,
+                    "`[store]`: `kind = \"redis\"` needs `url`, such as \"redis://127.0.0.1:6379\""
+                        .to_owned(),
+                );
+                StoreKind::Memory
+            }
+        },
+        Some(("redis-cluster", at)) => {
+            if raw.nodes.is_empty() {
+                errors.at(
+                    Some(at),
+                    None,
+                    "`[store]`: `kind = \"redis-cluster\"` needs `nodes`, the seed node URLs"
+                        .to_owned(),
+                );
+            }
+            StoreKind::RedisCluster { nodes: raw.nodes }
+        }
+        Some((other, at)) => {
+            errors.at(
+                Some(at),
+                None,
+                format!("`[store]`: `kind` is `memory`, `redis` or `redis-cluster`, not `{other}`"),
+            );
+            StoreKind::Memory
+        }
+    };
+    let evict_when_full = match raw
+        .when_full
+        .as_ref()
+        .map(|w| (w.get_ref().as_str(), w.span()))
+    {
+        None | Some(("evict", _)) => true,
+        Some(("reject", _)) => false,
+        Some((other, at)) => {
+            errors.at(
+                Some(at),
+                None,
+                format!("`[store]`: `when_full` is `evict` or `reject`, not `{other}`"),
+            );
+            true
+        }
+    };
+    let max_keys = count(errors, "max_keys", &raw.max_keys).unwrap_or(defaults.max_keys);
+    let breaker_failures = count(errors, "breaker_failures", &raw.breaker_failures)
+        .unwrap_or(defaults.breaker_failures);
+    let mut duration = |field: &str, value: &Option<Spanned<String>>| {
+        errors.duration(
+            value.as_ref(),
+            &format!("`[store]`: `{field}`"),
+            None,
+            false,
+        )
+    };
+    let deadline = duration("deadline", &raw.deadline).unwrap_or(defaults.deadline);
+    let breaker_cool_down =
+        duration("breaker_cool_down", &raw.breaker_cool_down).unwrap_or(defaults.breaker_cool_down);
+    StoreSettings {
+        kind,
+        max_keys,
+        evict_when_full,
+        deadline,
+        breaker_failures,
+        breaker_cool_down,
+        key_prefix: raw.key_prefix.unwrap_or(defaults.key_prefix),
+        tls_ca_file: raw.tls_ca_file.map(std::path::PathBuf::from),
+    }
+}
+
+fn count<T: TryFrom<i64>>(
+    errors: &mut Errors<'_>,
+    field: &str,
+    value: &Option<Spanned<i64>>,
+) -> Option<T> {
+    errors.whole(
+        value.as_ref()?,
+        &format!("`[store]`: `{field}`"),
+        None,
+        false,
+    )
+}

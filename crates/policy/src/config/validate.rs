@@ -1,0 +1,126 @@
+//! Reading a config file: TOML into the raw model, then each section and rule validated,
+//! every error collected in file order.
+
+use std::path::Path;
+
+use toml::Spanned;
+
+use super::error::Errors;
+use super::raw::RawConfig;
+use super::rule::rule;
+use super::server::server_settings;
+use super::store::store_settings;
+use super::{Config, ConfigError, ConfigErrors, KeySources, Rule, ServerSettings, StoreSettings};
+use crate::hint::nearest;
+use crate::TrustedProxies;
+
+/// Reads and validates the config file at `path`.
+///
+/// # Errors
+///
+/// Every problem found, each with the file, line, column, rule and a hint.
+pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
+    let file = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigErrors(vec![ConfigError {
+            file: file.clone(),
+            position: None,
+            rule: None,
+            message: format!("cannot read the file: {e}"),
+        }])
+    })?;
+    parse(&file, &text)
+}
+
+/// Validates config `text`, naming it `file` in errors.
+///
+/// # Errors
+///
+/// Every problem found, each with the file, line, column, rule and a hint.
+pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
+    let mut errors = Errors {
+        file,
+        text,
+        found: Vec::new(),
+    };
+    let raw: RawConfig = match toml::from_str(text) {
+        Ok(raw) => raw,
+        Err(e) => {
+            let mut message = e.message().trim().to_owned();
+            // "unknown field `algoritm`, expected one of `a`, `b`": name the likely one.
+            if let Some((wrong, expected)) = message
+                .strip_prefix("unknown field `")
+                .and_then(|rest| rest.split_once('`'))
+            {
+                let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+                if let Some(fix) = nearest(wrong, known) {
+                    message = format!("{message}; did you mean `{fix}`?");
+                }
+            }
+            errors.at(e.span(), None, message);
+            return Err(ConfigErrors(errors.found));
+        }
+    };
+    let store = raw.store.map_or_else(StoreSettings::default, |raw| {
+        store_settings(raw, &mut errors)
+    });
+    let (server, proxies) = match raw.server {
+        Some(mut raw) => {
+            let proxies = std::mem::take(&mut raw.trusted_proxies);
+            (server_settings(raw, &mut errors), proxies)
+        }
+        None => (ServerSettings::default(), Vec::new()),
+    };
+    let trusted_proxies = trusted_proxies(proxies, &mut errors);
+    let rules = rules(raw.limit, &mut errors);
+    let keys = raw.keys.map_or_else(KeySources::default, |k| KeySources {
+        api_key_header: k.api_key_header.map(|h| h.trim().to_ascii_lowercase()),
+        tenant_header: k.tenant_header.map_or_else(
+            || KeySources::default().tenant_header,
+            |h| h.trim().to_ascii_lowercase(),
+        ),
+    });
+    if !errors.found.is_empty() {
+        // In file order, as an editor walks them.
+        errors
+            .found
+            .sort_by_key(|e| e.position.unwrap_or((usize::MAX, 0)));
+        return Err(ConfigErrors(errors.found));
+    }
+    Ok(Config {
+        trusted_proxies,
+        keys,
+        store,
+        server,
+        rules,
+    })
+}
+
+/// `[server] trusted_proxies`, each checked on its own so that an error points at it.
+fn trusted_proxies(proxies: Vec<Spanned<String>>, errors: &mut Errors<'_>) -> TrustedProxies {
+    let mut trusted = Vec::new();
+    for proxy in proxies {
+        match TrustedProxies::parse([proxy.get_ref().as_str()]) {
+            Ok(_) => trusted.push(proxy.into_inner()),
+            Err(e) => errors.at(Some(proxy.span()), None, format!("`trusted_proxies`: {e}")),
+        }
+    }
+    TrustedProxies::parse(trusted.iter().map(String::as_str)).unwrap_or_default()
+}
+
+/// The `[[limit]]` tables, in file order, names unique.
+fn rules(tables: Vec<Spanned<super::raw::RawLimit>>, errors: &mut Errors<'_>) -> Vec<Rule> {
+    let mut rules: Vec<Rule> = Vec::new();
+    for raw in tables {
+        let span = raw.span();
+        let name_span = raw.get_ref().name.as_ref().map(Spanned::span);
+        if let Some(rule) = rule(raw.into_inner(), span, errors) {
+            if rules.iter().any(|r| r.name == rule.name) {
+                let message = "the name is used by another limit; names must be unique";
+                errors.at(name_span, Some(&rule.name), message.to_owned());
+            }
+            rules.push(rule);
+        }
+    }
+    rules
+}
