@@ -698,3 +698,91 @@ fn error_yaml_syntax_and_several_errors_in_file_order() {
         ]
     );
 }
+
+/// Issue 11/12 item 9: the reader copied every alias, so nine levels of ten aliases each (a
+/// few hundred bytes, "billion laughs") asked for 10^9 nodes and took the process down at
+/// load or reload. Now the expansion is bounded and the error points at the alias.
+#[test]
+fn an_alias_bomb_is_refused_at_the_alias_that_crosses_the_bound() {
+    let mut text = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
+    for i in 1..10 {
+        let p = i - 1;
+        text.push_str(&format!(
+            "a{i}: &a{i} [*a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}, *a{p}]\n"
+        ));
+    }
+    text.push_str("domain: bomb\n");
+    assert!(text.len() < 700, "{}", text.len());
+    let found = errors(&text);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with("t.yaml:6:")
+            && found[0].contains(
+                "invalid YAML: the file expands to more than 1000000 nodes, the most it may hold"
+            ),
+        "{found:?}"
+    );
+
+    // Copies of one long scalar are bounded in bytes, not only in nodes.
+    let long = "y".repeat(1 << 20);
+    let mut text = format!("s: &s {long}\nl: [");
+    text.push_str(&"*s, ".repeat(40));
+    text.push_str("]\ndomain: d\n");
+    let found = errors(&text);
+    assert!(
+        found[0].contains("aliases copy more than 16 MiB of text, the most they may"),
+        "{found:?}"
+    );
+}
+
+/// The reader and the validator recurse a level of nesting at a time: a deeply nested file
+/// would overflow the stack, directly or through aliases that each add a level.
+#[test]
+fn deep_nesting_is_refused_with_its_position() {
+    let depth = 100_000;
+    let text = format!("domain: deep\ndescriptors:\n{}", nested_block(depth));
+    let found = errors(&text);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].contains("lists and maps nest deeper than 64 levels, the most a file may"),
+        "{found:?}"
+    );
+    assert!(found[0].starts_with("t.yaml:"), "{found:?}");
+
+    // A chain of anchors, each a list holding the previous one: shallow as written.
+    let mut text = String::from("c0: &c0 [x]\n");
+    for i in 1..200 {
+        text.push_str(&format!("c{i}: &c{i} [*c{}]\n", i - 1));
+    }
+    text.push_str("domain: d\n");
+    let found = errors(&text);
+    assert!(
+        found[0].contains("nest deeper than 64 levels") && found[0].starts_with("t.yaml:63:"),
+        "{found:?}"
+    );
+
+    // Within the bound, a deep descriptor tree still loads.
+    let ok = format!("domain: ok\ndescriptors:\n{}", nested_descriptors(20));
+    envoy::parse("ok.yaml", &ok).unwrap();
+}
+
+/// `depth` block lists, each the only item of the one before, on one line (`- - - x`).
+fn nested_block(depth: usize) -> String {
+    format!("{}x\n", "- ".repeat(depth))
+}
+
+/// A chain of `levels` descriptors, each nested in the one before.
+fn nested_descriptors(levels: usize) -> String {
+    let mut text = String::new();
+    for i in 0..levels {
+        let pad = "  ".repeat(2 * i);
+        text.push_str(&format!("{pad}- key: k{i}\n"));
+        text.push_str(&format!(
+            "{pad}  rate_limit: {{unit: second, requests_per_unit: 1}}\n"
+        ));
+        if i + 1 < levels {
+            text.push_str(&format!("{pad}  descriptors:\n"));
+        }
+    }
+    text
+}
