@@ -4,8 +4,10 @@ use std::io::{self, Write};
 use std::path::Path;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use ratewarden_core::{Algorithm, DisplayDuration, Limit};
-use ratewarden_policy::{config, Cost, Mode, OnStoreFailure, Rule};
+use ratewarden_policy::{config, Cost, Mode, OnStoreFailure, Rule, StoreKind, StoreSettings};
+use ratewarden_redis::{RedisConfig, RedisStore, Target, TimeSource};
 
 /// Validates `path`; prints its rules as a table, or every error found.
 ///
@@ -23,6 +25,13 @@ pub fn main(path: &Path) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(1));
         }
     };
+    // What `serve` refuses beyond the file's own checks: a Redis URL the client cannot use,
+    // a CA file it cannot read. Built as `serve` builds it; nothing is connected.
+    if let Err(e) = shared_store(&config.store) {
+        eprintln!("error: {}: {e:#}", path.display());
+        eprintln!("error: 1 problem(s) in {}", path.display());
+        return Ok(ExitCode::from(1));
+    }
     let mut out = io::stdout().lock();
     let rows: Vec<[String; 6]> = config.rules.iter().map(row).collect();
     let header = [
@@ -58,6 +67,50 @@ pub fn main(path: &Path) -> anyhow::Result<ExitCode> {
         config.rules.len()
     )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The Redis client config of a shared `[store]` (`None` for the in-memory store), its CA
+/// file read: the one place that turns `[store]` into a [`RedisConfig`].
+///
+/// # Errors
+///
+/// A `tls_ca_file` that cannot be read.
+pub fn redis_config(settings: &StoreSettings) -> anyhow::Result<Option<RedisConfig>> {
+    let target = match &settings.kind {
+        StoreKind::Memory => return Ok(None),
+        StoreKind::Redis { url } => Target::Single(url.clone()),
+        StoreKind::RedisCluster { nodes } => Target::Cluster(nodes.clone()),
+    };
+    let tls_ca =
+        match &settings.tls_ca_file {
+            Some(path) => Some(std::fs::read(path).with_context(|| {
+                format!("`[store] tls_ca_file`: cannot read {}", path.display())
+            })?),
+            None => None,
+        };
+    Ok(Some(RedisConfig {
+        tls_ca,
+        target,
+        deadline: settings.deadline,
+        breaker_failures: settings.breaker_failures,
+        breaker_cool_down: settings.breaker_cool_down,
+        time: TimeSource::Redis,
+        key_prefix: settings.key_prefix.clone(),
+        ..RedisConfig::default()
+    }))
+}
+
+/// The shared store of `settings` as `serve` starts it (`None` for the in-memory store): it
+/// connects on first use, so building it checks the URLs and the CA file and nothing else.
+///
+/// # Errors
+///
+/// What [`redis_config`] refuses, and a URL the Redis client cannot use.
+pub fn shared_store(settings: &StoreSettings) -> anyhow::Result<Option<RedisStore>> {
+    let Some(config) = redis_config(settings)? else {
+        return Ok(None);
+    };
+    RedisStore::new(config).map(Some).context("`[store]`")
 }
 
 fn row(rule: &Rule) -> [String; 6] {

@@ -64,3 +64,46 @@ fn a_missing_config_says_so() {
         "{err}"
     );
 }
+
+/// Issue 12: `check-config` called a Redis URL valid that `serve` then refused to start with;
+/// both now build the store the same way.
+#[test]
+fn a_redis_url_serve_would_refuse_fails_the_check() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let cases = [
+        ("bad-redis-url.toml", "kind = \"redis\"\nurl = \"localhost:6379\""),
+        (
+            "bad-cluster-node.toml",
+            "kind = \"redis-cluster\"\nnodes = [\"redis://127.0.0.1:7000\", \"not a url\"]",
+        ),
+        (
+            "missing-ca.toml",
+            "kind = \"redis\"\nurl = \"rediss://127.0.0.1:6380\"\ntls_ca_file = \"/no/such/ca.pem\"",
+        ),
+    ];
+    for (name, store) in cases {
+        let path = dir.join(name);
+        std::fs::write(&path, format!("[store]\n{store}\n")).unwrap();
+        let out = check(path.to_str().unwrap());
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{name}: {err}");
+        assert!(
+            err.starts_with(&format!("error: {}: `[store]", path.display())),
+            "{name}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{name}");
+    }
+    // A URL serve accepts passes (nothing is connected).
+    let path = dir.join("good-redis-url.toml");
+    std::fs::write(
+        &path,
+        "[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:1\"\n",
+    )
+    .unwrap();
+    let out = check(path.to_str().unwrap());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
