@@ -285,3 +285,24 @@ fn rule_names_may_not_be_blank_nor_hold_control_characters() {
     );
     assert!(!both.contains('\t'), "{both}");
 }
+
+/// Found by `tests/fuzz.rs`: a dotted key or table header of a hundred parts reaches the
+/// toml reader's recursion limit, for which it names no place; the error had no line.
+#[test]
+fn a_key_nested_past_the_recursion_limit_is_located() {
+    let deep = vec!["a"; 100].join(".");
+    for text in [
+        format!("[server]\nlisten = \"127.0.0.1:1\"\n\n[[limit]]\n  match.{deep} = 1\n"),
+        format!("[keys]\n\n[limit.{deep}]\nx = 1\n"),
+    ] {
+        let errors = parse("deep.toml", &text).unwrap_err();
+        let shown = errors.to_string();
+        assert!(shown.contains("recursion limit"), "{shown}");
+        let line = if text.starts_with("[server]") {
+            "5:3"
+        } else {
+            "3:1"
+        };
+        assert!(shown.starts_with(&format!("deep.toml:{line}: ")), "{shown}");
+    }
+}

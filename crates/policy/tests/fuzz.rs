@@ -90,6 +90,7 @@ impl Toml {
     }
 }
 
+/// A double-quoted string, control characters escaped.
 fn quote(s: &str, out: &mut String) {
     out.push('"');
     for c in s.chars() {
@@ -484,25 +485,16 @@ impl Yaml {
     }
 }
 
-/// Plain when safe, else double-quoted with escapes.
+/// Plain when safe, else double-quoted: YAML's double-quoted escapes are TOML's.
 fn yaml_quote(s: &str, out: &mut String) {
     let plain = !s.is_empty()
         && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '/' | '.'));
     if plain {
         out.push_str(s);
-        return;
+    } else {
+        quote(s, out);
     }
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if c.is_control() => out.push_str(&format!("\\u{:04X}", u32::from(c))),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 const ENVOY_KEYS: &[&str] = &[
@@ -671,8 +663,9 @@ proptest! {
 }
 
 proptest! {
-    // Each case may expand up to the bound (a million nodes): fewer of them.
-    #![proptest_config(ProptestConfig { cases: cases().div_ceil(16), ..config() })]
+    // Each case may expand up to the bound (a million nodes, half a second unoptimized):
+    // few of them in the suite, the long pass runs more.
+    #![proptest_config(ProptestConfig { cases: cases().div_ceil(64), ..config() })]
 
     #[test]
     fn yaml_alias_bombs_are_bounded(levels in 1usize..12, fanout in 1usize..16) {
@@ -725,6 +718,25 @@ proptest! {
             let got = got.ok_or_else(|| TestCaseError::fail(format!("{entries:?}\n{text}")))?;
             prop_assert_eq!(got.unit, Some(unit));
             prop_assert_eq!(got.requests_per_unit, rpu);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases().div_ceil(16), ..config() })]
+
+    /// TOML's reader recurses into arrays and inline tables, and serde after it: deep
+    /// nesting must be an error, not a stack overflow.
+    #[test]
+    fn toml_deep_nesting_never_overflows(depth in 1usize..5_000, kind in 0u8..4) {
+        let text = match kind {
+            0 => format!("[[limit]]\nname = {}1{}\n", "[".repeat(depth), "]".repeat(depth)),
+            1 => format!("[[limit]]\nmatch = {}1{}\n", "{a = ".repeat(depth), "}".repeat(depth)),
+            2 => format!("[[limit]]\nmatch.{} = 1\n", vec!["a"; depth].join(".")),
+            _ => format!("[limit.{}]\nx = 1\n", vec!["a"; depth].join(".")),
+        };
+        if let Err(errors) = config::parse("fuzz.toml", &text) {
+            located(&errors, "fuzz.toml")?;
         }
     }
 }

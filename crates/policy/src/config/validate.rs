@@ -1,6 +1,7 @@
 //! Reading a config file: TOML into the raw model, then each section and rule validated,
 //! every error collected in file order.
 
+use std::ops::Range;
 use std::path::Path;
 
 use toml::Spanned;
@@ -57,7 +58,10 @@ pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
                     message = format!("{message}; did you mean `{fix}`?");
                 }
             }
-            errors.at(e.span(), None, message);
+            // toml names no place for its recursion limit (reached through dotted keys and
+            // table headers of a hundred parts): point at the key with the most parts.
+            let span = e.span().or_else(|| Some(deepest_key(text)));
+            errors.at(span, None, message);
             return Err(ConfigErrors(errors.found));
         }
     };
@@ -123,4 +127,30 @@ fn rules(tables: Vec<Spanned<super::raw::RawLimit>>, errors: &mut Errors<'_>) ->
         }
     }
     rules
+}
+
+/// The span of the start of the key (or table header) with the most dotted parts, outside
+/// quotes; the start of the file when there is none.
+fn deepest_key(text: &str) -> Range<usize> {
+    let mut best = (0, 0..0);
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let start = offset + (line.len() - line.trim_start().len());
+        offset += line.len();
+        let mut quote = None;
+        let mut parts = 1;
+        for c in line.trim_start().chars() {
+            match (quote, c) {
+                (None, '"' | '\'') => quote = Some(c),
+                (Some(q), c) if c == q => quote = None,
+                (None, '.') => parts += 1,
+                (None, '=' | '#' | ']') => break,
+                _ => {}
+            }
+        }
+        if parts > best.0 {
+            best = (parts, start..start);
+        }
+    }
+    best.1
 }
