@@ -79,10 +79,9 @@
 //! # Bounds
 //!
 //! Aliases are expanded as copies, so a file of a few hundred bytes could otherwise name a
-//! billion nodes. A file may hold at most 1,000,000 nodes (scalars, lists and maps, an alias
-//! counting as the nodes it copies), aliases may copy at most 16 MiB of text beyond the
-//! file's own length, and lists and maps may nest at most 64 levels (an alias counting at its
-//! full depth). Crossing one is an error at the alias or collection that crossed it.
+//! billion nodes. Aliases may copy at most 200,000 nodes (scalars, lists and maps) and
+//! 16 MiB of text in one file, and lists and maps may nest at most 64 levels (an alias
+//! counting at its full depth). Crossing one is an error at the alias or collection that crossed it.
 //!
 //! # Layout
 //!

@@ -21,12 +21,13 @@ fn position(span: &Span) -> (usize, usize) {
     (span.start.line(), span.start.col() + 1)
 }
 
-/// The most nodes (scalars, lists and maps) a file may hold, aliases counted as the nodes
-/// they copy. A 10,000-rule config holds about 150,000; without a bound, a few hundred bytes of
-/// nested aliases ("billion laughs") expand to more than memory holds.
-pub(super) const MAX_NODES: usize = 1_000_000;
+/// The most nodes (scalars, lists and maps) aliases may copy in one file. Without a bound,
+/// a few hundred bytes of nested aliases ("billion laughs") ask for a billion nodes; a file's
+/// own nodes are bounded by its length. 200,000 nodes take about 25 MB, and are twenty
+/// times what a 10,000-descriptor file sharing its `rate_limit` blocks by alias copies.
+pub(super) const MAX_COPIED_NODES: usize = 200_000;
 
-/// The most scalar text, in bytes, that aliases may copy beyond the file's own length.
+/// The most scalar text, in bytes, that aliases may copy in one file.
 pub(super) const MAX_COPIED_TEXT: usize = 16 << 20;
 
 /// The deepest a file may nest lists and maps, aliases counted at their full depth: a
@@ -38,7 +39,7 @@ pub(super) const MAX_DEPTH: usize = 64;
 ///
 /// # Errors
 ///
-/// The parser's, and a file beyond [`MAX_NODES`], [`MAX_COPIED_TEXT`] or [`MAX_DEPTH`],
+/// The parser's, and a file beyond [`MAX_COPIED_NODES`], [`MAX_COPIED_TEXT`] or [`MAX_DEPTH`],
 /// located at the alias or collection that crossed the bound.
 pub(super) fn read_yaml(text: &str) -> Result<Option<Node>, ScanError> {
     let mut reader = Reader {
@@ -46,7 +47,8 @@ pub(super) fn read_yaml(text: &str) -> Result<Option<Node>, ScanError> {
         anchors: HashMap::new(),
         nodes: 0,
         text: 0,
-        max_text: text.len().saturating_add(MAX_COPIED_TEXT),
+        copied_nodes: 0,
+        copied_text: 0,
     };
     loop {
         let (event, span) = reader.next()?;
@@ -69,11 +71,15 @@ struct Anchored {
 struct Reader<'a> {
     parser: Parser<'a, saphyr_parser::StrInput<'a>>,
     anchors: HashMap<usize, Anchored>,
-    /// Nodes produced so far, copies included.
+    /// Nodes produced so far, copies included (what an anchor costs to copy is the
+    /// difference across it).
     nodes: usize,
     /// Scalar bytes produced so far, copies included.
     text: usize,
-    max_text: usize,
+    /// Nodes copied by aliases so far.
+    copied_nodes: usize,
+    /// Scalar bytes copied by aliases so far.
+    copied_text: usize,
 }
 
 impl<'a> Reader<'a> {
@@ -87,17 +93,25 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Counts `nodes` and `text` more produced at `span`, refusing to pass the bounds.
-    fn charge(&mut self, span: &Span, nodes: usize, text: usize) -> Result<(), ScanError> {
+    /// Counts a node of the file's own, with `text` bytes.
+    fn own(&mut self, text: usize) {
+        self.nodes = self.nodes.saturating_add(1);
+        self.text = self.text.saturating_add(text);
+    }
+
+    /// Counts `nodes` and `text` copied by the alias at `span`, refusing to pass the bounds.
+    fn copy(&mut self, span: &Span, nodes: usize, text: usize) -> Result<(), ScanError> {
         self.nodes = self.nodes.saturating_add(nodes);
         self.text = self.text.saturating_add(text);
-        if self.nodes > MAX_NODES {
+        self.copied_nodes = self.copied_nodes.saturating_add(nodes);
+        self.copied_text = self.copied_text.saturating_add(text);
+        if self.copied_nodes > MAX_COPIED_NODES {
             return Err(ScanError::new(
                 span.start,
-                format!("the file expands to more than {MAX_NODES} nodes, the most it may hold (aliases count as the nodes they copy)"),
+                format!("aliases copy more than {MAX_COPIED_NODES} nodes, the most they may (an alias counts as the nodes it copies)"),
             ));
         }
-        if self.text > self.max_text {
+        if self.copied_text > MAX_COPIED_TEXT {
             return Err(ScanError::new(
                 span.start,
                 format!(
@@ -127,7 +141,7 @@ impl<'a> Reader<'a> {
         let (nodes_before, text_before) = (self.nodes, self.text);
         let (node, height, anchor) = match event {
             Event::Scalar(text, style, anchor, _) => {
-                self.charge(&span, 1, text.len())?;
+                self.own(text.len());
                 let yaml = Yaml::Scalar {
                     text: text.into_owned(),
                     plain: style == ScalarStyle::Plain,
@@ -138,7 +152,7 @@ impl<'a> Reader<'a> {
                 if depth > MAX_DEPTH {
                     return Err(too_deep());
                 }
-                self.charge(&span, 1, 0)?;
+                self.own(0);
                 let mut items = Vec::new();
                 let mut height = 0;
                 loop {
@@ -157,7 +171,7 @@ impl<'a> Reader<'a> {
                 if depth > MAX_DEPTH {
                     return Err(too_deep());
                 }
-                self.charge(&span, 1, 0)?;
+                self.own(0);
                 let (pairs, height) = self.map(depth)?;
                 (
                     Node {
@@ -177,7 +191,7 @@ impl<'a> Reader<'a> {
                     return Err(too_deep());
                 }
                 // Charged before copying, so a bomb is refused before it takes memory.
-                self.charge(&span, nodes, text)?;
+                self.copy(&span, nodes, text)?;
                 return Ok((self.anchors[&id].node.clone(), height));
             }
             _ => return Err(ScanError::new_str(span.start, "unexpected YAML event")),
