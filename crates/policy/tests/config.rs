@@ -306,3 +306,14 @@ fn a_key_nested_past_the_recursion_limit_is_located() {
         assert!(shown.starts_with(&format!("deep.toml:{line}: ")), "{shown}");
     }
 }
+
+/// A count that does not fit its field said it "must be a whole number above zero".
+#[test]
+fn a_count_too_large_for_its_field_says_so() {
+    let text = "[store]\nbreaker_failures = 5000000000\n";
+    let errors = parse("big.toml", text).unwrap_err().to_string();
+    assert_eq!(
+        errors,
+        "big.toml:2:20: `[store]`: `breaker_failures` is too large: 5000000000"
+    );
+}

@@ -73,17 +73,19 @@ impl Errors<'_> {
         zero_ok: bool,
     ) -> Option<T> {
         let n = *value.get_ref();
-        if n > 0 || (zero_ok && n == 0) {
-            if let Ok(fits) = T::try_from(n) {
-                return Some(fits);
+        let message = if n > 0 || (zero_ok && n == 0) {
+            match T::try_from(n) {
+                Ok(fits) => return Some(fits),
+                Err(_) => format!("{what} is too large: {n}"),
             }
-        }
-        let least = if zero_ok {
-            "zero or more"
         } else {
-            "above zero"
+            let least = if zero_ok {
+                "zero or more"
+            } else {
+                "above zero"
+            };
+            format!("{what} must be a whole number {least}, not {n}")
         };
-        let message = format!("{what} must be a whole number {least}, not {n}");
         self.at(Some(value.span()), rule, message);
         None
     }
