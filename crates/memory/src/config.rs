@@ -5,9 +5,18 @@ use std::time::Duration;
 /// What a full store does with a key it has never seen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WhenFull {
-    /// Evict a key not used recently (CLOCK, the second-chance approximation of least recently
-    /// used) to make room. Its state is lost: that key starts afresh if it comes back, so it
-    /// may get more than its limit, once.
+    /// Evict a key to make room: first states that have returned to fresh (no decision
+    /// changes), then a key not used recently (CLOCK, the second-chance approximation of
+    /// least recently used) that is not limited; such a key starts afresh if it comes back,
+    /// having had budget left anyway.
+    ///
+    /// A limited key (one that would refuse a request of cost 1) is evicted only from a
+    /// shard where every key looked at is limited, and never gets a fresh budget by it: its
+    /// key's hash goes into a small fixed-size trace, and until its state would have been
+    /// fresh the key is answered as limited (retry after that time). So flooding the store
+    /// with junk keys cannot reset a limited key; a key evicted so may be refused for longer
+    /// than its state would have refused it, never admitted more. When the trace has no room
+    /// either, the new key is refused as with [`WhenFull::RejectNewKeys`].
     #[default]
     EvictLeastRecentlyUsed,
     /// Reject the request of a new key (limited, retry after [`StoreConfig::full_retry_after`])

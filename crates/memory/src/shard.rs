@@ -3,16 +3,26 @@
 use compact_str::CompactString;
 use hashbrown::HashTable;
 
+use crate::trace::Trace;
+
 /// The CLOCK "referenced" bit, kept in the top bit of a slot's expiry (expiries are Unix
 /// nanoseconds, below 2^63 until the year 2262).
 const REFERENCED: u64 = 1 << 63;
 
-/// One key's state. With a 24-byte inline key and a 32-byte state this is one cache line.
+/// Slots a full shard's eviction looks at, at most, for one not limited: bounds the cost of
+/// a new key in a shard that holds (nearly) nothing but limited keys.
+const EVICT_SCAN: usize = 64;
+
+/// One key's state: a 24-byte inline key, two times and the state (72 bytes under `Limit`,
+/// 56 under GCRA alone).
 pub(crate) struct Slot<St> {
     pub(crate) key: CompactString,
     /// When the state turns fresh (dropping it then changes no decision), plus the
     /// referenced bit.
     meta: u64,
+    /// Until when a request of cost 1 would be refused, as of the last decision (0 when it
+    /// would be allowed): a full shard evicts such a slot last.
+    limited_until: u64,
     pub(crate) state: St,
 }
 
@@ -21,10 +31,27 @@ impl<St> Slot<St> {
         self.meta & !REFERENCED
     }
 
-    /// Records a use, and the time the state will be fresh again.
-    pub(crate) fn touch(&mut self, expires: u64) {
+    /// Records a use, the time the state will be fresh again, and until when it refuses.
+    pub(crate) fn touch(&mut self, expires: u64, limited_until: u64) {
         self.meta = expires.min(!REFERENCED) | REFERENCED;
+        self.limited_until = limited_until;
     }
+
+    fn is_limited(&self, now: u64) -> bool {
+        self.limited_until > now
+    }
+}
+
+/// What a full shard's eviction did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Evicted {
+    /// A slot that was not limited.
+    Live,
+    /// A limited slot (every slot looked at was), remembered in the trace until its state
+    /// would have been fresh.
+    Limited,
+    /// Nothing: the only candidates were limited and the trace had no room for them.
+    Nothing,
 }
 
 /// Counts of what a shard did, kept under its lock.
@@ -32,6 +59,7 @@ impl<St> Slot<St> {
 pub(crate) struct Counts {
     pub(crate) evicted_fresh: u64,
     pub(crate) evicted_live: u64,
+    pub(crate) evicted_limited: u64,
     pub(crate) rejected_new_keys: u64,
 }
 
@@ -41,6 +69,8 @@ pub(crate) struct Shard<St> {
     index: HashTable<u32>,
     /// What this shard has dropped and refused, for the store's stats.
     pub(crate) counts: Counts,
+    /// Keys evicted while limited, answered as limited until their time.
+    pub(crate) trace: Trace,
     /// Where the incremental sweep (on each new key) and the CLOCK eviction look next.
     hand: usize,
 }
@@ -51,6 +81,7 @@ impl<St> Default for Shard<St> {
             slots: Vec::new(),
             index: HashTable::new(),
             counts: Counts::default(),
+            trace: Trace::default(),
             hand: 0,
         }
     }
@@ -83,6 +114,7 @@ impl<St> Shard<St> {
         key: &str,
         state: St,
         expires: u64,
+        limited_until: u64,
         most: usize,
         rehash: impl Fn(&str) -> u64,
     ) -> usize {
@@ -96,9 +128,10 @@ impl<St> Shard<St> {
         let mut slot = Slot {
             key: CompactString::from(key),
             meta: 0,
+            limited_until: 0,
             state,
         };
-        slot.touch(expires);
+        slot.touch(expires, limited_until);
         self.slots.push(slot);
         let slots = &self.slots;
         self.index
@@ -146,27 +179,78 @@ impl<St> Shard<St> {
         dropped
     }
 
-    /// Evicts one slot not referenced since the hand last passed it (CLOCK). Returns false
-    /// only for an empty shard.
-    pub(crate) fn evict_one(&mut self, rehash: &impl Fn(&str) -> u64) -> bool {
-        // Two turns at most: the first clears every referenced bit.
-        for _ in 0..=2 * self.slots.len() {
-            if self.slots.is_empty() {
-                return false;
-            }
-            if self.hand >= self.slots.len() {
+    /// Evicts one slot to make room at `now`: the first not limited and not referenced since
+    /// the hand last passed it (CLOCK), else the first not limited, else (every slot looked
+    /// at is limited) the limited one fresh soonest, once the trace has taken it. Looks at
+    /// most at [`EVICT_SCAN`] slots (two turns of a smaller shard).
+    pub(crate) fn evict_one(&mut self, now: u64, rehash: &impl Fn(&str) -> u64) -> Evicted {
+        let len = self.slots.len();
+        let mut unreferenced = None;
+        let mut not_limited = None;
+        let mut limited: Option<usize> = None;
+        for _ in 0..(2 * len).min(EVICT_SCAN) {
+            if self.hand >= len {
                 self.hand = 0;
             }
-            let slot = &mut self.slots[self.hand];
+            let at = self.hand;
+            self.hand += 1;
+            if self.slots[at].is_limited(now) {
+                let expires = self.slots[at].expires();
+                if limited.is_none_or(|j| self.slots[j].expires() > expires) {
+                    limited = Some(at);
+                }
+                continue;
+            }
+            let slot = &mut self.slots[at];
             if slot.meta & REFERENCED != 0 {
                 slot.meta &= !REFERENCED;
-                self.hand += 1;
+                not_limited.get_or_insert(at);
             } else {
-                self.remove(self.hand, rehash);
-                return true;
+                unreferenced = Some(at);
+                break;
             }
         }
-        false
+        if let Some(i) = unreferenced {
+            self.remove(i, rehash);
+            // The last slot moved here: the hand looks at it next.
+            self.hand = i;
+            return Evicted::Live;
+        }
+        if let Some(i) = not_limited {
+            self.remove(i, rehash);
+            return Evicted::Live;
+        }
+        let Some(i) = limited else {
+            return Evicted::Nothing;
+        };
+        let hash = rehash(self.slots[i].key.as_str());
+        if !self.trace.remember(hash, self.slots[i].expires(), now) {
+            return Evicted::Nothing;
+        }
+        self.remove(i, rehash);
+        Evicted::Limited
+    }
+
+    /// Whether [`evict_one`](Self::evict_one) would evict something, without evicting:
+    /// it looks at the same slots and changes nothing.
+    pub(crate) fn can_evict(&self, now: u64, rehash: &impl Fn(&str) -> u64) -> bool {
+        let len = self.slots.len();
+        let mut limited: Option<usize> = None;
+        for k in 0..(2 * len).min(EVICT_SCAN) {
+            let at = (self.hand + k) % len;
+            if !self.slots[at].is_limited(now) {
+                return true;
+            }
+            if limited.is_none_or(|j| self.slots[j].expires() > self.slots[at].expires()) {
+                limited = Some(at);
+            }
+        }
+        limited.is_some_and(|i| self.trace.has_room(rehash(self.slots[i].key.as_str()), now))
+    }
+
+    /// Until when a key evicted while limited stays limited, if still after `now`.
+    pub(crate) fn traced(&self, hash: u64, now: u64) -> Option<u64> {
+        self.trace.until(hash, now)
     }
 
     /// Bytes this shard has allocated, for memory accounting.
@@ -180,5 +264,6 @@ impl<St> Shard<St> {
         self.slots.capacity() * std::mem::size_of::<Slot<St>>()
             + self.index.allocation_size()
             + heap_keys
+            + self.trace.allocated_bytes()
     }
 }

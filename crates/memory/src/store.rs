@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 use compact_str::CompactString;
 use ratewarden_core::{Algorithm, Check, Decision, Limit, Outcome, Store};
 
-use crate::shard::Shard;
+use crate::shard::{Evicted, Shard};
 use crate::{StoreConfig, StoreStats, WhenFull};
 
 /// Slots looked at by the incremental sweep each time a shard takes a new key.
@@ -129,7 +129,7 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
     pub fn decide(&self, limit: &A, key: &str, now: u64, cost: u64) -> Decision {
         let hash = self.hash(key);
         let mut shard = self.lock(self.shard_of(hash));
-        self.update(&mut shard, limit, key, hash, now, |state| {
+        self.update(&mut shard, limit, key, hash, now, true, |state| {
             limit.decide(state, now, cost)
         })
     }
@@ -140,7 +140,10 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         let shard = self.lock(self.shard_of(hash));
         match shard.find(hash, key) {
             Some(i) => limit.peek(&shard.slot(i).state, now, cost),
-            None => limit.peek(&A::State::default(), now, cost),
+            None => match shard.traced(hash, now) {
+                Some(until) => still_limited(limit, now, until),
+                None => limit.peek(&A::State::default(), now, cost),
+            },
         }
     }
 
@@ -149,7 +152,7 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
     pub fn settle(&self, limit: &A, key: &str, now: u64, delta: i64) {
         let hash = self.hash(key);
         let mut shard = self.lock(self.shard_of(hash));
-        self.update(&mut shard, limit, key, hash, now, |state| {
+        self.update(&mut shard, limit, key, hash, now, true, |state| {
             limit.settle(state, now, delta);
             limit.peek(state, now, 0)
         });
@@ -180,15 +183,10 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
             let shard = &mut guards[guard_of(hash)];
             let decision = match shard.find(hash, key) {
                 Some(i) => limit.peek(&shard.slot(i).state, now, cost),
-                // Only a store that refuses new keys can say no here; one that evicts makes
-                // room when (and only if) the request is charged.
-                None if self.config.when_full == WhenFull::RejectNewKeys => {
-                    match self.refuse_new_key(shard, limit, now) {
-                        Some(refused) => refused,
-                        None => limit.peek(&A::State::default(), now, cost),
-                    }
-                }
-                None => limit.peek(&A::State::default(), now, cost),
+                None => match shard.traced(hash, now) {
+                    Some(until) => still_limited(limit, now, until),
+                    None => self.new_key_peek(shard, limit, now, cost),
+                },
             };
             all &= decision.is_allowed();
             decisions.push(decision);
@@ -196,7 +194,8 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         if all {
             for (k, (&(limit, key, cost), &hash)) in layers.iter().zip(&hashes).enumerate() {
                 let shard = &mut guards[guard_of(hash)];
-                decisions[k] = self.update(shard, limit, key, hash, now, |state| {
+                // Room was made (or the request refused) above: charging cannot fail now.
+                decisions[k] = self.update(shard, limit, key, hash, now, false, |state| {
                     limit.decide(state, now, cost)
                 });
             }
@@ -204,10 +203,31 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         decisions
     }
 
+    /// A new key's answer in the first phase of a layered decision: refused if its full
+    /// shard could make no room for it, so that charging cannot fail once every layer has
+    /// allowed; but nothing is evicted yet, as another layer may still refuse.
+    fn new_key_peek(
+        &self,
+        shard: &mut Shard<A::State>,
+        limit: &A,
+        now: u64,
+        cost: u64,
+    ) -> Decision {
+        let decision = limit.peek(&A::State::default(), now, cost);
+        if !decision.is_allowed() {
+            return decision;
+        }
+        self.refuse_new_key(shard, limit, now, Room::Check)
+            .unwrap_or(decision)
+    }
+
     /// Runs `op` on `key`'s state and keeps the result, until the state is fresh again.
     ///
     /// A key not held starts from a fresh state and is stored only if `op` changed that
-    /// (a rejected request of a new key stores nothing).
+    /// (a rejected request of a new key stores nothing). A key evicted while limited is
+    /// answered as limited until its time, and a full shard that can make no room refuses,
+    /// unless `may_refuse` is false (the charge of a layered decision already checked).
+    #[allow(clippy::too_many_arguments)]
     fn update(
         &self,
         shard: &mut Shard<A::State>,
@@ -215,20 +235,32 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         key: &str,
         hash: u64,
         now: u64,
+        may_refuse: bool,
         op: impl FnOnce(&mut A::State) -> Decision,
     ) -> Decision {
         if let Some(i) = shard.find(hash, key) {
             let slot = shard.slot_mut(i);
             let decision = op(&mut slot.state);
-            slot.touch(now.saturating_add(decision.reset_after_ns));
+            let limited_until = limited_until(limit, &slot.state, now, &decision);
+            slot.touch(now.saturating_add(decision.reset_after_ns), limited_until);
             return decision;
+        }
+        if may_refuse {
+            if let Some(until) = shard.traced(hash, now) {
+                return still_limited(limit, now, until);
+            }
         }
         let mut state = A::State::default();
         let decision = op(&mut state);
         if limit.is_fresh(&state, now) {
             return decision;
         }
-        if let Some(refused) = self.refuse_new_key(shard, limit, now) {
+        let room = if may_refuse {
+            Room::Make
+        } else {
+            Room::MakeAnyway
+        };
+        if let Some(refused) = self.refuse_new_key(shard, limit, now, room) {
             return refused;
         }
         // Expiry keeps pace with insertion: each new key looks at a couple of slots and drops
@@ -238,37 +270,62 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         let dropped = shard.sweep(now, SWEEP_STEPS, &rehash);
         shard.counts.evicted_fresh += dropped;
         let expires = now.saturating_add(decision.reset_after_ns);
-        shard.insert(hash, key, state, expires, self.per_shard, rehash);
+        let limited_until = limited_until(limit, &state, now, &decision);
+        shard.insert(
+            hash,
+            key,
+            state,
+            expires,
+            limited_until,
+            self.per_shard,
+            rehash,
+        );
         decision
     }
 
-    /// Makes room for a new key in a full shard; the decision to answer instead when the
-    /// store keeps its keys rather than evicting.
-    fn refuse_new_key(&self, shard: &mut Shard<A::State>, limit: &A, now: u64) -> Option<Decision> {
+    /// Makes room for a new key in a full shard (or, for [`Room::Check`], sees whether it
+    /// could); the decision to answer instead when the store keeps its keys rather than
+    /// evicting, or can evict none (see [`Evicted`]).
+    fn refuse_new_key(
+        &self,
+        shard: &mut Shard<A::State>,
+        limit: &A,
+        now: u64,
+        room: Room,
+    ) -> Option<Decision> {
         if shard.len() < self.per_shard {
             return None;
         }
         let rehash = |k: &str| self.hash(k);
+        // Dropping fresh state changes no decision, so even a check may do it.
         let dropped = shard.sweep(now, FULL_SWEEP_STEPS, &rehash);
         shard.counts.evicted_fresh += dropped;
         if shard.len() < self.per_shard {
             return None;
         }
-        match self.config.when_full {
-            WhenFull::EvictLeastRecentlyUsed => {
-                if shard.evict_one(&rehash) {
+        let refuse = match (self.config.when_full, room) {
+            (WhenFull::RejectNewKeys, _) => true,
+            (WhenFull::EvictLeastRecentlyUsed, Room::Check) => !shard.can_evict(now, &rehash),
+            (WhenFull::EvictLeastRecentlyUsed, _) => match shard.evict_one(now, &rehash) {
+                Evicted::Live => {
                     shard.counts.evicted_live += 1;
+                    false
                 }
-                None
-            }
-            WhenFull::RejectNewKeys => {
-                shard.counts.rejected_new_keys += 1;
-                let retry_after_ns =
-                    u64::try_from(self.config.full_retry_after.as_nanos()).unwrap_or(u64::MAX);
-                let outcome = Outcome::Limited { retry_after_ns };
-                Some(Decision::new(outcome, limit.limit(), 0, retry_after_ns))
-            }
+                Evicted::Limited => {
+                    shard.counts.evicted_limited += 1;
+                    false
+                }
+                Evicted::Nothing => true,
+            },
+        };
+        if !refuse || room == Room::MakeAnyway {
+            return None;
         }
+        shard.counts.rejected_new_keys += 1;
+        let retry_after_ns =
+            u64::try_from(self.config.full_retry_after.as_nanos()).unwrap_or(u64::MAX);
+        let outcome = Outcome::Limited { retry_after_ns };
+        Some(Decision::new(outcome, limit.limit(), 0, retry_after_ns))
     }
 
     /// Drops up to `budget` fresh states, for an idle store that gets no accesses to sweep
@@ -309,10 +366,50 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
             stats.allocated_bytes += shard.allocated_bytes();
             stats.evicted_fresh += shard.counts.evicted_fresh;
             stats.evicted_live += shard.counts.evicted_live;
+            stats.evicted_limited += shard.counts.evicted_limited;
             stats.rejected_new_keys += shard.counts.rejected_new_keys;
         }
         stats
     }
+}
+
+/// What a new key in a full shard asks of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Room {
+    /// Make room, or refuse the key.
+    Make,
+    /// Only see whether room could be made (the first phase of a layered decision).
+    Check,
+    /// Make room if possible, else hold one key more for a while: the charge of a layered
+    /// decision that every layer has allowed must not fail halfway.
+    MakeAnyway,
+}
+
+/// Until when a request of cost 1 is refused after `decision` left `state` so at `now` (0
+/// when it would be allowed). Costs a peek only when the decision left nothing to spend, so
+/// the allowed path pays one comparison.
+fn limited_until<A: Algorithm>(limit: &A, state: &A::State, now: u64, decision: &Decision) -> u64 {
+    if decision.is_allowed() && decision.remaining > 0 {
+        return 0;
+    }
+    match limit.peek(state, now, 1).outcome {
+        Outcome::Limited { retry_after_ns } => now.saturating_add(retry_after_ns.max(1)),
+        // Allowed, delayed, or a limit no request fits (a fresh key fares no better).
+        _ => 0,
+    }
+}
+
+/// The answer to a key evicted while limited, until its state would have been fresh.
+fn still_limited<A: Algorithm>(limit: &A, now: u64, until: u64) -> Decision {
+    let wait = until.saturating_sub(now);
+    Decision::new(
+        Outcome::Limited {
+            retry_after_ns: wait,
+        },
+        limit.limit(),
+        0,
+        wait,
+    )
 }
 
 impl<S: BuildHasher> MemoryStore<Limit, S> {
@@ -355,7 +452,7 @@ impl<S: BuildHasher> MemoryStore<Limit, S> {
         let id = self.next_permit.fetch_add(1, Ordering::Relaxed);
         let hash = self.hash(key);
         let mut shard = self.lock(self.shard_of(hash));
-        let decision = self.update(&mut shard, limit, key, hash, now, |state| {
+        let decision = self.update(&mut shard, limit, key, hash, now, true, |state| {
             limit.acquire(state, now, cost, id)
         });
         if decision.is_allowed() {

@@ -213,3 +213,149 @@ fn a_rejected_layered_request_evicts_nothing() {
     let stats = store.stats();
     assert_eq!((stats.keys, stats.evicted_live), (4, 0));
 }
+
+/// 5 an hour, under each algorithm that has a rate.
+fn five_an_hour() -> Vec<Limit> {
+    let hour = Duration::from_secs(3600);
+    let rate = Rate::new(5, hour).unwrap();
+    vec![
+        FixedWindow::new(5, hour).unwrap().into(),
+        SlidingLog::new(5, hour).unwrap().into(),
+        SlidingWindow::new(5, hour).unwrap().into(),
+        TokenBucket::new(rate, 5).unwrap().into(),
+        LeakyBucket::new(rate, 5).unwrap().into(),
+        Gcra::new(rate, 5).unwrap().into(),
+        Quota::new(5, CalendarUnit::Day, "UTC").unwrap().into(),
+    ]
+}
+
+/// Exhausts `key` under `limit` at `now`: five allowed, the sixth refused.
+fn exhaust(store: &MemoryStore, limit: &Limit, key: &str, now: u64) {
+    for _ in 0..5 {
+        assert!(store.decide(limit, key, now, 1).is_allowed(), "{key}");
+    }
+    assert!(!store.decide(limit, key, now, 1).is_allowed(), "{key}");
+}
+
+#[test]
+fn a_flood_of_junk_keys_does_not_reset_a_limited_key() {
+    let max_keys = 1_000;
+    for limit in five_an_hour() {
+        let store: MemoryStore = MemoryStore::new(StoreConfig {
+            max_keys,
+            shards: 4,
+            ..StoreConfig::default()
+        });
+        let mut now = 1_000 * SEC;
+        exhaust(&store, &limit, "victim", now);
+        // Ten times `max_keys` random keys, one request each: they keep budget left.
+        let mut rng = Rng(7);
+        for _ in 0..10 * max_keys {
+            now += 1_000;
+            let junk = format!("junk|{}", rng.below(u64::MAX));
+            store.decide(&limit, &junk, now, 1);
+        }
+        let d = store.decide(&limit, "victim", now, 1);
+        assert!(!d.is_allowed(), "{}: the victim got {d:?}", limit.kind());
+        let stats = store.stats();
+        assert!(
+            stats.evicted_live > 0,
+            "{}: the flood evicted",
+            limit.kind()
+        );
+        assert_eq!(stats.evicted_limited, 0, "{}", limit.kind());
+    }
+}
+
+#[test]
+fn a_flood_of_exhausted_junk_keys_does_not_reset_a_limited_key_either() {
+    // Every junk key is exhausted too, so shards hold nothing but limited keys: the victim
+    // is evicted in the end, and must come back limited, not fresh.
+    let max_keys = 200;
+    for limit in five_an_hour() {
+        let store: MemoryStore = MemoryStore::new(StoreConfig {
+            max_keys,
+            shards: 2,
+            ..StoreConfig::default()
+        });
+        let now = 1_000 * SEC;
+        exhaust(&store, &limit, "victim", now);
+        let mut rng = Rng(11);
+        for _ in 0..10 * max_keys {
+            let junk = format!("junk|{}", rng.below(u64::MAX));
+            for _ in 0..6 {
+                store.decide(&limit, &junk, now, 1);
+            }
+        }
+        let stats = store.stats();
+        assert!(
+            stats.evicted_limited > 0,
+            "{}: limited keys had to go: {stats:?}",
+            limit.kind()
+        );
+        assert!(stats.keys <= max_keys, "{}: {stats:?}", limit.kind());
+        let d = store.decide(&limit, "victim", now, 1);
+        assert!(!d.is_allowed(), "{}: the victim got {d:?}", limit.kind());
+        assert!(!store.peek(&limit, "victim", now, 1).is_allowed());
+        // Not refused forever: by the time its state would have been fresh, it is free.
+        let day = 24 * 3600 * SEC;
+        assert!(
+            store.decide(&limit, "victim", now + day, 1).is_allowed(),
+            "{}",
+            limit.kind()
+        );
+        // More limited keys than the trace holds: the rest of the newcomers were refused.
+        assert!(stats.rejected_new_keys > 0, "{}: {stats:?}", limit.kind());
+    }
+}
+
+#[test]
+fn a_full_store_evicts_keys_with_budget_before_limited_ones() {
+    let store: MemoryStore = MemoryStore::new(StoreConfig {
+        max_keys: 64,
+        shards: 1,
+        ..StoreConfig::default()
+    });
+    let limit = Limit::from(Gcra::new(Rate::new(1, Duration::from_secs(60)).unwrap(), 2).unwrap());
+    let now = 10 * SEC;
+    // Half the store limited, never touched again; the other half with budget left.
+    for i in 0..32 {
+        let key = format!("limited|{i}");
+        store.decide(&limit, &key, now, 2);
+        store.decide(&limit, &format!("spare|{i}"), now, 1);
+    }
+    for i in 0..500 {
+        store.decide(&limit, &format!("new|{i}"), now, 1);
+    }
+    for i in 0..32 {
+        let d = store.peek(&limit, &format!("limited|{i}"), now, 1);
+        assert!(!d.is_allowed(), "limited|{i} kept its state");
+        assert_eq!(d.retry_after(), Some(Duration::from_secs(60)));
+    }
+    let stats = store.stats();
+    assert_eq!((stats.evicted_limited, stats.keys), (0, 64));
+}
+
+#[test]
+fn a_layered_request_on_a_key_evicted_while_limited_is_refused_and_charges_nothing() {
+    let store: MemoryStore = MemoryStore::new(StoreConfig {
+        max_keys: 4,
+        shards: 1,
+        ..StoreConfig::default()
+    });
+    let slow = Limit::from(Gcra::new(Rate::new(1, Duration::from_secs(60)).unwrap(), 1).unwrap());
+    let roomy = Limit::from(Gcra::new(Rate::new(1, Duration::from_secs(60)).unwrap(), 9).unwrap());
+    // Five limited keys in a store of four: the first goes to the trace.
+    for i in 0..5 {
+        assert!(store.decide(&slow, &format!("k{i}"), SEC, 1).is_allowed());
+    }
+    assert_eq!(store.stats().evicted_limited, 1);
+    let decisions = store.decide_all(&[(&roomy, "tenant", 1), (&slow, "k0", 1)], SEC);
+    assert!(!decisions[1].is_allowed(), "{decisions:?}");
+    assert_eq!(decisions[1].retry_after(), Some(Duration::from_secs(60)));
+    assert_eq!(
+        store.peek(&roomy, "tenant", SEC, 0).remaining,
+        9,
+        "nothing charged"
+    );
+}
