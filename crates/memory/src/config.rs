@@ -29,6 +29,13 @@ pub enum WhenFull {
 pub struct StoreConfig {
     /// The most keys held at once (spread over the shards, so each holds its share).
     pub max_keys: usize,
+    /// The most bytes the keys may take (spread over the shards likewise): a slot each (72
+    /// bytes under `Limit`) plus the heap bytes of keys longer than 24 bytes. `max_keys`
+    /// bounds the count; this bounds the memory when keys are long. A full store makes room
+    /// or refuses as [`when_full`](Self::when_full) says, and a key that alone is larger
+    /// than a shard's share is refused. Not counted: the hash index (a few bytes a key) and
+    /// a sliding log's entries (at most the rule's limit per key).
+    pub max_bytes: usize,
     /// What to do when a shard is full of live state.
     pub when_full: WhenFull,
     /// How many shards (rounded up to a power of two): more shards, less contention.
@@ -38,10 +45,11 @@ pub struct StoreConfig {
 }
 
 impl Default for StoreConfig {
-    /// A million keys over 64 shards, evicting the least recently used.
+    /// A million keys and 256 MiB over 64 shards, evicting the least recently used.
     fn default() -> Self {
         Self {
             max_keys: 1_000_000,
+            max_bytes: 256 << 20,
             when_full: WhenFull::default(),
             shards: 64,
             full_retry_after: Duration::from_secs(1),

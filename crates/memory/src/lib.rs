@@ -28,6 +28,8 @@ pub use store::{MemoryStore, Permit};
 pub struct StoreStats {
     /// Keys held.
     pub keys: usize,
+    /// Heap bytes of the keys held (those longer than 24 bytes), counted by `max_bytes`.
+    pub key_bytes: usize,
     /// Bytes the store has allocated for its keys and states (not counting allocator
     /// overhead).
     pub allocated_bytes: usize,

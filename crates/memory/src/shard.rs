@@ -71,6 +71,8 @@ pub(crate) struct Shard<St> {
     pub(crate) counts: Counts,
     /// Keys evicted while limited, answered as limited until their time.
     pub(crate) trace: Trace,
+    /// Heap bytes of the keys held (those too long to live inline in their slot).
+    key_bytes: usize,
     /// Where the incremental sweep (on each new key) and the CLOCK eviction look next.
     hand: usize,
 }
@@ -82,14 +84,45 @@ impl<St> Default for Shard<St> {
             index: HashTable::new(),
             counts: Counts::default(),
             trace: Trace::default(),
+            key_bytes: 0,
             hand: 0,
         }
+    }
+}
+
+/// Heap bytes of a key: none when it lives inline in its slot.
+fn heap_bytes(key: &CompactString) -> usize {
+    if key.is_heap_allocated() {
+        key.capacity()
+    } else {
+        0
     }
 }
 
 impl<St> Shard<St> {
     pub(crate) fn len(&self) -> usize {
         self.slots.len()
+    }
+
+    /// Bytes the shard's keys take, as `max_bytes` counts them: a slot each, plus the heap
+    /// bytes of keys too long to live inline.
+    pub(crate) fn bytes(&self) -> usize {
+        self.slots.len() * std::mem::size_of::<Slot<St>>() + self.key_bytes
+    }
+
+    /// What holding `key` would add to [`bytes`](Self::bytes).
+    pub(crate) fn cost_of(key: &str) -> usize {
+        let heap = if key.len() > std::mem::size_of::<CompactString>() {
+            key.len()
+        } else {
+            0
+        };
+        std::mem::size_of::<Slot<St>>() + heap
+    }
+
+    /// Heap bytes of the keys held.
+    pub(crate) fn key_bytes(&self) -> usize {
+        self.key_bytes
     }
 
     pub(crate) fn find(&self, hash: u64, key: &str) -> Option<usize> {
@@ -107,14 +140,13 @@ impl<St> Shard<St> {
         &self.slots[i]
     }
 
-    /// Adds a key that [`find`](Self::find) did not find; the shard holds at most `most`.
+    /// Adds a key that [`find`](Self::find) did not find, untouched (the caller
+    /// [`touch`](Slot::touch)es it); the shard holds at most `most`.
     pub(crate) fn insert(
         &mut self,
         hash: u64,
         key: &str,
         state: St,
-        expires: u64,
-        limited_until: u64,
         most: usize,
         rehash: impl Fn(&str) -> u64,
     ) -> usize {
@@ -125,13 +157,13 @@ impl<St> Shard<St> {
             let grow = (i / 4).max(16).min(most.saturating_sub(i)).max(1);
             self.slots.reserve_exact(grow);
         }
-        let mut slot = Slot {
+        let slot = Slot {
             key: CompactString::from(key),
             meta: 0,
             limited_until: 0,
             state,
         };
-        slot.touch(expires, limited_until);
+        self.key_bytes += heap_bytes(&slot.key);
         self.slots.push(slot);
         let slots = &self.slots;
         self.index
@@ -152,6 +184,7 @@ impl<St> Shard<St> {
                 *j = i as u32;
             }
         }
+        self.key_bytes -= heap_bytes(&self.slots[i].key);
         self.slots.swap_remove(i);
     }
 
@@ -255,15 +288,9 @@ impl<St> Shard<St> {
 
     /// Bytes this shard has allocated, for memory accounting.
     pub(crate) fn allocated_bytes(&self) -> usize {
-        let heap_keys: usize = self
-            .slots
-            .iter()
-            .filter(|s| s.key.is_heap_allocated())
-            .map(|s| s.key.capacity())
-            .sum();
         self.slots.capacity() * std::mem::size_of::<Slot<St>>()
             + self.index.allocation_size()
-            + heap_keys
+            + self.key_bytes
             + self.trace.allocated_bytes()
     }
 }

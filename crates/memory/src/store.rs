@@ -59,6 +59,8 @@ pub struct MemoryStore<A: Algorithm = Limit, S = RandomState> {
     shards: Box<[Locked<A::State>]>,
     hasher: S,
     per_shard: usize,
+    /// Each shard's share of `max_bytes`.
+    per_shard_bytes: usize,
     config: StoreConfig,
     next_permit: AtomicU64,
     _algorithm: PhantomData<fn(&A)>,
@@ -78,6 +80,7 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         let shards = config.shards.clamp(1, 1 << 16).next_power_of_two();
         // Rounded down, so the store never holds more than `max_keys`.
         let per_shard = (config.max_keys / shards).max(1);
+        let per_shard_bytes = (config.max_bytes / shards).max(1);
         Self {
             shards: (0..shards)
                 .map(|_| Locked {
@@ -87,6 +90,7 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
                 .collect(),
             hasher,
             per_shard,
+            per_shard_bytes,
             config,
             next_permit: AtomicU64::new(1),
             _algorithm: PhantomData,
@@ -185,7 +189,7 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
                 Some(i) => limit.peek(&shard.slot(i).state, now, cost),
                 None => match shard.traced(hash, now) {
                     Some(until) => still_limited(limit, now, until),
-                    None => self.new_key_peek(shard, limit, now, cost),
+                    None => self.new_key_peek(shard, limit, key, now, cost),
                 },
             };
             all &= decision.is_allowed();
@@ -210,6 +214,7 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         &self,
         shard: &mut Shard<A::State>,
         limit: &A,
+        key: &str,
         now: u64,
         cost: u64,
     ) -> Decision {
@@ -217,7 +222,7 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         if !decision.is_allowed() {
             return decision;
         }
-        self.refuse_new_key(shard, limit, now, Room::Check)
+        self.refuse_new_key(shard, limit, key, now, Room::Check)
             .unwrap_or(decision)
     }
 
@@ -227,6 +232,7 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
     /// (a rejected request of a new key stores nothing). A key evicted while limited is
     /// answered as limited until its time, and a full shard that can make no room refuses,
     /// unless `may_refuse` is false (the charge of a layered decision already checked).
+    // Eight arguments, all of one decision: a struct for them would only be unpacked here.
     #[allow(clippy::too_many_arguments)]
     fn update(
         &self,
@@ -260,7 +266,7 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         } else {
             Room::MakeAnyway
         };
-        if let Some(refused) = self.refuse_new_key(shard, limit, now, room) {
+        if let Some(refused) = self.refuse_new_key(shard, limit, key, now, room) {
             return refused;
         }
         // Expiry keeps pace with insertion: each new key looks at a couple of slots and drops
@@ -271,15 +277,8 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         shard.counts.evicted_fresh += dropped;
         let expires = now.saturating_add(decision.reset_after_ns);
         let limited_until = limited_until(limit, &state, now, &decision);
-        shard.insert(
-            hash,
-            key,
-            state,
-            expires,
-            limited_until,
-            self.per_shard,
-            rehash,
-        );
+        let i = shard.insert(hash, key, state, self.per_shard, rehash);
+        shard.slot_mut(i).touch(expires, limited_until);
         decision
     }
 
@@ -290,33 +289,32 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         &self,
         shard: &mut Shard<A::State>,
         limit: &A,
+        key: &str,
         now: u64,
         room: Room,
     ) -> Option<Decision> {
-        if shard.len() < self.per_shard {
+        let incoming = Shard::<A::State>::cost_of(key);
+        let full = |shard: &Shard<A::State>| {
+            shard.len() >= self.per_shard || shard.bytes() + incoming > self.per_shard_bytes
+        };
+        if !full(shard) {
             return None;
         }
         let rehash = |k: &str| self.hash(k);
         // Dropping fresh state changes no decision, so even a check may do it.
         let dropped = shard.sweep(now, FULL_SWEEP_STEPS, &rehash);
         shard.counts.evicted_fresh += dropped;
-        if shard.len() < self.per_shard {
-            return None;
-        }
-        let refuse = match (self.config.when_full, room) {
-            (WhenFull::RejectNewKeys, _) => true,
-            (WhenFull::EvictLeastRecentlyUsed, Room::Check) => !shard.can_evict(now, &rehash),
-            (WhenFull::EvictLeastRecentlyUsed, _) => match shard.evict_one(now, &rehash) {
-                Evicted::Live => {
-                    shard.counts.evicted_live += 1;
-                    false
-                }
-                Evicted::Limited => {
-                    shard.counts.evicted_limited += 1;
-                    false
-                }
-                Evicted::Nothing => true,
-            },
+        let refuse = if !full(shard) {
+            false
+        } else if incoming > self.per_shard_bytes {
+            // No eviction can make room for a key larger than the shard's share of bytes.
+            true
+        } else {
+            match (self.config.when_full, room) {
+                (WhenFull::RejectNewKeys, _) => true,
+                (WhenFull::EvictLeastRecentlyUsed, Room::Check) => !shard.can_evict(now, &rehash),
+                (WhenFull::EvictLeastRecentlyUsed, _) => self.evict_for(shard, now, &full),
+            }
         };
         if !refuse || room == Room::MakeAnyway {
             return None;
@@ -326,6 +324,25 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
             u64::try_from(self.config.full_retry_after.as_nanos()).unwrap_or(u64::MAX);
         let outcome = Outcome::Limited { retry_after_ns };
         Some(Decision::new(outcome, limit.limit(), 0, retry_after_ns))
+    }
+
+    /// Evicts until the shard is no longer `full`; true when it could not (it refuses then).
+    fn evict_for(
+        &self,
+        shard: &mut Shard<A::State>,
+        now: u64,
+        full: &impl Fn(&Shard<A::State>) -> bool,
+    ) -> bool {
+        let rehash = |k: &str| self.hash(k);
+        // A long key may need several slots' room; each eviction frees at least one slot.
+        while full(shard) {
+            match shard.evict_one(now, &rehash) {
+                Evicted::Live => shard.counts.evicted_live += 1,
+                Evicted::Limited => shard.counts.evicted_limited += 1,
+                Evicted::Nothing => return true,
+            }
+        }
+        false
     }
 
     /// Drops up to `budget` fresh states, for an idle store that gets no accesses to sweep
@@ -363,6 +380,7 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
             stats.contention += locked.contention.load(Ordering::Relaxed);
             let shard = self.lock(i);
             stats.keys += shard.len();
+            stats.key_bytes += shard.key_bytes();
             stats.allocated_bytes += shard.allocated_bytes();
             stats.evicted_fresh += shard.counts.evicted_fresh;
             stats.evicted_live += shard.counts.evicted_live;

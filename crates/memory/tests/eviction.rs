@@ -119,6 +119,7 @@ fn a_full_store_can_refuse_new_keys_instead() {
         shards: 1,
         when_full: WhenFull::RejectNewKeys,
         full_retry_after: Duration::from_secs(2),
+        ..StoreConfig::default()
     });
     let limit = Limit::from(Gcra::new(Rate::new(1, Duration::from_secs(60)).unwrap(), 5).unwrap());
     for i in 0..8 {
@@ -355,6 +356,78 @@ fn a_layered_request_on_a_key_evicted_while_limited_is_refused_and_charges_nothi
     assert_eq!(decisions[1].retry_after(), Some(Duration::from_secs(60)));
     assert_eq!(
         store.peek(&roomy, "tenant", SEC, 0).remaining,
+        9,
+        "nothing charged"
+    );
+}
+
+/// A key of `len` bytes, distinct for each `i`.
+fn long_key(i: usize, len: usize) -> String {
+    let mut key = format!("tenant|{i}|");
+    key.extend(std::iter::repeat_n('x', len - key.len()));
+    key
+}
+
+#[test]
+fn long_keys_never_take_the_store_past_max_bytes() {
+    // 60 KB tenant values: a thousand of them are 60 MB, against a bound of 4 MiB.
+    let max_bytes = 4 << 20;
+    for when_full in [WhenFull::EvictLeastRecentlyUsed, WhenFull::RejectNewKeys] {
+        let store: MemoryStore = MemoryStore::new(StoreConfig {
+            max_bytes,
+            shards: 4,
+            when_full,
+            ..StoreConfig::default()
+        });
+        let limit = Limit::from(Gcra::new(Rate::per_second(10).unwrap(), 10).unwrap());
+        let mut most = 0;
+        let mut allowed = 0;
+        for i in 0..1_000 {
+            allowed += u64::from(
+                store
+                    .decide(&limit, &long_key(i, 60_000), SEC, 1)
+                    .is_allowed(),
+            );
+            most = most.max(store.stats().allocated_bytes);
+        }
+        let stats = store.stats();
+        eprintln!("{when_full:?}: at most {most} bytes allocated (bound {max_bytes}): {stats:?}");
+        // The bound counts slots and keys; the index and the shard array come on top.
+        assert!(most <= max_bytes + (64 << 10), "{when_full:?}: {most}");
+        assert!(stats.key_bytes <= max_bytes && stats.key_bytes >= 60 * 60_000);
+        match when_full {
+            WhenFull::EvictLeastRecentlyUsed => assert_eq!(allowed, 1_000),
+            WhenFull::RejectNewKeys => {
+                assert_eq!(stats.rejected_new_keys, 1_000 - allowed);
+                assert!(stats.rejected_new_keys > 900);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_key_larger_than_a_shards_share_is_refused() {
+    let store: MemoryStore = MemoryStore::new(StoreConfig {
+        max_bytes: 1 << 20,
+        shards: 4,
+        ..StoreConfig::default()
+    });
+    let limit = Limit::from(Gcra::new(Rate::per_second(10).unwrap(), 10).unwrap());
+    assert!(store.decide(&limit, "small", SEC, 1).is_allowed());
+    let d = store.decide(&limit, &long_key(0, 300_000), SEC, 1);
+    assert!(!d.is_allowed(), "{d:?}");
+    let d = store.decide_all(
+        &[(&limit, "small", 1), (&limit, &long_key(1, 300_000), 1)],
+        SEC,
+    );
+    assert!(!d[1].is_allowed(), "{d:?}");
+    let stats = store.stats();
+    assert_eq!(
+        (stats.keys, stats.key_bytes, stats.rejected_new_keys),
+        (1, 0, 2)
+    );
+    assert_eq!(
+        store.peek(&limit, "small", SEC, 0).remaining,
         9,
         "nothing charged"
     );
