@@ -183,13 +183,22 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
 
         let mut decisions = Vec::with_capacity(layers.len());
         let mut all = true;
+        // New keys already checked per shard (count, bytes): two new keys of one call in a
+        // shard with room for one must not both pass the check.
+        let mut pending = vec![(0, 0); order.len()];
         for (&(limit, key, cost), &hash) in layers.iter().zip(&hashes) {
-            let shard = &mut guards[guard_of(hash)];
+            let g = guard_of(hash);
+            let shard = &mut guards[g];
             let decision = match shard.find(hash, key) {
                 Some(i) => limit.peek(&shard.slot(i).state, now, cost),
                 None => match shard.traced(hash, now) {
                     Some(until) => still_limited(limit, now, until),
-                    None => self.new_key_peek(shard, limit, key, now, cost),
+                    None => {
+                        let d = self.new_key_peek(shard, limit, key, now, cost, pending[g]);
+                        pending[g].0 += 1;
+                        pending[g].1 += Shard::<A::State>::cost_of(key);
+                        d
+                    }
                 },
             };
             all &= decision.is_allowed();
@@ -217,12 +226,13 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         key: &str,
         now: u64,
         cost: u64,
+        pending: (usize, usize),
     ) -> Decision {
         let decision = limit.peek(&A::State::default(), now, cost);
         if !decision.is_allowed() {
             return decision;
         }
-        self.refuse_new_key(shard, limit, key, now, Room::Check)
+        self.refuse_new_key(shard, limit, key, now, Room::Check(pending))
             .unwrap_or(decision)
     }
 
@@ -294,8 +304,13 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         room: Room,
     ) -> Option<Decision> {
         let incoming = Shard::<A::State>::cost_of(key);
+        let (keys_before, bytes_before) = match room {
+            Room::Check(pending) => pending,
+            _ => (0, 0),
+        };
         let full = |shard: &Shard<A::State>| {
-            shard.len() >= self.per_shard || shard.bytes() + incoming > self.per_shard_bytes
+            shard.len() + keys_before >= self.per_shard
+                || shard.bytes() + bytes_before + incoming > self.per_shard_bytes
         };
         if !full(shard) {
             return None;
@@ -306,13 +321,15 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         shard.counts.evicted_fresh += dropped;
         let refuse = if !full(shard) {
             false
-        } else if incoming > self.per_shard_bytes {
+        } else if bytes_before + incoming > self.per_shard_bytes {
             // No eviction can make room for a key larger than the shard's share of bytes.
             true
         } else {
             match (self.config.when_full, room) {
                 (WhenFull::RejectNewKeys, _) => true,
-                (WhenFull::EvictLeastRecentlyUsed, Room::Check) => !shard.can_evict(now, &rehash),
+                (WhenFull::EvictLeastRecentlyUsed, Room::Check(_)) => {
+                    !shard.can_evict(now, &rehash)
+                }
                 (WhenFull::EvictLeastRecentlyUsed, _) => self.evict_for(shard, now, &full),
             }
         };
@@ -396,8 +413,9 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
 enum Room {
     /// Make room, or refuse the key.
     Make,
-    /// Only see whether room could be made (the first phase of a layered decision).
-    Check,
+    /// Only see whether room could be made (the first phase of a layered decision), for
+    /// a key after this many new keys (and bytes) of the same call in the shard.
+    Check((usize, usize)),
     /// Make room if possible, else hold one key more for a while: the charge of a layered
     /// decision that every layer has allowed must not fail halfway.
     MakeAnyway,

@@ -432,3 +432,38 @@ fn a_key_larger_than_a_shards_share_is_refused() {
         "nothing charged"
     );
 }
+
+#[test]
+fn two_new_keys_of_one_layered_request_do_not_overfill_a_shard() {
+    // Found by tests/fuzz.rs: each new key alone fitted, so both passed the check, and the
+    // second was stored past `max_keys` (before that, it was refused after the first had
+    // been charged: not all or nothing).
+    for when_full in [WhenFull::RejectNewKeys, WhenFull::EvictLeastRecentlyUsed] {
+        let store: MemoryStore = MemoryStore::new(StoreConfig {
+            max_keys: 2,
+            shards: 1,
+            when_full,
+            ..StoreConfig::default()
+        });
+        let slow =
+            Limit::from(Gcra::new(Rate::new(1, Duration::from_secs(60)).unwrap(), 1).unwrap());
+        let roomy =
+            Limit::from(Gcra::new(Rate::new(1, Duration::from_secs(60)).unwrap(), 9).unwrap());
+        // One limited key: the other slot is free.
+        assert!(store.decide(&slow, "old", SEC, 1).is_allowed());
+        let d = store.decide_all(&[(&roomy, "new-a", 1), (&roomy, "new-b", 1)], SEC);
+        let stats = store.stats();
+        assert!(stats.keys <= 2, "{when_full:?}: {stats:?}");
+        match when_full {
+            WhenFull::RejectNewKeys => {
+                assert!(!d[1].is_allowed(), "{d:?}");
+                assert_eq!(stats.keys, 1, "nothing charged");
+            }
+            // The limited key goes to the trace to make room, and stays limited.
+            WhenFull::EvictLeastRecentlyUsed => {
+                assert!(d.iter().all(|d| d.is_allowed()), "{d:?}");
+                assert!(!store.decide(&slow, "old", SEC, 1).is_allowed());
+            }
+        }
+    }
+}
