@@ -573,7 +573,7 @@ fn memory_report() {
         "insert ns/key"
     );
     println!(
-        "our stores: max_keys {MEMORY_MAX_KEYS}, 64 shards; per-key state: GcraState {} B, LimitState {} B (our slot adds a 24-byte inline key, 8 bytes of expiry and 8 of limited-until); governor: String {} B + heap key, state 8 B",
+        "our stores: max_keys {MEMORY_MAX_KEYS}, 64 shards; per-key state: GcraState {} B, LimitState {} B (our slot adds a 24-byte inline key and 8 bytes of expiry); governor: String {} B + heap key, state 8 B",
         std::mem::size_of::<GcraState>(),
         std::mem::size_of::<LimitState>(),
         std::mem::size_of::<String>()

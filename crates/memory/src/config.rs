@@ -10,7 +10,8 @@ pub enum WhenFull {
     /// least recently used) that is not limited; such a key starts afresh if it comes back,
     /// having had budget left anyway.
     ///
-    /// A limited key (one that would refuse a request of cost 1) is evicted only from a
+    /// A limited key (one whose last decision left it refusing a request of cost 1, until
+    /// its state is fresh again) is evicted only from a
     /// shard where every key looked at is limited, and never gets a fresh budget by it: its
     /// key's hash goes into a small fixed-size trace, and until its state would have been
     /// fresh the key is answered as limited (retry after that time). So flooding the store
@@ -29,7 +30,7 @@ pub enum WhenFull {
 pub struct StoreConfig {
     /// The most keys held at once (spread over the shards, so each holds its share).
     pub max_keys: usize,
-    /// The most bytes the keys may take (spread over the shards likewise): a slot each (72
+    /// The most bytes the keys may take (spread over the shards likewise): a slot each (64
     /// bytes under `Limit`) plus the heap bytes of keys longer than 24 bytes. `max_keys`
     /// bounds the count; this bounds the memory when keys are long. A full store makes room
     /// or refuses as [`when_full`](Self::when_full) says, and a key that alone is larger

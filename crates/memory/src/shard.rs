@@ -6,39 +6,45 @@ use hashbrown::HashTable;
 use crate::trace::Trace;
 
 /// The CLOCK "referenced" bit, kept in the top bit of a slot's expiry (expiries are Unix
-/// nanoseconds, below 2^63 until the year 2262).
+/// nanoseconds, below 2^62 until the year 2116).
 const REFERENCED: u64 = 1 << 63;
+/// The "limited" bit, next to it: the slot's last decision left it refusing a request of
+/// cost 1 (spent, or in debt).
+const LIMITED: u64 = 1 << 62;
+/// The expiry's bits.
+const EXPIRES: u64 = LIMITED - 1;
 
 /// Slots a full shard's eviction looks at, at most, for one not limited: bounds the cost of
 /// a new key in a shard that holds (nearly) nothing but limited keys.
 const EVICT_SCAN: usize = 64;
 
-/// One key's state: a 24-byte inline key, two times and the state (72 bytes under `Limit`,
-/// 56 under GCRA alone).
+/// One key's state. With a 24-byte inline key and a 32-byte state this is one cache line.
 pub(crate) struct Slot<St> {
     pub(crate) key: CompactString,
     /// When the state turns fresh (dropping it then changes no decision), plus the
-    /// referenced bit.
+    /// referenced and limited bits.
     meta: u64,
-    /// Until when a request of cost 1 would be refused, as of the last decision (0 when it
-    /// would be allowed): a full shard evicts such a slot last.
-    limited_until: u64,
     pub(crate) state: St,
 }
 
 impl<St> Slot<St> {
     fn expires(&self) -> u64 {
-        self.meta & !REFERENCED
+        self.meta & EXPIRES
     }
 
-    /// Records a use, the time the state will be fresh again, and until when it refuses.
-    pub(crate) fn touch(&mut self, expires: u64, limited_until: u64) {
-        self.meta = expires.min(!REFERENCED) | REFERENCED;
-        self.limited_until = limited_until;
+    /// Records a use, the time the state will be fresh again, and whether it now refuses a
+    /// request of cost 1.
+    pub(crate) fn touch(&mut self, expires: u64, limited: bool) {
+        let limited = if limited { LIMITED } else { 0 };
+        self.meta = expires.min(EXPIRES) | REFERENCED | limited;
     }
 
+    /// Whether the slot counts as limited at `now`: its last decision left it refusing, and
+    /// its state has not returned to fresh since. (It may have regained some budget in
+    /// between; a full shard then keeps it a little longer than it needs to, which costs
+    /// nothing but a slot, where a precise time would cost eight bytes in every slot.)
     fn is_limited(&self, now: u64) -> bool {
-        self.limited_until > now
+        self.meta & LIMITED != 0 && self.expires() > now
     }
 }
 
@@ -160,7 +166,6 @@ impl<St> Shard<St> {
         let slot = Slot {
             key: CompactString::from(key),
             meta: 0,
-            limited_until: 0,
             state,
         };
         self.key_bytes += heap_bytes(&slot.key);
@@ -292,5 +297,36 @@ impl<St> Shard<St> {
             + self.index.allocation_size()
             + self.key_bytes
             + self.trace.allocated_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratewarden_core::algorithm::GcraState;
+    use ratewarden_core::LimitState;
+
+    #[test]
+    fn a_slot_is_one_cache_line_under_limit() {
+        // Key, expiry with its two bits, state: nothing else, so a key costs no more than
+        // docs/benchmarks.md promises.
+        assert_eq!(std::mem::size_of::<Slot<LimitState>>(), 64);
+        assert_eq!(std::mem::size_of::<Slot<GcraState>>(), 48);
+    }
+
+    #[test]
+    fn a_limited_slot_stops_counting_as_limited_once_fresh() {
+        let mut slot = Slot {
+            key: CompactString::from("k"),
+            meta: 0,
+            state: (),
+        };
+        slot.touch(100, true);
+        assert!(slot.is_limited(99));
+        assert!(!slot.is_limited(100));
+        assert_eq!(slot.expires(), 100);
+        slot.touch(u64::MAX, false);
+        assert!(!slot.is_limited(0));
+        assert_eq!(slot.expires(), EXPIRES, "saturated below the bits");
     }
 }

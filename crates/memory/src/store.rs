@@ -257,8 +257,8 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         if let Some(i) = shard.find(hash, key) {
             let slot = shard.slot_mut(i);
             let decision = op(&mut slot.state);
-            let limited_until = limited_until(limit, &slot.state, now, &decision);
-            slot.touch(now.saturating_add(decision.reset_after_ns), limited_until);
+            let limited = refuses_one(limit, &slot.state, now, &decision);
+            slot.touch(now.saturating_add(decision.reset_after_ns), limited);
             return decision;
         }
         if may_refuse {
@@ -286,9 +286,9 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         let dropped = shard.sweep(now, SWEEP_STEPS, &rehash);
         shard.counts.evicted_fresh += dropped;
         let expires = now.saturating_add(decision.reset_after_ns);
-        let limited_until = limited_until(limit, &state, now, &decision);
+        let limited = refuses_one(limit, &state, now, &decision);
         let i = shard.insert(hash, key, state, self.per_shard, rehash);
-        shard.slot_mut(i).touch(expires, limited_until);
+        shard.slot_mut(i).touch(expires, limited);
         decision
     }
 
@@ -421,18 +421,15 @@ enum Room {
     MakeAnyway,
 }
 
-/// Until when a request of cost 1 is refused after `decision` left `state` so at `now` (0
-/// when it would be allowed). Costs a peek only when the decision left nothing to spend, so
-/// the allowed path pays one comparison.
-fn limited_until<A: Algorithm>(limit: &A, state: &A::State, now: u64, decision: &Decision) -> u64 {
+/// Whether a request of cost 1 is refused after `decision` left `state` so at `now`. Costs a
+/// peek only when the decision left nothing to spend, so the allowed path pays one
+/// comparison.
+fn refuses_one<A: Algorithm>(limit: &A, state: &A::State, now: u64, decision: &Decision) -> bool {
     if decision.is_allowed() && decision.remaining > 0 {
-        return 0;
+        return false;
     }
-    match limit.peek(state, now, 1).outcome {
-        Outcome::Limited { retry_after_ns } => now.saturating_add(retry_after_ns.max(1)),
-        // Allowed, delayed, or a limit no request fits (a fresh key fares no better).
-        _ => 0,
-    }
+    // Allowed, delayed, or a limit no request fits (a fresh key fares no better): not limited.
+    matches!(limit.peek(state, now, 1).outcome, Outcome::Limited { .. })
 }
 
 /// The answer to a key evicted while limited, until its state would have been fresh.
