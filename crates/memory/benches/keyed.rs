@@ -104,6 +104,8 @@ impl<A: Algorithm> Ours<A> {
     fn new(limit: A, max_keys: usize) -> Self {
         let config = StoreConfig {
             max_keys,
+            // The count is the bound measured here (10 million keys exceed the default bytes).
+            max_bytes: usize::MAX,
             ..StoreConfig::default()
         };
         Self {

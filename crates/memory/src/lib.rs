@@ -7,7 +7,9 @@
 //!   (per IP, per key, per tenant, global) all or nothing.
 //! - **Bounded**: state that has returned to fresh is dropped a little with every new key (it
 //!   would decide exactly as a missing key does), and `max_keys` bounds the rest; a full
-//!   store evicts the least recently used key or refuses new keys ([`WhenFull`]).
+//!   store evicts the least recently used key that is not limited, or refuses new keys
+//!   ([`WhenFull`]). Eviction never resets a limited key: one evicted anyway is answered as
+//!   limited until its state would have been fresh.
 //! - **Concurrency permits** with leases: [`MemoryStore::acquire`].
 //!
 //! It implements [`ratewarden_core::Store`], and passes the same conformance suite as every
@@ -16,6 +18,7 @@
 mod config;
 mod shard;
 mod store;
+mod trace;
 
 pub use config::{StoreConfig, WhenFull};
 pub use store::{MemoryStore, Permit};
@@ -25,13 +28,19 @@ pub use store::{MemoryStore, Permit};
 pub struct StoreStats {
     /// Keys held.
     pub keys: usize,
+    /// Heap bytes of the keys held (those longer than 24 bytes), counted by `max_bytes`.
+    pub key_bytes: usize,
     /// Bytes the store has allocated for its keys and states (not counting allocator
     /// overhead).
     pub allocated_bytes: usize,
     /// States dropped because they had returned to fresh (no decision changes).
     pub evicted_fresh: u64,
-    /// Live states evicted to make room in a full store (those keys start afresh).
+    /// Live states not limited evicted to make room in a full store (those keys start
+    /// afresh: they had budget left).
     pub evicted_live: u64,
+    /// Limited states evicted from a shard holding nothing else (those keys stay limited
+    /// until their state would have been fresh: see [`WhenFull::EvictLeastRecentlyUsed`]).
+    pub evicted_limited: u64,
     /// Requests of new keys refused by a full store set to keep its keys.
     pub rejected_new_keys: u64,
     /// Times a thread found a shard locked and had to wait.

@@ -3,28 +3,61 @@
 use compact_str::CompactString;
 use hashbrown::HashTable;
 
+use crate::trace::Trace;
+
 /// The CLOCK "referenced" bit, kept in the top bit of a slot's expiry (expiries are Unix
-/// nanoseconds, below 2^63 until the year 2262).
+/// nanoseconds, below 2^62 until the year 2116).
 const REFERENCED: u64 = 1 << 63;
+/// The "limited" bit, next to it: the slot's last decision left it refusing a request of
+/// cost 1 (spent, or in debt).
+const LIMITED: u64 = 1 << 62;
+/// The expiry's bits.
+const EXPIRES: u64 = LIMITED - 1;
+
+/// Slots a full shard's eviction looks at, at most, for one not limited: bounds the cost of
+/// a new key in a shard that holds (nearly) nothing but limited keys.
+const EVICT_SCAN: usize = 64;
 
 /// One key's state. With a 24-byte inline key and a 32-byte state this is one cache line.
 pub(crate) struct Slot<St> {
     pub(crate) key: CompactString,
     /// When the state turns fresh (dropping it then changes no decision), plus the
-    /// referenced bit.
+    /// referenced and limited bits.
     meta: u64,
     pub(crate) state: St,
 }
 
 impl<St> Slot<St> {
     fn expires(&self) -> u64 {
-        self.meta & !REFERENCED
+        self.meta & EXPIRES
     }
 
-    /// Records a use, and the time the state will be fresh again.
-    pub(crate) fn touch(&mut self, expires: u64) {
-        self.meta = expires.min(!REFERENCED) | REFERENCED;
+    /// Records a use, the time the state will be fresh again, and whether it now refuses a
+    /// request of cost 1.
+    pub(crate) fn touch(&mut self, expires: u64, limited: bool) {
+        let limited = if limited { LIMITED } else { 0 };
+        self.meta = expires.min(EXPIRES) | REFERENCED | limited;
     }
+
+    /// Whether the slot counts as limited at `now`: its last decision left it refusing, and
+    /// its state has not returned to fresh since. (It may have regained some budget in
+    /// between; a full shard then keeps it a little longer than it needs to, which costs
+    /// nothing but a slot, where a precise time would cost eight bytes in every slot.)
+    fn is_limited(&self, now: u64) -> bool {
+        self.meta & LIMITED != 0 && self.expires() > now
+    }
+}
+
+/// What a full shard's eviction did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Evicted {
+    /// A slot that was not limited.
+    Live,
+    /// A limited slot (every slot looked at was), remembered in the trace until its state
+    /// would have been fresh.
+    Limited,
+    /// Nothing: the only candidates were limited and the trace had no room for them.
+    Nothing,
 }
 
 /// Counts of what a shard did, kept under its lock.
@@ -32,6 +65,7 @@ impl<St> Slot<St> {
 pub(crate) struct Counts {
     pub(crate) evicted_fresh: u64,
     pub(crate) evicted_live: u64,
+    pub(crate) evicted_limited: u64,
     pub(crate) rejected_new_keys: u64,
 }
 
@@ -41,6 +75,10 @@ pub(crate) struct Shard<St> {
     index: HashTable<u32>,
     /// What this shard has dropped and refused, for the store's stats.
     pub(crate) counts: Counts,
+    /// Keys evicted while limited, answered as limited until their time.
+    pub(crate) trace: Trace,
+    /// Heap bytes of the keys held (those too long to live inline in their slot).
+    key_bytes: usize,
     /// Where the incremental sweep (on each new key) and the CLOCK eviction look next.
     hand: usize,
 }
@@ -51,14 +89,46 @@ impl<St> Default for Shard<St> {
             slots: Vec::new(),
             index: HashTable::new(),
             counts: Counts::default(),
+            trace: Trace::default(),
+            key_bytes: 0,
             hand: 0,
         }
+    }
+}
+
+/// Heap bytes of a key: none when it lives inline in its slot.
+fn heap_bytes(key: &CompactString) -> usize {
+    if key.is_heap_allocated() {
+        key.capacity()
+    } else {
+        0
     }
 }
 
 impl<St> Shard<St> {
     pub(crate) fn len(&self) -> usize {
         self.slots.len()
+    }
+
+    /// Bytes the shard's keys take, as `max_bytes` counts them: a slot each, plus the heap
+    /// bytes of keys too long to live inline.
+    pub(crate) fn bytes(&self) -> usize {
+        self.slots.len() * std::mem::size_of::<Slot<St>>() + self.key_bytes
+    }
+
+    /// What holding `key` would add to [`bytes`](Self::bytes).
+    pub(crate) fn cost_of(key: &str) -> usize {
+        let heap = if key.len() > std::mem::size_of::<CompactString>() {
+            key.len()
+        } else {
+            0
+        };
+        std::mem::size_of::<Slot<St>>() + heap
+    }
+
+    /// Heap bytes of the keys held.
+    pub(crate) fn key_bytes(&self) -> usize {
+        self.key_bytes
     }
 
     pub(crate) fn find(&self, hash: u64, key: &str) -> Option<usize> {
@@ -76,13 +146,13 @@ impl<St> Shard<St> {
         &self.slots[i]
     }
 
-    /// Adds a key that [`find`](Self::find) did not find; the shard holds at most `most`.
+    /// Adds a key that [`find`](Self::find) did not find, untouched (the caller
+    /// [`touch`](Slot::touch)es it); the shard holds at most `most`.
     pub(crate) fn insert(
         &mut self,
         hash: u64,
         key: &str,
         state: St,
-        expires: u64,
         most: usize,
         rehash: impl Fn(&str) -> u64,
     ) -> usize {
@@ -93,12 +163,12 @@ impl<St> Shard<St> {
             let grow = (i / 4).max(16).min(most.saturating_sub(i)).max(1);
             self.slots.reserve_exact(grow);
         }
-        let mut slot = Slot {
+        let slot = Slot {
             key: CompactString::from(key),
             meta: 0,
             state,
         };
-        slot.touch(expires);
+        self.key_bytes += heap_bytes(&slot.key);
         self.slots.push(slot);
         let slots = &self.slots;
         self.index
@@ -119,6 +189,7 @@ impl<St> Shard<St> {
                 *j = i as u32;
             }
         }
+        self.key_bytes -= heap_bytes(&self.slots[i].key);
         self.slots.swap_remove(i);
     }
 
@@ -146,39 +217,116 @@ impl<St> Shard<St> {
         dropped
     }
 
-    /// Evicts one slot not referenced since the hand last passed it (CLOCK). Returns false
-    /// only for an empty shard.
-    pub(crate) fn evict_one(&mut self, rehash: &impl Fn(&str) -> u64) -> bool {
-        // Two turns at most: the first clears every referenced bit.
-        for _ in 0..=2 * self.slots.len() {
-            if self.slots.is_empty() {
-                return false;
-            }
-            if self.hand >= self.slots.len() {
+    /// Evicts one slot to make room at `now`: the first not limited and not referenced since
+    /// the hand last passed it (CLOCK), else the first not limited, else (every slot looked
+    /// at is limited) the limited one fresh soonest, once the trace has taken it. Looks at
+    /// most at [`EVICT_SCAN`] slots (two turns of a smaller shard).
+    pub(crate) fn evict_one(&mut self, now: u64, rehash: &impl Fn(&str) -> u64) -> Evicted {
+        let len = self.slots.len();
+        let mut unreferenced = None;
+        let mut not_limited = None;
+        let mut limited: Option<usize> = None;
+        for _ in 0..(2 * len).min(EVICT_SCAN) {
+            if self.hand >= len {
                 self.hand = 0;
             }
-            let slot = &mut self.slots[self.hand];
+            let at = self.hand;
+            self.hand += 1;
+            if self.slots[at].is_limited(now) {
+                let expires = self.slots[at].expires();
+                if limited.is_none_or(|j| self.slots[j].expires() > expires) {
+                    limited = Some(at);
+                }
+                continue;
+            }
+            let slot = &mut self.slots[at];
             if slot.meta & REFERENCED != 0 {
                 slot.meta &= !REFERENCED;
-                self.hand += 1;
+                not_limited.get_or_insert(at);
             } else {
-                self.remove(self.hand, rehash);
-                return true;
+                unreferenced = Some(at);
+                break;
             }
         }
-        false
+        if let Some(i) = unreferenced {
+            self.remove(i, rehash);
+            // The last slot moved here: the hand looks at it next.
+            self.hand = i;
+            return Evicted::Live;
+        }
+        if let Some(i) = not_limited {
+            self.remove(i, rehash);
+            return Evicted::Live;
+        }
+        let Some(i) = limited else {
+            return Evicted::Nothing;
+        };
+        let hash = rehash(self.slots[i].key.as_str());
+        if !self.trace.remember(hash, self.slots[i].expires(), now) {
+            return Evicted::Nothing;
+        }
+        self.remove(i, rehash);
+        Evicted::Limited
+    }
+
+    /// Whether [`evict_one`](Self::evict_one) would evict something, without evicting:
+    /// it looks at the same slots and changes nothing.
+    pub(crate) fn can_evict(&self, now: u64, rehash: &impl Fn(&str) -> u64) -> bool {
+        let len = self.slots.len();
+        let mut limited: Option<usize> = None;
+        for k in 0..(2 * len).min(EVICT_SCAN) {
+            let at = (self.hand + k) % len;
+            if !self.slots[at].is_limited(now) {
+                return true;
+            }
+            if limited.is_none_or(|j| self.slots[j].expires() > self.slots[at].expires()) {
+                limited = Some(at);
+            }
+        }
+        limited.is_some_and(|i| self.trace.has_room(rehash(self.slots[i].key.as_str()), now))
+    }
+
+    /// Until when a key evicted while limited stays limited, if still after `now`.
+    pub(crate) fn traced(&self, hash: u64, now: u64) -> Option<u64> {
+        self.trace.until(hash, now)
     }
 
     /// Bytes this shard has allocated, for memory accounting.
     pub(crate) fn allocated_bytes(&self) -> usize {
-        let heap_keys: usize = self
-            .slots
-            .iter()
-            .filter(|s| s.key.is_heap_allocated())
-            .map(|s| s.key.capacity())
-            .sum();
         self.slots.capacity() * std::mem::size_of::<Slot<St>>()
             + self.index.allocation_size()
-            + heap_keys
+            + self.key_bytes
+            + self.trace.allocated_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratewarden_core::algorithm::GcraState;
+    use ratewarden_core::LimitState;
+
+    #[test]
+    fn a_slot_is_one_cache_line_under_limit() {
+        // Key, expiry with its two bits, state: nothing else, so a key costs no more than
+        // docs/benchmarks.md promises.
+        assert_eq!(std::mem::size_of::<Slot<LimitState>>(), 64);
+        assert_eq!(std::mem::size_of::<Slot<GcraState>>(), 48);
+    }
+
+    #[test]
+    fn a_limited_slot_stops_counting_as_limited_once_fresh() {
+        let mut slot = Slot {
+            key: CompactString::from("k"),
+            meta: 0,
+            state: (),
+        };
+        slot.touch(100, true);
+        assert!(slot.is_limited(99));
+        assert!(!slot.is_limited(100));
+        assert_eq!(slot.expires(), 100);
+        slot.touch(u64::MAX, false);
+        assert!(!slot.is_limited(0));
+        assert_eq!(slot.expires(), EXPIRES, "saturated below the bits");
     }
 }

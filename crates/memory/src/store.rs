@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 use compact_str::CompactString;
 use ratewarden_core::{Algorithm, Check, Decision, Limit, Outcome, Store};
 
-use crate::shard::Shard;
+use crate::shard::{Evicted, Shard};
 use crate::{StoreConfig, StoreStats, WhenFull};
 
 /// Slots looked at by the incremental sweep each time a shard takes a new key.
@@ -59,6 +59,8 @@ pub struct MemoryStore<A: Algorithm = Limit, S = RandomState> {
     shards: Box<[Locked<A::State>]>,
     hasher: S,
     per_shard: usize,
+    /// Each shard's share of `max_bytes`.
+    per_shard_bytes: usize,
     config: StoreConfig,
     next_permit: AtomicU64,
     _algorithm: PhantomData<fn(&A)>,
@@ -78,6 +80,7 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         let shards = config.shards.clamp(1, 1 << 16).next_power_of_two();
         // Rounded down, so the store never holds more than `max_keys`.
         let per_shard = (config.max_keys / shards).max(1);
+        let per_shard_bytes = (config.max_bytes / shards).max(1);
         Self {
             shards: (0..shards)
                 .map(|_| Locked {
@@ -87,6 +90,7 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
                 .collect(),
             hasher,
             per_shard,
+            per_shard_bytes,
             config,
             next_permit: AtomicU64::new(1),
             _algorithm: PhantomData,
@@ -129,7 +133,7 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
     pub fn decide(&self, limit: &A, key: &str, now: u64, cost: u64) -> Decision {
         let hash = self.hash(key);
         let mut shard = self.lock(self.shard_of(hash));
-        self.update(&mut shard, limit, key, hash, now, |state| {
+        self.update(&mut shard, limit, key, hash, now, true, |state| {
             limit.decide(state, now, cost)
         })
     }
@@ -140,7 +144,10 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         let shard = self.lock(self.shard_of(hash));
         match shard.find(hash, key) {
             Some(i) => limit.peek(&shard.slot(i).state, now, cost),
-            None => limit.peek(&A::State::default(), now, cost),
+            None => match shard.traced(hash, now) {
+                Some(until) => still_limited(limit, now, until),
+                None => limit.peek(&A::State::default(), now, cost),
+            },
         }
     }
 
@@ -149,7 +156,7 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
     pub fn settle(&self, limit: &A, key: &str, now: u64, delta: i64) {
         let hash = self.hash(key);
         let mut shard = self.lock(self.shard_of(hash));
-        self.update(&mut shard, limit, key, hash, now, |state| {
+        self.update(&mut shard, limit, key, hash, now, true, |state| {
             limit.settle(state, now, delta);
             limit.peek(state, now, 0)
         });
@@ -176,19 +183,23 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
 
         let mut decisions = Vec::with_capacity(layers.len());
         let mut all = true;
+        // New keys already checked per shard (count, bytes): two new keys of one call in a
+        // shard with room for one must not both pass the check.
+        let mut pending = vec![(0, 0); order.len()];
         for (&(limit, key, cost), &hash) in layers.iter().zip(&hashes) {
-            let shard = &mut guards[guard_of(hash)];
+            let g = guard_of(hash);
+            let shard = &mut guards[g];
             let decision = match shard.find(hash, key) {
                 Some(i) => limit.peek(&shard.slot(i).state, now, cost),
-                // Only a store that refuses new keys can say no here; one that evicts makes
-                // room when (and only if) the request is charged.
-                None if self.config.when_full == WhenFull::RejectNewKeys => {
-                    match self.refuse_new_key(shard, limit, now) {
-                        Some(refused) => refused,
-                        None => limit.peek(&A::State::default(), now, cost),
+                None => match shard.traced(hash, now) {
+                    Some(until) => still_limited(limit, now, until),
+                    None => {
+                        let d = self.new_key_peek(shard, limit, key, now, cost, pending[g]);
+                        pending[g].0 += 1;
+                        pending[g].1 += Shard::<A::State>::cost_of(key);
+                        d
                     }
-                }
-                None => limit.peek(&A::State::default(), now, cost),
+                },
             };
             all &= decision.is_allowed();
             decisions.push(decision);
@@ -196,7 +207,8 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         if all {
             for (k, (&(limit, key, cost), &hash)) in layers.iter().zip(&hashes).enumerate() {
                 let shard = &mut guards[guard_of(hash)];
-                decisions[k] = self.update(shard, limit, key, hash, now, |state| {
+                // Room was made (or the request refused) above: charging cannot fail now.
+                decisions[k] = self.update(shard, limit, key, hash, now, false, |state| {
                     limit.decide(state, now, cost)
                 });
             }
@@ -204,10 +216,34 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         decisions
     }
 
+    /// A new key's answer in the first phase of a layered decision: refused if its full
+    /// shard could make no room for it, so that charging cannot fail once every layer has
+    /// allowed; but nothing is evicted yet, as another layer may still refuse.
+    fn new_key_peek(
+        &self,
+        shard: &mut Shard<A::State>,
+        limit: &A,
+        key: &str,
+        now: u64,
+        cost: u64,
+        pending: (usize, usize),
+    ) -> Decision {
+        let decision = limit.peek(&A::State::default(), now, cost);
+        if !decision.is_allowed() {
+            return decision;
+        }
+        self.refuse_new_key(shard, limit, key, now, Room::Check(pending))
+            .unwrap_or(decision)
+    }
+
     /// Runs `op` on `key`'s state and keeps the result, until the state is fresh again.
     ///
     /// A key not held starts from a fresh state and is stored only if `op` changed that
-    /// (a rejected request of a new key stores nothing).
+    /// (a rejected request of a new key stores nothing). A key evicted while limited is
+    /// answered as limited until its time, and a full shard that can make no room refuses,
+    /// unless `may_refuse` is false (the charge of a layered decision already checked).
+    // Eight arguments, all of one decision: a struct for them would only be unpacked here.
+    #[allow(clippy::too_many_arguments)]
     fn update(
         &self,
         shard: &mut Shard<A::State>,
@@ -215,20 +251,32 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         key: &str,
         hash: u64,
         now: u64,
+        may_refuse: bool,
         op: impl FnOnce(&mut A::State) -> Decision,
     ) -> Decision {
         if let Some(i) = shard.find(hash, key) {
             let slot = shard.slot_mut(i);
             let decision = op(&mut slot.state);
-            slot.touch(now.saturating_add(decision.reset_after_ns));
+            let limited = refuses_one(limit, &slot.state, now, &decision);
+            slot.touch(now.saturating_add(decision.reset_after_ns), limited);
             return decision;
+        }
+        if may_refuse {
+            if let Some(until) = shard.traced(hash, now) {
+                return still_limited(limit, now, until);
+            }
         }
         let mut state = A::State::default();
         let decision = op(&mut state);
         if limit.is_fresh(&state, now) {
             return decision;
         }
-        if let Some(refused) = self.refuse_new_key(shard, limit, now) {
+        let room = if may_refuse {
+            Room::Make
+        } else {
+            Room::MakeAnyway
+        };
+        if let Some(refused) = self.refuse_new_key(shard, limit, key, now, room) {
             return refused;
         }
         // Expiry keeps pace with insertion: each new key looks at a couple of slots and drops
@@ -238,37 +286,80 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         let dropped = shard.sweep(now, SWEEP_STEPS, &rehash);
         shard.counts.evicted_fresh += dropped;
         let expires = now.saturating_add(decision.reset_after_ns);
-        shard.insert(hash, key, state, expires, self.per_shard, rehash);
+        let limited = refuses_one(limit, &state, now, &decision);
+        let i = shard.insert(hash, key, state, self.per_shard, rehash);
+        shard.slot_mut(i).touch(expires, limited);
         decision
     }
 
-    /// Makes room for a new key in a full shard; the decision to answer instead when the
-    /// store keeps its keys rather than evicting.
-    fn refuse_new_key(&self, shard: &mut Shard<A::State>, limit: &A, now: u64) -> Option<Decision> {
-        if shard.len() < self.per_shard {
+    /// Makes room for a new key in a full shard (or, for [`Room::Check`], sees whether it
+    /// could); the decision to answer instead when the store keeps its keys rather than
+    /// evicting, or can evict none (see [`Evicted`]).
+    fn refuse_new_key(
+        &self,
+        shard: &mut Shard<A::State>,
+        limit: &A,
+        key: &str,
+        now: u64,
+        room: Room,
+    ) -> Option<Decision> {
+        let incoming = Shard::<A::State>::cost_of(key);
+        let (keys_before, bytes_before) = match room {
+            Room::Check(pending) => pending,
+            _ => (0, 0),
+        };
+        let full = |shard: &Shard<A::State>| {
+            shard.len() + keys_before >= self.per_shard
+                || shard.bytes() + bytes_before + incoming > self.per_shard_bytes
+        };
+        if !full(shard) {
             return None;
         }
         let rehash = |k: &str| self.hash(k);
+        // Dropping fresh state changes no decision, so even a check may do it.
         let dropped = shard.sweep(now, FULL_SWEEP_STEPS, &rehash);
         shard.counts.evicted_fresh += dropped;
-        if shard.len() < self.per_shard {
+        let refuse = if !full(shard) {
+            false
+        } else if bytes_before + incoming > self.per_shard_bytes {
+            // No eviction can make room for a key larger than the shard's share of bytes.
+            true
+        } else {
+            match (self.config.when_full, room) {
+                (WhenFull::RejectNewKeys, _) => true,
+                (WhenFull::EvictLeastRecentlyUsed, Room::Check(_)) => {
+                    !shard.can_evict(now, &rehash)
+                }
+                (WhenFull::EvictLeastRecentlyUsed, _) => self.evict_for(shard, now, &full),
+            }
+        };
+        if !refuse || room == Room::MakeAnyway {
             return None;
         }
-        match self.config.when_full {
-            WhenFull::EvictLeastRecentlyUsed => {
-                if shard.evict_one(&rehash) {
-                    shard.counts.evicted_live += 1;
-                }
-                None
-            }
-            WhenFull::RejectNewKeys => {
-                shard.counts.rejected_new_keys += 1;
-                let retry_after_ns =
-                    u64::try_from(self.config.full_retry_after.as_nanos()).unwrap_or(u64::MAX);
-                let outcome = Outcome::Limited { retry_after_ns };
-                Some(Decision::new(outcome, limit.limit(), 0, retry_after_ns))
+        shard.counts.rejected_new_keys += 1;
+        let retry_after_ns =
+            u64::try_from(self.config.full_retry_after.as_nanos()).unwrap_or(u64::MAX);
+        let outcome = Outcome::Limited { retry_after_ns };
+        Some(Decision::new(outcome, limit.limit(), 0, retry_after_ns))
+    }
+
+    /// Evicts until the shard is no longer `full`; true when it could not (it refuses then).
+    fn evict_for(
+        &self,
+        shard: &mut Shard<A::State>,
+        now: u64,
+        full: &impl Fn(&Shard<A::State>) -> bool,
+    ) -> bool {
+        let rehash = |k: &str| self.hash(k);
+        // A long key may need several slots' room; each eviction frees at least one slot.
+        while full(shard) {
+            match shard.evict_one(now, &rehash) {
+                Evicted::Live => shard.counts.evicted_live += 1,
+                Evicted::Limited => shard.counts.evicted_limited += 1,
+                Evicted::Nothing => return true,
             }
         }
+        false
     }
 
     /// Drops up to `budget` fresh states, for an idle store that gets no accesses to sweep
@@ -306,13 +397,52 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
             stats.contention += locked.contention.load(Ordering::Relaxed);
             let shard = self.lock(i);
             stats.keys += shard.len();
+            stats.key_bytes += shard.key_bytes();
             stats.allocated_bytes += shard.allocated_bytes();
             stats.evicted_fresh += shard.counts.evicted_fresh;
             stats.evicted_live += shard.counts.evicted_live;
+            stats.evicted_limited += shard.counts.evicted_limited;
             stats.rejected_new_keys += shard.counts.rejected_new_keys;
         }
         stats
     }
+}
+
+/// What a new key in a full shard asks of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Room {
+    /// Make room, or refuse the key.
+    Make,
+    /// Only see whether room could be made (the first phase of a layered decision), for
+    /// a key after this many new keys (and bytes) of the same call in the shard.
+    Check((usize, usize)),
+    /// Make room if possible, else hold one key more for a while: the charge of a layered
+    /// decision that every layer has allowed must not fail halfway.
+    MakeAnyway,
+}
+
+/// Whether a request of cost 1 is refused after `decision` left `state` so at `now`. Costs a
+/// peek only when the decision left nothing to spend, so the allowed path pays one
+/// comparison.
+fn refuses_one<A: Algorithm>(limit: &A, state: &A::State, now: u64, decision: &Decision) -> bool {
+    if decision.is_allowed() && decision.remaining > 0 {
+        return false;
+    }
+    // Allowed, delayed, or a limit no request fits (a fresh key fares no better): not limited.
+    matches!(limit.peek(state, now, 1).outcome, Outcome::Limited { .. })
+}
+
+/// The answer to a key evicted while limited, until its state would have been fresh.
+fn still_limited<A: Algorithm>(limit: &A, now: u64, until: u64) -> Decision {
+    let wait = until.saturating_sub(now);
+    Decision::new(
+        Outcome::Limited {
+            retry_after_ns: wait,
+        },
+        limit.limit(),
+        0,
+        wait,
+    )
 }
 
 impl<S: BuildHasher> MemoryStore<Limit, S> {
@@ -355,7 +485,7 @@ impl<S: BuildHasher> MemoryStore<Limit, S> {
         let id = self.next_permit.fetch_add(1, Ordering::Relaxed);
         let hash = self.hash(key);
         let mut shard = self.lock(self.shard_of(hash));
-        let decision = self.update(&mut shard, limit, key, hash, now, |state| {
+        let decision = self.update(&mut shard, limit, key, hash, now, true, |state| {
             limit.acquire(state, now, cost, id)
         });
         if decision.is_allowed() {

@@ -87,6 +87,16 @@ impl Breaker {
         inner.open_until = None;
     }
 
+    /// A call that ended without telling whether Redis is well (the caller was too busy to
+    /// see its reply in time). Counts nothing; a probe that ends so lets the next call probe.
+    pub(crate) fn inconclusive(&self) {
+        let mut inner = self.lock();
+        if inner.state == BreakerState::HalfOpen {
+            inner.state = BreakerState::Open;
+            inner.open_until = Some(Instant::now());
+        }
+    }
+
     pub(crate) fn failed(&self) {
         let mut inner = self.lock();
         inner.failures = inner.failures.saturating_add(1);
@@ -137,5 +147,29 @@ mod tests {
         b.succeeded();
         assert_eq!(b.state(), BreakerState::Closed);
         assert!(b.allow());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_inconclusive_probe_lets_the_next_call_probe() {
+        let b = Breaker::new(1, Duration::from_secs(1));
+        b.failed();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(b.allow(), "the probe");
+        b.inconclusive();
+        assert_eq!(b.state(), BreakerState::Open);
+        assert!(
+            b.allow(),
+            "another probe at once, not a whole cool-down later"
+        );
+        b.inconclusive();
+        assert!(b.allow());
+        b.succeeded();
+        assert_eq!(b.state(), BreakerState::Closed);
+        b.inconclusive();
+        assert_eq!(
+            b.state(),
+            BreakerState::Closed,
+            "counts nothing while closed"
+        );
     }
 }

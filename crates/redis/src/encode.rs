@@ -161,4 +161,115 @@ mod tests {
         assert_eq!(d[1].retry_after_ns(), Some(12));
         assert!(decode(&reply[..3]).is_err());
     }
+
+    /// Fuzzing (proptest; cargo-fuzz needs a nightly toolchain): the encoding of arbitrary
+    /// limits and the decoding of arbitrary replies.
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+        use ratewarden_core::{
+            CalendarUnit, Concurrency, FixedWindow, LeakyBucket, Quota, SlidingLog, SlidingWindow,
+            TokenBucket,
+        };
+        use std::time::Duration;
+
+        /// Any limit the core accepts, over the whole range of its numbers.
+        fn limit() -> impl Strategy<Value = Limit> {
+            let count = prop_oneof![1..10u64, any::<u64>()];
+            let nanos = prop_oneof![1..1_000u64, any::<u64>()];
+            let unit = prop_oneof![
+                Just(CalendarUnit::Second),
+                Just(CalendarUnit::Minute),
+                Just(CalendarUnit::Hour),
+                Just(CalendarUnit::Day),
+                Just(CalendarUnit::Week),
+                Just(CalendarUnit::Month),
+            ];
+            let zone = prop_oneof![Just("UTC"), Just("Europe/Paris"), Just("Asia/Kolkata")];
+            (0..10u8, count.clone(), nanos, count, unit, zone).prop_filter_map(
+                "the core refuses it",
+                |(kind, n, ns, burst, unit, zone)| {
+                    let d = Duration::from_nanos(ns);
+                    let rate = Rate::new(n, d).ok()?;
+                    Some(match kind {
+                        0 => FixedWindow::new(n, d).ok()?.into(),
+                        1 => SlidingWindow::new(n, d).ok()?.into(),
+                        2 => SlidingLog::new(n.min(1 << 20), d).ok()?.into(),
+                        3 => TokenBucket::new(rate, burst).ok()?.into(),
+                        4 => LeakyBucket::new(rate, burst).ok()?.into(),
+                        5 => LeakyQueue::new(rate, burst).ok()?.into(),
+                        6 => Gcra::new(rate, burst).ok()?.into(),
+                        7 => Quota::new(n, unit, zone).ok()?.into(),
+                        _ => Concurrency::new(n, d).ok()?.into(),
+                    })
+                },
+            )
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(4096))]
+
+            #[test]
+            fn any_limit_encodes_to_decimal_parameters_the_script_can_read(
+                limit in limit(),
+                cost in any::<i64>(),
+                hint in prop_oneof![any::<u64>(), 1_700_000_000_000_000_000..1_900_000_000_000_000_000u64],
+            ) {
+                let mut args = vec!["untouched".to_owned()];
+                push_check(&mut args, &limit, &cost.to_string(), hint);
+                prop_assert_eq!(&args[0], "untouched");
+                prop_assert_eq!(args[1].as_str(), limit.kind().as_str());
+                prop_assert_eq!(&args[2], &cost.to_string());
+                let n: usize = args[3].parse().unwrap();
+                prop_assert_eq!(args.len(), 4 + n);
+                let params: Vec<u64> = args[4..]
+                    .iter()
+                    .map(|a| a.parse::<u64>())
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| TestCaseError::fail(format!("{args:?}: {e}")))?;
+                match &limit {
+                    Limit::TokenBucket(_) | Limit::LeakyBucket(_) | Limit::Gcra(_)
+                    | Limit::LeakyQueue(_) => {
+                        // ticks_per_ns / ticks_per_cell is the rate, in lowest terms.
+                        let (per_ns, per_cell) = (params[0], params[1]);
+                        prop_assert!(per_ns > 0 && per_cell > 0, "{:?}", params);
+                        prop_assert_eq!(gcd(per_ns, per_cell), 1);
+                    }
+                    Limit::Quota(q) => {
+                        // Pairs of [start, end): the first holds the hint, all are ordered
+                        // and adjacent.
+                        prop_assert_eq!(params[0], q.limit());
+                        let periods: Vec<_> = params[1..].chunks(2).collect();
+                        prop_assert!(periods.iter().all(|p| p.len() == 2 && p[0] < p[1]));
+                        prop_assert!(periods[0][0] <= hint && hint < periods[0][1].max(hint.saturating_add(1)));
+                    }
+                    _ => prop_assert_eq!(n, 2),
+                }
+            }
+
+            #[test]
+            fn any_reply_decodes_or_is_refused_without_a_panic(
+                reply in prop::collection::vec(
+                    prop_oneof![
+                        Just("allowed".to_owned()),
+                        Just("limited".to_owned()),
+                        Just("delayed".to_owned()),
+                        Just("cost_too_high".to_owned()),
+                        any::<u64>().prop_map(|n| n.to_string()),
+                        any::<u128>().prop_map(|n| n.to_string()),
+                        "[-+0-9]{0,45}",
+                        any::<String>(),
+                    ],
+                    0..24,
+                ),
+            ) {
+                if let Ok((_, decisions)) = decode(&reply) {
+                    prop_assert_eq!(decisions.len() * 5 + 1, reply.len());
+                    for d in decisions {
+                        prop_assert!(d.remaining <= d.limit);
+                    }
+                }
+            }
+        }
+    }
 }

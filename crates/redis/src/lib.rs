@@ -7,6 +7,7 @@
 //! (`src/lua/bigint.lua`), and every number crosses the wire as a decimal string.
 
 mod breaker;
+mod deadline;
 mod encode;
 mod slot;
 mod store;

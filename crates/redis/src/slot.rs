@@ -53,4 +53,58 @@ mod tests {
         assert_eq!(slot(b"foo"), 12182);
         assert_eq!(slot(b"bar"), 5061);
     }
+
+    /// Fuzzing against Redis itself: `CLUSTER KEYSLOT` of arbitrary byte keys, odd braces
+    /// and huge keys included, on a real cluster-enabled `redis-server`.
+    #[cfg(feature = "testing")]
+    mod fuzz {
+        use super::*;
+        use crate::testing::Server;
+        use proptest::prelude::*;
+
+        fn key() -> impl Strategy<Value = Vec<u8>> {
+            prop_oneof![
+                prop::collection::vec(any::<u8>(), 0..64),
+                prop::collection::vec(
+                    prop_oneof![Just(b'{'), Just(b'}'), Just(b'|'), any::<u8>()],
+                    0..24
+                ),
+                (any::<u8>(), 1_000..70_000usize).prop_map(|(b, n)| vec![b; n]),
+            ]
+        }
+
+        #[test]
+        fn slots_match_redis_on_arbitrary_keys() {
+            let dir =
+                std::env::temp_dir().join(format!("ratewarden-slot-fuzz-{}", std::process::id()));
+            let config = dir.join("nodes.conf");
+            std::fs::create_dir_all(&dir).unwrap();
+            let server = Server::start_with(&[
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                config.to_str().unwrap(),
+            ]);
+            // The runner's closure is `Fn`: the connection is borrowed mutably per case.
+            let redis = std::cell::RefCell::new(
+                redis::Client::open(server.url())
+                    .and_then(|c| c.get_connection())
+                    .expect("connecting to our redis-server"),
+            );
+            let mut runner =
+                proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(2048));
+            runner
+                .run(&key(), |key| {
+                    let want: u16 = redis::cmd("CLUSTER")
+                        .arg("KEYSLOT")
+                        .arg(&key[..])
+                        .query(&mut *redis.borrow_mut())
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    prop_assert_eq!(slot(&key), want, "key {:?}", String::from_utf8_lossy(&key));
+                    Ok(())
+                })
+                .unwrap();
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
 }

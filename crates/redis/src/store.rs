@@ -1,6 +1,7 @@
 //! The Redis store: one script call per decision, a deadline on every call, a circuit
 //! breaker in front, and layered decisions across Cluster slots by reserve-then-refund.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ratewarden_core::{AsyncStore, Check, Decision, Limit};
@@ -9,6 +10,7 @@ use redis::cluster_async::ClusterConnection;
 use tokio::sync::OnceCell;
 
 use crate::breaker::{Breaker, BreakerState};
+use crate::deadline::{self, Blame};
 use crate::{encode, slot};
 
 /// The code: the big-integer library, then the transitions (whose last statement returns the
@@ -75,7 +77,9 @@ pub struct RedisConfig {
     /// Where the counters live.
     pub target: Target,
     /// The most one call may take, connecting included; past it the call fails and the
-    /// rule's failure policy answers.
+    /// rule's failure policy answers. A deadline missed because this process was saturated
+    /// (its timer fired more than half the deadline late) is not counted against Redis: the
+    /// call waits on for the reply it already asked for, up to four deadlines more.
     pub deadline: Duration,
     /// Consecutive failures that open the circuit breaker.
     pub breaker_failures: u32,
@@ -140,6 +144,8 @@ pub struct RedisStore {
     function: &'static str,
     connection: OnceCell<Connection>,
     breaker: Breaker,
+    /// See [`RedisStore::late_timeouts`].
+    late_timeouts: AtomicU64,
     /// Held across each call when `pipeline` is off.
     one_at_a_time: tokio::sync::Mutex<()>,
 }
@@ -182,6 +188,7 @@ impl RedisStore {
             client,
             function: LIBRARY.function.as_str(),
             connection: OnceCell::new(),
+            late_timeouts: AtomicU64::new(0),
             one_at_a_time: tokio::sync::Mutex::new(()),
         })
     }
@@ -417,6 +424,9 @@ impl RedisStore {
     }
 
     /// Behind the breaker and within the deadline, with the connection.
+    ///
+    /// A deadline missed while the caller was saturated (its timer fired late, see
+    /// [`deadline`](crate::deadline)) fails the call but is not held against Redis.
     async fn guarded<T>(
         &self,
         call: impl std::future::Future<Output = Result<T, RedisError>>,
@@ -425,7 +435,7 @@ impl RedisStore {
             return Err(RedisError::BreakerOpen);
         }
         let deadline = self.config.deadline;
-        match tokio::time::timeout(deadline, call).await {
+        match deadline::within(deadline, call).await {
             Ok(Ok(value)) => {
                 self.breaker.succeeded();
                 Ok(value)
@@ -434,11 +444,23 @@ impl RedisStore {
                 self.breaker.failed();
                 Err(error)
             }
-            Err(_) => {
+            Err(Blame::Redis) => {
                 self.breaker.failed();
                 Err(RedisError::Timeout(deadline))
             }
+            Err(Blame::Caller) => {
+                self.late_timeouts.fetch_add(1, Ordering::Relaxed);
+                self.breaker.inconclusive();
+                Err(RedisError::Timeout(deadline))
+            }
         }
+    }
+
+    /// Calls that timed out because this process was saturated (every timer of the call
+    /// fired late), not held against Redis by the circuit breaker. For metrics: a count
+    /// that grows means the process, not Redis, needs capacity.
+    pub fn late_timeouts(&self) -> u64 {
+        self.late_timeouts.load(Ordering::Relaxed)
     }
 
     fn time_arg(&self, now: u64) -> String {

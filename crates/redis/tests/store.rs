@@ -229,6 +229,78 @@ async fn a_stopped_redis_costs_the_deadline_then_nothing_and_recovery_is_automat
     assert!(d.remaining <= 98, "the count survived: {d:?}");
 }
 
+/// Blocks the calling thread, as a request handler doing CPU work under overload does.
+// The test saturates its own runtime on purpose: that is the condition under test, not a
+// wait for a refill.
+#[allow(clippy::disallowed_methods)]
+fn hog(duration: Duration) {
+    std::thread::sleep(duration);
+}
+
+#[test]
+fn a_saturated_caller_does_not_open_the_breaker_on_a_healthy_redis() {
+    // One thread, kept busy by a task that blocks it three deadlines at a time: every timer
+    // fires late, while Redis answers each call in well under a millisecond.
+    let server = Server::start();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let deadline = Duration::from_millis(10);
+        let redis = RedisStore::new(RedisConfig {
+            target: Target::Single(server.url()),
+            deadline,
+            breaker_failures: 3,
+            breaker_cool_down: Duration::from_secs(60),
+            time: TimeSource::Caller,
+            ..RedisConfig::default()
+        })
+        .unwrap();
+        let limit = Limit::from(FixedWindow::new(1_000, Duration::from_secs(60)).unwrap());
+        // Connected, and the library loaded (which may take longer than the deadline).
+        let mut before = None;
+        for _ in 0..50 {
+            if let Ok(d) = redis.peek(&limit, "busy|k", T0, 0).await {
+                before = Some(d.remaining);
+                break;
+            }
+        }
+        let before = before.expect("redis answers an idle caller");
+        assert_eq!(redis.breaker(), BreakerState::Closed);
+
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let hogging = tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    hog(3 * deadline);
+                    tokio::task::yield_now().await;
+                }
+            }
+        });
+        let (mut answered, mut timed_out) = (0, 0);
+        for _ in 0..30 {
+            match redis.decide(&limit, "busy|k", T0, 1).await {
+                Ok(_) => answered += 1,
+                Err(RedisError::Timeout(_)) => timed_out += 1,
+                Err(e) => panic!("a healthy redis behind a busy caller: {e}"),
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        hogging.await.unwrap();
+        eprintln!(
+            "saturated caller: {answered} answered, {timed_out} timed out, {} late timeouts",
+            redis.late_timeouts()
+        );
+        assert_eq!(redis.breaker(), BreakerState::Closed);
+        assert_eq!(answered, 30, "the replies were there, only read late");
+        // The count is exact: every answered call was charged once.
+        let d = redis.decide(&limit, "busy|k", T0, 1).await.unwrap();
+        assert_eq!(d.remaining, before - 31);
+    });
+}
+
 #[tokio::test]
 async fn a_killed_redis_fails_fast_and_a_restarted_one_is_used_again() {
     let server = Server::start();
