@@ -7,8 +7,8 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::json;
 
-use super::app::App;
-use super::reply::{self, Body};
+use crate::serve::app::App;
+use crate::serve::reply::{self, Body};
 
 pub(crate) async fn handle(app: &Arc<App>, request: Request<Incoming>) -> Response<Body> {
     let method = request.method().clone();

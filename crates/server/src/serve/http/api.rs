@@ -17,8 +17,8 @@ use ratewarden_core::{Outcome, NANOS_PER_SEC};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::app::{Answer, App};
-use super::reply::{self, Body, Problem};
+use crate::serve::app::{Answer, App};
+use crate::serve::reply::{self, Body, Problem};
 
 /// The most a caller may claim one request costs.
 pub(crate) const MAX_COST: u64 = 1_000_000_000;
@@ -97,7 +97,7 @@ pub(crate) async fn handle(
         Err(problem) => return problem.response(),
     };
     match path.as_str() {
-        "/json" => super::rls_json::handle(app, body).await,
+        "/json" => crate::serve::rls_json::handle(app, body).await,
         "/v1/check" => match parse::<Check>(&body) {
             Ok(check) => decide(app, peer, check).await,
             Err(problem) => problem.response(),

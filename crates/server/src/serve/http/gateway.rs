@@ -5,42 +5,16 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use anyhow::Context;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use ratewarden_core::NANOS_PER_SEC;
 
-use super::app::{Answer, App};
-use super::listen::Local;
-use super::reply::{self, Body, Holding};
-
-/// The service behind the gateway, and a pool of connections to it.
-pub(crate) struct Upstream {
-    authority: Authority,
-    client: Client<HttpConnector, Incoming>,
-}
-
-impl Upstream {
-    pub(crate) fn new(url: &str) -> anyhow::Result<Self> {
-        let uri: Uri = url
-            .parse()
-            .with_context(|| format!("`[server] upstream` `{url}` is not a URL"))?;
-        let authority = uri
-            .authority()
-            .cloned()
-            .with_context(|| format!("`[server] upstream` `{url}` has no host"))?;
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new()).build(connector);
-        Ok(Self { authority, client })
-    }
-}
+use super::upstream::Local;
+use crate::serve::app::{Answer, App};
+use crate::serve::reply::{self, Body, Holding};
 
 /// Releases an allowed request's concurrency permit when dropped: when its response has
 /// been sent, or the client went away.
@@ -151,7 +125,7 @@ pub(crate) async fn handle(
 }
 
 async fn forward(
-    upstream: &Upstream,
+    upstream: &super::upstream::Upstream,
     peer: SocketAddr,
     request: Request<Incoming>,
 ) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
@@ -188,7 +162,7 @@ async fn forward(
             .insert("x-forwarded-proto", HeaderValue::from_static("http"));
     }
     upstream
-        .client
+        .client()
         .request(Request::from_parts(parts, body))
         .await
 }

@@ -14,8 +14,10 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::app::App;
-use super::reply::Body;
+use crate::serve::app::App;
+use crate::serve::reply::Body;
+
+use super::upstream::Local;
 
 /// What a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,20 +49,6 @@ pub(crate) fn bind(addr: SocketAddr, field: &str) -> anyhow::Result<std::net::Tc
 }
 
 /// Serves `listener` until `stop` turns true, then gives open connections `grace` to finish.
-/// What each worker keeps for itself: its pool of upstream connections, whose tasks run on
-/// the worker's own runtime.
-pub(crate) struct Local {
-    pub(crate) upstream: Option<super::gateway::Upstream>,
-}
-
-impl Local {
-    pub(crate) fn new(upstream: Option<&str>) -> anyhow::Result<Self> {
-        Ok(Self {
-            upstream: upstream.map(super::gateway::Upstream::new).transpose()?,
-        })
-    }
-}
-
 pub(crate) async fn serve(
     listener: TcpListener,
     role: Role,
