@@ -15,6 +15,7 @@ pub mod config;
 mod engine;
 pub mod envoy;
 mod ip;
+pub mod path;
 
 pub use config::{
     Config, ConfigError, ConfigErrors, Cost, KeyPart, KeySources, Match, Mode, OnStoreFailure,
