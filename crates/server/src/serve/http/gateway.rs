@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::{Authority, PathAndQuery, Scheme};
@@ -12,7 +13,12 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use ratewarden_core::NANOS_PER_SEC;
 
-use super::upstream::Local;
+use super::guard::{self, Identity};
+use super::limits::{
+    self, Paced, BODY_IDLE_TIMEOUT, BODY_MIN_BYTES_PER_SEC, BODY_RATE_GRACE, UPSTREAM_IDLE_TIMEOUT,
+    UPSTREAM_RESPONSE_TIMEOUT,
+};
+use super::upstream::{Local, Upstream};
 use crate::serve::app::{Answer, App};
 use crate::serve::reply::{self, Body, Holding};
 
@@ -53,6 +59,15 @@ pub(crate) async fn handle(
     let Some(upstream) = &local.upstream else {
         return reply::problem(StatusCode::BAD_GATEWAY, "no upstream is configured");
     };
+    let identity = local.identity.get(&app.engine);
+    if let Some(refused) = guard::refusal(&request, &identity) {
+        return refused;
+    }
+    // What is matched is what is forwarded: one spelling of the path (issue 12, item 2).
+    let path = match ratewarden_policy::path::normalize(request.uri().path()) {
+        Ok(path) => path.into_owned(),
+        Err(error) => return reply::problem(StatusCode::BAD_REQUEST, error.to_string()),
+    };
     let header_pairs: Vec<(&str, &str)> = request
         .headers()
         .iter()
@@ -66,7 +81,7 @@ pub(crate) async fn handle(
     let engine_request = ratewarden_policy::Request {
         peer: peer.ip(),
         method: request.method().as_str(),
-        path: request.uri().path(),
+        path: &path,
         host,
         headers: &header_pairs,
         cost: None,
@@ -88,6 +103,8 @@ pub(crate) async fn handle(
     let started = app.clock.now();
     let verdict = match app.engine.decide(&engine_request, started).await {
         Ok(verdict) => verdict,
+        // A request the rules cannot read one way (a repeated key header, conflicting key
+        // sources, a cost that is not a number): the client's fault, and one meaning.
         Err(e) => return reply::problem(StatusCode::BAD_REQUEST, e.to_string()),
     };
     app.metrics
@@ -106,9 +123,29 @@ pub(crate) async fn handle(
         // goes away meanwhile drops this future, and with it the permit and the place.
         tokio::time::sleep(delay).await;
     }
-    let response = match forward(upstream, peer, request).await {
+    let response = match forward(upstream, &identity, peer, &path, request).await {
         Ok(response) => response,
-        Err(error) => {
+        Err(Failed::Timeout) => {
+            tracing::warn!("the upstream did not answer in time");
+            return reply::problem(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!(
+                    "the upstream did not answer within {}s",
+                    UPSTREAM_RESPONSE_TIMEOUT.as_secs()
+                ),
+            );
+        }
+        Err(Failed::Client(error)) => {
+            if let Some(slow) = limits::too_slow(&error) {
+                return reply::problem(StatusCode::REQUEST_TIMEOUT, slow.to_string());
+            }
+            if is_connect_timeout(&error) {
+                tracing::warn!(%error, "the upstream did not take the connection in time");
+                return reply::problem(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "the upstream did not take the connection in time",
+                );
+            }
             tracing::warn!(%error, "upstream request failed");
             return reply::problem(
                 StatusCode::BAD_GATEWAY,
@@ -118,64 +155,128 @@ pub(crate) async fn handle(
     };
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    let body = Holding::new(body.map_err(Into::into).boxed(), (permit, slot));
+    // An upstream that stops sending mid-body does not hold the slot and the permit forever.
+    let body = Paced::new(body, "upstream", UPSTREAM_IDLE_TIMEOUT, 0, Duration::ZERO);
+    let body = Holding::new(body.boxed(), (permit, slot));
     let mut response = Response::from_parts(parts, body.boxed());
     reply::add_headers(&mut response, &headers);
     response
 }
 
+/// Why forwarding failed.
+enum Failed {
+    /// No response head within [`UPSTREAM_RESPONSE_TIMEOUT`].
+    Timeout,
+    /// The client's error: connecting, sending (a request body too slow, say), receiving.
+    Client(hyper_util::client::legacy::Error),
+}
+
+fn is_connect_timeout(error: &hyper_util::client::legacy::Error) -> bool {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::TimedOut {
+                return true;
+            }
+        }
+        next = e.source();
+    }
+    false
+}
+
 async fn forward(
-    upstream: &super::upstream::Upstream,
+    upstream: &Upstream,
+    identity: &Identity,
     peer: SocketAddr,
+    path: &str,
     request: Request<Incoming>,
-) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
+) -> Result<Response<Incoming>, Failed> {
     let (mut parts, body) = request.into_parts();
-    let path = parts
-        .uri
-        .path_and_query()
-        .cloned()
-        .unwrap_or_else(|| PathAndQuery::from_static("/"));
+    // The normalized path the rules matched, and the query as the client sent it.
+    let target = match parts.uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path.to_owned(),
+    };
+    let target = PathAndQuery::try_from(target).unwrap_or_else(|_| PathAndQuery::from_static("/"));
     let mut uri = Uri::builder()
         .scheme(Scheme::HTTP)
         .authority(upstream.authority.clone())
-        .path_and_query(path);
+        .path_and_query(target);
     if let Ok(built) = std::mem::take(&mut uri).build() {
         parts.uri = built;
     }
     strip_hop_by_hop(&mut parts.headers);
-    // The client's address for the upstream, appended to any list from proxies before us.
-    let client = peer.ip().to_string();
-    let forwarded_for = match parts
-        .headers
-        .get("x-forwarded-for")
-        .and_then(|v| v.to_str().ok())
-    {
-        Some(before) => format!("{before}, {client}"),
-        None => client,
+    forwarding_headers(&mut parts.headers, identity, peer);
+    // A client body that stalls or trickles is cut, and its request with it: it does not
+    // hold an in-flight slot for as long as it likes (issue 12, item 6).
+    let body = Paced::new(
+        body,
+        "client",
+        BODY_IDLE_TIMEOUT,
+        BODY_MIN_BYTES_PER_SEC,
+        BODY_RATE_GRACE,
+    )
+    .boxed();
+    let sent = upstream.client().request(Request::from_parts(parts, body));
+    match tokio::time::timeout(UPSTREAM_RESPONSE_TIMEOUT, sent).await {
+        Ok(answer) => answer.map_err(Failed::Client),
+        Err(_) => Err(Failed::Timeout),
+    }
+}
+
+/// Tells the upstream who the client is. From a trusted proxy, our hop is added to the
+/// lists it sent; from anyone else, whatever the client wrote of itself is replaced: the
+/// upstream must not take a client's own word for its address (`Forwarded` as much as
+/// `X-Forwarded-For`).
+fn forwarding_headers(headers: &mut HeaderMap, identity: &Identity, peer: SocketAddr) {
+    let ip = peer.ip();
+    let client = ip.to_string();
+    // RFC 7239 §6: an IPv6 node is quoted and bracketed.
+    let node = match ip {
+        std::net::IpAddr::V4(_) => client.clone(),
+        std::net::IpAddr::V6(_) => format!("\"[{client}]\""),
     };
-    if let Ok(value) = HeaderValue::from_str(&forwarded_for) {
-        parts.headers.insert("x-forwarded-for", value);
+    let joined = |headers: &HeaderMap, name: &str| {
+        let lines: Vec<&str> = headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        (!lines.is_empty()).then(|| lines.join(", "))
+    };
+    let (forwarded_for, forwarded) = if identity.trusted.contains(ip) {
+        let xff = match joined(headers, "x-forwarded-for") {
+            Some(before) => format!("{before}, {client}"),
+            None => client,
+        };
+        let forwarded = match joined(headers, "forwarded") {
+            Some(before) => format!("{before}, for={node}"),
+            None => format!("for={node};proto=http"),
+        };
+        (xff, forwarded)
+    } else {
+        for name in ["x-forwarded-host", "x-forwarded-proto", "x-real-ip"] {
+            headers.remove(name);
+        }
+        (client, format!("for={node};proto=http"))
+    };
+    for (name, value) in [("x-forwarded-for", forwarded_for), ("forwarded", forwarded)] {
+        headers.remove(name);
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
     }
-    if !parts.headers.contains_key("x-forwarded-proto") {
-        parts
-            .headers
-            .insert("x-forwarded-proto", HeaderValue::from_static("http"));
+    if !headers.contains_key("x-forwarded-proto") {
+        headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
     }
-    upstream
-        .client()
-        .request(Request::from_parts(parts, body))
-        .await
 }
 
 /// Removes the headers that describe one connection, not the message (RFC 9110 §7.6.1):
-/// the fixed list, and any named in `Connection`.
+/// the fixed list, and any named in `Connection` (the guard has refused requests whose
+/// `Connection` names a header that decides who they are).
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let named: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+    let named: Vec<HeaderName> = guard::connection_names(headers)
+        .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
         .collect();
     for name in named {
         headers.remove(name);

@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use crate::serve::app::App;
 use crate::serve::reply::Body;
 
+use super::limits::{HEADER_READ_TIMEOUT, MAX_HEADER_BYTES};
 use super::upstream::Local;
 
 /// What a listener serves.
@@ -60,8 +61,10 @@ pub(crate) async fn serve(
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
-        // A client that never finishes its headers does not hold a connection forever.
-        .header_read_timeout(Duration::from_secs(30));
+        // A client that never finishes its headers does not hold a connection long
+        // (slowloris), and a head past the bound is a 431, not memory (issue 12, items 5, 6).
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(MAX_HEADER_BYTES);
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {

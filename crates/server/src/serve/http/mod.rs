@@ -4,6 +4,8 @@
 mod admin;
 mod api;
 mod gateway;
+mod guard;
+mod limits;
 mod listen;
 mod upstream;
 

@@ -6,15 +6,17 @@
 use anyhow::Context;
 use http::uri::Authority;
 use http::Uri;
-use hyper::body::Incoming;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use super::limits::{UPSTREAM_CONNECT_TIMEOUT, UPSTREAM_POOL_IDLE};
+use crate::serve::reply::Body;
 
 /// The service behind the gateway, and a pool of connections to it.
 pub(crate) struct Upstream {
     pub(crate) authority: Authority,
-    client: Client<HttpConnector, Incoming>,
+    client: Client<HttpConnector, Body>,
 }
 
 impl Upstream {
@@ -28,11 +30,16 @@ impl Upstream {
             .with_context(|| format!("`[server] upstream` `{url}` has no host"))?;
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new()).build(connector);
+        // An upstream that does not take the connection fails fast, a 504 (issue 12, item 7).
+        connector.set_connect_timeout(Some(UPSTREAM_CONNECT_TIMEOUT));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(UPSTREAM_POOL_IDLE)
+            .build(connector);
         Ok(Self { authority, client })
     }
 
-    pub(crate) fn client(&self) -> &Client<HttpConnector, Incoming> {
+    pub(crate) fn client(&self) -> &Client<HttpConnector, Body> {
         &self.client
     }
 }
@@ -41,12 +48,15 @@ impl Upstream {
 /// the worker's own runtime.
 pub(crate) struct Local {
     pub(crate) upstream: Option<Upstream>,
+    /// The headers that decide who a request is, for the rules in force.
+    pub(crate) identity: super::guard::IdentityCache,
 }
 
 impl Local {
     pub(crate) fn new(upstream: Option<&str>) -> anyhow::Result<Self> {
         Ok(Self {
             upstream: upstream.map(Upstream::new).transpose()?,
+            identity: super::guard::IdentityCache::default(),
         })
     }
 }
