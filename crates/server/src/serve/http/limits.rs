@@ -30,8 +30,8 @@ pub(crate) const API_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// The longest a streamed request body may go without a byte, through the gateway.
 pub(crate) const BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The slowest a streamed request body may arrive, on average since its request started,
-/// once [`BODY_RATE_GRACE`] has passed: nginx's `client_body_timeout` bounds only the gap
+/// The slowest a streamed request body may arrive, on average over the time spent waiting
+/// for it, once [`BODY_RATE_GRACE`] of waiting has passed: nginx's `client_body_timeout` bounds only the gap
 /// between reads, which a client sending a byte every few seconds never exceeds.
 pub(crate) const BODY_MIN_BYTES_PER_SEC: u64 = 1024;
 
@@ -66,8 +66,11 @@ pub(crate) enum TooSlow {
 
 /// A body that fails with [`TooSlow`] when it stalls, or falls below a minimum rate.
 ///
-/// One timer: it fires at the earlier of the idle deadline (the last byte plus the idle
-/// timeout) and the moment the average rate would fall below the minimum.
+/// Only the time spent waiting on this body counts: while the other side is slow to take
+/// what was read (backpressure from a slow upstream or a slow client), this body is not
+/// polled, and is not to blame. One timer, set whenever a wait starts: it fires at the
+/// earlier of the idle timeout and the moment the body's average rate over its waits would
+/// fall below the minimum.
 pub(crate) struct Paced<B> {
     inner: B,
     /// Whose body, for the error: "client" or "upstream".
@@ -76,7 +79,10 @@ pub(crate) struct Paced<B> {
     /// Bytes a second, 0 for no minimum.
     min_rate: u64,
     grace: Duration,
-    started: Instant,
+    /// Time spent waiting on `inner` in earlier waits.
+    waited: Duration,
+    /// When the wait in progress started, if one is.
+    waiting_since: Option<Instant>,
     bytes: u64,
     timer: Pin<Box<Sleep>>,
     done: bool,
@@ -90,43 +96,49 @@ impl<B> Paced<B> {
         min_rate: u64,
         grace: Duration,
     ) -> Self {
-        let started = Instant::now();
-        let mut paced = Self {
+        Self {
             inner,
             whose,
             idle,
             min_rate,
             grace,
-            started,
+            waited: Duration::ZERO,
+            waiting_since: None,
             bytes: 0,
-            timer: Box::pin(tokio::time::sleep_until(started + idle)),
+            timer: Box::pin(tokio::time::sleep(idle)),
             done: false,
-        };
-        paced.rearm(started);
-        paced
+        }
     }
 
-    /// Sets the timer after progress at `now`.
-    fn rearm(&mut self, now: Instant) {
-        let mut deadline = now + self.idle;
+    /// Starts a wait at `now`, and sets the timer for it.
+    fn start_waiting(&mut self, now: Instant) {
+        self.waiting_since = Some(now);
+        let mut allowed = self.idle;
         if self.min_rate > 0 {
-            // bytes / elapsed >= min_rate holds until elapsed = bytes / min_rate.
-            let allowed = Duration::from_secs_f64(self.bytes as f64 / self.min_rate as f64);
-            deadline = deadline.min(self.started + allowed.max(self.grace));
+            // bytes / waited >= min_rate holds until waited = bytes / min_rate.
+            let budget =
+                Duration::from_secs_f64(self.bytes as f64 / self.min_rate as f64).max(self.grace);
+            allowed = allowed.min(budget.saturating_sub(self.waited));
         }
-        self.timer.as_mut().reset(deadline);
+        self.timer.as_mut().reset(now + allowed);
+    }
+
+    /// Ends the wait in progress at `now`.
+    fn stop_waiting(&mut self, now: Instant) {
+        if let Some(since) = self.waiting_since.take() {
+            self.waited += now.saturating_duration_since(since);
+        }
     }
 
     /// Which limit the timer firing at `now` broke.
     fn broken(&self, now: Instant) -> TooSlow {
-        let elapsed = now.saturating_duration_since(self.started);
-        let rate_broken = self.min_rate > 0
-            && elapsed >= self.grace
-            && (self.bytes as f64) < self.min_rate as f64 * elapsed.as_secs_f64();
-        if rate_broken {
-            TooSlow::BelowRate(self.whose, self.min_rate)
-        } else {
+        let this_wait = self
+            .waiting_since
+            .map_or(Duration::ZERO, |since| now.saturating_duration_since(since));
+        if this_wait >= self.idle || self.min_rate == 0 {
             TooSlow::Stalled(self.whose, self.idle)
+        } else {
+            TooSlow::BelowRate(self.whose, self.min_rate)
         }
     }
 }
@@ -148,25 +160,34 @@ where
             return Poll::Ready(None);
         }
         match Pin::new(&mut this.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    this.bytes += data.len() as u64;
-                    this.rearm(Instant::now());
+            Poll::Ready(frame) => {
+                this.stop_waiting(Instant::now());
+                match frame {
+                    Some(Ok(frame)) => {
+                        if let Some(data) = frame.data_ref() {
+                            this.bytes += data.len() as u64;
+                        }
+                        Poll::Ready(Some(Ok(frame)))
+                    }
+                    Some(Err(error)) => Poll::Ready(Some(Err(error.into()))),
+                    None => {
+                        this.done = true;
+                        Poll::Ready(None)
+                    }
                 }
-                Poll::Ready(Some(Ok(frame)))
             }
-            Poll::Ready(Some(Err(error))) => Poll::Ready(Some(Err(error.into()))),
-            Poll::Ready(None) => {
-                this.done = true;
-                Poll::Ready(None)
-            }
-            Poll::Pending => match this.timer.as_mut().poll(cx) {
-                Poll::Ready(()) => {
-                    this.done = true;
-                    Poll::Ready(Some(Err(Box::new(this.broken(Instant::now())))))
+            Poll::Pending => {
+                if this.waiting_since.is_none() {
+                    this.start_waiting(Instant::now());
                 }
-                Poll::Pending => Poll::Pending,
-            },
+                match this.timer.as_mut().poll(cx) {
+                    Poll::Ready(()) => {
+                        this.done = true;
+                        Poll::Ready(Some(Err(Box::new(this.broken(Instant::now())))))
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            }
         }
     }
 
@@ -246,6 +267,28 @@ mod tests {
         );
         assert_eq!(start.elapsed(), Duration::from_secs(10));
         sender.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn time_the_reader_is_slow_to_ask_is_not_held_against_the_body() {
+        let (mut tx, body) = Channel::<Bytes, std::convert::Infallible>::new(8);
+        let mut paced = Paced::new(
+            body,
+            "upstream",
+            Duration::from_secs(10),
+            1024,
+            Duration::from_secs(10),
+        );
+        tx.send_data(Bytes::from(vec![b'a'; 100])).await.unwrap();
+        assert!(paced.frame().await.unwrap().is_ok());
+        // The reader (a slow client) comes back a minute later; the next chunk is a
+        // moment away: neither stalled nor below the rate while it was asked.
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            tx.send_data(Bytes::from(vec![b'a'; 100])).await.unwrap();
+        });
+        assert!(paced.frame().await.unwrap().is_ok());
     }
 
     #[tokio::test(start_paused = true)]
