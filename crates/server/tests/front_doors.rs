@@ -286,6 +286,9 @@ async fn a_header_that_decides_who_the_request_is_may_come_only_once() {
             "Authorization: Bearer a\nAuthorization: Bearer b\n",
         ),
         ("x-user", "x-api-key: K\nx-user: a\nx-user: b\n"),
+        // One variable to CGI, WSGI and PHP.
+        ("x_api_key", "x-api-key: SPENT\nx_api_key: REAL\n"),
+        ("x_user", "x-api-key: K\nx-user: a\nX_User: b\n"),
     ] {
         let reply = get(gw, "/users/1", headers).await;
         assert!(
@@ -303,6 +306,33 @@ async fn a_header_that_decides_who_the_request_is_may_come_only_once() {
 
 // ---------------------------------------------------------------------------------------
 // Item 2: one spelling per path
+
+#[tokio::test]
+async fn headers_that_change_the_method_or_path_upstream_are_refused() {
+    let up = echo_upstream().await;
+    let rule = LOGIN.replace("match = { path", "match = { method = \"POST\", path");
+    let server = start(&gateway(up, "", &rule)).await;
+    let gw = server.listen;
+    // `GET /login` is not limited; upstream, these make it the `POST /login` that is.
+    for header in [
+        "X-HTTP-Method-Override: POST",
+        "X-HTTP-Method: POST",
+        "X-Method-Override: post",
+        "X-Original-URL: /login",
+        "X-Rewrite-URL: /admin",
+    ] {
+        let reply = get(gw, "/login", &format!("{header}\n")).await;
+        assert!(
+            reply.is_problem(400),
+            "{header}: {} {}",
+            reply.status,
+            reply.body
+        );
+    }
+    // An override naming the method it overrides changes nothing.
+    let reply = get(gw, "/login", "X-HTTP-Method-Override: GET\n").await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+}
 
 const LOGIN: &str = r#"
 [[limit]]

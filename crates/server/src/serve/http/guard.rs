@@ -102,6 +102,19 @@ impl IdentityCache {
     }
 }
 
+/// Headers with which some frameworks let a client replace the method the upstream routes
+/// on (Rack's MethodOverride, Symfony, Laravel, ASP.NET): a `GET /login` with
+/// `X-HTTP-Method-Override: POST` is a `POST /login` upstream, unseen by a rule on it.
+const METHOD_OVERRIDES: [&str; 3] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+/// Headers with which some servers let a client replace the path (IIS URL Rewrite,
+/// Symfony, Zend): the path the rules matched would not be the one served.
+const PATH_OVERRIDES: [&str; 2] = ["x-original-url", "x-rewrite-url"];
+
 /// The methods the gateway forwards, for `Allow`.
 const ALLOW: &str = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
 
@@ -137,6 +150,26 @@ pub(crate) fn refusal<B>(request: &Request<B>, identity: &Identity) -> Option<Re
             ));
         }
     }
+    for name in METHOD_OVERRIDES {
+        for value in headers.get_all(name) {
+            if !value
+                .as_bytes()
+                .eq_ignore_ascii_case(request.method().as_str().as_bytes())
+            {
+                return bad(format!(
+                    "`{name}` would make this {} another method upstream; send that method",
+                    request.method()
+                ));
+            }
+        }
+    }
+    for name in PATH_OVERRIDES {
+        if headers.contains_key(name) {
+            return bad(format!(
+                "`{name}` would make the upstream serve another path than the one decided on"
+            ));
+        }
+    }
     for name in connection_names(headers) {
         if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
             if identity.decides(&name) {
@@ -148,6 +181,17 @@ pub(crate) fn refusal<B>(request: &Request<B>, identity: &Identity) -> Option<Re
         }
     }
     for name in headers.keys() {
+        // CGI, WSGI and PHP read `x_api_key` and `x-api-key` as one variable: the upstream
+        // may take the line the limiter did not count.
+        if name.as_str().contains('_') {
+            let dashed = name.as_str().replace('_', "-");
+            if HeaderName::from_bytes(dashed.as_bytes()).is_ok_and(|d| identity.decides(&d)) {
+                return bad(format!(
+                    "`{name}` reads as `{dashed}` to some upstreams, a header that decides who \
+                     the request is; send `{dashed}` only"
+                ));
+            }
+        }
         if !identity.decides(name) {
             continue;
         }
