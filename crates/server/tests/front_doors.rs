@@ -493,11 +493,16 @@ window = "1h"
 async fn slow_bodies_do_not_take_in_flight_slots_from_other_requests() {
     let server = start(API).await;
     let api = server.listen;
-    // Fifteen times the in-flight cap of clients, each sending its headers and one byte
-    // of a 100-byte body, then nothing.
+    // Fifteen times the in-flight cap of clients (from 30 addresses, under the cap on
+    // connections per client), each sending its headers and one byte of a 100-byte body,
+    // then nothing.
     let mut slow = Vec::new();
-    for _ in 0..300 {
-        let mut stream = TcpStream::connect(api).await.unwrap();
+    for i in 0..300 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind(SocketAddr::from(([127, 0, 0, 2 + (i % 30) as u8], 0)))
+            .unwrap();
+        let mut stream = socket.connect(api).await.unwrap();
         stream
             .write_all(
                 b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
@@ -539,6 +544,37 @@ async fn a_head_of_200_kb_is_refused_with_431() {
     let _ = stream.write_all(request.as_bytes()).await;
     let reply = read_response(&mut stream).await;
     assert_eq!(reply.status, 431);
+}
+
+#[tokio::test]
+async fn a_client_may_hold_only_its_share_of_connections() {
+    let server = start(API).await;
+    let api = server.listen;
+    let mut held = Vec::new();
+    for _ in 0..256 {
+        held.push(TcpStream::connect(api).await.unwrap());
+    }
+    // One more is closed at once, not after a header timeout.
+    let mut extra = TcpStream::connect(api).await.unwrap();
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(5), extra.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "the 257th connection was kept open");
+    // Closing one makes room.
+    held.pop();
+    let mut served = false;
+    for _ in 0..100 {
+        let mut stream = TcpStream::connect(api).await.unwrap();
+        let request = "GET /healthcheck HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer).await;
+        if answer.starts_with(b"HTTP/1.1 ") {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(served, "no room after a connection closed");
 }
 
 #[tokio::test(start_paused = true)]

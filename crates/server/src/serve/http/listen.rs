@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use crate::serve::app::App;
 use crate::serve::reply::Body;
 
+use super::clients::{Clients, MAX_CONNECTIONS_PER_CLIENT};
 use super::limits::{HEADER_READ_TIMEOUT, MAX_HEADER_BYTES};
 use super::upstream::Local;
 
@@ -65,6 +66,11 @@ pub(crate) async fn serve(
         // (slowloris), and a head past the bound is a 431, not memory (issue 12, items 5, 6).
         .header_read_timeout(HEADER_READ_TIMEOUT)
         .max_buf_size(MAX_HEADER_BYTES);
+    // `[server] trusted_proxies` is read at start only, as this is.
+    let clients = Arc::new(Clients::new(
+        app.engine.config().trusted_proxies,
+        MAX_CONNECTIONS_PER_CLIENT,
+    ));
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -78,6 +84,12 @@ pub(crate) async fn serve(
             },
             _ = stop.changed() => break,
         };
+        let Some(open) = clients.admit(peer.ip()) else {
+            // Closed at once: the client has its share of connections open already.
+            app.metrics.shed("connections");
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let (app, local) = (Arc::clone(&app), Arc::clone(&local));
         let service = service_fn(move |request: Request<Incoming>| {
@@ -87,6 +99,7 @@ pub(crate) async fn serve(
         let connection = http.serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
+            let _open = open;
             if let Err(error) = connection.await {
                 tracing::debug!(%error, %peer, "connection ended with an error");
             }

@@ -3,6 +3,7 @@
 
 mod admin;
 mod api;
+mod clients;
 mod gateway;
 mod guard;
 mod limits;
