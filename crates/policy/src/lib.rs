@@ -16,6 +16,7 @@ mod engine;
 pub mod envoy;
 mod hint;
 mod ip;
+pub mod path;
 
 pub use config::{
     Config, ConfigError, ConfigErrors, Cost, KeyPart, KeySources, Match, Mode, OnStoreFailure,

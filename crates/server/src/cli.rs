@@ -39,10 +39,13 @@ Examples:
   ratewarden serve --config examples/ratewarden.toml
 
   # Ask for a decision:
-  curl -s localhost:8080/v1/check -d '{\"ip\":\"203.0.113.7\",\"path\":\"/login\",\"method\":\"POST\"}'
+  curl -s localhost:8080/v1/check -H 'content-type: application/json' \\
+    -d '{\"ip\":\"203.0.113.7\",\"path\":\"/login\",\"method\":\"POST\"}'
 
-  # Reload the rules after editing the file (a bad file keeps the old rules):
-  kill -HUP $(pidof ratewarden)      # or: curl -X POST localhost:9090/reload
+  # Reload the rules after editing the file (a bad file keeps the old rules), by signal
+  # or on the admin listener:
+  kill -HUP $(pidof ratewarden)
+  curl -s -X POST localhost:9090/reload -H 'content-type: application/json'
 
 Set `[server] upstream = \"http://127.0.0.1:3000\"` to run as a gateway in front of a service,
 and `[server] api` to serve the decision API beside it. SIGTERM or SIGINT stop accepting and

@@ -4,11 +4,8 @@
 //! signal, under [`main`]); tests start it in-process on `127.0.0.1:0` with a clock of
 //! their own.
 
-mod admin;
-mod api;
 mod app;
-mod gateway;
-mod listen;
+mod http;
 mod metrics;
 mod reply;
 mod rls;
@@ -33,7 +30,7 @@ use tokio::task::JoinSet;
 use crate::cli::{LogFormat, ServeArgs};
 use app::App;
 pub use app::TokioClock;
-use listen::Role;
+use http::Role;
 
 /// What to start: a validated config, where it came from (for reloads), and the clock.
 pub struct Options {
@@ -155,18 +152,18 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
     } else {
         Role::Api
     };
-    let mut listeners = vec![(listen::bind(settings.listen, "listen")?, main_role)];
+    let mut listeners = vec![(http::bind(settings.listen, "listen")?, main_role)];
     let listen_addr = listeners[0].0.local_addr()?;
     let mut api_addr = None;
     if let Some(addr) = settings.api {
-        let api = listen::bind(addr, "api")?;
+        let api = http::bind(addr, "api")?;
         api_addr = Some(api.local_addr()?);
         listeners.push((api, Role::Api));
     }
     let mut grpc_addr = None;
     let grpc = match settings.grpc {
         Some(addr) => {
-            let listener = listen::bind(addr, "grpc")?;
+            let listener = http::bind(addr, "grpc")?;
             grpc_addr = Some(listener.local_addr()?);
             Some(listener)
         }
@@ -174,7 +171,7 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
     };
     let mut admin_addr = None;
     if let Some(addr) = settings.admin {
-        let admin = listen::bind(addr, "admin")?;
+        let admin = http::bind(addr, "admin")?;
         admin_addr = Some(admin.local_addr()?);
         listeners.push((admin, Role::Admin));
     }
@@ -201,10 +198,10 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
             let _ = finished.await;
         });
     }
-    let local = Arc::new(listen::Local::new(settings.upstream.as_deref())?);
+    let local = Arc::new(http::Local::new(settings.upstream.as_deref())?);
     for (listener, role) in listeners {
         let listener = tokio::net::TcpListener::from_std(listener)?;
-        tasks.spawn(listen::serve(
+        tasks.spawn(http::serve(
             listener,
             role,
             Arc::clone(&app),
@@ -278,7 +275,7 @@ fn worker_thread(
     };
     runtime.block_on(async move {
         // The upstream URL was checked when the first worker started.
-        let Ok(local) = listen::Local::new(upstream.as_deref()) else {
+        let Ok(local) = http::Local::new(upstream.as_deref()) else {
             return;
         };
         let local = Arc::new(local);
@@ -286,7 +283,7 @@ fn worker_thread(
         for (listener, role) in listeners {
             match tokio::net::TcpListener::from_std(listener) {
                 Ok(listener) => {
-                    serving.spawn(listen::serve(
+                    serving.spawn(http::serve(
                         listener,
                         role,
                         Arc::clone(&app),

@@ -9,7 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::header::CONTENT_TYPE;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
@@ -17,8 +17,9 @@ use ratewarden_core::{Outcome, NANOS_PER_SEC};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::app::{Answer, App};
-use super::reply::{self, Body, Problem};
+use super::limits::API_BODY_TIMEOUT;
+use crate::serve::app::{Answer, App};
+use crate::serve::reply::{self, Body, Problem};
 
 /// The most a caller may claim one request costs.
 pub(crate) const MAX_COST: u64 = 1_000_000_000;
@@ -83,6 +84,15 @@ pub(crate) async fn handle(
         return response;
     }
     let path = path.to_owned();
+    // envoyproxy/ratelimit takes /json whatever its Content-Type (curl -d sends a form type).
+    let strict = path != "/json";
+    // The body is read (bounded in bytes and time) before a slot is taken: a client
+    // sending its body a byte at a time holds a connection, never a place in flight
+    // (issue 12, item 6). The slot is taken before deciding: shed load before the store.
+    let body = match read_json(app, request, strict).await {
+        Ok(body) => body,
+        Err(problem) => return problem.response(),
+    };
     let Some(_slot) = app.shedder.enter(false).await else {
         app.metrics.shed("in_flight");
         return reply::contract(ratewarden_http::unavailable(
@@ -90,14 +100,8 @@ pub(crate) async fn handle(
             "the server is at capacity",
         ));
     };
-    // envoyproxy/ratelimit takes /json whatever its Content-Type (curl -d sends a form type).
-    let strict = path != "/json";
-    let body = match read_json(app, request, strict).await {
-        Ok(body) => body,
-        Err(problem) => return problem.response(),
-    };
     match path.as_str() {
-        "/json" => super::rls_json::handle(app, body).await,
+        "/json" => crate::serve::rls_json::handle(app, body).await,
         "/v1/check" => match parse::<Check>(&body) {
             Ok(check) => decide(app, peer, check).await,
             Err(problem) => problem.response(),
@@ -149,17 +153,40 @@ async fn read_json(app: &App, request: Request<Incoming>, strict: bool) -> Resul
         }
     }
     let max = app.settings().max_body;
-    match Limited::new(request.into_body(), max).collect().await {
+    // A declared length over the bound is refused before a byte of the body is read.
+    let declared = request
+        .headers()
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|length| length > max as u64) {
+        return Err(too_large(max));
+    }
+    let read = Limited::new(request.into_body(), max).collect();
+    let Ok(read) = tokio::time::timeout(API_BODY_TIMEOUT, read).await else {
+        return Err(Problem::new(
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the body did not arrive within {}s",
+                API_BODY_TIMEOUT.as_secs()
+            ),
+        ));
+    };
+    match read {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(Problem::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("the body is over {max} bytes (`[server] max_body`)"),
-        )),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(too_large(max)),
         Err(error) => Err(Problem::new(
             StatusCode::BAD_REQUEST,
             format!("the body could not be read: {error}"),
         )),
     }
+}
+
+fn too_large(max: usize) -> Problem {
+    Problem::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("the body is over {max} bytes (`[server] max_body`)"),
+    )
 }
 
 fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Problem> {
@@ -225,6 +252,14 @@ async fn decide(app: &App, peer: SocketAddr, check: Check) -> Response<Body> {
         );
     }
     let path = path.split('?').next().unwrap_or(path);
+    // The spelling the gateway would forward, so that every alias of a path is decided as
+    // that path (issue 12, item 2). A field the API cannot use is a 422, like the others.
+    let path = match ratewarden_policy::path::normalize(path) {
+        Ok(path) => path,
+        Err(error) => {
+            return reply::problem(StatusCode::UNPROCESSABLE_ENTITY, format!("`path`: {error}"))
+        }
+    };
     let headers: Vec<(&str, &str)> = check
         .headers
         .iter()
@@ -233,7 +268,7 @@ async fn decide(app: &App, peer: SocketAddr, check: Check) -> Response<Body> {
     let request = ratewarden_policy::Request {
         peer: ip,
         method,
-        path,
+        path: &path,
         host: check.host.as_deref(),
         headers: &headers,
         cost: check.cost,

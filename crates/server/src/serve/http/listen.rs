@@ -14,8 +14,12 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use super::app::App;
-use super::reply::Body;
+use crate::serve::app::App;
+use crate::serve::reply::Body;
+
+use super::clients::{Clients, MAX_CONNECTIONS_PER_CLIENT};
+use super::limits::{HEADER_READ_TIMEOUT, MAX_HEADER_BYTES};
+use super::upstream::Local;
 
 /// What a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,20 +51,6 @@ pub(crate) fn bind(addr: SocketAddr, field: &str) -> anyhow::Result<std::net::Tc
 }
 
 /// Serves `listener` until `stop` turns true, then gives open connections `grace` to finish.
-/// What each worker keeps for itself: its pool of upstream connections, whose tasks run on
-/// the worker's own runtime.
-pub(crate) struct Local {
-    pub(crate) upstream: Option<super::gateway::Upstream>,
-}
-
-impl Local {
-    pub(crate) fn new(upstream: Option<&str>) -> anyhow::Result<Self> {
-        Ok(Self {
-            upstream: upstream.map(super::gateway::Upstream::new).transpose()?,
-        })
-    }
-}
-
 pub(crate) async fn serve(
     listener: TcpListener,
     role: Role,
@@ -72,8 +62,15 @@ pub(crate) async fn serve(
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
-        // A client that never finishes its headers does not hold a connection forever.
-        .header_read_timeout(Duration::from_secs(30));
+        // A client that never finishes its headers does not hold a connection long
+        // (slowloris), and a head past the bound is a 431, not memory (issue 12, items 5, 6).
+        .header_read_timeout(HEADER_READ_TIMEOUT)
+        .max_buf_size(MAX_HEADER_BYTES);
+    // `[server] trusted_proxies` is read at start only, as this is.
+    let clients = Arc::new(Clients::new(
+        app.engine.config().trusted_proxies,
+        MAX_CONNECTIONS_PER_CLIENT,
+    ));
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -87,6 +84,12 @@ pub(crate) async fn serve(
             },
             _ = stop.changed() => break,
         };
+        let Some(open) = clients.admit(peer.ip()) else {
+            // Closed at once: the client has its share of connections open already.
+            app.metrics.shed("connections");
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let (app, local) = (Arc::clone(&app), Arc::clone(&local));
         let service = service_fn(move |request: Request<Incoming>| {
@@ -96,6 +99,7 @@ pub(crate) async fn serve(
         let connection = http.serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
+            let _open = open;
             if let Err(error) = connection.await {
                 tracing::debug!(%error, %peer, "connection ended with an error");
             }

@@ -1,0 +1,110 @@
+//! How many connections one client may hold open at once (issue 12, item 6): time limits
+//! end slow connections, but a client opening them faster than they end could still take
+//! every file descriptor, and then `accept` fails for everyone.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use ratewarden_policy::{IpGrouping, TrustedProxies};
+
+/// The most connections one client (an IPv4 address, an IPv6 /64) may hold open on one
+/// listener of one worker; nginx's `limit_conn` in spirit. A constant for now, for the lead
+/// to wire as `[server] max_connections_per_client`.
+pub(crate) const MAX_CONNECTIONS_PER_CLIENT: usize = 256;
+
+/// Open connections by client.
+pub(crate) struct Clients {
+    open: Mutex<HashMap<IpAddr, usize>>,
+    /// Proxies carry many clients' connections: they are not counted.
+    trusted: TrustedProxies,
+    grouping: IpGrouping,
+    max: usize,
+}
+
+/// One counted connection, uncounted when dropped.
+pub(crate) struct Open {
+    clients: Arc<Clients>,
+    client: IpAddr,
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        let mut open = self
+            .clients
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.client) {
+            *n -= 1;
+            if *n == 0 {
+                // The map holds only clients with connections open: bounded by them.
+                open.remove(&self.client);
+            }
+        }
+    }
+}
+
+impl Clients {
+    pub(crate) fn new(trusted: TrustedProxies, max: usize) -> Self {
+        Self {
+            open: Mutex::new(HashMap::new()),
+            trusted,
+            grouping: IpGrouping::default(),
+            max,
+        }
+    }
+
+    /// Counts a connection from `ip`; `None` when that client has too many open, `Some`
+    /// (counting nothing) for a trusted proxy.
+    pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Option<Open>> {
+        if self.trusted.contains(ip) {
+            return Some(None);
+        }
+        let client = self.grouping.key(ip).network();
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = open.entry(client).or_insert(0);
+        if *n >= self.max {
+            return None;
+        }
+        *n += 1;
+        Some(Some(Open {
+            clients: Arc::clone(self),
+            client,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_gets_its_share_and_back_as_connections_close() {
+        let clients = Arc::new(Clients::new(
+            TrustedProxies::parse(["10.0.0.1"]).unwrap(),
+            2,
+        ));
+        let ip: IpAddr = "192.0.2.1".parse().unwrap();
+        let a = clients.admit(ip).unwrap();
+        let _b = clients.admit(ip).unwrap();
+        assert!(clients.admit(ip).is_none());
+        // Another host of the same IPv6 /64 is the same client; another client is not.
+        let v6 = |s: &str| s.parse::<IpAddr>().unwrap();
+        let _c = clients.admit(v6("2001:db8::1")).unwrap();
+        let _d = clients.admit(v6("2001:db8::2")).unwrap();
+        assert!(clients.admit(v6("2001:db8::3")).is_none());
+        assert!(clients.admit("192.0.2.2".parse().unwrap()).is_some());
+        drop(a);
+        assert!(clients.admit(ip).is_some());
+        // A proxy is never refused.
+        let proxy = "10.0.0.1".parse().unwrap();
+        let held: Vec<_> = (0..10).map(|_| clients.admit(proxy).unwrap()).collect();
+        assert_eq!(held.len(), 10);
+        assert_eq!(
+            clients.open.lock().unwrap().len(),
+            2,
+            "only clients with connections"
+        );
+    }
+}

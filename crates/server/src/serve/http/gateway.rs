@@ -1,0 +1,297 @@
+//! The gateway: decide each request, then forward the allowed ones to the upstream,
+//! streaming both ways, and add the RateLimit fields to what comes back.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::uri::{Authority, PathAndQuery, Scheme};
+use http::{Request, Response, StatusCode, Uri};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use ratewarden_core::NANOS_PER_SEC;
+
+use super::guard::{self, Identity};
+use super::limits::{
+    self, Paced, BODY_IDLE_TIMEOUT, BODY_MIN_BYTES_PER_SEC, BODY_RATE_GRACE, UPSTREAM_IDLE_TIMEOUT,
+    UPSTREAM_RESPONSE_TIMEOUT,
+};
+use super::upstream::{Local, Upstream};
+use crate::serve::app::{Answer, App};
+use crate::serve::reply::{self, Body, Holding};
+
+/// Releases an allowed request's concurrency permit when dropped: when its response has
+/// been sent, or the client went away.
+struct PermitGuard {
+    app: Arc<App>,
+    permit: Option<u64>,
+}
+
+impl Drop for PermitGuard {
+    fn drop(&mut self) {
+        let Some(id) = self.permit.take() else {
+            return;
+        };
+        let app = Arc::clone(&self.app);
+        let release = async move {
+            let _ = app.engine.release(id, app.clock.now()).await;
+        };
+        // A store that answers at once (in memory) releases here; one a network away
+        // releases on a task of its own. Outside a runtime the lease lets the permit go.
+        let mut release = Box::pin(release);
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        if release.as_mut().poll(&mut context).is_pending() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(release);
+            }
+        }
+    }
+}
+
+pub(crate) async fn handle(
+    app: &Arc<App>,
+    local: &Local,
+    peer: SocketAddr,
+    request: Request<Incoming>,
+) -> Response<Body> {
+    let Some(upstream) = &local.upstream else {
+        return reply::problem(StatusCode::BAD_GATEWAY, "no upstream is configured");
+    };
+    let identity = local.identity.get(&app.engine);
+    if let Some(refused) = guard::refusal(&request, &identity) {
+        return refused;
+    }
+    // What is matched is what is forwarded: one spelling of the path (issue 12, item 2).
+    let path = match ratewarden_policy::path::normalize(request.uri().path()) {
+        Ok(path) => path.into_owned(),
+        Err(error) => return reply::problem(StatusCode::BAD_REQUEST, error.to_string()),
+    };
+    let header_pairs: Vec<(&str, &str)> = request
+        .headers()
+        .iter()
+        .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)))
+        .collect();
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| request.uri().authority().map(Authority::as_str));
+    let engine_request = ratewarden_policy::Request {
+        peer: peer.ip(),
+        method: request.method().as_str(),
+        path: &path,
+        host,
+        headers: &header_pairs,
+        cost: None,
+        api_key: None,
+        tenant: None,
+    };
+    let critical = app
+        .settings()
+        .critical
+        .iter()
+        .any(|m| m.matches(&engine_request));
+    let Some(slot) = app.shedder.enter(critical).await else {
+        app.metrics.shed("in_flight");
+        return reply::contract(ratewarden_http::unavailable(
+            app.jittered(NANOS_PER_SEC),
+            "the server is at capacity",
+        ));
+    };
+    let started = app.clock.now();
+    let verdict = match app.engine.decide(&engine_request, started).await {
+        Ok(verdict) => verdict,
+        // A request the rules cannot read one way (a repeated key header, conflicting key
+        // sources, a cost that is not a number): the client's fault, and one meaning.
+        Err(e) => return reply::problem(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    app.metrics
+        .decision_seconds
+        .observe(app.clock.now().saturating_sub(started) as f64 / 1e9);
+    let permit = PermitGuard {
+        app: Arc::clone(app),
+        permit: verdict.permit,
+    };
+    let (headers, delay) = match app.answer(&verdict) {
+        Answer::Stop(response) => return reply::contract(response),
+        Answer::Go { headers, delay } => (headers, delay),
+    };
+    if !delay.is_zero() {
+        // A queueing rule: wait our turn, as nginx's `limit_req burst=N` does. A client that
+        // goes away meanwhile drops this future, and with it the permit and the place.
+        tokio::time::sleep(delay).await;
+    }
+    let response = match forward(upstream, &identity, peer, &path, request).await {
+        Ok(response) => response,
+        Err(Failed::Timeout) => {
+            tracing::warn!("the upstream did not answer in time");
+            return reply::problem(
+                StatusCode::GATEWAY_TIMEOUT,
+                format!(
+                    "the upstream did not answer within {}s",
+                    UPSTREAM_RESPONSE_TIMEOUT.as_secs()
+                ),
+            );
+        }
+        Err(Failed::Client(error)) => {
+            if let Some(slow) = limits::too_slow(&error) {
+                return reply::problem(StatusCode::REQUEST_TIMEOUT, slow.to_string());
+            }
+            if is_connect_timeout(&error) {
+                tracing::warn!(%error, "the upstream did not take the connection in time");
+                return reply::problem(
+                    StatusCode::GATEWAY_TIMEOUT,
+                    "the upstream did not take the connection in time",
+                );
+            }
+            tracing::warn!(%error, "upstream request failed");
+            return reply::problem(
+                StatusCode::BAD_GATEWAY,
+                "the upstream could not be reached or failed to answer",
+            );
+        }
+    };
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    // An upstream that stops sending mid-body does not hold the slot and the permit forever.
+    let body = Paced::new(body, "upstream", UPSTREAM_IDLE_TIMEOUT, 0, Duration::ZERO);
+    let body = Holding::new(body.boxed(), (permit, slot));
+    let mut response = Response::from_parts(parts, body.boxed());
+    reply::add_headers(&mut response, &headers);
+    response
+}
+
+/// Why forwarding failed.
+enum Failed {
+    /// No response head within [`UPSTREAM_RESPONSE_TIMEOUT`].
+    Timeout,
+    /// The client's error: connecting, sending (a request body too slow, say), receiving.
+    Client(hyper_util::client::legacy::Error),
+}
+
+fn is_connect_timeout(error: &hyper_util::client::legacy::Error) -> bool {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::TimedOut {
+                return true;
+            }
+        }
+        next = e.source();
+    }
+    false
+}
+
+async fn forward(
+    upstream: &Upstream,
+    identity: &Identity,
+    peer: SocketAddr,
+    path: &str,
+    request: Request<Incoming>,
+) -> Result<Response<Incoming>, Failed> {
+    let (mut parts, body) = request.into_parts();
+    // The normalized path the rules matched, and the query as the client sent it.
+    let target = match parts.uri.query() {
+        Some(query) => format!("{path}?{query}"),
+        None => path.to_owned(),
+    };
+    let target = PathAndQuery::try_from(target).unwrap_or_else(|_| PathAndQuery::from_static("/"));
+    let mut uri = Uri::builder()
+        .scheme(Scheme::HTTP)
+        .authority(upstream.authority.clone())
+        .path_and_query(target);
+    if let Ok(built) = std::mem::take(&mut uri).build() {
+        parts.uri = built;
+    }
+    strip_hop_by_hop(&mut parts.headers);
+    forwarding_headers(&mut parts.headers, identity, peer);
+    // A client body that stalls or trickles is cut, and its request with it: it does not
+    // hold an in-flight slot for as long as it likes (issue 12, item 6).
+    let body = Paced::new(
+        body,
+        "client",
+        BODY_IDLE_TIMEOUT,
+        BODY_MIN_BYTES_PER_SEC,
+        BODY_RATE_GRACE,
+    )
+    .boxed();
+    let sent = upstream.client().request(Request::from_parts(parts, body));
+    match tokio::time::timeout(UPSTREAM_RESPONSE_TIMEOUT, sent).await {
+        Ok(answer) => answer.map_err(Failed::Client),
+        Err(_) => Err(Failed::Timeout),
+    }
+}
+
+/// Tells the upstream who the client is. From a trusted proxy, our hop is added to the
+/// lists it sent; from anyone else, whatever the client wrote of itself is replaced: the
+/// upstream must not take a client's own word for its address (`Forwarded` as much as
+/// `X-Forwarded-For`).
+fn forwarding_headers(headers: &mut HeaderMap, identity: &Identity, peer: SocketAddr) {
+    let ip = peer.ip();
+    let client = ip.to_string();
+    // RFC 7239 §6: an IPv6 node is quoted and bracketed.
+    let node = match ip {
+        std::net::IpAddr::V4(_) => client.clone(),
+        std::net::IpAddr::V6(_) => format!("\"[{client}]\""),
+    };
+    let joined = |headers: &HeaderMap, name: &str| {
+        let lines: Vec<&str> = headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        (!lines.is_empty()).then(|| lines.join(", "))
+    };
+    let (forwarded_for, forwarded) = if identity.trusted.contains(ip) {
+        let xff = match joined(headers, "x-forwarded-for") {
+            Some(before) => format!("{before}, {client}"),
+            None => client,
+        };
+        let forwarded = match joined(headers, "forwarded") {
+            Some(before) => format!("{before}, for={node}"),
+            None => format!("for={node};proto=http"),
+        };
+        (xff, forwarded)
+    } else {
+        for name in ["x-forwarded-host", "x-forwarded-proto", "x-real-ip"] {
+            headers.remove(name);
+        }
+        (client, format!("for={node};proto=http"))
+    };
+    for (name, value) in [("x-forwarded-for", forwarded_for), ("forwarded", forwarded)] {
+        headers.remove(name);
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            headers.insert(name, value);
+        }
+    }
+    if !headers.contains_key("x-forwarded-proto") {
+        headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+    }
+}
+
+/// Removes the headers that describe one connection, not the message (RFC 9110 §7.6.1):
+/// the fixed list, and any named in `Connection` (the guard has refused requests whose
+/// `Connection` names a header that decides who they are).
+fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = guard::connection_names(headers)
+        .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in [
+        header::CONNECTION,
+        HeaderName::from_static("keep-alive"),
+        HeaderName::from_static("proxy-connection"),
+        header::PROXY_AUTHENTICATE,
+        header::PROXY_AUTHORIZATION,
+        header::TE,
+        header::TRAILER,
+        header::TRANSFER_ENCODING,
+        header::UPGRADE,
+    ] {
+        headers.remove(name);
+    }
+}

@@ -1,0 +1,224 @@
+//! What the gateway refuses before deciding: requests whose identity the limiter and the
+//! upstream could read differently (issue 12, item 1 and "Smaller").
+//!
+//! The rule: the limiter keys on exactly what the upstream will see. A header that decides
+//! who a request is (the API key, the tenant, a header a rule keys or matches on, `Host`,
+//! the forwarding headers, a cost header) must reach the upstream as it was decided on:
+//! never stripped as hop-by-hop because `Connection` names it, never sent twice so that the
+//! limiter counts one line and the upstream reads the other.
+
+use std::sync::{Arc, PoisonError, RwLock};
+
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, Request, Response, StatusCode};
+use ratewarden_policy::{Config, Cost, Engine, KeyPart, Match, TrustedProxies};
+
+use crate::serve::reply::{self, Body};
+use crate::serve::store::AnyStore;
+
+/// Headers that may come as several lines, each a list: repeating them is not a conflict.
+const LIST_HEADERS: [&str; 2] = ["forwarded", "x-forwarded-for"];
+
+/// What the rules in force read of a request's identity.
+pub(crate) struct Identity {
+    version: u64,
+    /// Lowercase names, sorted.
+    names: Vec<HeaderName>,
+    /// The proxies whose forwarding headers we extend rather than replace.
+    pub(crate) trusted: TrustedProxies,
+}
+
+impl Identity {
+    fn new(version: u64, config: &Config) -> Self {
+        let mut names: Vec<String> = [
+            "authorization",
+            "host",
+            "forwarded",
+            "x-forwarded-for",
+            "x-forwarded-host",
+            "x-forwarded-proto",
+            "x-real-ip",
+            // The usual API key header: an upstream may authenticate on it whatever our
+            // config reads (the issue's bypass keyed `Authorization`, authenticated on this).
+            "x-api-key",
+        ]
+        .map(str::to_owned)
+        .into();
+        names.extend(config.keys.api_key_header.clone());
+        names.push(config.keys.tenant_header.clone());
+        let mut matcher = |m: &Match| names.extend(m.header.as_ref().map(|(h, _)| h.clone()));
+        for rule in &config.rules {
+            matcher(&rule.matches);
+        }
+        for m in &config.server.critical {
+            matcher(m);
+        }
+        for rule in &config.rules {
+            names.extend(rule.key.iter().filter_map(|part| match part {
+                KeyPart::Header(h) => Some(h.clone()),
+                _ => None,
+            }));
+            if let Cost::Header { name, .. } = &rule.cost {
+                names.push(name.clone());
+            }
+        }
+        let mut names: Vec<HeaderName> = names
+            .iter()
+            .filter_map(|n| HeaderName::from_bytes(n.to_ascii_lowercase().as_bytes()).ok())
+            .collect();
+        names.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        names.dedup();
+        Self {
+            version,
+            names,
+            trusted: config.trusted_proxies.clone(),
+        }
+    }
+
+    fn decides(&self, name: &HeaderName) -> bool {
+        self.names
+            .binary_search_by(|n| n.as_str().cmp(name.as_str()))
+            .is_ok()
+    }
+}
+
+/// The [`Identity`] of the rules in force, worked out again only after a reload.
+#[derive(Default)]
+pub(crate) struct IdentityCache(RwLock<Option<Arc<Identity>>>);
+
+impl IdentityCache {
+    pub(crate) fn get(&self, engine: &Engine<AnyStore>) -> Arc<Identity> {
+        let version = engine.version();
+        if let Some(identity) = &*self.0.read().unwrap_or_else(PoisonError::into_inner) {
+            if identity.version == version {
+                return Arc::clone(identity);
+            }
+        }
+        // Labelled with the version read first: a reload in between makes the next request
+        // look again, never keeps a stale list.
+        let identity = Arc::new(Identity::new(version, &engine.config()));
+        *self.0.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&identity));
+        identity
+    }
+}
+
+/// Headers with which some frameworks let a client replace the method the upstream routes
+/// on (Rack's MethodOverride, Symfony, Laravel, ASP.NET): a `GET /login` with
+/// `X-HTTP-Method-Override: POST` is a `POST /login` upstream, unseen by a rule on it.
+const METHOD_OVERRIDES: [&str; 3] = [
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
+/// Headers with which some servers let a client replace the path (IIS URL Rewrite,
+/// Symfony, Zend): the path the rules matched would not be the one served.
+const PATH_OVERRIDES: [&str; 2] = ["x-original-url", "x-rewrite-url"];
+
+/// The methods the gateway forwards, for `Allow`.
+const ALLOW: &str = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
+
+/// The answer refusing a request whose identity could be read two ways, or that asks for a
+/// tunnel; `None` for a request the gateway may decide.
+pub(crate) fn refusal<B>(request: &Request<B>, identity: &Identity) -> Option<Response<Body>> {
+    if request.method() == Method::CONNECT {
+        // A tunnel carries bytes we cannot decide on, to wherever the client names.
+        let mut response = reply::problem(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "the gateway does not open tunnels (`CONNECT`)",
+        );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+        return Some(response);
+    }
+    let headers = request.headers();
+    let bad = |detail: String| Some(reply::problem(StatusCode::BAD_REQUEST, detail));
+    let mut hosts = headers.get_all(header::HOST).iter();
+    let host = hosts.next();
+    if hosts.next().is_some() {
+        return bad("the request has two `Host` headers; send one".to_owned());
+    }
+    if let (Some(host), Some(authority)) = (host, request.uri().authority()) {
+        if !host
+            .as_bytes()
+            .eq_ignore_ascii_case(authority.as_str().as_bytes())
+        {
+            return bad(format!(
+                "`Host: {}` names another host than the request target's `{authority}`",
+                String::from_utf8_lossy(host.as_bytes())
+            ));
+        }
+    }
+    for name in METHOD_OVERRIDES {
+        for value in headers.get_all(name) {
+            if !value
+                .as_bytes()
+                .eq_ignore_ascii_case(request.method().as_str().as_bytes())
+            {
+                return bad(format!(
+                    "`{name}` would make this {} another method upstream; send that method",
+                    request.method()
+                ));
+            }
+        }
+    }
+    for name in PATH_OVERRIDES {
+        if headers.contains_key(name) {
+            return bad(format!(
+                "`{name}` would make the upstream serve another path than the one decided on"
+            ));
+        }
+    }
+    for name in connection_names(headers) {
+        if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
+            if identity.decides(&name) {
+                return bad(format!(
+                    "`Connection` names `{name}`, a header that decides who the request is; \
+                     it would be removed before the upstream sees it"
+                ));
+            }
+        }
+    }
+    for name in headers.keys() {
+        // CGI, WSGI and PHP read `x_api_key` and `x-api-key` as one variable: the upstream
+        // may take the line the limiter did not count.
+        if name.as_str().contains('_') {
+            let dashed = name.as_str().replace('_', "-");
+            if HeaderName::from_bytes(dashed.as_bytes()).is_ok_and(|d| identity.decides(&d)) {
+                return bad(format!(
+                    "`{name}` reads as `{dashed}` to some upstreams, a header that decides who \
+                     the request is; send `{dashed}` only"
+                ));
+            }
+        }
+        if !identity.decides(name) {
+            continue;
+        }
+        if !LIST_HEADERS.contains(&name.as_str()) && headers.get_all(name).iter().nth(1).is_some() {
+            return bad(format!(
+                "the request has two `{name}` headers, which decide who it is; send one"
+            ));
+        }
+        // The engine reads text: a value it cannot read would be decided as absent, and
+        // forwarded as present.
+        if headers.get_all(name).iter().any(|v| v.to_str().is_err()) {
+            return bad(format!(
+                "`{name}` holds bytes that are not visible ASCII; it decides who the request \
+                 is, so it must be readable"
+            ));
+        }
+    }
+    None
+}
+
+/// The header names listed in `Connection`, lowercase.
+pub(crate) fn connection_names(headers: &HeaderMap) -> impl Iterator<Item = String> + '_ {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|name| name.trim().to_ascii_lowercase())
+        .filter(|name| !name.is_empty())
+}

@@ -1,0 +1,14 @@
+//! The HTTP front doors: the gateway, the decision API and the admin listener, served by
+//! one accept loop (`listen`), with the gateway's upstream client in a file of its own.
+
+mod admin;
+mod api;
+mod clients;
+mod gateway;
+mod guard;
+mod limits;
+mod listen;
+mod upstream;
+
+pub(crate) use listen::{bind, serve, Role};
+pub(crate) use upstream::Local;

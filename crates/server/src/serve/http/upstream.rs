@@ -1,0 +1,62 @@
+//! The upstream behind the gateway, and what each worker keeps of it for itself.
+//!
+//! Its own file so the listener (which hands a worker's `Local` to each request) and the
+//! gateway (which forwards through it) both depend on it, not on each other.
+
+use anyhow::Context;
+use http::uri::Authority;
+use http::Uri;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use super::limits::{UPSTREAM_CONNECT_TIMEOUT, UPSTREAM_POOL_IDLE};
+use crate::serve::reply::Body;
+
+/// The service behind the gateway, and a pool of connections to it.
+pub(crate) struct Upstream {
+    pub(crate) authority: Authority,
+    client: Client<HttpConnector, Body>,
+}
+
+impl Upstream {
+    pub(crate) fn new(url: &str) -> anyhow::Result<Self> {
+        let uri: Uri = url
+            .parse()
+            .with_context(|| format!("`[server] upstream` `{url}` is not a URL"))?;
+        let authority = uri
+            .authority()
+            .cloned()
+            .with_context(|| format!("`[server] upstream` `{url}` has no host"))?;
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        // An upstream that does not take the connection fails fast, a 504 (issue 12, item 7).
+        connector.set_connect_timeout(Some(UPSTREAM_CONNECT_TIMEOUT));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(UPSTREAM_POOL_IDLE)
+            .build(connector);
+        Ok(Self { authority, client })
+    }
+
+    pub(crate) fn client(&self) -> &Client<HttpConnector, Body> {
+        &self.client
+    }
+}
+
+/// What each worker keeps for itself: its pool of upstream connections, whose tasks run on
+/// the worker's own runtime.
+pub(crate) struct Local {
+    pub(crate) upstream: Option<Upstream>,
+    /// The headers that decide who a request is, for the rules in force.
+    pub(crate) identity: super::guard::IdentityCache,
+}
+
+impl Local {
+    pub(crate) fn new(upstream: Option<&str>) -> anyhow::Result<Self> {
+        Ok(Self {
+            upstream: upstream.map(Upstream::new).transpose()?,
+            identity: super::guard::IdentityCache::default(),
+        })
+    }
+}

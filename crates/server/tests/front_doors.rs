@@ -1,0 +1,741 @@
+//! The HTTP front doors under attack (issue 12): each test is a trick a hostile client
+//! played on the gateway or the decision API, over real sockets, written as raw bytes where
+//! a client library would have tidied the trick away.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use ratewarden_core::{Clock, ManualClock};
+use ratewarden_server::serve::{self, Options, Running};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+const T0: u64 = 1_000_000_000_000;
+
+async fn start(toml: &str) -> Running {
+    start_at(toml, None).await
+}
+
+async fn start_at(toml: &str, config_path: Option<PathBuf>) -> Running {
+    let config = ratewarden_policy::config::parse("test.toml", toml).expect("a valid config");
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
+    serve::start(Options {
+        config,
+        config_path,
+        clock,
+        workers: 1,
+        envoy: Default::default(),
+        envoy_path: None,
+    })
+    .await
+    .expect("the server starts")
+}
+
+/// An upstream that echoes what it received as JSON: the path, the query, the headers (each
+/// name with every value), and the body's length.
+async fn echo_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((conn, _)) = listener.accept().await else {
+                return;
+            };
+            let service = service_fn(|request: Request<Incoming>| async move {
+                let (parts, body) = request.into_parts();
+                let mut headers = serde_json::Map::new();
+                for name in parts.headers.keys() {
+                    let values: Vec<Value> = parts
+                        .headers
+                        .get_all(name)
+                        .iter()
+                        .map(|v| json!(String::from_utf8_lossy(v.as_bytes())))
+                        .collect();
+                    headers.insert(name.to_string(), Value::Array(values));
+                }
+                let length = match body.collect().await {
+                    Ok(body) => body.to_bytes().len(),
+                    Err(_) => 0,
+                };
+                let echo = json!({
+                    "path": parts.uri.path(),
+                    "query": parts.uri.query(),
+                    "headers": headers,
+                    "length": length,
+                });
+                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(echo.to_string()))))
+            });
+            tokio::spawn(
+                hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(conn), service),
+            );
+        }
+    });
+    addr
+}
+
+fn gateway(upstream: SocketAddr, server: &str, rest: &str) -> String {
+    format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+api = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+upstream = "http://{upstream}"
+{server}
+
+{rest}
+"#
+    )
+}
+
+/// A response read off a raw socket.
+struct Raw {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+impl Raw {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.head.lines().find_map(|line| {
+            let (n, v) = line.split_once(':')?;
+            n.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+        })
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", self.status, self.body))
+    }
+
+    /// A 4xx must say what was wrong, as problem+json.
+    fn is_problem(&self, status: u16) -> bool {
+        self.status == status
+            && self.header("content-type") == Some("application/problem+json")
+            && self.json()["status"] == status
+    }
+}
+
+/// Reads one response (head, then a `Content-Length` body) off `stream`.
+async fn read_response(stream: &mut TcpStream) -> Raw {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = stream.read(&mut chunk).await.expect("a response");
+        assert!(n > 0, "the connection closed before a response: {buf:?}");
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let status = head[9..12].parse().expect("a status");
+    let mut raw = Raw {
+        status,
+        head,
+        body: String::new(),
+    };
+    let length: usize = raw
+        .header("content-length")
+        .map_or(0, |v| v.parse().unwrap());
+    while buf.len() < head_end + length {
+        let n = stream.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "the connection closed mid-body");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    raw.body = String::from_utf8_lossy(&buf[head_end..head_end + length]).into_owned();
+    raw
+}
+
+/// Sends `request` as written (`\n` becomes CRLF) and reads the response.
+async fn raw(addr: SocketAddr, request: &str) -> Raw {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(request.replace('\n', "\r\n").as_bytes())
+        .await
+        .unwrap();
+    read_response(&mut stream).await
+}
+
+async fn get(addr: SocketAddr, target: &str, headers: &str) -> Raw {
+    raw(
+        addr,
+        &format!("GET {target} HTTP/1.1\nHost: {addr}\n{headers}Connection: close\n\n"),
+    )
+    .await
+}
+
+async fn check(addr: SocketAddr, body: &str) -> Raw {
+    raw(
+        addr,
+        &format!(
+            "POST /v1/check HTTP/1.1\nHost: {addr}\nContent-Type: application/json\nContent-Length: {}\nConnection: close\n\n{body}",
+            body.len()
+        ),
+    )
+    .await
+}
+
+// ---------------------------------------------------------------------------------------
+// Item 1: the limiter keys on exactly what the upstream will see
+
+const PER_KEY: &str = r#"
+[keys]
+api_key_header = "x-api-key"
+
+[[limit]]
+name = "per-key"
+key = ["api_key"]
+algorithm = "fixed-window"
+limit = 3
+window = "1h"
+
+[[limit]]
+name = "per-user"
+match = { path = "/users*" }
+key = ["header:x-user"]
+algorithm = "fixed-window"
+limit = 3
+window = "1h"
+"#;
+
+#[tokio::test]
+async fn connection_may_not_strip_a_header_that_decides_who_the_request_is() {
+    let up = echo_upstream().await;
+    let server = start(&gateway(up, "", PER_KEY)).await;
+    let gw = server.listen;
+    // The issue's trick: a fresh bearer token counted, then stripped; the upstream saw
+    // only the real key. Six of them passed a limit of three.
+    for i in 0..6 {
+        let reply = get(
+            gw,
+            "/orders",
+            &format!(
+                "Authorization: Bearer random{i}\nx-api-key: REAL\nConnection: authorization\n"
+            ),
+        )
+        .await;
+        assert!(
+            reply.is_problem(400),
+            "{i}: {} {}",
+            reply.status,
+            reply.body
+        );
+        assert!(reply.body.contains("authorization"), "{}", reply.body);
+    }
+    // Every other header that decides who the request is, in any case and list position.
+    for header in [
+        "X-Api-Key",
+        "host",
+        "x-user",
+        "x-tenant-id",
+        "forwarded",
+        "x-forwarded-for",
+    ] {
+        let reply = get(
+            gw,
+            "/users/7",
+            &format!("x-api-key: REAL\nx-user: bob\nConnection: keep-alive, {header}\n"),
+        )
+        .await;
+        assert!(
+            reply.is_problem(400),
+            "{header}: {} {}",
+            reply.status,
+            reply.body
+        );
+    }
+    // The real key was never charged by any of it.
+    for _ in 0..3 {
+        let reply = get(gw, "/orders", "x-api-key: REAL\n").await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+    }
+    assert_eq!(get(gw, "/orders", "x-api-key: REAL\n").await.status, 429);
+    // A harmless hop-by-hop header is still removed, and the request served.
+    let reply = get(
+        gw,
+        "/users/1",
+        "x-api-key: OTHER\nx-user: amy\nx-hop: 1\nConnection: x-hop\n",
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(reply.json()["headers"].get("x-hop").is_none());
+    assert_eq!(reply.json()["headers"]["x-user"], json!(["amy"]));
+}
+
+#[tokio::test]
+async fn a_header_that_decides_who_the_request_is_may_come_only_once() {
+    let up = echo_upstream().await;
+    let server = start(&gateway(up, "", PER_KEY)).await;
+    let gw = server.listen;
+    for (what, headers) in [
+        ("x-api-key", "x-api-key: SPENT\nx-api-key: REAL\n"),
+        (
+            "authorization",
+            "Authorization: Bearer a\nAuthorization: Bearer b\n",
+        ),
+        ("x-user", "x-api-key: K\nx-user: a\nx-user: b\n"),
+        // One variable to CGI, WSGI and PHP.
+        ("x_api_key", "x-api-key: SPENT\nx_api_key: REAL\n"),
+        ("x_user", "x-api-key: K\nx-user: a\nX_User: b\n"),
+    ] {
+        let reply = get(gw, "/users/1", headers).await;
+        assert!(
+            reply.is_problem(400),
+            "{what}: {} {}",
+            reply.status,
+            reply.body
+        );
+        assert!(reply.body.contains(what), "{}", reply.body);
+    }
+    // A key the engine could not read as text would be decided as absent.
+    let reply = get(gw, "/users/1", "x-api-key: K\nx-user: caf\u{e9}\n").await;
+    assert!(reply.is_problem(400), "{} {}", reply.status, reply.body);
+}
+
+// ---------------------------------------------------------------------------------------
+// Item 2: one spelling per path
+
+#[tokio::test]
+async fn headers_that_change_the_method_or_path_upstream_are_refused() {
+    let up = echo_upstream().await;
+    let rule = LOGIN.replace("match = { path", "match = { method = \"POST\", path");
+    let server = start(&gateway(up, "", &rule)).await;
+    let gw = server.listen;
+    // `GET /login` is not limited; upstream, these make it the `POST /login` that is.
+    for header in [
+        "X-HTTP-Method-Override: POST",
+        "X-HTTP-Method: POST",
+        "X-Method-Override: post",
+        "X-Original-URL: /login",
+        "X-Rewrite-URL: /admin",
+    ] {
+        let reply = get(gw, "/login", &format!("{header}\n")).await;
+        assert!(
+            reply.is_problem(400),
+            "{header}: {} {}",
+            reply.status,
+            reply.body
+        );
+    }
+    // An override naming the method it overrides changes nothing.
+    let reply = get(gw, "/login", "X-HTTP-Method-Override: GET\n").await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+}
+
+const LOGIN: &str = r#"
+[[limit]]
+name = "login"
+match = { path = "/login" }
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 1
+window = "1h"
+"#;
+
+#[tokio::test]
+async fn path_aliases_are_limited_as_the_path_they_reach() {
+    let up = echo_upstream().await;
+    let server = start(&gateway(up, "", LOGIN)).await;
+    let gw = server.listen;
+    let reply = get(gw, "/login?next=%2Fhome", "").await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    for alias in [
+        "//login",
+        "/%6Cogin",
+        "/%6cogin",
+        "/./login",
+        "/x/../login",
+        "/x/%2e%2E/login",
+    ] {
+        let reply = get(gw, alias, "").await;
+        assert_eq!(reply.status, 429, "{alias} got through: {}", reply.body);
+    }
+    // And through the decision API, for another client.
+    let api = server.api.unwrap();
+    let reply = check(api, r#"{"ip": "192.0.2.1", "path": "/login"}"#).await;
+    assert_eq!(reply.json()["allowed"], true);
+    for alias in ["//login", "/%6Cogin", "/./login", "/x/../login?a=b"] {
+        let reply = check(api, &format!(r#"{{"ip": "192.0.2.1", "path": "{alias}"}}"#)).await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert_eq!(reply.json()["allowed"], false, "{alias} got through");
+    }
+}
+
+#[tokio::test]
+async fn the_gateway_forwards_the_path_it_matched_and_refuses_ambiguous_ones() {
+    let up = echo_upstream().await;
+    let server = start(&gateway(up, "", "")).await;
+    let gw = server.listen;
+    for (alias, normal) in [
+        ("//login?next=%2Fhome", "/login"),
+        ("/%6Cogin?next=%2Fhome", "/login"),
+        ("/a/./b/../c//d%7e%3f?next=%2Fhome", "/a/c/d~%3F"),
+    ] {
+        let reply = get(gw, alias, "").await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        let echo = reply.json();
+        assert_eq!(echo["path"], normal);
+        assert_eq!(echo["query"], "next=%2Fhome", "the query goes as it came");
+    }
+    for ambiguous in [
+        "/a%2Fb",
+        "/a%5clogin",
+        "/a\\login",
+        "/login%00",
+        "/login;jsessionid=1",
+    ] {
+        let reply = get(gw, ambiguous, "").await;
+        assert!(
+            reply.is_problem(400),
+            "{ambiguous}: {} {}",
+            reply.status,
+            reply.body
+        );
+    }
+    let reply = check(server.api.unwrap(), r#"{"path": "/a%2Fb"}"#).await;
+    assert!(reply.is_problem(422), "{} {}", reply.status, reply.body);
+    assert!(reply.body.contains("`path`"), "{}", reply.body);
+}
+
+// ---------------------------------------------------------------------------------------
+// "Smaller": forwarding headers, Host, CONNECT
+
+#[tokio::test]
+async fn forwarding_headers_from_an_untrusted_client_are_replaced_and_from_a_proxy_extended() {
+    let up = echo_upstream().await;
+    let server = start(&gateway(up, "", "")).await;
+    let reply = get(
+        server.listen,
+        "/x",
+        "Forwarded: for=1.2.3.4\nX-Forwarded-For: 1.2.3.4\nX-Real-IP: 1.2.3.4\nX-Forwarded-Host: evil\n",
+    )
+    .await;
+    let headers = &reply.json()["headers"];
+    assert_eq!(headers["forwarded"], json!(["for=127.0.0.1;proto=http"]));
+    assert_eq!(headers["x-forwarded-for"], json!(["127.0.0.1"]));
+    assert!(headers.get("x-real-ip").is_none());
+    assert!(headers.get("x-forwarded-host").is_none());
+
+    let server = start(&gateway(up, r#"trusted_proxies = ["127.0.0.1"]"#, "")).await;
+    let reply = get(
+        server.listen,
+        "/x",
+        "Forwarded: for=203.0.113.9\nX-Forwarded-For: 203.0.113.9\n",
+    )
+    .await;
+    let headers = &reply.json()["headers"];
+    assert_eq!(
+        headers["forwarded"],
+        json!(["for=203.0.113.9, for=127.0.0.1"])
+    );
+    assert_eq!(
+        headers["x-forwarded-for"],
+        json!(["203.0.113.9, 127.0.0.1"])
+    );
+}
+
+#[tokio::test]
+async fn two_hosts_a_host_against_the_target_and_connect_are_refused() {
+    let up = echo_upstream().await;
+    let server = start(&gateway(up, "", "")).await;
+    let gw = server.listen;
+    let reply = raw(gw, "GET /x HTTP/1.1\nHost: a.example\nHost: b.example\n\n").await;
+    assert!(reply.is_problem(400), "{} {}", reply.status, reply.body);
+    let reply = raw(gw, "GET http://a.example/x HTTP/1.1\nHost: b.example\n\n").await;
+    assert!(reply.is_problem(400), "{} {}", reply.status, reply.body);
+    let reply = raw(
+        gw,
+        "GET http://a.example/x HTTP/1.1\nHost: A.example\nConnection: close\n\n",
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let reply = raw(
+        gw,
+        "CONNECT a.example:443 HTTP/1.1\nHost: a.example:443\n\n",
+    )
+    .await;
+    assert!(reply.is_problem(405), "{} {}", reply.status, reply.body);
+    assert!(reply.header("allow").is_some_and(|a| a.contains("GET")));
+}
+
+// ---------------------------------------------------------------------------------------
+// Item 6: bytes and time a client controls
+
+const API: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+max_in_flight = 20
+critical_reserve = 0
+queue_timeout = "10ms"
+
+[[limit]]
+name = "per-ip"
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 1000000
+window = "1h"
+"#;
+
+#[tokio::test]
+async fn slow_bodies_do_not_take_in_flight_slots_from_other_requests() {
+    let server = start(API).await;
+    let api = server.listen;
+    // Fifteen times the in-flight cap of clients (from 30 addresses, under the cap on
+    // connections per client), each sending its headers and one byte of a 100-byte body,
+    // then nothing.
+    let mut slow = Vec::new();
+    for i in 0..300 {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket
+            .bind(SocketAddr::from(([127, 0, 0, 2 + (i % 30) as u8], 0)))
+            .unwrap();
+        let mut stream = socket.connect(api).await.unwrap();
+        stream
+            .write_all(
+                b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{",
+            )
+            .await
+            .unwrap();
+        slow.push(stream);
+    }
+    // Each slow request has reached the handler by the time a later connection is served
+    // (one worker, one accept loop, in order): then every honest request is decided.
+    for i in 0..20 {
+        let reply = check(api, r#"{"path": "/orders"}"#).await;
+        assert_eq!(reply.status, 200, "request {i}: {}", reply.body);
+    }
+    drop(slow);
+}
+
+#[tokio::test]
+async fn a_declared_body_over_max_body_is_refused_before_it_is_sent() {
+    let server = start(API).await;
+    let mut stream = TcpStream::connect(server.listen).await.unwrap();
+    stream
+        .write_all(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 10000000\r\n\r\n")
+        .await
+        .unwrap();
+    let reply = tokio::time::timeout(Duration::from_secs(5), read_response(&mut stream))
+        .await
+        .expect("the server waited for a body it would refuse");
+    assert!(reply.is_problem(413), "{} {}", reply.status, reply.body);
+}
+
+#[tokio::test]
+async fn a_head_of_200_kb_is_refused_with_431() {
+    let server = start(API).await;
+    let mut stream = TcpStream::connect(server.listen).await.unwrap();
+    let big = "a".repeat(200 * 1024);
+    let request = format!("GET /live HTTP/1.1\r\nHost: x\r\nX-User: {big}\r\n\r\n");
+    // The server may answer and close before it has read all of it.
+    let _ = stream.write_all(request.as_bytes()).await;
+    let reply = read_response(&mut stream).await;
+    assert_eq!(reply.status, 431);
+}
+
+#[tokio::test]
+async fn a_client_may_hold_only_its_share_of_connections() {
+    let server = start(API).await;
+    let api = server.listen;
+    let mut held = Vec::new();
+    for _ in 0..256 {
+        held.push(TcpStream::connect(api).await.unwrap());
+    }
+    // One more is closed at once, not after a header timeout.
+    let mut extra = TcpStream::connect(api).await.unwrap();
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(5), extra.read_to_end(&mut rest)).await;
+    assert!(closed.is_ok(), "the 257th connection was kept open");
+    // Closing one makes room.
+    held.pop();
+    let mut served = false;
+    for _ in 0..100 {
+        let mut stream = TcpStream::connect(api).await.unwrap();
+        let request = "GET /healthcheck HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer).await;
+        if answer.starts_with(b"HTTP/1.1 ") {
+            served = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(served, "no room after a connection closed");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_head_is_cut_after_the_header_timeout() {
+    let server = start(API).await;
+    let mut stream = TcpStream::connect(server.listen).await.unwrap();
+    stream.write_all(b"GET /live HTTP/1.1\r\nHo").await.unwrap();
+    let start = tokio::time::Instant::now();
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut rest)).await;
+    assert!(read.is_ok(), "the connection was held for a minute");
+    assert!(start.elapsed() <= Duration::from_secs(10));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_body_through_the_gateway_is_cut_and_frees_its_slot() {
+    let up = echo_upstream().await;
+    let server = start(&gateway(
+        up,
+        "max_in_flight = 1\ncritical_reserve = 0\nqueue_timeout = \"10ms\"",
+        "",
+    ))
+    .await;
+    let gw = server.listen;
+    let mut stalled = TcpStream::connect(gw).await.unwrap();
+    stalled
+        .write_all(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\nsome")
+        .await
+        .unwrap();
+    // It holds the only slot while it sends, then is cut: 408, and the slot is free.
+    let reply = tokio::time::timeout(Duration::from_secs(60), read_response(&mut stalled))
+        .await
+        .expect("the stalled body was never cut");
+    assert!(reply.is_problem(408), "{} {}", reply.status, reply.body);
+    let reply = get(gw, "/orders", "").await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+}
+
+// ---------------------------------------------------------------------------------------
+// Item 7: an upstream that never answers
+
+#[tokio::test(start_paused = true)]
+async fn an_upstream_that_never_answers_is_a_504_problem() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = listener.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = listener.accept().await {
+            held.push(conn);
+        }
+    });
+    let server = start(&gateway(up, "", "")).await;
+    let reply = tokio::time::timeout(Duration::from_secs(120), get(server.listen, "/x", ""))
+        .await
+        .expect("the gateway waited on the upstream for two minutes");
+    assert!(reply.is_problem(504), "{} {}", reply.status, reply.body);
+    held.abort();
+}
+
+// ---------------------------------------------------------------------------------------
+// "Smaller": the admin listener's /reload, and the CLI's own examples
+
+const RELOADABLE: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+"#;
+
+fn temp_config(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ratewarden-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("ratewarden.toml");
+    std::fs::write(&path, RELOADABLE).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn a_web_page_cannot_trigger_a_reload() {
+    let path = temp_config("reload-csrf");
+    let server = start_at(RELOADABLE, Some(path.clone())).await;
+    let admin = server.admin.unwrap();
+    let post = |headers: &'static str| async move {
+        raw(
+            admin,
+            &format!("POST /reload HTTP/1.1\nHost: {admin}\n{headers}Content-Length: 2\nConnection: close\n\n{{}}"),
+        )
+        .await
+    };
+    // A cross-origin form or fetch sends a "simple" content type without asking first.
+    for kind in [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data",
+    ] {
+        let headers: &'static str = Box::leak(
+            format!("Origin: http://evil.example\nContent-Type: {kind}\n").into_boxed_str(),
+        );
+        assert!(post(headers).await.is_problem(415), "{kind}");
+    }
+    assert!(post("Content-Type: text/plain\n").await.is_problem(415));
+    // A JSON POST from a page of another origin, or from a rebound domain name.
+    assert!(
+        post("Origin: http://evil.example\nContent-Type: application/json\n")
+            .await
+            .is_problem(403)
+    );
+    let rebound = raw(
+        admin,
+        "POST /reload HTTP/1.1\nHost: evil.example\nOrigin: http://evil.example\nContent-Type: application/json\nContent-Length: 2\nConnection: close\n\n{}",
+    )
+    .await;
+    assert!(
+        rebound.is_problem(403),
+        "{} {}",
+        rebound.status,
+        rebound.body
+    );
+    // Operators' tools: a JSON content type, or the custom header.
+    let reply = post("Content-Type: application/json\n").await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json()["reloaded"], true);
+    let reply = post("X-Ratewarden-Reload: 1\n").await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+/// The `curl` commands of `ratewarden serve --help`, continuation lines joined.
+fn help_curls() -> Vec<String> {
+    let help = std::process::Command::new(env!("CARGO_BIN_EXE_ratewarden"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8(help.stdout).unwrap().replace("\\\n", " ");
+    help.lines()
+        .map(str::trim)
+        .filter(|line| line.starts_with("curl "))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_curl_examples_of_serve_help_work_against_a_live_server() {
+    let path = temp_config("help-curl");
+    let server = start_at(RELOADABLE, Some(path.clone())).await;
+    let curls = help_curls();
+    assert_eq!(curls.len(), 2, "{curls:?}");
+    let run = |command: &str| {
+        let command = command
+            .replace("localhost:8080", &server.listen.to_string())
+            .replace("localhost:9090", &server.admin.unwrap().to_string());
+        let out = std::process::Command::new("sh")
+            .args(["-c", &format!("{command} -w ' %{{http_code}}'")])
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let checked = run(&curls[0]);
+    assert!(checked.ends_with(" 200"), "{}: {checked}", curls[0]);
+    assert!(checked.contains(r#""allowed":true"#), "{checked}");
+    let reloaded = run(&curls[1]);
+    assert!(reloaded.ends_with(" 200"), "{}: {reloaded}", curls[1]);
+    assert!(reloaded.contains(r#""reloaded":true"#), "{reloaded}");
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
