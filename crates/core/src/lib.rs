@@ -43,6 +43,7 @@ mod error;
 mod limit;
 pub mod store;
 mod units;
+mod window;
 
 pub use algorithm::{
     Algorithm, CalendarUnit, Concurrency, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Quota,
@@ -54,6 +55,7 @@ pub use error::Error;
 pub use limit::{AlgorithmKind, Limit, LimitState};
 pub use store::{now_or_panic, AsyncStore, Check, Store};
 pub use units::{parse_decimal, parse_duration, DisplayDuration, Rate, Ticks};
+pub use window::window_secs;
 
 /// Nanoseconds in one second.
 pub const NANOS_PER_SEC: u64 = 1_000_000_000;

@@ -1,6 +1,6 @@
 //! The headers and bodies of the rate limiting contract.
 
-use ratewarden_core::{Algorithm, Decision, Limit, NANOS_PER_SEC};
+use ratewarden_core::{Decision, NANOS_PER_SEC};
 use sfv::{Integer, KeyRef, ListSerializer, StringRef};
 
 /// The problem type of a caller over its quota (429).
@@ -16,7 +16,7 @@ pub struct PolicyState<'a> {
     pub name: &'a str,
     /// Its limit, from the decision.
     pub decision: &'a Decision,
-    /// Its window in seconds, when it has a fixed one (see [`window_secs`]).
+    /// Its window in seconds, when it has a fixed one (see [`window_secs`](ratewarden_core::window_secs)).
     pub window_secs: Option<u64>,
     /// The quota unit, when not requests (`concurrent-requests` for in-flight limits).
     pub unit: Option<&'a str>,
@@ -48,27 +48,6 @@ pub struct Response {
 /// ```
 pub fn retry_after_secs(ns: u64) -> u64 {
     ns.div_ceil(NANOS_PER_SEC).max(1)
-}
-
-/// The window a limit's quota refers to, in whole seconds, when it has one: the window of
-/// a window algorithm, the time a bucket takes to refill its whole burst. Calendar quotas
-/// and concurrency limits have none that fits `w`.
-pub fn window_secs(limit: &Limit) -> Option<u64> {
-    let ns = match limit {
-        Limit::FixedWindow(l) => l.window().as_nanos(),
-        Limit::SlidingLog(l) => l.window().as_nanos(),
-        Limit::SlidingWindow(l) => l.window().as_nanos(),
-        Limit::TokenBucket(l) => burst_ns(l.rate(), l.burst()),
-        Limit::LeakyBucket(l) => burst_ns(l.rate(), l.burst()),
-        Limit::LeakyQueue(l) => burst_ns(l.rate(), l.limit()),
-        Limit::Gcra(l) => burst_ns(l.rate(), l.burst()),
-        Limit::Quota(_) | Limit::Concurrency(_) => return None,
-    };
-    u64::try_from(ns.div_ceil(u128::from(NANOS_PER_SEC)).max(1)).ok()
-}
-
-fn burst_ns(rate: ratewarden_core::Rate, burst: u64) -> u128 {
-    (u128::from(burst) * u128::from(rate.period_ns())).div_ceil(u128::from(rate.count()))
 }
 
 /// Structured Field integers stop at 15 digits.

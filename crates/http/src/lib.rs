@@ -15,6 +15,8 @@
 mod contract;
 
 pub use contract::{
-    allowed_headers, limited, retry_after_secs, unavailable, window_secs, PolicyState, Response,
-    QUOTA_EXCEEDED, TEMPORARY_REDUCED_CAPACITY,
+    allowed_headers, limited, retry_after_secs, unavailable, PolicyState, Response, QUOTA_EXCEEDED,
+    TEMPORARY_REDUCED_CAPACITY,
 };
+/// Moved to core, where Envoy's units need it too; this path stays.
+pub use ratewarden_core::window_secs;

@@ -6,25 +6,27 @@ use std::net::IpAddr;
 use ratewarden_core::{now_or_panic, AsyncStore, Check, Decision, Limit, Store};
 use ratewarden_memory::{MemoryStore, StoreConfig};
 use ratewarden_policy::config::parse;
-use ratewarden_policy::{Engine, ReleaseError, Request, RequestError, SettleError, Verdict};
+use ratewarden_policy::{
+    Engine, GrantId, ReleaseError, Request, RequestError, SettleError, Verdict,
+};
 
 const NOW: u64 = 1_000_000_000_000;
 
 /// The engine's calls, run to completion: over an in-memory store they never wait.
 trait RunNow {
     fn decide_now(&self, request: &Request<'_>, now: u64) -> Result<Verdict, RequestError>;
-    fn settle_now(&self, id: u64, actual: u64, now: u64) -> Result<(), SettleError>;
-    fn release_now(&self, id: u64, now: u64) -> Result<(), ReleaseError>;
+    fn settle_now(&self, id: GrantId, actual: u64, now: u64) -> Result<(), SettleError>;
+    fn release_now(&self, id: GrantId, now: u64) -> Result<(), ReleaseError>;
 }
 
 impl<S: AsyncStore> RunNow for Engine<S> {
     fn decide_now(&self, request: &Request<'_>, now: u64) -> Result<Verdict, RequestError> {
         now_or_panic(self.decide(request, now))
     }
-    fn settle_now(&self, id: u64, actual: u64, now: u64) -> Result<(), SettleError> {
+    fn settle_now(&self, id: GrantId, actual: u64, now: u64) -> Result<(), SettleError> {
         now_or_panic(self.settle(id, actual, now))
     }
-    fn release_now(&self, id: u64, now: u64) -> Result<(), ReleaseError> {
+    fn release_now(&self, id: GrantId, now: u64) -> Result<(), ReleaseError> {
         now_or_panic(self.release(id, now))
     }
 }
@@ -427,13 +429,24 @@ fn an_estimate_is_settled_at_the_real_cost_or_stands_when_never_settled() {
         .decide_now(&get("198.51.100.1", estimate), NOW)
         .unwrap();
     let id = v.reservation.expect("an estimated cost is a reservation");
-    // The request really used 1,300 tokens: the balance goes 300 into debt...
-    engine.settle_now(id, 1_300, NOW).unwrap();
+    // A real cost over the most one request may claim is refused like such a request
+    // (issue 12, item 4: a settle at 1e9 locked a key out for 694 days), nothing charged...
+    assert_eq!(
+        engine.settle_now(id, 1_300, NOW),
+        Err(ratewarden_policy::SettleError::TooCostly {
+            rule: "tokens".to_owned(),
+            actual: 1_300,
+            max: 1_000
+        })
+    );
+    // ...and the reservation stands: the request really used 1,000 tokens, the bucket is
+    // spent...
+    engine.settle_now(id, 1_000, NOW).unwrap();
     let one: &[(&str, &str)] = &[("authorization", "Bearer a"), ("x-estimated-tokens", "1")];
     let v = engine.decide_now(&get("198.51.100.1", one), NOW).unwrap();
     assert!(!v.allowed);
-    // ...which at 100 a second is waited out in exactly 3.01 s (300 owed plus this 1).
-    assert_eq!(v.retry_after_ns, Some(3_010_000_000));
+    // ...which at 100 a second is waited out in exactly 10 ms for one token.
+    assert_eq!(v.retry_after_ns, Some(10_000_000));
     assert_eq!(
         engine.settle_now(id, 10, NOW),
         Err(ratewarden_policy::SettleError::Unknown),

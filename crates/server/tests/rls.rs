@@ -427,7 +427,7 @@ async fn envoy_configs_reload_and_a_bad_one_keeps_the_old() {
     .await;
     assert_eq!(limit(&r), 3);
     std::fs::write(&path, config(7).replace("unit: minute", "unit: fortnight")).unwrap();
-    let errors = running.reload().unwrap_err().to_string();
+    let errors = running.reload().await.unwrap_err().to_string();
     assert!(errors.contains("edge.yaml:4:"), "{errors}");
     let r = ask(
         &mut client,
@@ -436,7 +436,7 @@ async fn envoy_configs_reload_and_a_bad_one_keeps_the_old() {
     .await;
     assert_eq!(limit(&r), 3, "the old config stays");
     std::fs::write(&path, config(7)).unwrap();
-    running.reload().unwrap();
+    running.reload().await.unwrap();
     let r = ask(
         &mut client,
         request(vec![descriptor(&[("client_id", "a")])]),

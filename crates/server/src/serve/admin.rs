@@ -38,7 +38,7 @@ pub(crate) async fn handle(app: &Arc<App>, request: Request<Incoming>) -> Respon
                 )
             }
         }
-        (&Method::POST, "/reload") => match app.reload() {
+        (&Method::POST, "/reload") => match app.reload().await {
             Ok(version) => reply::json(
                 StatusCode::OK,
                 &json!({ "reloaded": true, "config_version": version }),

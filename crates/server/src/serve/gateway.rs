@@ -46,7 +46,7 @@ impl Upstream {
 /// been sent, or the client went away.
 struct PermitGuard {
     app: Arc<App>,
-    permit: Option<u64>,
+    permit: Option<ratewarden_policy::GrantId>,
 }
 
 impl Drop for PermitGuard {
