@@ -3,13 +3,27 @@
 /// A request the engine cannot decide: it is malformed (a 4xx, not a limit).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
-    /// A rule's cost header is not a whole number, or claims more than its `max_cost`.
-    #[error("limit `{rule}`: {message}")]
+    /// A rule's cost header is not a whole number.
+    #[error("limit `{rule}`: header `{header}` must be a whole number, not `{value}`")]
     Cost {
         /// The rule whose cost could not be read.
         rule: String,
-        /// What was wrong.
-        message: String,
+        /// The cost header.
+        header: String,
+        /// What it said.
+        value: String,
+    },
+    /// A rule's cost header claims more than the rule's `max_cost`.
+    #[error("limit `{rule}`: header `{header}` claims {claimed}, over the most of {max}")]
+    CostOverMax {
+        /// The rule.
+        rule: String,
+        /// The cost header.
+        header: String,
+        /// What it claimed.
+        claimed: u64,
+        /// The rule's `max_cost`.
+        max: u64,
     },
     /// A header a matching rule keys on (or reads its cost from) came more than once:
     /// a proxy and the upstream may each read a different line, so neither is trusted.
@@ -32,6 +46,15 @@ pub enum RequestError {
     /// A descriptor call without what it needs (a domain, a descriptor).
     #[error("{0}")]
     Descriptors(String),
+}
+
+impl RequestError {
+    /// Whether the request is malformed (HTTP 400: it cannot be read one way only), rather
+    /// than well formed and refused for what it asks (HTTP 422: a cost over `max_cost`).
+    /// Every front door answers by this, so one meaning has one status.
+    pub fn is_malformed(&self) -> bool {
+        !matches!(self, RequestError::CostOverMax { .. })
+    }
 }
 
 /// Why a settle was refused.

@@ -123,19 +123,18 @@ pub(super) fn cost_of(rule: &Rule, request: &Request<'_>) -> Result<u64, Request
             let Some(text) = text else {
                 return Ok(1);
             };
-            let error = |message: String| RequestError::Cost {
+            let n: u64 = text.parse().map_err(|_| RequestError::Cost {
                 rule: rule.name.clone(),
-                message,
-            };
-            let n: u64 = text.parse().map_err(|_| {
-                error(format!(
-                    "header `{name}` must be a whole number, not `{text}`"
-                ))
+                header: name.clone(),
+                value: text.to_owned(),
             })?;
             if n > *max {
-                return Err(error(format!(
-                    "header `{name}` claims {n}, over the most of {max}"
-                )));
+                return Err(RequestError::CostOverMax {
+                    rule: rule.name.clone(),
+                    header: name.clone(),
+                    claimed: n,
+                    max: *max,
+                });
             }
             Ok(n)
         }

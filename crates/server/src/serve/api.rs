@@ -256,7 +256,7 @@ async fn decide(app: &App, peer: SocketAddr, check: Check) -> Response<Body> {
     let started = app.clock.now();
     let verdict = match app.engine.decide(&request, started).await {
         Ok(verdict) => verdict,
-        Err(e) => return reply::problem(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+        Err(e) => return reply::problem(request_error_status(&e), e.to_string()),
     };
     app.metrics
         .decision_seconds
@@ -358,4 +358,14 @@ fn ms(ns: u64) -> u64 {
 
 fn ms_duration(d: std::time::Duration) -> u64 {
     ms(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// One status per meaning, at every door (docs/decision-api.md, "Errors"): a request that
+/// cannot be read one way only is a 400, a well-formed one asking too much a 422.
+pub(crate) fn request_error_status(error: &ratewarden_policy::RequestError) -> StatusCode {
+    if error.is_malformed() {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::UNPROCESSABLE_ENTITY
+    }
 }

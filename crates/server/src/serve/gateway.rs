@@ -114,7 +114,7 @@ pub(crate) async fn handle(
     let started = app.clock.now();
     let verdict = match app.engine.decide(&engine_request, started).await {
         Ok(verdict) => verdict,
-        Err(e) => return reply::problem(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => return reply::problem(super::api::request_error_status(&e), e.to_string()),
     };
     app.metrics
         .decision_seconds

@@ -10,6 +10,7 @@ mod app;
 mod envoy;
 mod gateway;
 mod listen;
+mod logs;
 mod metrics;
 mod reply;
 mod shed;
@@ -29,7 +30,7 @@ use store::AnyStore;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::cli::{LogFormat, ServeArgs};
+use crate::cli::ServeArgs;
 use app::App;
 pub use app::TokioClock;
 use listen::Role;
@@ -329,7 +330,7 @@ fn worker_thread(
 ///
 /// A config that does not load, or a server that cannot start.
 pub fn main(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    init_logs(args.log_format);
+    logs::init(args.log_format);
     let report = |what: &std::path::Path, errors: &ConfigErrors| {
         eprintln!("{errors}");
         let n = errors.0.len();
@@ -426,16 +427,4 @@ async fn signals(running: &Running) -> anyhow::Result<()> {
             }
         }
     }
-}
-
-fn init_logs(format: LogFormat) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
 }
