@@ -160,7 +160,7 @@ async fn the_decision_api_decides_with_the_headers_a_gateway_should_send() {
                 .find(|h| h[0] == name)
                 .map(|h| h[1].as_str().unwrap().to_owned())
         };
-        let state = list(&field("RateLimit").unwrap());
+        let state = list(&field("ratelimit").unwrap());
         assert_eq!(param(&state, "per-key", "r"), Some(4 - i));
         // The shadow rule is nobody's business but the operator's.
         assert_eq!(param(&state, "watch", "r"), None);
@@ -172,8 +172,8 @@ async fn the_decision_api_decides_with_the_headers_a_gateway_should_send() {
     assert_eq!(d["violated_policies"], json!(["per-key"]));
     assert_eq!(d["would_have_rejected"], json!(["watch"]));
     let headers = d["headers"].as_array().unwrap();
-    assert!(headers.contains(&json!(["Retry-After", "1"])));
-    assert!(headers.contains(&json!(["Cache-Control", "no-store"])));
+    assert!(headers.contains(&json!(["retry-after", "1"])));
+    assert!(headers.contains(&json!(["cache-control", "no-store"])));
     let problem: Value = serde_json::from_str(d["body"].as_str().unwrap()).unwrap();
     assert_eq!(problem["violated-policies"], json!(["per-key"]));
     let per_key = &d["policies"][0];
@@ -231,7 +231,7 @@ window = "10s"
             .as_array()
             .unwrap()
             .iter()
-            .find(|h| h[0] == "Retry-After")
+            .find(|h| h[0] == "retry-after")
             .unwrap()[1]
             .as_str()
             .unwrap()
@@ -436,7 +436,7 @@ lease = "5m"
         .as_array()
         .unwrap()
         .iter()
-        .find(|h| h[0] == "RateLimit-Policy")
+        .find(|h| h[0] == "ratelimit-policy")
         .unwrap()[1]
         .as_str()
         .unwrap()

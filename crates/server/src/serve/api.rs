@@ -308,7 +308,10 @@ async fn decide(app: &App, peer: SocketAddr, check: Check) -> Response<Body> {
         reservation: verdict.reservation.map(|id| id.to_string()),
         permit: verdict.permit.map(|id| id.to_string()),
         config_version: verdict.version,
-        headers: headers.iter().map(|(n, v)| (*n, v.as_str())).collect(),
+        headers: headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect(),
         body,
     };
     match serde_json::to_vec(&out) {

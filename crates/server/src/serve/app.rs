@@ -60,7 +60,7 @@ pub(crate) struct App {
 pub(crate) enum Answer {
     /// Serve it, after `delay` (a queueing rule), adding `headers` to the response.
     Go {
-        headers: Vec<(&'static str, String)>,
+        headers: Vec<(http::HeaderName, String)>,
         delay: Duration,
     },
     /// Answer this instead (429 or 503).

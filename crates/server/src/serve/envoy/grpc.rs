@@ -106,7 +106,7 @@ fn response(app: &App, verdict: &Verdict) -> RateLimitResponse {
         })
         .collect();
     let mut headers = ratewarden_http::allowed_headers(&shown, false);
-    headers.retain(|(name, _)| *name != "Cache-Control");
+    headers.retain(|(name, _)| *name != ratewarden_http::CACHE_CONTROL);
     if !verdict.allowed {
         let retry = verdict
             .outcomes
@@ -115,7 +115,7 @@ fn response(app: &App, verdict: &Verdict) -> RateLimitResponse {
             .max()
             .unwrap_or(NANOS_PER_SEC);
         headers.push((
-            "Retry-After",
+            ratewarden_http::RETRY_AFTER,
             ratewarden_http::retry_after_secs(app.jittered(retry)).to_string(),
         ));
     }
@@ -133,7 +133,7 @@ fn response(app: &App, verdict: &Verdict) -> RateLimitResponse {
         response_headers_to_add: headers
             .into_iter()
             .map(|(key, value)| HeaderValue {
-                key: key.to_ascii_lowercase(),
+                key: key.as_str().to_owned(),
                 value,
                 ..HeaderValue::default()
             })
