@@ -45,6 +45,7 @@ mod numbers;
 pub mod shared_store;
 pub mod store;
 mod units;
+mod window;
 
 pub use algorithm::{
     Algorithm, CalendarUnit, Concurrency, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Quota,
@@ -57,6 +58,7 @@ pub use limit::{AlgorithmKind, Limit, LimitState};
 pub use numbers::{Numbers, DEFAULT_LEASE, DEFAULT_TIMEZONE};
 pub use store::{now_or_panic, AsyncStore, Check, Store};
 pub use units::{parse_decimal, parse_duration, DisplayDuration, Rate, Ticks};
+pub use window::window_secs;
 
 /// Nanoseconds in one second.
 pub const NANOS_PER_SEC: u64 = 1_000_000_000;

@@ -1,6 +1,19 @@
 //! The headers and bodies of the rate limiting contract.
 
-use ratewarden_core::{Algorithm, Decision, Limit, NANOS_PER_SEC};
+pub use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
+use http::HeaderName;
+use ratewarden_core::{Decision, NANOS_PER_SEC};
+
+/// `RateLimit` (draft-ietf-httpapi-ratelimit-headers): each policy's remaining quota.
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `RateLimit-Policy`: each policy's quota, window and unit.
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// The legacy `X-RateLimit-Limit`.
+pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// The legacy `X-RateLimit-Remaining`.
+pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// The legacy `X-RateLimit-Reset`.
+pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 use sfv::{Integer, KeyRef, ListSerializer, StringRef};
 
 /// The problem type of a caller over its quota (429).
@@ -16,7 +29,7 @@ pub struct PolicyState<'a> {
     pub name: &'a str,
     /// Its limit, from the decision.
     pub decision: &'a Decision,
-    /// Its window in seconds, when it has a fixed one (see [`window_secs`]).
+    /// Its window in seconds, when it has a fixed one (see [`window_secs`](ratewarden_core::window_secs)).
     pub window_secs: Option<u64>,
     /// The quota unit, when not requests (`concurrent-requests` for in-flight limits).
     pub unit: Option<&'a str>,
@@ -28,7 +41,7 @@ pub struct Response {
     /// 429 or 503.
     pub status: u16,
     /// Header lines, in order.
-    pub headers: Vec<(&'static str, String)>,
+    pub headers: Vec<(HeaderName, String)>,
     /// The body (empty for a bare 429).
     pub body: String,
 }
@@ -48,27 +61,6 @@ pub struct Response {
 /// ```
 pub fn retry_after_secs(ns: u64) -> u64 {
     ns.div_ceil(NANOS_PER_SEC).max(1)
-}
-
-/// The window a limit's quota refers to, in whole seconds, when it has one: the window of
-/// a window algorithm, the time a bucket takes to refill its whole burst. Calendar quotas
-/// and concurrency limits have none that fits `w`.
-pub fn window_secs(limit: &Limit) -> Option<u64> {
-    let ns = match limit {
-        Limit::FixedWindow(l) => l.window().as_nanos(),
-        Limit::SlidingLog(l) => l.window().as_nanos(),
-        Limit::SlidingWindow(l) => l.window().as_nanos(),
-        Limit::TokenBucket(l) => burst_ns(l.rate(), l.burst()),
-        Limit::LeakyBucket(l) => burst_ns(l.rate(), l.burst()),
-        Limit::LeakyQueue(l) => burst_ns(l.rate(), l.limit()),
-        Limit::Gcra(l) => burst_ns(l.rate(), l.burst()),
-        Limit::Quota(_) | Limit::Concurrency(_) => return None,
-    };
-    u64::try_from(ns.div_ceil(u128::from(NANOS_PER_SEC)).max(1)).ok()
-}
-
-fn burst_ns(rate: ratewarden_core::Rate, burst: u64) -> u128 {
-    (u128::from(burst) * u128::from(rate.period_ns())).div_ceil(u128::from(rate.count()))
 }
 
 /// Structured Field integers stop at 15 digits.
@@ -119,23 +111,23 @@ fn state_field(policies: &[PolicyState<'_>]) -> Option<String> {
     list.finish()
 }
 
-fn rate_limit_headers(policies: &[PolicyState<'_>], legacy: bool) -> Vec<(&'static str, String)> {
+fn rate_limit_headers(policies: &[PolicyState<'_>], legacy: bool) -> Vec<(HeaderName, String)> {
     let mut headers = Vec::new();
     if let Some(v) = policy_field(policies) {
-        headers.push(("RateLimit-Policy", v));
+        headers.push((RATELIMIT_POLICY, v));
     }
     if let Some(v) = state_field(policies) {
-        headers.push(("RateLimit", v));
+        headers.push((RATELIMIT, v));
     }
     // The legacy trio describes one limit: the one closest to exhaustion.
     if let Some(p) = legacy
         .then(|| policies.iter().min_by_key(|p| p.decision.remaining))
         .flatten()
     {
-        headers.push(("X-RateLimit-Limit", p.decision.limit.to_string()));
-        headers.push(("X-RateLimit-Remaining", p.decision.remaining.to_string()));
+        headers.push((X_RATELIMIT_LIMIT, p.decision.limit.to_string()));
+        headers.push((X_RATELIMIT_REMAINING, p.decision.remaining.to_string()));
         let reset = p.decision.reset_after_ns.div_ceil(NANOS_PER_SEC);
-        headers.push(("X-RateLimit-Reset", reset.to_string()));
+        headers.push((X_RATELIMIT_RESET, reset.to_string()));
     }
     headers
 }
@@ -143,10 +135,10 @@ fn rate_limit_headers(policies: &[PolicyState<'_>], legacy: bool) -> Vec<(&'stat
 /// The headers to add to an allowed response: each policy's `RateLimit-Policy` and
 /// `RateLimit`, and the legacy trio when `legacy`. Per-client values must not be replayed
 /// to other clients by a shared cache, hence `Cache-Control: private`.
-pub fn allowed_headers(policies: &[PolicyState<'_>], legacy: bool) -> Vec<(&'static str, String)> {
+pub fn allowed_headers(policies: &[PolicyState<'_>], legacy: bool) -> Vec<(HeaderName, String)> {
     let mut headers = rate_limit_headers(policies, legacy);
     if !headers.is_empty() {
-        headers.push(("Cache-Control", "private".to_owned()));
+        headers.push((CACHE_CONTROL, "private".to_owned()));
     }
     headers
 }
@@ -171,8 +163,8 @@ pub fn allowed_headers(policies: &[PolicyState<'_>], legacy: bool) -> Vec<(&'sta
 /// let retry = no.retry_after_ns().unwrap_or(0);
 /// let response = limited(&[policy], &["per-key"], retry, false, false);
 /// assert_eq!(response.status, 429);
-/// assert!(response.headers.contains(&("Retry-After", "1".to_owned())));
-/// assert!(response.headers.contains(&("RateLimit-Policy", r#""per-key";q=5;w=1"#.to_owned())));
+/// assert!(response.headers.contains(&(ratewarden_http::RETRY_AFTER, "1".to_owned())));
+/// assert!(response.headers.contains(&(ratewarden_http::RATELIMIT_POLICY, r#""per-key";q=5;w=1"#.to_owned())));
 /// assert!(response.body.contains("quota-exceeded"));
 /// # Ok::<(), ratewarden_core::Error>(())
 /// ```
@@ -184,8 +176,8 @@ pub fn limited(
     legacy: bool,
 ) -> Response {
     let mut headers = vec![
-        ("Retry-After", retry_after_secs(retry_after_ns).to_string()),
-        ("Cache-Control", "no-store".to_owned()),
+        (RETRY_AFTER, retry_after_secs(retry_after_ns).to_string()),
+        (CACHE_CONTROL, "no-store".to_owned()),
     ];
     if sensitive {
         return Response {
@@ -195,7 +187,7 @@ pub fn limited(
         };
     }
     headers.extend(rate_limit_headers(policies, legacy));
-    headers.push(("Content-Type", "application/problem+json".to_owned()));
+    headers.push((CONTENT_TYPE, "application/problem+json".to_owned()));
     let body = serde_json::json!({
         "type": QUOTA_EXCEEDED,
         "title": "Quota Exceeded",
@@ -221,9 +213,9 @@ pub fn unavailable(retry_after_ns: u64, detail: &str) -> Response {
     Response {
         status: 503,
         headers: vec![
-            ("Retry-After", retry_after_secs(retry_after_ns).to_string()),
-            ("Cache-Control", "no-store".to_owned()),
-            ("Content-Type", "application/problem+json".to_owned()),
+            (RETRY_AFTER, retry_after_secs(retry_after_ns).to_string()),
+            (CACHE_CONTROL, "no-store".to_owned()),
+            (CONTENT_TYPE, "application/problem+json".to_owned()),
         ],
         body: body.to_string(),
     }

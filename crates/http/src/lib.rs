@@ -10,11 +10,16 @@
 //!   **503** with `Retry-After`, whoever asks.
 //! - The legacy `X-RateLimit-Limit/-Remaining/-Reset` trio, when asked for.
 //!
-//! Headers are returned as `(name, value)` pairs, so any HTTP library can send them.
+//! Headers are returned as `(name, value)` pairs, the names as `http::HeaderName` constants
+//! (lowercase, as HTTP/2 writes them and as `http` wants them), so a server sends them as
+//! they are and a new name can never fail to convert.
 
 mod contract;
 
 pub use contract::{
-    allowed_headers, limited, retry_after_secs, unavailable, window_secs, PolicyState, Response,
-    QUOTA_EXCEEDED, TEMPORARY_REDUCED_CAPACITY,
+    allowed_headers, limited, retry_after_secs, unavailable, PolicyState, Response, CACHE_CONTROL,
+    CONTENT_TYPE, QUOTA_EXCEEDED, RATELIMIT, RATELIMIT_POLICY, RETRY_AFTER,
+    TEMPORARY_REDUCED_CAPACITY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
+/// Moved to core, where Envoy's units need it too; this path stays.
+pub use ratewarden_core::window_secs;

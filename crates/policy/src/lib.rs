@@ -23,6 +23,8 @@ pub use config::{
     Rule, ServerSettings, StoreKind, StoreSettings,
 };
 pub use engine::{
-    Engine, ReleaseError, Request, RequestError, RuleOutcome, RuleStats, SettleError, Verdict,
+    api_key_digest, fingerprint, rollout_bucket, DescriptorStatus, DescriptorVerdict, Engine,
+    GrantId, ReleaseError, Request, RequestDescriptor, RequestError, RuleOutcome, RuleStats,
+    SettleError, Verdict,
 };
 pub use ip::{client_ip, IpGrouping, PrefixError, TrustedProxies};

@@ -6,25 +6,27 @@ use std::net::IpAddr;
 use ratewarden_core::{now_or_panic, AsyncStore, Check, Decision, Limit, Store};
 use ratewarden_memory::{MemoryStore, StoreConfig};
 use ratewarden_policy::config::parse;
-use ratewarden_policy::{Engine, ReleaseError, Request, RequestError, SettleError, Verdict};
+use ratewarden_policy::{
+    Engine, GrantId, ReleaseError, Request, RequestError, SettleError, Verdict,
+};
 
 const NOW: u64 = 1_000_000_000_000;
 
 /// The engine's calls, run to completion: over an in-memory store they never wait.
 trait RunNow {
     fn decide_now(&self, request: &Request<'_>, now: u64) -> Result<Verdict, RequestError>;
-    fn settle_now(&self, id: u64, actual: u64, now: u64) -> Result<(), SettleError>;
-    fn release_now(&self, id: u64, now: u64) -> Result<(), ReleaseError>;
+    fn settle_now(&self, id: GrantId, actual: u64, now: u64) -> Result<(), SettleError>;
+    fn release_now(&self, id: GrantId, now: u64) -> Result<(), ReleaseError>;
 }
 
 impl<S: AsyncStore> RunNow for Engine<S> {
     fn decide_now(&self, request: &Request<'_>, now: u64) -> Result<Verdict, RequestError> {
         now_or_panic(self.decide(request, now))
     }
-    fn settle_now(&self, id: u64, actual: u64, now: u64) -> Result<(), SettleError> {
+    fn settle_now(&self, id: GrantId, actual: u64, now: u64) -> Result<(), SettleError> {
         now_or_panic(self.settle(id, actual, now))
     }
-    fn release_now(&self, id: u64, now: u64) -> Result<(), ReleaseError> {
+    fn release_now(&self, id: GrantId, now: u64) -> Result<(), ReleaseError> {
         now_or_panic(self.release(id, now))
     }
 }
@@ -427,13 +429,24 @@ fn an_estimate_is_settled_at_the_real_cost_or_stands_when_never_settled() {
         .decide_now(&get("198.51.100.1", estimate), NOW)
         .unwrap();
     let id = v.reservation.expect("an estimated cost is a reservation");
-    // The request really used 1,300 tokens: the balance goes 300 into debt...
-    engine.settle_now(id, 1_300, NOW).unwrap();
+    // A real cost over the most one request may claim is refused like such a request
+    // (issue 12, item 4: a settle at 1e9 locked a key out for 694 days), nothing charged...
+    assert_eq!(
+        engine.settle_now(id, 1_300, NOW),
+        Err(ratewarden_policy::SettleError::TooCostly {
+            rule: "tokens".to_owned(),
+            actual: 1_300,
+            max: 1_000
+        })
+    );
+    // ...and the reservation stands: the request really used 1,000 tokens, the bucket is
+    // spent...
+    engine.settle_now(id, 1_000, NOW).unwrap();
     let one: &[(&str, &str)] = &[("authorization", "Bearer a"), ("x-estimated-tokens", "1")];
     let v = engine.decide_now(&get("198.51.100.1", one), NOW).unwrap();
     assert!(!v.allowed);
-    // ...which at 100 a second is waited out in exactly 3.01 s (300 owed plus this 1).
-    assert_eq!(v.retry_after_ns, Some(3_010_000_000));
+    // ...which at 100 a second is waited out in exactly 10 ms for one token.
+    assert_eq!(v.retry_after_ns, Some(10_000_000));
     assert_eq!(
         engine.settle_now(id, 10, NOW),
         Err(ratewarden_policy::SettleError::Unknown),
@@ -700,4 +713,208 @@ burst = 1
         let v = engine.decide_now(&get("198.51.100.1", &[]), NOW).unwrap();
         assert!(v.allowed && v.outcomes.is_empty());
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 11 and 12 regressions
+
+#[test]
+fn fail_open_still_enforces_the_rule_locally_at_its_own_numbers() {
+    // Issue 12, item 11: an overloaded process failed open 16,000 times in 5 s against a
+    // limit of 20/s. Open must mean "never 503", not "unlimited".
+    let open = parse(
+        "t.toml",
+        "[[limit]]\nname = \"api\"\nkey = [\"ip\"]\nalgorithm = \"fixed-window\"\nlimit = 2\nwindow = \"1m\"\n",
+    )
+    .unwrap();
+    let engine = Engine::new(open, Down);
+    let verdicts: Vec<Verdict> = (0..4)
+        .map(|_| engine.decide_now(&get("198.51.100.1", &[]), NOW).unwrap())
+        .collect();
+    let allowed: Vec<bool> = verdicts.iter().map(|v| v.allowed).collect();
+    assert_eq!(allowed, [true, true, false, false], "exact in one process");
+    assert!(
+        verdicts.iter().all(|v| !v.unavailable),
+        "open never answers 503"
+    );
+    assert!(verdicts.iter().all(|v| v.outcomes[0].store_failed));
+    // Another client has its own budget, as on the store.
+    let other = engine.decide_now(&get("198.51.100.2", &[]), NOW).unwrap();
+    assert!(other.allowed);
+}
+
+const BY_USER: &str = r#"
+[keys]
+api_key_header = "x-api-key"
+
+[[limit]]
+name = "per-user"
+key = ["header:x-user"]
+algorithm = "fixed-window"
+limit = 5
+window = "1m"
+
+[[limit]]
+name = "per-key"
+match = { path = "/keyed" }
+key = ["api_key"]
+algorithm = "fixed-window"
+limit = 5
+window = "1m"
+"#;
+
+#[test]
+fn a_repeated_key_header_is_a_request_error_not_keyed_on_the_first() {
+    let engine = engine(BY_USER);
+    let twice: &[(&str, &str)] = &[("x-user", "mallory"), ("X-User", "alice")];
+    let e = engine
+        .decide_now(&get("198.51.100.1", twice), NOW)
+        .unwrap_err();
+    assert_eq!(
+        e,
+        RequestError::RepeatedHeader {
+            rule: "per-user".to_owned(),
+            header: "x-user".to_owned()
+        }
+    );
+    let once: &[(&str, &str)] = &[("x-user", "alice")];
+    assert!(
+        engine
+            .decide_now(&get("198.51.100.1", once), NOW)
+            .unwrap()
+            .allowed
+    );
+}
+
+#[test]
+fn a_bearer_token_and_an_api_key_header_that_disagree_are_a_request_error() {
+    // Issue 12, item 1: the gateway keyed on the bearer token while the upstream
+    // authenticated `x-api-key`.
+    let engine = engine(BY_USER);
+    let keyed = |headers: &'static [(&'static str, &'static str)]| Request {
+        path: "/keyed",
+        ..get("198.51.100.1", headers)
+    };
+    let e = engine
+        .decide_now(
+            &keyed(&[("authorization", "Bearer random"), ("x-api-key", "REAL")]),
+            NOW,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, RequestError::ConflictingApiKeys { ref header, .. } if header == "x-api-key"),
+        "{e}"
+    );
+    let e = engine
+        .decide_now(
+            &keyed(&[("x-api-key", "REAL"), ("x-api-key", "other")]),
+            NOW,
+        )
+        .unwrap_err();
+    assert!(matches!(e, RequestError::RepeatedHeader { .. }), "{e}");
+    // The same key both ways is one key.
+    let same = engine
+        .decide_now(
+            &keyed(&[("authorization", "Bearer REAL"), ("x-api-key", "REAL")]),
+            NOW,
+        )
+        .unwrap();
+    let alone = engine
+        .decide_now(&keyed(&[("x-api-key", "REAL")]), NOW)
+        .unwrap();
+    assert_eq!(same.outcomes[0].key, alone.outcomes[0].key);
+}
+
+#[test]
+fn a_200_kb_key_part_is_stored_as_a_fixed_size_digest() {
+    // Issue 12, item 5: 200 KB headers took the gateway to 1.3 GB.
+    let engine = engine(BY_USER);
+    let huge = "u".repeat(200_000);
+    let headers = [("x-user", huge.as_str())];
+    let v = engine
+        .decide_now(&get("198.51.100.1", &headers), NOW)
+        .unwrap();
+    let key = &v.outcomes[0].key;
+    assert!(key.len() < 100, "{} bytes: {key}", key.len());
+    // Distinct long values stay distinct keys; a short one is kept as it is.
+    let other = "v".repeat(200_000);
+    let headers = [("x-user", other.as_str())];
+    let w = engine
+        .decide_now(&get("198.51.100.1", &headers), NOW)
+        .unwrap();
+    assert_ne!(&w.outcomes[0].key, key);
+    let v = engine
+        .decide_now(&get("198.51.100.1", &[("x-user", "alice")]), NOW)
+        .unwrap();
+    assert!(v.outcomes[0].key.ends_with("|alice"));
+}
+
+#[test]
+fn hashes_have_a_fixed_definition_pinned_here() {
+    // Issue 11: DefaultHasher may change between Rust releases, splitting a fleet's
+    // counters and rollout shares. These values must never change.
+    assert_eq!(
+        ratewarden_policy::api_key_digest("alice"),
+        "key:2bd806c97f0e00af"
+    );
+    assert_eq!(
+        ratewarden_policy::rollout_bucket("per-ip@00000000|198.51.100.7"),
+        1169
+    );
+    let rule = &parse(
+        "t.toml",
+        "[[limit]]\nname = \"a\"\nkey = [\"ip\"]\nalgorithm = \"fixed-window\"\nlimit = 5\nwindow = \"1m\"\n",
+    )
+    .unwrap()
+    .rules[0];
+    assert_eq!(ratewarden_policy::fingerprint(rule), FINGERPRINT);
+}
+
+/// SHA-256 of the rule's numbers, first 4 bytes.
+const FINGERPRINT: &str = "4f0132e1";
+
+#[test]
+fn a_rule_that_allowed_a_request_another_rejected_counts_it_as_skipped() {
+    // Issue 12, "Smaller": 136k "allowed" against 16 admitted.
+    let engine = engine(LAYERS);
+    let alice: &[(&str, &str)] = &[("Authorization", "Bearer alice")];
+    for _ in 0..3 {
+        engine.decide_now(&get("198.51.100.1", alice), NOW).unwrap();
+    }
+    let stats = engine.stats();
+    let (per_ip, per_key) = (&stats[0].1, &stats[1].1);
+    assert_eq!((per_ip.allowed, per_ip.skipped), (1, 2));
+    assert_eq!((per_key.allowed, per_key.rejected), (1, 2));
+}
+
+#[test]
+fn reservation_ids_are_unguessable_and_settle_checks_the_cost() {
+    let engine = engine(TOKENS);
+    let estimate: &[(&str, &str)] = &[("authorization", "Bearer a"), ("x-estimated-tokens", "10")];
+    let ids: Vec<GrantId> = (0..3)
+        .map(|_| {
+            engine
+                .decide_now(&get("198.51.100.1", estimate), NOW)
+                .unwrap()
+                .reservation
+                .unwrap()
+        })
+        .collect();
+    // 128 random bits each: neither sequential nor derivable from one another.
+    let text: Vec<String> = ids.iter().map(ToString::to_string).collect();
+    assert!(text.iter().all(|t| t.len() == 32));
+    assert!(text[0] != text[1] && text[1] != text[2]);
+    let guess: GrantId = format!("{:032x}", u128::from_str_radix(&text[0], 16).unwrap() + 1)
+        .parse()
+        .unwrap();
+    assert_eq!(
+        engine.settle_now(guess, 0, NOW),
+        Err(SettleError::Unknown),
+        "the next number is nobody's reservation"
+    );
+    assert!(matches!(
+        engine.settle_now(ids[0], 1_000_000_000, NOW),
+        Err(SettleError::TooCostly { max: 1_000, .. })
+    ));
+    engine.settle_now(ids[0], 5, NOW).unwrap();
 }

@@ -1,6 +1,6 @@
 //! Load for Envoy's rate limit service, for `scripts/bench-rls`: `ShouldRateLimit` calls
-//! per second and latency from N concurrent callers over one HTTP/2 connection, as Envoy
-//! sends them; and, with `--serve-bare`, the ceiling: a tonic service answering OK without
+//! per second and latency from N concurrent callers over one HTTP/2 connection (or
+//! `--connections C`, as an Envoy with C worker threads opens one each), as Envoy sends them; and, with `--serve-bare`, the ceiling: a tonic service answering OK without
 //! deciding anything.
 //!
 //! ```text
@@ -76,7 +76,7 @@ async fn main() -> ExitCode {
         };
     }
     let Some(target) = flag(&args, "--target") else {
-        eprintln!("usage: rls_bench --serve-bare ADDR | --target URL [--streams N] [--seconds S] [--domain D]");
+        eprintln!("usage: rls_bench --serve-bare ADDR | --target URL [--streams N] [--connections C] [--seconds S] [--domain D]");
         return ExitCode::from(2);
     };
     let streams: usize = flag(&args, "--streams")
@@ -86,17 +86,24 @@ async fn main() -> ExitCode {
         .and_then(|s| s.parse().ok())
         .unwrap_or(5);
     let domain = flag(&args, "--domain").unwrap_or_else(|| "bench".to_owned());
-    let client = match RateLimitServiceClient::connect(target.clone()).await {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("error: cannot connect to {target}: {e}");
-            return ExitCode::FAILURE;
+    let connections: usize = flag(&args, "--connections")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+        .max(1);
+    let mut clients = Vec::new();
+    for _ in 0..connections {
+        match RateLimitServiceClient::connect(target.clone()).await {
+            Ok(c) => clients.push(c),
+            Err(e) => {
+                eprintln!("error: cannot connect to {target}: {e}");
+                return ExitCode::FAILURE;
+            }
         }
-    };
+    }
     let end = Instant::now() + Duration::from_secs(seconds);
     let mut tasks = Vec::new();
     for s in 0..streams {
-        let mut client = client.clone();
+        let mut client = clients[s % connections].clone();
         let domain = domain.clone();
         tasks.push(tokio::spawn(async move {
             let mut latencies: Vec<u32> = Vec::new();

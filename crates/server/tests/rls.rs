@@ -427,7 +427,7 @@ async fn envoy_configs_reload_and_a_bad_one_keeps_the_old() {
     .await;
     assert_eq!(limit(&r), 3);
     std::fs::write(&path, config(7).replace("unit: minute", "unit: fortnight")).unwrap();
-    let errors = running.reload().unwrap_err().to_string();
+    let errors = running.reload().await.unwrap_err().to_string();
     assert!(errors.contains("edge.yaml:4:"), "{errors}");
     let r = ask(
         &mut client,
@@ -436,7 +436,7 @@ async fn envoy_configs_reload_and_a_bad_one_keeps_the_old() {
     .await;
     assert_eq!(limit(&r), 3, "the old config stays");
     std::fs::write(&path, config(7)).unwrap();
-    running.reload().unwrap();
+    running.reload().await.unwrap();
     let r = ask(
         &mut client,
         request(vec![descriptor(&[("client_id", "a")])]),
@@ -576,4 +576,135 @@ on_store_failure = "closed"
     assert_eq!(ok, 2, "the local share: 10 / 5");
     let e = client.should_rate_limit(mesh("closed")).await.unwrap_err();
     assert_eq!(e.code(), tonic::Code::Unavailable);
+}
+
+/// `POST /json` with `body` to the decision API at `addr`: the status and the body.
+async fn post_json(addr: std::net::SocketAddr, body: &str) -> (http::StatusCode, String) {
+    let client: hyper_util::client::legacy::Client<_, http_body_util::Full<bytes::Bytes>> =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http();
+    let response = client
+        .request(
+            http::Request::post(format!("http://{addr}/json"))
+                .body(http_body_util::Full::new(bytes::Bytes::from(
+                    body.to_owned(),
+                )))
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let status = response.status();
+    let body = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test]
+async fn the_json_endpoint_answers_500_for_a_store_failure_and_400_for_bad_input() {
+    // Issue 11: every failure was a 400, a Redis outage included.
+    let redis = ratewarden_redis::testing::Server::start();
+    let store = format!(
+        "[store]\nkind = \"redis\"\nurl = \"{}\"\ndeadline = \"200ms\"\n",
+        redis.url()
+    );
+    let (server, _client) = start(&store).await;
+    let body = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"client_id","value":"j"}]}]}"#;
+    assert_eq!(post_json(server.listen, body).await.0, http::StatusCode::OK);
+    drop(redis);
+    let (status, said) = post_json(server.listen, body).await;
+    assert_eq!(status, http::StatusCode::INTERNAL_SERVER_ERROR, "{said}");
+    assert!(said.contains("store failed"), "{said}");
+    let (status, _) = post_json(server.listen, r#"{"domain":""}"#).await;
+    assert_eq!(status, http::StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn a_reload_with_a_bad_toml_keeps_the_old_envoy_yaml_too() {
+    // Issue 11: the new YAML went in force before the TOML was read, and stayed.
+    let dir = std::env::temp_dir().join(format!("ratewarden-both-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (toml, yaml) = (dir.join("r.toml"), dir.join("edge.yaml"));
+    let envoy = |n: u32| {
+        format!("domain: edge\ndescriptors:\n  - key: client_id\n    rate_limit: {{unit: minute, requests_per_unit: {n}}}\n")
+    };
+    std::fs::write(&toml, SERVER).unwrap();
+    std::fs::write(&yaml, envoy(3)).unwrap();
+    let running = serve::start(Options {
+        config: ratewarden_policy::config::load(&toml).unwrap(),
+        config_path: Some(toml.clone()),
+        clock: Arc::new(ManualClock::new(T0)),
+        workers: 1,
+        envoy: ratewarden_policy::envoy::load(&yaml).unwrap(),
+        envoy_path: Some(yaml.clone()),
+    })
+    .await
+    .unwrap();
+    let mut client = RateLimitServiceClient::connect(format!("http://{}", running.grpc.unwrap()))
+        .await
+        .unwrap();
+    let limit = |r: &RateLimitResponse| {
+        r.statuses[0]
+            .current_limit
+            .as_ref()
+            .unwrap()
+            .requests_per_unit
+    };
+    let a = || request(vec![descriptor(&[("client_id", "a")])]);
+    assert_eq!(limit(&ask(&mut client, a()).await), 3);
+    // A good YAML beside a broken TOML: neither goes in force.
+    std::fs::write(&yaml, envoy(7)).unwrap();
+    std::fs::write(&toml, format!("{SERVER}\n[[limit]]\nname = \"x\"\n")).unwrap();
+    assert!(running.reload().await.is_err());
+    assert_eq!(limit(&ask(&mut client, a()).await), 3, "the old YAML stays");
+    // Both good: both go in force together.
+    std::fs::write(&toml, SERVER).unwrap();
+    running.reload().await.unwrap();
+    assert_eq!(limit(&ask(&mut client, a()).await), 7);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn a_native_rule_whose_numbers_change_on_reload_starts_afresh_over_grpc_too() {
+    // Issue 11: gRPC keyed native rules `native:{name}`, HTTP `name@fingerprint`, so a
+    // reload that changed a rule's numbers restarted its counters over HTTP only.
+    let dir = std::env::temp_dir().join(format!("ratewarden-native-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let toml = dir.join("r.toml");
+    let config = |n: u32| {
+        format!("{SERVER}\n[[limit]]\nname = \"mesh\"\nmatch = {{ domain = \"mesh\", descriptor = \"user\" }}\nkey = [\"descriptor\"]\nalgorithm = \"fixed-window\"\nlimit = {n}\nwindow = \"1m\"\n")
+    };
+    std::fs::write(&toml, config(2)).unwrap();
+    let running = serve::start(Options {
+        config: ratewarden_policy::config::load(&toml).unwrap(),
+        config_path: Some(toml.clone()),
+        clock: Arc::new(ManualClock::new(T0)),
+        workers: 1,
+        envoy: Default::default(),
+        envoy_path: None,
+    })
+    .await
+    .unwrap();
+    let mut client = RateLimitServiceClient::connect(format!("http://{}", running.grpc.unwrap()))
+        .await
+        .unwrap();
+    let mesh = || RateLimitRequest {
+        domain: "mesh".to_owned(),
+        ..request(vec![descriptor(&[("user", "alice")])])
+    };
+    for left in [1, 0] {
+        assert_eq!(
+            ask(&mut client, mesh()).await.statuses[0].limit_remaining,
+            left
+        );
+    }
+    std::fs::write(&toml, config(3)).unwrap();
+    running.reload().await.unwrap();
+    assert_eq!(
+        ask(&mut client, mesh()).await.statuses[0].limit_remaining,
+        2,
+        "new numbers, a new counter"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -160,7 +160,7 @@ async fn the_decision_api_decides_with_the_headers_a_gateway_should_send() {
                 .find(|h| h[0] == name)
                 .map(|h| h[1].as_str().unwrap().to_owned())
         };
-        let state = list(&field("RateLimit").unwrap());
+        let state = list(&field("ratelimit").unwrap());
         assert_eq!(param(&state, "per-key", "r"), Some(4 - i));
         // The shadow rule is nobody's business but the operator's.
         assert_eq!(param(&state, "watch", "r"), None);
@@ -172,8 +172,8 @@ async fn the_decision_api_decides_with_the_headers_a_gateway_should_send() {
     assert_eq!(d["violated_policies"], json!(["per-key"]));
     assert_eq!(d["would_have_rejected"], json!(["watch"]));
     let headers = d["headers"].as_array().unwrap();
-    assert!(headers.contains(&json!(["Retry-After", "1"])));
-    assert!(headers.contains(&json!(["Cache-Control", "no-store"])));
+    assert!(headers.contains(&json!(["retry-after", "1"])));
+    assert!(headers.contains(&json!(["cache-control", "no-store"])));
     let problem: Value = serde_json::from_str(d["body"].as_str().unwrap()).unwrap();
     assert_eq!(problem["violated-policies"], json!(["per-key"]));
     let per_key = &d["policies"][0];
@@ -231,7 +231,7 @@ window = "10s"
             .as_array()
             .unwrap()
             .iter()
-            .find(|h| h[0] == "Retry-After")
+            .find(|h| h[0] == "retry-after")
             .unwrap()[1]
             .as_str()
             .unwrap()
@@ -300,19 +300,19 @@ async fn bad_api_requests_get_a_4xx_problem_that_says_what_was_wrong() {
         ),
         (
             "/v1/settle",
-            r#"{"reservation": 7}"#,
+            r#"{"reservation": "7"}"#,
             StatusCode::UNPROCESSABLE_ENTITY,
             "missing field `cost`",
         ),
         (
             "/v1/settle",
-            r#"{"reservation": 7, "cost": 1}"#,
+            r#"{"reservation": "00000000000000000000000000000007", "cost": 1}"#,
             StatusCode::NOT_FOUND,
             "no such reservation",
         ),
         (
             "/v1/release",
-            r#"{"permit": 9}"#,
+            r#"{"permit": "00000000000000000000000000000009"}"#,
             StatusCode::NOT_FOUND,
             "no such permit",
         ),
@@ -394,14 +394,15 @@ lease = "5m"
     .await
     .json();
     let reservation = d["reservation"]
-        .as_u64()
+        .as_str()
         .expect("an estimate is a reservation");
+    assert_eq!(reservation.len(), 32, "128 random bits in hex");
     assert_eq!(d["policies"][0]["remaining"], 200);
     // The real cost was 100: 700 come back.
     let settled = post(
         server.listen,
         "/v1/settle",
-        &format!(r#"{{"reservation": {reservation}, "cost": 100}}"#),
+        &format!(r#"{{"reservation": "{reservation}", "cost": 100}}"#),
     )
     .await;
     assert_eq!(settled.status, StatusCode::OK, "{}", settled.body);
@@ -417,7 +418,7 @@ lease = "5m"
     let again = post(
         server.listen,
         "/v1/settle",
-        &format!(r#"{{"reservation": {reservation}, "cost": 100}}"#),
+        &format!(r#"{{"reservation": "{reservation}", "cost": 100}}"#),
     )
     .await;
     assert_eq!(again.status, StatusCode::NOT_FOUND);
@@ -425,8 +426,9 @@ lease = "5m"
     let export = r#"{"tenant": "acme", "path": "/export"}"#;
     let first = post(server.listen, "/v1/check", export).await.json();
     let permit = first["permit"]
-        .as_u64()
-        .expect("a concurrency rule grants a permit");
+        .as_str()
+        .expect("a concurrency rule grants a permit")
+        .to_owned();
     let second = post(server.listen, "/v1/check", export).await.json();
     assert_eq!(second["allowed"], false);
     assert_eq!(second["violated_policies"], json!(["exports"]));
@@ -434,7 +436,7 @@ lease = "5m"
         .as_array()
         .unwrap()
         .iter()
-        .find(|h| h[0] == "RateLimit-Policy")
+        .find(|h| h[0] == "ratelimit-policy")
         .unwrap()[1]
         .as_str()
         .unwrap()
@@ -446,7 +448,7 @@ lease = "5m"
     let released = post(
         server.listen,
         "/v1/release",
-        &format!(r#"{{"permit": {permit}}}"#),
+        &format!(r#"{{"permit": "{permit}"}}"#),
     )
     .await;
     assert_eq!(released.status, StatusCode::OK);
@@ -1004,7 +1006,7 @@ async fn a_reload_that_fails_leaves_the_old_rules_working() {
         false,
         "the old burst of 2 still holds"
     );
-    assert!(server.reload().is_err());
+    assert!(server.reload().await.is_err());
 
     // A good file goes into force.
     std::fs::write(&path, config(10)).unwrap();

@@ -48,12 +48,8 @@ pub(crate) struct App {
     settings: ServerSettings,
     pub(crate) metrics: Metrics,
     pub(crate) shedder: Arc<Shedder>,
-    /// Where native rules decided over Envoy's protocol take their local share while the
-    /// store is down.
-    pub(crate) fallback: ratewarden_memory::MemoryStore,
     config_path: Option<PathBuf>,
-    /// envoyproxy/ratelimit configs for the gRPC service, and where they came from.
-    envoy: std::sync::RwLock<Arc<EnvoyConfig>>,
+    /// Where the envoyproxy/ratelimit configs (in the engine) came from.
     envoy_path: Option<PathBuf>,
     ready: AtomicBool,
     jitter: RandomState,
@@ -64,7 +60,7 @@ pub(crate) struct App {
 pub(crate) enum Answer {
     /// Serve it, after `delay` (a queueing rule), adding `headers` to the response.
     Go {
-        headers: Vec<(&'static str, String)>,
+        headers: Vec<(http::HeaderName, String)>,
         delay: Duration,
     },
     /// Answer this instead (429 or 503).
@@ -77,7 +73,7 @@ impl App {
         settings: ServerSettings,
         config_path: Option<PathBuf>,
         clock: Arc<dyn Clock>,
-        envoy: (EnvoyConfig, Option<PathBuf>),
+        envoy_path: Option<PathBuf>,
     ) -> anyhow::Result<Self> {
         let metrics = Metrics::new(Arc::clone(&engine));
         Ok(Self {
@@ -88,26 +84,14 @@ impl App {
                 settings.critical_reserve,
                 settings.queue_timeout,
             )),
-            fallback: ratewarden_memory::MemoryStore::new(ratewarden_memory::StoreConfig::default()),
             settings,
             metrics,
             config_path,
-            envoy: std::sync::RwLock::new(Arc::new(envoy.0)),
-            envoy_path: envoy.1,
+            envoy_path,
             ready: AtomicBool::new(false),
             jitter: RandomState::new(),
             jitter_seq: AtomicU64::new(0),
         })
-    }
-
-    /// The envoyproxy/ratelimit configs in force.
-    pub(crate) fn envoy(&self) -> Arc<EnvoyConfig> {
-        Arc::clone(
-            &self
-                .envoy
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        )
     }
 
     pub(crate) fn settings(&self) -> &ServerSettings {
@@ -122,55 +106,44 @@ impl App {
         self.ready.store(ready, Ordering::Relaxed);
     }
 
-    /// Reads the config file again; on error the old rules stay. `[server]` and `[store]`
-    /// are read at start only.
-    pub(crate) fn reload(&self) -> Result<u64, ConfigErrors> {
-        if let Some(path) = &self.envoy_path {
-            match ratewarden_policy::envoy::load(path) {
-                Ok(config) => {
-                    *self
-                        .envoy
-                        .write()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::new(config);
-                    tracing::info!(path = %path.display(), "envoy configs reloaded");
-                }
-                Err(errors) => {
-                    tracing::warn!(path = %path.display(), %errors, "envoy config reload rejected; the old configs stay");
-                    self.metrics.reloaded(false);
-                    return Err(errors);
-                }
-            }
-            if self.config_path.is_none() {
-                self.metrics.reloaded(true);
-                return Ok(self.engine.version());
-            }
-        }
-        let Some(path) = &self.config_path else {
-            self.metrics.reloaded(false);
-            return Err(ConfigErrors(vec![ConfigError {
-                file: "(none)".to_owned(),
+    /// Reads the config file and the Envoy configs again, off the async workers (a large
+    /// file must not stall decisions), then puts both in force in one swap; on any error
+    /// neither changes. `[server]` and `[store]` are read at start only.
+    pub(crate) async fn reload(&self) -> Result<u64, ConfigErrors> {
+        let (config_path, envoy_path) = (self.config_path.clone(), self.envoy_path.clone());
+        let loaded = tokio::task::spawn_blocking(move || load(config_path, envoy_path)).await;
+        let loaded = loaded.unwrap_or_else(|error| {
+            Err(ConfigErrors(vec![ConfigError {
+                file: "(reload)".to_owned(),
                 position: None,
                 rule: None,
-                message: "the server was started without a config file to reload".to_owned(),
-            }]));
+                message: format!("the reload task failed: {error}"),
+            }]))
+        });
+        let (config, envoy) = match loaded {
+            Ok(both) => both,
+            Err(errors) => {
+                tracing::warn!(%errors, "reload rejected; the old rules and Envoy configs stay");
+                self.metrics.reloaded(false);
+                return Err(errors);
+            }
         };
-        match self.engine.reload_from(path) {
-            Ok(version) => {
-                let config = self.engine.config();
+        let envoy = envoy.unwrap_or_else(|| (*self.engine.envoy()).clone());
+        let version = match config {
+            Some(config) => {
                 if config.server != self.settings {
                     tracing::warn!(
-                        "`[server]` changed in {}: listeners, upstream and shedding change on restart only",
-                        path.display()
+                        "`[server]` changed: listeners, upstream and shedding change on restart only"
                     );
                 }
-                self.metrics.reloaded(true);
-                Ok(version)
+                self.engine.reload_with_envoy(config, envoy)
             }
-            Err(errors) => {
-                self.metrics.reloaded(false);
-                Err(errors)
-            }
-        }
+            // Envoy configs only: the rules stay as they are.
+            None => self.engine.reload_with_envoy(self.engine.config(), envoy),
+        };
+        tracing::info!(version, "rules and Envoy configs reloaded");
+        self.metrics.reloaded(true);
+        Ok(version)
     }
 
     /// Decides what to do with a verdict: the contract's 429 or 503, or go on with the
@@ -239,6 +212,38 @@ impl App {
         let seq = self.jitter_seq.fetch_add(1, Ordering::Relaxed);
         let random = self.jitter.hash_one(seq);
         retry_ns.saturating_add(random % jitter.saturating_add(1))
+    }
+}
+
+/// Reads and validates both files (either may be absent); blocking file I/O.
+fn load(
+    config_path: Option<PathBuf>,
+    envoy_path: Option<PathBuf>,
+) -> Result<(Option<ratewarden_policy::Config>, Option<EnvoyConfig>), ConfigErrors> {
+    if config_path.is_none() && envoy_path.is_none() {
+        return Err(ConfigErrors(vec![ConfigError {
+            file: "(none)".to_owned(),
+            position: None,
+            rule: None,
+            message: "the server was started without a config file to reload".to_owned(),
+        }]));
+    }
+    let envoy = envoy_path
+        .as_deref()
+        .map(ratewarden_policy::envoy::load)
+        .transpose();
+    let config = config_path
+        .as_deref()
+        .map(ratewarden_policy::config::load)
+        .transpose();
+    match (config, envoy) {
+        (Ok(config), Ok(envoy)) => Ok((config, envoy)),
+        // Every problem of both files at once.
+        (Err(mut a), Err(b)) => {
+            a.0.extend(b.0);
+            Err(a)
+        }
+        (Err(errors), _) | (_, Err(errors)) => Err(errors),
     }
 }
 

@@ -64,7 +64,8 @@ impl Collector for EngineCollector {
             let mut family = encoder.encode_descriptor(
                 "decisions",
                 "Decisions per rule and outcome since its rules came into force: allowed, \
-                 rejected, shadow_rejected (would have rejected in shadow mode or outside a \
+                 rejected, skipped (allowed by this rule, not charged: another rule rejected \
+                 the request), shadow_rejected (would have rejected in shadow mode or outside a \
                  rollout), and failed_open, failed_closed or fell_back (the store failed and \
                  the rule's on_store_failure answered; also counted as allowed or rejected)",
                 None,
@@ -83,6 +84,7 @@ impl Collector for EngineCollector {
                 for (outcome, value) in [
                     ("allowed", s.allowed),
                     ("rejected", s.rejected),
+                    ("skipped", s.skipped),
                     ("shadow_rejected", s.would_have_rejected),
                     (failed, s.store_failures),
                 ] {

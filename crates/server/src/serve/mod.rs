@@ -5,11 +5,11 @@
 //! their own.
 
 mod app;
+mod envoy;
 mod http;
+mod logs;
 mod metrics;
 mod reply;
-mod rls;
-mod rls_json;
 mod shed;
 mod store;
 
@@ -27,7 +27,7 @@ use store::AnyStore;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::cli::{LogFormat, ServeArgs};
+use crate::cli::ServeArgs;
 use app::App;
 pub use app::TokioClock;
 use http::Role;
@@ -74,14 +74,14 @@ impl Running {
         let _ = self.stop.send(true);
     }
 
-    /// Reads the config file again and puts its rules in force; on any error the old
-    /// rules stay.
+    /// Reads the config file and the Envoy configs again (off the async workers) and puts
+    /// both in force together; on any error neither changes.
     ///
     /// # Errors
     ///
-    /// Every problem in the file, or that there is no file to read.
-    pub fn reload(&self) -> Result<u64, ConfigErrors> {
-        self.app.reload()
+    /// Every problem in the files, or that there is no file to read.
+    pub async fn reload(&self) -> Result<u64, ConfigErrors> {
+        self.app.reload().await
     }
 
     /// Waits until every listener has stopped and every connection has finished (or the
@@ -136,13 +136,13 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
         }
     };
     let settings = config.server.clone();
-    let engine = Arc::new(Engine::new(config, store));
+    let engine = Arc::new(Engine::with_envoy(config, options.envoy, store));
     let app = Arc::new(App::new(
         engine,
         settings.clone(),
         options.config_path,
         options.clock,
-        (options.envoy, options.envoy_path),
+        options.envoy_path,
     )?);
 
     let (stop, stopped) = watch::channel(false);
@@ -187,12 +187,16 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
                 *role,
             ));
         }
+        let grpc = match &grpc {
+            Some(listener) => Some(listener.try_clone().context("cannot share a listener")?),
+            None => None,
+        };
         let (app, stopped) = (Arc::clone(&app), stopped.clone());
         let upstream = settings.upstream.clone();
         let (done, finished) = tokio::sync::oneshot::channel::<()>();
         std::thread::Builder::new()
             .name(format!("ratewarden-worker-{worker}"))
-            .spawn(move || worker_thread(clones, app, upstream, stopped, grace, done))
+            .spawn(move || worker_thread(clones, grpc, app, upstream, stopped, grace, done))
             .context("cannot start a worker thread")?;
         tasks.spawn(async move {
             let _ = finished.await;
@@ -212,25 +216,7 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
     }
     if let Some(listener) = grpc {
         let listener = tokio::net::TcpListener::from_std(listener)?;
-        let service = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer::new(
-            rls::Rls { app: Arc::clone(&app) },
-        );
-        let mut stop = stopped.clone();
-        tasks.spawn(async move {
-            let shutdown = async move {
-                let _ = stop.changed().await;
-            };
-            let served = tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming_shutdown(
-                    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
-                    shutdown,
-                )
-                .await;
-            if let Err(error) = served {
-                tracing::error!(%error, "the gRPC listener failed");
-            }
-        });
+        tasks.spawn(serve_grpc(listener, Arc::clone(&app), stopped.clone()));
     }
     tasks.spawn(app::sweep(Arc::clone(&app), stopped));
     tracing::info!(
@@ -254,9 +240,36 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
     })
 }
 
-/// One worker thread: its own single-threaded runtime serving every listener until stopped.
+/// Envoy's rate limit service on one runtime, until `stop`.
+async fn serve_grpc(
+    listener: tokio::net::TcpListener,
+    app: Arc<App>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let service =
+        envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer::new(
+            envoy::Rls { app },
+        );
+    let shutdown = async move {
+        let _ = stop.changed().await;
+    };
+    let served = tonic::transport::Server::builder()
+        .add_service(service)
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            shutdown,
+        )
+        .await;
+    if let Err(error) = served {
+        tracing::error!(%error, "the gRPC listener failed");
+    }
+}
+
+/// One worker thread: its own single-threaded runtime serving every listener (the gRPC one
+/// too) until stopped.
 fn worker_thread(
     listeners: Vec<(std::net::TcpListener, Role)>,
+    grpc: Option<std::net::TcpListener>,
     app: Arc<App>,
     upstream: Option<String>,
     stopped: watch::Receiver<bool>,
@@ -295,6 +308,14 @@ fn worker_thread(
                 Err(error) => tracing::error!(%error, "a worker could not take a listener"),
             }
         }
+        if let Some(listener) = grpc {
+            match tokio::net::TcpListener::from_std(listener) {
+                Ok(listener) => {
+                    serving.spawn(serve_grpc(listener, Arc::clone(&app), stopped.clone()));
+                }
+                Err(error) => tracing::error!(%error, "a worker could not take the gRPC listener"),
+            }
+        }
         while serving.join_next().await.is_some() {}
     });
     let _ = done.send(());
@@ -306,7 +327,7 @@ fn worker_thread(
 ///
 /// A config that does not load, or a server that cannot start.
 pub fn main(args: ServeArgs) -> anyhow::Result<ExitCode> {
-    init_logs(args.log_format);
+    logs::init(args.log_format);
     let report = |what: &std::path::Path, errors: &ConfigErrors| {
         eprintln!("{errors}");
         let n = errors.0.len();
@@ -399,20 +420,8 @@ async fn signals(running: &Running) -> anyhow::Result<()> {
             _ = int.recv() => return Ok(()),
             _ = hup.recv() => {
                 // The outcome is logged (and counted) either way; the old rules stay on error.
-                let _ = running.reload();
+                let _ = running.reload().await;
             }
         }
     }
-}
-
-fn init_logs(format: LogFormat) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().try_init(),
-    };
 }

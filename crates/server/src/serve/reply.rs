@@ -32,28 +32,11 @@ pub(crate) fn contract(answer: ratewarden_http::Response) -> Response<Body> {
 }
 
 /// Adds header lines, skipping any value that cannot be a header (none of ours).
-pub(crate) fn add_headers<B>(response: &mut Response<B>, headers: &[(&'static str, String)]) {
+pub(crate) fn add_headers<B>(response: &mut Response<B>, headers: &[(HeaderName, String)]) {
     for (name, value) in headers {
         if let Ok(value) = HeaderValue::from_str(value) {
-            response
-                .headers_mut()
-                .append(HeaderName::from_static(lowercase(name)), value);
+            response.headers_mut().append(name.clone(), value);
         }
-    }
-}
-
-/// The contract's header names are written in their usual case; `http` wants lowercase.
-fn lowercase(name: &'static str) -> &'static str {
-    match name {
-        "Retry-After" => "retry-after",
-        "Cache-Control" => "cache-control",
-        "Content-Type" => "content-type",
-        "RateLimit-Policy" => "ratelimit-policy",
-        "RateLimit" => "ratelimit",
-        "X-RateLimit-Limit" => "x-ratelimit-limit",
-        "X-RateLimit-Remaining" => "x-ratelimit-remaining",
-        "X-RateLimit-Reset" => "x-ratelimit-reset",
-        other => other,
     }
 }
 

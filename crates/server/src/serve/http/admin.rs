@@ -55,8 +55,8 @@ pub(crate) async fn handle(app: &Arc<App>, request: Request<Incoming>) -> Respon
     }
 }
 
-fn reload(app: &App) -> Response<Body> {
-    match app.reload() {
+async fn reload(app: &App) -> Response<Body> {
+    match app.reload().await {
         Ok(version) => reply::json(
             StatusCode::OK,
             &json!({ "reloaded": true, "config_version": version }),

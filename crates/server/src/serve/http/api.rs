@@ -14,6 +14,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use ratewarden_core::{Outcome, NANOS_PER_SEC};
+use ratewarden_policy::{GrantId, SettleError};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -42,14 +43,14 @@ struct Check {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Settle {
-    reservation: u64,
+    reservation: String,
     cost: u64,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Release {
-    permit: u64,
+    permit: String,
 }
 
 pub(crate) async fn handle(
@@ -101,7 +102,7 @@ pub(crate) async fn handle(
         ));
     };
     match path.as_str() {
-        "/json" => crate::serve::rls_json::handle(app, body).await,
+        "/json" => crate::serve::envoy::json(app, body).await,
         "/v1/check" => match parse::<Check>(&body) {
             Ok(check) => decide(app, peer, check).await,
             Err(problem) => problem.response(),
@@ -111,16 +112,25 @@ pub(crate) async fn handle(
                 if settle.cost > MAX_COST {
                     return too_costly(settle.cost);
                 }
-                match app
-                    .engine
-                    .settle(settle.reservation, settle.cost, app.clock.now())
-                    .await
-                {
+                let id = match settle.reservation.parse::<GrantId>() {
+                    Ok(id) => id,
+                    Err(e) => {
+                        return reply::problem(
+                            StatusCode::BAD_REQUEST,
+                            format!("`reservation`: {e}"),
+                        )
+                    }
+                };
+                match app.engine.settle(id, settle.cost, app.clock.now()).await {
                     Ok(()) => {
                         reply::json(StatusCode::OK, &json!({ "settled": settle.reservation }))
                     }
-                    Err(e) => reply::problem(
+                    Err(e @ SettleError::Unknown) => reply::problem(
                         StatusCode::NOT_FOUND,
+                        format!("reservation {}: {e}", settle.reservation),
+                    ),
+                    Err(e) => reply::problem(
+                        StatusCode::UNPROCESSABLE_ENTITY,
                         format!("reservation {}: {e}", settle.reservation),
                     ),
                 }
@@ -128,12 +138,15 @@ pub(crate) async fn handle(
             Err(problem) => problem.response(),
         },
         _ => match parse::<Release>(&body) {
-            Ok(release) => match app.engine.release(release.permit, app.clock.now()).await {
-                Ok(()) => reply::json(StatusCode::OK, &json!({ "released": release.permit })),
-                Err(e) => reply::problem(
-                    StatusCode::NOT_FOUND,
-                    format!("permit {}: {e}", release.permit),
-                ),
+            Ok(release) => match release.permit.parse::<GrantId>() {
+                Err(e) => reply::problem(StatusCode::BAD_REQUEST, format!("`permit`: {e}")),
+                Ok(id) => match app.engine.release(id, app.clock.now()).await {
+                    Ok(()) => reply::json(StatusCode::OK, &json!({ "released": release.permit })),
+                    Err(e) => reply::problem(
+                        StatusCode::NOT_FOUND,
+                        format!("permit {}: {e}", release.permit),
+                    ),
+                },
             },
             Err(problem) => problem.response(),
         },
@@ -278,7 +291,7 @@ async fn decide(app: &App, peer: SocketAddr, check: Check) -> Response<Body> {
     let started = app.clock.now();
     let verdict = match app.engine.decide(&request, started).await {
         Ok(verdict) => verdict,
-        Err(e) => return reply::problem(StatusCode::UNPROCESSABLE_ENTITY, e.to_string()),
+        Err(e) => return reply::problem(request_error_status(&e), e.to_string()),
     };
     app.metrics
         .decision_seconds
@@ -327,10 +340,13 @@ async fn decide(app: &App, peer: SocketAddr, check: Check) -> Response<Body> {
         policies,
         violated_policies: verdict.violated().map(name).collect(),
         would_have_rejected: verdict.would_have_rejected().map(name).collect(),
-        reservation: verdict.reservation,
-        permit: verdict.permit,
+        reservation: verdict.reservation.map(|id| id.to_string()),
+        permit: verdict.permit.map(|id| id.to_string()),
         config_version: verdict.version,
-        headers: headers.iter().map(|(n, v)| (*n, v.as_str())).collect(),
+        headers: headers
+            .iter()
+            .map(|(n, v)| (n.as_str(), v.as_str()))
+            .collect(),
         body,
     };
     match serde_json::to_vec(&out) {
@@ -349,8 +365,10 @@ struct DecisionOut<'a> {
     policies: Vec<PolicyOut<'a>>,
     violated_policies: Vec<&'a str>,
     would_have_rejected: Vec<&'a str>,
-    reservation: Option<u64>,
-    permit: Option<u64>,
+    /// 32 hex digits.
+    reservation: Option<String>,
+    /// 32 hex digits.
+    permit: Option<String>,
     config_version: u64,
     /// `[name, value]` pairs, in order.
     headers: Vec<(&'a str, &'a str)>,
@@ -378,4 +396,14 @@ fn ms(ns: u64) -> u64 {
 
 fn ms_duration(d: std::time::Duration) -> u64 {
     ms(u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// One status per meaning, at every door (docs/decision-api.md, "Errors"): a request that
+/// cannot be read one way only is a 400, a well-formed one asking too much a 422.
+pub(crate) fn request_error_status(error: &ratewarden_policy::RequestError) -> StatusCode {
+    if error.is_malformed() {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::UNPROCESSABLE_ENTITY
+    }
 }

@@ -26,7 +26,7 @@ use crate::serve::reply::{self, Body, Holding};
 /// been sent, or the client went away.
 struct PermitGuard {
     app: Arc<App>,
-    permit: Option<u64>,
+    permit: Option<ratewarden_policy::GrantId>,
 }
 
 impl Drop for PermitGuard {
@@ -105,7 +105,7 @@ pub(crate) async fn handle(
         Ok(verdict) => verdict,
         // A request the rules cannot read one way (a repeated key header, conflicting key
         // sources, a cost that is not a number): the client's fault, and one meaning.
-        Err(e) => return reply::problem(StatusCode::BAD_REQUEST, e.to_string()),
+        Err(e) => return reply::problem(super::api::request_error_status(&e), e.to_string()),
     };
     app.metrics
         .decision_seconds

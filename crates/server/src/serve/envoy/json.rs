@@ -13,8 +13,10 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use http::{Response, StatusCode};
 use serde::{Deserialize, Serialize};
 
-use super::app::App;
-use super::reply::{self, Body};
+use ratewarden_policy::envoy::Unit;
+
+use crate::serve::app::App;
+use crate::serve::reply::{self, Body};
 
 /// A number as proto3 JSON writes it: 64-bit integers may come as strings.
 #[derive(Deserialize)]
@@ -79,12 +81,24 @@ struct JsonOverride {
     unit: Option<EnumValue>,
 }
 
-const UNITS: [&str; 7] = [
-    "UNKNOWN", "SECOND", "MINUTE", "HOUR", "DAY", "MONTH", "YEAR",
-];
-const RESPONSE_UNITS: [&str; 8] = [
-    "UNKNOWN", "SECOND", "MINUTE", "HOUR", "DAY", "MONTH", "YEAR", "WEEK",
-];
+/// A unit's number in a request's `RateLimitOverride` (`envoy.type.v3.RateLimitUnit`), by
+/// its name in any case; `UNKNOWN` is 0 (refused when deciding, as a number would be).
+fn override_number(name: &str) -> Option<i32> {
+    if name.eq_ignore_ascii_case("UNKNOWN") {
+        return Some(0);
+    }
+    let unit = Unit::parse(name)?;
+    (1..=6).find(|&n| Unit::from_override_number(n) == Some(unit))
+}
+
+/// A response unit's name (`RateLimitResponse.RateLimit.Unit`), uppercase as proto3 JSON
+/// writes enums.
+fn response_unit(number: i32) -> String {
+    Unit::ALL
+        .into_iter()
+        .find(|u| u.response_number() == number)
+        .map_or_else(|| "UNKNOWN".to_owned(), |u| u.as_str().to_ascii_uppercase())
+}
 
 fn to_proto(request: JsonRequest) -> Result<RateLimitRequest, String> {
     let hits_addend = match &request.hits_addend {
@@ -106,10 +120,7 @@ fn to_proto(request: JsonRequest) -> Result<RateLimitRequest, String> {
                     let unit = match o.unit {
                         None => 0,
                         Some(EnumValue::Number(n)) => n,
-                        Some(EnumValue::Name(name)) => UNITS
-                            .iter()
-                            .position(|u| u.eq_ignore_ascii_case(&name))
-                            .and_then(|i| i32::try_from(i).ok())
+                        Some(EnumValue::Name(name)) => override_number(&name)
                             .ok_or_else(|| format!("`unit`: unknown unit `{name}`"))?,
                     };
                     Some(RateLimitOverride {
@@ -176,7 +187,7 @@ struct JsonLimit {
     name: String,
     #[serde(skip_serializing_if = "is_zero")]
     requests_per_unit: u32,
-    unit: &'static str,
+    unit: String,
 }
 
 #[derive(Serialize)]
@@ -208,11 +219,7 @@ fn to_json(response: &RateLimitResponse) -> JsonResponse {
                 current_limit: s.current_limit.as_ref().map(|l| JsonLimit {
                     name: l.name.clone(),
                     requests_per_unit: l.requests_per_unit,
-                    unit: usize::try_from(l.unit)
-                        .ok()
-                        .and_then(|i| RESPONSE_UNITS.get(i))
-                        .copied()
-                        .unwrap_or("UNKNOWN"),
+                    unit: response_unit(l.unit),
                 }),
                 limit_remaining: s.limit_remaining,
                 duration_until_reset: s.duration_until_reset.as_ref().map(|d| {
@@ -252,8 +259,16 @@ pub(crate) async fn handle(app: &App, body: Bytes) -> Response<Body> {
         Ok(r) => r,
         Err(e) => return reply::problem(StatusCode::BAD_REQUEST, e),
     };
-    let response = match super::rls::decide(app, request).await {
+    let response = match super::grpc::decide(app, request).await {
         Ok(r) => r,
+        // A store failure is the server's (500, as envoyproxy/ratelimit answers); anything
+        // else is the request's.
+        Err(status) if status.code() == tonic::Code::Unavailable => {
+            return reply::problem(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                status.message().to_owned(),
+            )
+        }
         Err(status) => return reply::problem(StatusCode::BAD_REQUEST, status.message().to_owned()),
     };
     let status = match Code::try_from(response.overall_code) {

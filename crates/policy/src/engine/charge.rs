@@ -1,0 +1,266 @@
+//! The one path every decision takes once its rules, keys and costs are known: enforced
+//! rules in one store call (all or nothing), `local_first` buckets before it, the failure
+//! policy when it fails, shadow and rollout rules charged only for requests that go
+//! through, per-rule counters, and the reservation and permit of an allowed request.
+
+use ratewarden_core::{AsyncStore, Check, Decision, Limit, Outcome};
+
+use super::counters::Counters;
+use super::reservations::{Charge, Grant, GrantId};
+use super::{Engine, RuleOutcome};
+use crate::config::Cost;
+use crate::Rule;
+
+/// A rule that applies to a request.
+#[derive(Debug)]
+pub(super) struct Applying {
+    /// Its index in the rules the verdict carries.
+    pub(super) rule: usize,
+    /// The key its state is kept under.
+    pub(super) key: String,
+    /// What the request costs under it.
+    pub(super) cost: u64,
+    /// Whether it may reject (not shadow, and the key inside a rollout's share).
+    pub(super) enforced: bool,
+}
+
+/// What the path decided.
+pub(super) struct Charged {
+    pub(super) allowed: bool,
+    pub(super) unavailable: bool,
+    pub(super) outcomes: Vec<RuleOutcome>,
+    pub(super) retry_after_ns: Option<u64>,
+    pub(super) reservation: Option<GrantId>,
+    pub(super) permit: Option<GrantId>,
+}
+
+impl<S: AsyncStore> Engine<S> {
+    /// Decides `applying` (rules indexing `rules`) at `now`; `counters` gives a rule's
+    /// counters, when it has some (rules of the TOML file do).
+    pub(super) async fn charge<'c>(
+        &self,
+        rules: &[Rule],
+        counters: impl Fn(usize) -> Option<&'c Counters>,
+        applying: &[Applying],
+        version: u64,
+        now: u64,
+    ) -> Charged {
+        let mut enforced: Vec<&Applying> = applying.iter().filter(|a| a.enforced).collect();
+        // Hybrid rules first: their in-process bucket has seen a subset of what the store
+        // has, so when it says no the store would too, and the round trip is saved.
+        let refused_here: Vec<Decision> = enforced
+            .iter()
+            .filter(|a| rules[a.rule].local_first)
+            .map(|a| self.hybrid.peek(&rules[a.rule].limit, &a.key, now, a.cost))
+            .collect();
+        let locally_refused = refused_here.iter().any(|d| !d.is_allowed());
+        if locally_refused {
+            enforced.retain(|a| rules[a.rule].local_first);
+        }
+        let checks: Vec<Check<'_>> = enforced
+            .iter()
+            .map(|a| Check {
+                limit: &rules[a.rule].limit,
+                key: &a.key,
+                cost: a.cost,
+            })
+            .collect();
+        let mut unavailable = false;
+        let mut store_failed = false;
+        let result = if locally_refused {
+            Ok(refused_here)
+        } else {
+            self.store.decide_all(&checks, now).await
+        };
+        let decisions: Vec<Decision> = match result {
+            Ok(decisions) => decisions,
+            // Each rule already knows what to do when its store fails.
+            Err(error) => {
+                store_failed = true;
+                enforced
+                    .iter()
+                    .map(|a| {
+                        let rule = &rules[a.rule];
+                        if let Some(c) = counters(a.rule) {
+                            Counters::bump(&c.store_failures);
+                        }
+                        tracing::warn!(rule = %rule.name, %error, policy = ?rule.on_store_failure, "store failed");
+                        let (decision, closed) =
+                            self.on_store_failure(rule, &a.key, a.cost, now);
+                        unavailable |= closed;
+                        decision
+                    })
+                    .collect()
+            }
+        };
+        let mut outcomes: Vec<RuleOutcome> = enforced
+            .iter()
+            .zip(decisions)
+            .map(|(a, decision)| RuleOutcome {
+                rule: a.rule,
+                key: a.key.clone(),
+                decision,
+                enforced: true,
+                store_failed,
+            })
+            .collect();
+        let allowed = outcomes.iter().all(|o| o.decision.is_allowed());
+        if allowed {
+            for a in enforced.iter().filter(|a| rules[a.rule].local_first) {
+                self.hybrid
+                    .decide(&rules[a.rule].limit, &a.key, now, a.cost);
+            }
+        }
+        // A request refused in this process is not shown to shadow rules: that would cost
+        // the round trips hybrid rules exist to save.
+        for a in applying
+            .iter()
+            .filter(|a| !a.enforced)
+            .filter(|_| !locally_refused)
+        {
+            let rule = &rules[a.rule];
+            // As if enforcing: charged only when the request goes through.
+            let result = if allowed {
+                self.store.decide(&rule.limit, &a.key, now, a.cost).await
+            } else {
+                self.store.peek(&rule.limit, &a.key, now, a.cost).await
+            };
+            let size = ratewarden_core::Algorithm::limit(&rule.limit);
+            let failed = result.is_err();
+            if failed {
+                if let Some(c) = counters(a.rule) {
+                    Counters::bump(&c.store_failures);
+                }
+            }
+            let decision =
+                result.unwrap_or_else(|_| Decision::new(Outcome::Allowed, size, size, 0));
+            outcomes.push(RuleOutcome {
+                rule: a.rule,
+                key: a.key.clone(),
+                decision,
+                enforced: false,
+                store_failed: failed,
+            });
+        }
+        outcomes.sort_by_key(|o| o.rule);
+        for o in &outcomes {
+            let Some(c) = counters(o.rule) else { continue };
+            let counter = match (o.enforced, o.said_no()) {
+                (true, false) if allowed => &c.allowed,
+                // Not charged: another rule rejected the request.
+                (true, false) => &c.skipped,
+                (true, true) => &c.rejected,
+                (false, true) => {
+                    tracing::info!(
+                        rule = %rules[o.rule].name,
+                        key = %o.key,
+                        version,
+                        "would have rejected"
+                    );
+                    &c.would_have_rejected
+                }
+                (false, false) => continue,
+            };
+            Counters::bump(counter);
+        }
+        let retry_after_ns = outcomes
+            .iter()
+            .filter(|o| o.enforced)
+            .filter_map(|o| match o.decision.outcome {
+                Outcome::Limited { retry_after_ns } => Some(retry_after_ns),
+                _ => None,
+            })
+            .max();
+        let (reservation, permit) = if allowed {
+            (
+                self.reserve(rules, applying, now),
+                self.hold(rules, &outcomes, applying, now),
+            )
+        } else {
+            (None, None)
+        };
+        Charged {
+            allowed,
+            unavailable,
+            outcomes,
+            retry_after_ns,
+            reservation,
+            permit,
+        }
+    }
+
+    /// Records the concurrency units an allowed request took, if any, for its release.
+    fn hold(
+        &self,
+        rules: &[Rule],
+        outcomes: &[RuleOutcome],
+        applying: &[Applying],
+        now: u64,
+    ) -> Option<GrantId> {
+        let mut charges = Vec::new();
+        let mut lapses = u64::MAX;
+        for a in applying {
+            let Limit::Concurrency(c) = &rules[a.rule].limit else {
+                continue;
+            };
+            // Units are held only where the store charged them (a failed store held none,
+            // and neither did a shadow rule that said no).
+            let charged = outcomes
+                .iter()
+                .any(|o| o.rule == a.rule && o.decision.is_allowed() && !o.store_failed);
+            if charged && a.cost > 0 {
+                charges.push(charge_of(&rules[a.rule], a));
+                let lease = u64::try_from(c.lease().as_nanos()).unwrap_or(u64::MAX);
+                lapses = lapses.min(now.saturating_add(lease));
+            }
+        }
+        if charges.is_empty() {
+            return None;
+        }
+        self.permits.insert(
+            Grant {
+                charges,
+                expires: lapses,
+            },
+            now,
+        )
+    }
+
+    /// Records the estimated costs of an allowed request, if any, for a later settle.
+    fn reserve(&self, rules: &[Rule], applying: &[Applying], now: u64) -> Option<GrantId> {
+        let mut charges = Vec::new();
+        let mut lease = u64::MAX;
+        for a in applying {
+            if let Some(within) = rules[a.rule].settle_within {
+                charges.push(charge_of(&rules[a.rule], a));
+                lease = lease.min(u64::try_from(within.as_nanos()).unwrap_or(u64::MAX));
+            }
+        }
+        if charges.is_empty() {
+            return None;
+        }
+        // Reservations past their time settle at their estimate: nothing is left to do.
+        self.reservations.insert(
+            Grant {
+                charges,
+                expires: now.saturating_add(lease),
+            },
+            now,
+        )
+    }
+}
+
+fn charge_of(rule: &Rule, a: &Applying) -> Charge {
+    let burst = ratewarden_core::Algorithm::limit(&rule.limit);
+    let max_cost = match &rule.cost {
+        Cost::Header { max, .. } => (*max).min(burst),
+        Cost::Fixed(_) => burst,
+    };
+    Charge {
+        rule: rule.name.clone(),
+        limit: rule.limit.clone(),
+        key: a.key.clone(),
+        cost: a.cost,
+        max_cost,
+    }
+}

@@ -1,0 +1,43 @@
+//! What each rule did: the per-rule counters behind `ratewarden_decisions_total`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// What one rule did since its rule set came into force.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RuleStats {
+    /// Requests it allowed (enforcing) that went through.
+    pub allowed: u64,
+    /// Requests it rejected (enforcing).
+    pub rejected: u64,
+    /// Requests it would have allowed, not charged because another rule rejected them.
+    pub skipped: u64,
+    /// Requests it would have rejected, in shadow mode or outside its rollout's share.
+    pub would_have_rejected: u64,
+    /// Decisions its store failed to make (its failure policy answered instead).
+    pub store_failures: u64,
+}
+
+#[derive(Default, Debug)]
+pub(super) struct Counters {
+    pub(super) allowed: AtomicU64,
+    pub(super) rejected: AtomicU64,
+    pub(super) skipped: AtomicU64,
+    pub(super) would_have_rejected: AtomicU64,
+    pub(super) store_failures: AtomicU64,
+}
+
+impl Counters {
+    pub(super) fn stats(&self) -> RuleStats {
+        RuleStats {
+            allowed: self.allowed.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
+            skipped: self.skipped.load(Ordering::Relaxed),
+            would_have_rejected: self.would_have_rejected.load(Ordering::Relaxed),
+            store_failures: self.store_failures.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(super) fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,70 @@
+//! Deciding an HTTP request: the rules it matches, their keys and costs, then the one path.
+
+use std::sync::Arc;
+
+use ratewarden_core::AsyncStore;
+
+use super::charge::Applying;
+use super::keys::{build_key, cost_of, enforces};
+use super::request::client_of;
+use super::{Engine, Request, RequestError, Verdict};
+
+impl<S: AsyncStore> Engine<S> {
+    /// Decides `request` at `now` against every matching rule.
+    ///
+    /// Enforced rules are decided all or nothing: a request rejected by one is charged on
+    /// none. Shadow rules (and keys outside a rollout's share) are charged only when the
+    /// request goes through, and never reject. A rule whose key cannot be built (its header
+    /// is missing, say) does not apply to the request.
+    ///
+    /// # Errors
+    ///
+    /// A cost header that is not a whole number, or claims more than the rule's `max_cost`;
+    /// a header a matching rule keys on (or reads its cost from) sent more than once; a
+    /// bearer token and the configured API-key header that disagree.
+    pub async fn decide(&self, request: &Request<'_>, now: u64) -> Result<Verdict, RequestError> {
+        let set = self.current();
+        let client = client_of(request, &set.config.trusted_proxies);
+        let mut applying = Vec::new();
+        for (i, rule) in set.rules.iter().enumerate() {
+            if !rule.matches.matches(request) {
+                continue;
+            }
+            let Some(key) = build_key(&set.prefixes[i], rule, &set.config.keys, request, client)?
+            else {
+                continue;
+            };
+            let cost = match request.cost {
+                Some(cost) => cost,
+                None => cost_of(rule, request)?,
+            };
+            let enforced = enforces(rule, &key);
+            applying.push(Applying {
+                rule: i,
+                key,
+                cost,
+                enforced,
+            });
+        }
+        let charged = self
+            .charge(
+                &set.rules,
+                |i| Some(&*set.counters[i]),
+                &applying,
+                set.version,
+                now,
+            )
+            .await;
+        Ok(Verdict {
+            allowed: charged.allowed,
+            unavailable: charged.unavailable,
+            outcomes: charged.outcomes,
+            retry_after_ns: charged.retry_after_ns,
+            reservation: charged.reservation,
+            permit: charged.permit,
+            version: set.version,
+            rules: Arc::clone(&set.rules),
+            descriptors: Vec::new(),
+        })
+    }
+}

@@ -1,0 +1,299 @@
+//! Deciding Envoy's descriptors: envoyproxy/ratelimit YAML rules and native rules addressed
+//! by domain and descriptor, resolved to rules and keys, then the one path HTTP requests
+//! take (`charge.rs`). The front doors (gRPC `ShouldRateLimit`, `POST /json`) only
+//! translate.
+//!
+//! What differs from envoyproxy/ratelimit, on purpose: the descriptors of one request are
+//! decided all or nothing (a request over one limit is charged on none), and any of our
+//! algorithms can stand behind a descriptor (`ratewarden:` in the YAML).
+
+use ratewarden_core::{AsyncStore, Limit};
+
+use super::charge::Applying;
+use super::counters::Counters;
+use super::hash::bounded_part;
+use super::keys::enforces;
+use super::{Engine, RequestError, Verdict};
+use crate::config::{Cost, KeyPart, Match, Mode, OnStoreFailure};
+use crate::envoy::{self, RateLimitOverride, Resolved, Unit};
+use crate::Rule;
+
+/// One descriptor of a rate limit request, free of any protocol.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RequestDescriptor<'a> {
+    /// Its entries, key and value, in order.
+    pub entries: Vec<(&'a str, &'a str)>,
+    /// Its own cost, winning over the request's (0 checks without counting).
+    pub hits: Option<u64>,
+    /// A limit the request gives itself, instead of the configured one.
+    pub limit: Option<RateLimitOverride>,
+}
+
+/// A descriptor's code in the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DescriptorStatus {
+    /// Under its limit, or no limit, or a shadow rule.
+    Ok,
+    /// Over its limit.
+    OverLimit,
+}
+
+/// What was decided for one descriptor: what Envoy's `DescriptorStatus` needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DescriptorVerdict {
+    /// Its code.
+    pub status: DescriptorStatus,
+    /// No rule resolved for it (unknown domain, no match, or replaced).
+    pub no_rule: bool,
+    /// Its rule is `unlimited`: always OK, no counter.
+    pub unlimited: bool,
+    /// Its rule does not enforce for this key (shadow mode, or outside a rollout's share).
+    pub shadow: bool,
+    /// The rule's name, when it has one.
+    pub name: Option<String>,
+    /// The rule's unit: a YAML rule's own, a native rule's when its window is one unit.
+    pub unit: Option<Unit>,
+    /// The rule's requests per unit (a native rule's limit).
+    pub requests_per_unit: u32,
+    /// Its index in [`Verdict::outcomes`], when it was decided (a rule with a limit).
+    pub outcome: Option<usize>,
+}
+
+/// Where a descriptor's rule came from.
+enum Source {
+    /// The Envoy YAML (or the request's own limit).
+    Envoy,
+    /// The TOML rule at this index.
+    Native(usize),
+}
+
+impl<S: AsyncStore> Engine<S> {
+    /// Decides the `descriptors` of one rate limit request of `domain` at `now`, each
+    /// costing `hits` unless it says otherwise.
+    ///
+    /// A descriptor resolves to an envoyproxy/ratelimit rule of the YAML in force (or to
+    /// the limit it carries itself), else to the first native rule whose `match.domain`
+    /// and `match.descriptor` take it. Then it is decided exactly as [`Engine::decide`]
+    /// decides a request's rules; YAML rules fail closed (the verdict is `unavailable`,
+    /// for Envoy's `failure_mode_deny` to decide), native ones by their own policy.
+    /// `allowed` is envoyproxy/ratelimit's overall code (quota mode, shadow mode,
+    /// `replaces`), and `descriptors` holds each descriptor's status in request order.
+    ///
+    /// # Errors
+    ///
+    /// An empty domain or no descriptors.
+    pub async fn decide_descriptors(
+        &self,
+        domain: &str,
+        descriptors: &[RequestDescriptor<'_>],
+        hits: u64,
+        now: u64,
+    ) -> Result<Verdict, RequestError> {
+        if domain.is_empty() {
+            return Err(RequestError::Descriptors(
+                "rate limit domain must not be empty".to_owned(),
+            ));
+        }
+        if descriptors.is_empty() {
+            return Err(RequestError::Descriptors(
+                "rate limit descriptor list must not be empty".to_owned(),
+            ));
+        }
+        let set = self.current();
+        let mut sources = Vec::with_capacity(descriptors.len());
+        let mut resolved: Vec<Option<Resolved>> = descriptors
+            .iter()
+            .map(|d| {
+                let yaml = match d.limit {
+                    Some(o) => set.envoy.resolve_override(domain, &d.entries, o),
+                    None => set.envoy.resolve(domain, &d.entries),
+                };
+                if yaml.is_some() || d.limit.is_some() {
+                    sources.push(Source::Envoy);
+                    return yaml;
+                }
+                // No YAML rule: a native rule of this domain may address the descriptor.
+                match set
+                    .rules
+                    .iter()
+                    .position(|r| r.matches.matches_descriptor(domain, &d.entries))
+                {
+                    Some(i) => {
+                        sources.push(Source::Native(i));
+                        Some(native(&set.rules[i]))
+                    }
+                    None => {
+                        sources.push(Source::Envoy);
+                        None
+                    }
+                }
+            })
+            .collect();
+        envoy::apply_replaces(&mut resolved);
+
+        // One rule per decided descriptor, for the verdict to carry.
+        let mut rules: Vec<Rule> = Vec::new();
+        let mut owners: Vec<Option<usize>> = Vec::new();
+        let mut applying = Vec::new();
+        let mut rule_of = vec![None; descriptors.len()];
+        for (i, (d, r)) in descriptors.iter().zip(&mut resolved).enumerate() {
+            let Some(r) = r else { continue };
+            let Some(limit) = &r.limit else { continue };
+            let cost = d.hits.unwrap_or(hits);
+            let (rule, key, enforced, owner) = match sources[i] {
+                Source::Native(n) => {
+                    let rule = &set.rules[n];
+                    let key = native_key(&set.prefixes[n], rule, &d.entries);
+                    let enforced = enforces(rule, &key);
+                    (rule.clone(), key, enforced, Some(n))
+                }
+                Source::Envoy => {
+                    let name = r.name.clone().unwrap_or_else(|| format!("descriptor-{i}"));
+                    let rule = envoy_rule(name, domain, limit.clone(), r.shadow_mode);
+                    (rule, format!("envoy:{}", r.key), !r.shadow_mode, None)
+                }
+            };
+            // A rollout's key outside the share reports as shadow: never over.
+            r.shadow_mode = !enforced;
+            rule_of[i] = Some(rules.len());
+            applying.push(Applying {
+                rule: rules.len(),
+                key,
+                cost,
+                enforced,
+            });
+            rules.push(rule);
+            owners.push(owner);
+        }
+        let counters = |k: usize| -> Option<&Counters> { owners[k].map(|n| &*set.counters[n]) };
+        let charged = self
+            .charge(&rules, counters, &applying, set.version, now)
+            .await;
+
+        let over: Vec<bool> = resolved
+            .iter()
+            .zip(&rule_of)
+            .map(|(r, k)| match (r, k) {
+                (Some(_), Some(k)) => charged.outcomes.iter().any(|o| o.rule == *k && o.said_no()),
+                // A rule of 0 requests is always over; an unlimited one never.
+                (Some(r), None) => r.limit.is_none() && !r.unlimited,
+                (None, _) => false,
+            })
+            .collect();
+        let overall_over = envoy::overall(
+            resolved
+                .iter()
+                .map(Option::as_ref)
+                .zip(over.iter().copied()),
+        );
+        let verdicts = resolved
+            .iter()
+            .zip(&rule_of)
+            .zip(&over)
+            .map(|((r, k), &over)| {
+                let outcome = k.and_then(|k| charged.outcomes.iter().position(|o| o.rule == k));
+                match r {
+                    None => DescriptorVerdict {
+                        status: DescriptorStatus::Ok,
+                        no_rule: true,
+                        unlimited: false,
+                        shadow: false,
+                        name: None,
+                        unit: None,
+                        requests_per_unit: 0,
+                        outcome: None,
+                    },
+                    Some(r) => DescriptorVerdict {
+                        status: if over && !r.shadow_mode && !r.unlimited {
+                            DescriptorStatus::OverLimit
+                        } else {
+                            DescriptorStatus::Ok
+                        },
+                        no_rule: false,
+                        unlimited: r.unlimited,
+                        shadow: r.shadow_mode,
+                        name: r.name.clone(),
+                        unit: r.unit,
+                        requests_per_unit: r.requests_per_unit,
+                        outcome,
+                    },
+                }
+            })
+            .collect();
+        Ok(Verdict {
+            allowed: !overall_over && !charged.unavailable,
+            unavailable: charged.unavailable,
+            outcomes: charged.outcomes,
+            retry_after_ns: charged.retry_after_ns,
+            reservation: charged.reservation,
+            permit: charged.permit,
+            version: set.version,
+            rules: rules.into(),
+            descriptors: verdicts,
+        })
+    }
+}
+
+/// A native rule as a resolved descriptor rule (its name can be `replaces`d).
+fn native(rule: &Rule) -> Resolved {
+    let window = ratewarden_core::window_secs(&rule.limit);
+    Resolved {
+        name: Some(rule.name.clone()),
+        unit: Unit::ALL.into_iter().find(|u| Some(u.divider()) == window),
+        requests_per_unit: u32::try_from(ratewarden_core::Algorithm::limit(&rule.limit))
+            .unwrap_or(u32::MAX),
+        unlimited: false,
+        shadow_mode: rule.mode == Mode::Shadow,
+        quota_mode: false,
+        replaces: Vec::new(),
+        detailed_metric: false,
+        value_to_metric: false,
+        limit: Some(rule.limit.clone()),
+        key: String::new(),
+        stats_key: String::new(),
+    }
+}
+
+/// `name@fingerprint|values`: a native rule's key for a descriptor, as for HTTP requests,
+/// the `descriptor` part standing for the descriptor's values.
+fn native_key(prefix: &str, rule: &Rule, entries: &[(&str, &str)]) -> String {
+    let mut key = prefix.to_owned();
+    for part in &rule.key {
+        key.push('|');
+        match part {
+            KeyPart::Descriptor => {
+                for (n, (_, value)) in entries.iter().enumerate() {
+                    if n > 0 {
+                        key.push('|');
+                    }
+                    key.push_str(&bounded_part(value));
+                }
+            }
+            KeyPart::Literal(text) => key.push_str(text),
+            // Request attributes (ip, headers, …) do not come with a descriptor: the part
+            // stands for everyone.
+            _ => key.push('*'),
+        }
+    }
+    key
+}
+
+/// A YAML rule as a rule: enforced or shadow, failing closed (Envoy decides then).
+fn envoy_rule(name: String, domain: &str, limit: Limit, shadow: bool) -> Rule {
+    Rule {
+        name,
+        matches: Match {
+            domain: Some(domain.to_owned()),
+            ..Match::default()
+        },
+        key: Vec::new(),
+        limit,
+        cost: Cost::Fixed(1),
+        settle_within: None,
+        local: None,
+        mode: if shadow { Mode::Shadow } else { Mode::Enforce },
+        on_store_failure: OnStoreFailure::Closed,
+        sensitive: false,
+        local_first: false,
+    }
+}

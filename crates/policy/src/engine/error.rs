@@ -1,0 +1,85 @@
+//! Why the engine refused to decide, settle or release: the caller's mistakes (a 4xx).
+
+/// A request the engine cannot decide: it is malformed (a 4xx, not a limit).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// A rule's cost header is not a whole number.
+    #[error("limit `{rule}`: header `{header}` must be a whole number, not `{value}`")]
+    Cost {
+        /// The rule whose cost could not be read.
+        rule: String,
+        /// The cost header.
+        header: String,
+        /// What it said.
+        value: String,
+    },
+    /// A rule's cost header claims more than the rule's `max_cost`.
+    #[error("limit `{rule}`: header `{header}` claims {claimed}, over the most of {max}")]
+    CostOverMax {
+        /// The rule.
+        rule: String,
+        /// The cost header.
+        header: String,
+        /// What it claimed.
+        claimed: u64,
+        /// The rule's `max_cost`.
+        max: u64,
+    },
+    /// A header a matching rule keys on (or reads its cost from) came more than once:
+    /// a proxy and the upstream may each read a different line, so neither is trusted.
+    #[error("limit `{rule}`: header `{header}` appears more than once; send it once")]
+    RepeatedHeader {
+        /// The rule that keys on it.
+        rule: String,
+        /// The header's name.
+        header: String,
+    },
+    /// `Authorization: Bearer` and the configured API-key header both carry a key, and the
+    /// two differ: which one the upstream authenticates is unknown.
+    #[error("limit `{rule}`: `Authorization: Bearer` and header `{header}` carry different API keys; send one")]
+    ConflictingApiKeys {
+        /// The rule keyed on the API key.
+        rule: String,
+        /// The configured API-key header.
+        header: String,
+    },
+    /// A descriptor call without what it needs (a domain, a descriptor).
+    #[error("{0}")]
+    Descriptors(String),
+}
+
+impl RequestError {
+    /// Whether the request is malformed (HTTP 400: it cannot be read one way only), rather
+    /// than well formed and refused for what it asks (HTTP 422: a cost over `max_cost`).
+    /// Every front door answers by this, so one meaning has one status.
+    pub fn is_malformed(&self) -> bool {
+        !matches!(self, RequestError::CostOverMax { .. })
+    }
+}
+
+/// Why a settle was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettleError {
+    /// No such reservation: never made, settled already, or expired (the estimate stood).
+    #[error("no such reservation: never made, already settled, or expired (its estimate stands)")]
+    Unknown,
+    /// The actual cost is more than a rule of the reservation takes from one request: its
+    /// `max_cost`, or its limit's burst. Nothing was charged; the reservation stands.
+    #[error("limit `{rule}`: a cost of {actual} is over the most of {max} one request may take")]
+    TooCostly {
+        /// The rule whose bound it is.
+        rule: String,
+        /// The cost asked for.
+        actual: u64,
+        /// The most a request may cost under that rule.
+        max: u64,
+    },
+}
+
+/// Why a release was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ReleaseError {
+    /// No such permit: never granted, released already, or lapsed after its lease.
+    #[error("no such permit: never granted, already released, or lapsed after its lease")]
+    Unknown,
+}

@@ -1,0 +1,39 @@
+//! What a rule decides while the store fails: its `on_store_failure` policy.
+
+use ratewarden_core::{Algorithm, AsyncStore, Decision, Outcome};
+
+use super::Engine;
+use crate::config::OnStoreFailure;
+use crate::Rule;
+
+impl<S: AsyncStore> Engine<S> {
+    /// `rule`'s decision for `key` at `cost` while the store is down, and whether the
+    /// answer must be "unavailable" (a `closed` rule).
+    ///
+    /// `open` does not mean unlimited: the rule is still enforced at its own numbers on the
+    /// engine's local store, so one process alone stays exact and a fleet of N admits at
+    /// most N times the limit; it only never answers 503 (issue 12, item 11). `local`
+    /// decides on the rule's divided share instead.
+    pub(super) fn on_store_failure(
+        &self,
+        rule: &Rule,
+        key: &str,
+        cost: u64,
+        now: u64,
+    ) -> (Decision, bool) {
+        match (&rule.on_store_failure, &rule.local) {
+            (OnStoreFailure::Closed, _) => {
+                let retry_after_ns = 1_000_000_000;
+                let size = rule.limit.limit();
+                (
+                    Decision::new(Outcome::Limited { retry_after_ns }, size, 0, 0),
+                    true,
+                )
+            }
+            (OnStoreFailure::Local { .. }, Some(local)) => {
+                (self.local.decide(local, key, now, cost), false)
+            }
+            _ => (self.local.decide(&rule.limit, key, now, cost), false),
+        }
+    }
+}

@@ -1,0 +1,87 @@
+//! The hashes behind stored keys and rollout shares, with a fixed definition.
+//!
+//! Counters live in a store that several processes share, possibly built by different
+//! compilers: a hash that decides a key or a rollout share must give the same bits
+//! everywhere, forever. `std`'s `DefaultHasher` promises neither (its algorithm may change
+//! between Rust releases), so every hash here is SHA-256 (FIPS 180-4) truncated, through
+//! `ring`, which the TLS stack already builds. API keys are secrets, so their digest must
+//! also be one-way: SHA-256 is, where SipHash with known keys is not.
+
+use ring::digest::{digest, SHA256};
+
+use crate::Rule;
+
+fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let mut out = [0; 32];
+    out.copy_from_slice(digest(&SHA256, bytes).as_ref());
+    out
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut text = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(text, "{b:02x}");
+    }
+    text
+}
+
+/// A rule's fingerprint, the part after `@` in its keys: the first 4 bytes of SHA-256 over
+/// its algorithm, numbers and cost (their `Debug` text), as 8 hex digits. A reload that
+/// changes a rule's numbers changes its keys, so its counters start afresh.
+///
+/// # Examples
+///
+/// ```
+/// let rule = &ratewarden_policy::config::parse(
+///     "x.toml",
+///     "[[limit]]\nname = \"a\"\nkey = [\"ip\"]\nalgorithm = \"gcra\"\nrate = \"1/s\"\nburst = 1\n",
+/// ).unwrap().rules[0];
+/// assert_eq!(ratewarden_policy::fingerprint(rule).len(), 8);
+/// ```
+pub fn fingerprint(rule: &Rule) -> String {
+    let text = format!("{:?}|{:?}", rule.limit, rule.cost);
+    hex(&sha256(text.as_bytes())[..4])
+}
+
+/// Which of 10,000 rollout buckets `key` falls in: the first 8 bytes of SHA-256 over the
+/// key, big-endian, modulo 10,000. A rollout of `p` basis points enforces the keys in
+/// buckets below `p`, the same keys on every instance and after every restart.
+///
+/// # Examples
+///
+/// ```
+/// assert!(ratewarden_policy::rollout_bucket("rule@0|1.2.3.4") < 10_000);
+/// ```
+pub fn rollout_bucket(key: &str) -> u16 {
+    let hash = sha256(key.as_bytes());
+    let mut first = [0; 8];
+    first.copy_from_slice(&hash[..8]);
+    // Below 10,000: the cast cannot truncate.
+    (u64::from_be_bytes(first) % 10_000) as u16
+}
+
+/// What an API key is stored and logged as: `key:` and the first 8 bytes of its SHA-256 as
+/// 16 hex digits. Keys show up in logs and metrics; the digest does not give the secret
+/// back, and 64 bits keep distinct keys apart.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(ratewarden_policy::api_key_digest("alice").len(), 4 + 16);
+/// ```
+pub fn api_key_digest(token: &str) -> String {
+    format!("key:{}", hex(&sha256(token.as_bytes())[..8]))
+}
+
+/// A key part longer than [`MAX_PART`] bytes, stored as `#` and the first 16 bytes of its
+/// SHA-256 in hex (33 bytes): a 200 KB header must not make a 200 KB key (issue 12, item 5).
+pub(super) fn bounded_part(part: &str) -> std::borrow::Cow<'_, str> {
+    if part.len() <= MAX_PART {
+        return part.into();
+    }
+    format!("#{}", hex(&sha256(part.as_bytes())[..16])).into()
+}
+
+/// The longest key part stored as it is.
+pub(super) const MAX_PART: usize = 64;

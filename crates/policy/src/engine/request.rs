@@ -1,0 +1,69 @@
+//! What the engine needs to know of an HTTP request, and how its headers are read.
+
+use std::net::IpAddr;
+
+use crate::{client_ip, TrustedProxies};
+
+/// What the engine needs to know of a request.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// The socket's peer address.
+    pub peer: IpAddr,
+    /// The method, such as `GET`.
+    pub method: &'a str,
+    /// The path, without the query.
+    pub path: &'a str,
+    /// The `Host` (or `:authority`).
+    pub host: Option<&'a str>,
+    /// Header lines, names in any case, in the order received.
+    pub headers: &'a [(&'a str, &'a str)],
+    /// The cost under every matching rule, when the caller says (the decision API's `cost`);
+    /// otherwise each rule's own.
+    pub cost: Option<u64>,
+    /// The API key, when the caller names it outright (the decision API's `api_key`); it
+    /// wins over the request's headers.
+    pub api_key: Option<&'a str>,
+    /// The tenant, when the caller names it outright; it wins over the tenant header.
+    pub tenant: Option<&'a str>,
+}
+
+impl<'a> Request<'a> {
+    pub(super) fn header_values<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'a str> + 's {
+        self.headers
+            .iter()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.trim())
+    }
+
+    /// The first line of header `name`: for matching, where any line will do.
+    pub(super) fn header(&self, name: &str) -> Option<&'a str> {
+        self.header_values(name).next()
+    }
+
+    /// The one line of header `name`, for a key or a cost: a repeated header is refused,
+    /// since a proxy and the upstream may each read a different line of it (issue 12,
+    /// item 1), and keying on the first would let a client pick its own budget.
+    pub(super) fn single_header(&self, name: &str) -> Result<Option<&'a str>, Repeated> {
+        let mut values = self.header_values(name);
+        let first = values.next();
+        if values.next().is_some() {
+            return Err(Repeated);
+        }
+        Ok(first)
+    }
+}
+
+/// A header that came more than once where one line is needed.
+#[derive(Debug)]
+pub(super) struct Repeated;
+
+/// The client's address. Forwarding headers are gathered only when the peer is one of our
+/// proxies: for every other request (most of them, without a proxy) they cannot matter.
+pub(super) fn client_of(request: &Request<'_>, trusted: &TrustedProxies) -> IpAddr {
+    if !trusted.contains(request.peer) {
+        return client_ip(request.peer, &[], &[], trusted);
+    }
+    let forwarded: Vec<&str> = request.header_values("forwarded").collect();
+    let x_forwarded_for: Vec<&str> = request.header_values("x-forwarded-for").collect();
+    client_ip(request.peer, &forwarded, &x_forwarded_for, trusted)
+}

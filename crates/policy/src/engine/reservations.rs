@@ -1,0 +1,242 @@
+//! Reservations (estimated costs waiting for a settle) and permits (concurrency units held
+//! until a release): who holds what, under ids nobody can guess.
+//!
+//! Both are kept in a [`Ledger`]: a map by id, and a queue in issue order that expiry walks
+//! from the front a few entries per call, so a grant or a release costs O(1) however many
+//! are live (issue 12, item 8), and a cap on the live count: past it the oldest lapses, as
+//! it would at the end of its lease.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Mutex, PoisonError};
+
+use ratewarden_core::Limit;
+use ring::rand::{SecureRandom, SystemRandom};
+
+/// The most reservations (and, apart, permits) live at once.
+pub(super) const MAX_LIVE: usize = 262_144;
+
+/// Expired entries dropped per call, at most: enough to outpace the one entry a grant adds.
+const SWEEP: usize = 4;
+
+/// A reservation's or a permit's id: 128 random bits from the operating system, written as
+/// 32 lowercase hex digits. Knowing one id tells nothing of another, so a caller can settle
+/// or release only what it was given (issue 12, item 4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct GrantId(u128);
+
+impl GrantId {
+    fn random(rng: &SystemRandom) -> Option<Self> {
+        let mut bytes = [0; 16];
+        rng.fill(&mut bytes).ok()?;
+        Some(GrantId(u128::from_be_bytes(bytes)))
+    }
+}
+
+impl fmt::Display for GrantId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:032x}", self.0)
+    }
+}
+
+impl FromStr for GrantId {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        if text.len() != 32 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!("an id is 32 hex digits, not `{text}`"));
+        }
+        u128::from_str_radix(text, 16)
+            .map(GrantId)
+            .map_err(|e| format!("id `{text}`: {e}"))
+    }
+}
+
+/// One rule's charge in a grant.
+#[derive(Debug)]
+pub(super) struct Charge {
+    pub(super) rule: String,
+    pub(super) limit: Limit,
+    pub(super) key: String,
+    pub(super) cost: u64,
+    /// The most one request may cost under the rule (its `max_cost`, at most its burst).
+    pub(super) max_cost: u64,
+}
+
+/// What a reservation or a permit holds.
+#[derive(Debug)]
+pub(super) struct Grant {
+    pub(super) charges: Vec<Charge>,
+    /// Past this, the grant is gone: a reservation's estimate stands, a permit's units
+    /// were let go by the store.
+    pub(super) expires: u64,
+}
+
+#[derive(Default)]
+struct Inner {
+    live: HashMap<GrantId, Grant>,
+    /// Ids in issue order with their expiry. An id settled or released early stays here
+    /// until the walk reaches it; the queue is capped at twice the live cap, so that stays
+    /// bounded too.
+    order: VecDeque<(u64, GrantId)>,
+    /// Entries looked at by expiry and the cap, for the test that pins O(1).
+    #[cfg(test)]
+    touched: u64,
+}
+
+/// Grants by id, expiring lazily, bounded in count.
+pub(super) struct Ledger {
+    inner: Mutex<Inner>,
+    cap: usize,
+    rng: SystemRandom,
+}
+
+impl Ledger {
+    pub(super) fn new(cap: usize) -> Self {
+        Self {
+            inner: Mutex::new(Inner::default()),
+            cap: cap.max(1),
+            rng: SystemRandom::new(),
+        }
+    }
+
+    /// Records `grant`, returning its id; `None` only if the system gave no randomness
+    /// (the request then goes without: its estimate stands, or its units lapse).
+    pub(super) fn insert(&self, grant: Grant, now: u64) -> Option<GrantId> {
+        let id = GrantId::random(&self.rng)?;
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner.expire(now);
+        while inner.live.len() >= self.cap || inner.order.len() >= 2 * self.cap {
+            // The oldest goes first, as its lease would have ended first.
+            let Some((_, oldest)) = inner.order.pop_front() else {
+                break;
+            };
+            inner.count(1);
+            if inner.live.remove(&oldest).is_some() {
+                tracing::warn!(
+                    cap = self.cap,
+                    "too many live grants; the oldest lapses early"
+                );
+            }
+        }
+        inner.order.push_back((grant.expires, id));
+        inner.live.insert(id, grant);
+        Some(id)
+    }
+
+    /// Takes grant `id` if it is live and `accept` takes it; a refused grant stays.
+    pub(super) fn take<E>(
+        &self,
+        id: GrantId,
+        now: u64,
+        accept: impl FnOnce(&Grant) -> Result<(), E>,
+        unknown: E,
+    ) -> Result<Grant, E> {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner.expire(now);
+        match inner.live.remove(&id) {
+            Some(grant) if grant.expires > now => match accept(&grant) {
+                Ok(()) => Ok(grant),
+                Err(refused) => {
+                    inner.live.insert(id, grant);
+                    Err(refused)
+                }
+            },
+            _ => Err(unknown),
+        }
+    }
+
+    #[cfg(test)]
+    fn touched(&self) -> u64 {
+        self.inner.lock().unwrap().touched
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.inner.lock().unwrap().live.len()
+    }
+}
+
+impl Inner {
+    /// Drops up to [`SWEEP`] expired entries from the front of the queue.
+    fn expire(&mut self, now: u64) {
+        for _ in 0..SWEEP {
+            match self.order.front() {
+                Some(&(expires, id)) if expires <= now => {
+                    self.order.pop_front();
+                    self.live.remove(&id);
+                    self.count(1);
+                }
+                _ => return,
+            }
+        }
+    }
+
+    /// Counts entries looked at, in tests only.
+    fn count(&mut self, n: u64) {
+        #[cfg(test)]
+        {
+            self.touched += n;
+        }
+        let _ = (self, n);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn grant(expires: u64) -> Grant {
+        Grant {
+            charges: Vec::new(),
+            expires,
+        }
+    }
+
+    #[test]
+    fn grants_and_releases_stay_constant_time_with_100k_live() {
+        let ledger = Ledger::new(MAX_LIVE);
+        let ids: Vec<GrantId> = (0..100_000)
+            .map(|i| ledger.insert(grant(1_000_000 + i), i).unwrap())
+            .collect();
+        assert_eq!(ledger.len(), 100_000);
+        let before = ledger.touched();
+        // A thousand more grants and releases, with every lease still running: none looks
+        // at the 100k others.
+        for (i, id) in ids.iter().take(1_000).enumerate() {
+            let now = 100_000 + i as u64;
+            ledger.insert(grant(2_000_000), now).unwrap();
+            ledger.take(*id, now, |_| Ok::<(), ()>(()), ()).unwrap();
+        }
+        assert_eq!(ledger.touched() - before, 0, "no entry was walked");
+        // Once the leases run out, each call drops at most a few expired ones.
+        let before = ledger.touched();
+        for i in 0..1_000 {
+            ledger.insert(grant(u64::MAX), 1_500_000 + i).unwrap();
+        }
+        assert!(ledger.touched() - before <= 1_000 * SWEEP as u64);
+    }
+
+    #[test]
+    fn past_the_cap_the_oldest_lapses() {
+        let ledger = Ledger::new(3);
+        let first = ledger.insert(grant(100), 0).unwrap();
+        for _ in 0..3 {
+            ledger.insert(grant(100), 0).unwrap();
+        }
+        assert_eq!(ledger.len(), 3);
+        assert!(ledger.take(first, 1, |_| Ok::<(), ()>(()), ()).is_err());
+    }
+
+    #[test]
+    fn ids_are_32_hex_digits_and_parse_back() {
+        let ledger = Ledger::new(8);
+        let id = ledger.insert(grant(100), 0).unwrap();
+        let text = id.to_string();
+        assert_eq!(text.len(), 32);
+        assert_eq!(text.parse::<GrantId>().unwrap(), id);
+        assert!("1".parse::<GrantId>().is_err());
+        assert_ne!(ledger.insert(grant(100), 0).unwrap(), id);
+    }
+}

@@ -1,0 +1,70 @@
+//! The engine's answer: whether a request may go, and every rule's part in it.
+
+use std::sync::Arc;
+
+use ratewarden_core::Decision;
+
+use super::descriptors::DescriptorVerdict;
+use super::reservations::GrantId;
+use crate::Rule;
+
+/// One rule's part in a verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleOutcome {
+    /// The rule's index in [`Verdict::rules`].
+    pub rule: usize,
+    /// The key its state is kept under.
+    pub key: String,
+    /// Its decision (for a rejected request, what it would have said: nothing is charged).
+    pub decision: Decision,
+    /// Whether this decision could reject: false for shadow mode, and for keys outside a
+    /// rollout's share.
+    pub enforced: bool,
+    /// The store failed, and the rule's `on_store_failure` policy decided instead.
+    pub store_failed: bool,
+}
+
+impl RuleOutcome {
+    /// Whether the rule said no (enforced or not).
+    pub fn said_no(&self) -> bool {
+        !self.decision.is_allowed()
+    }
+}
+
+/// The engine's answer for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// Whether the request may proceed.
+    pub allowed: bool,
+    /// The store failed and a `closed` rule applies: answer 503 (or gRPC `UNAVAILABLE`),
+    /// the server is at fault.
+    pub unavailable: bool,
+    /// Every applying rule's outcome, in rule order.
+    pub outcomes: Vec<RuleOutcome>,
+    /// The longest retry time among the enforced rules that said no.
+    pub retry_after_ns: Option<u64>,
+    /// When an allowed request's cost was an estimate: the id to settle it with.
+    pub reservation: Option<GrantId>,
+    /// When an allowed request holds concurrency permits: the id to release them with
+    /// when it finishes (or they lapse after their lease).
+    pub permit: Option<GrantId>,
+    /// The version of the rule set that decided.
+    pub version: u64,
+    /// The rules `outcomes` index: the config's rules for [`Engine::decide`](super::Engine::decide),
+    /// one rule per resolved descriptor for [`Engine::decide_descriptors`](super::Engine::decide_descriptors).
+    pub rules: Arc<[Rule]>,
+    /// Per descriptor, in request order, for a descriptor call (empty for an HTTP request).
+    pub descriptors: Vec<DescriptorVerdict>,
+}
+
+impl Verdict {
+    /// The enforced rules that rejected the request.
+    pub fn violated(&self) -> impl Iterator<Item = &RuleOutcome> {
+        self.outcomes.iter().filter(|o| o.enforced && o.said_no())
+    }
+
+    /// Rules that would have rejected the request but did not enforce (shadow, rollout).
+    pub fn would_have_rejected(&self) -> impl Iterator<Item = &RuleOutcome> {
+        self.outcomes.iter().filter(|o| !o.enforced && o.said_no())
+    }
+}

@@ -1,0 +1,185 @@
+//! `ShouldRateLimit`: a `RateLimitRequest` to [`Engine::decide_descriptors`] and its
+//! verdict back to a `RateLimitResponse`.
+//!
+//! [`Engine::decide_descriptors`]: ratewarden_policy::Engine::decide_descriptors
+
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus as Status_, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration;
+use ratewarden_core::NANOS_PER_SEC;
+use ratewarden_policy::envoy::{RateLimitOverride, Unit};
+use ratewarden_policy::{DescriptorStatus, DescriptorVerdict, RequestDescriptor, Verdict};
+use tonic::{Request, Response, Status};
+
+use crate::serve::app::{policy_state, App};
+
+/// The service, over the server's engine.
+pub(crate) struct Rls {
+    pub(crate) app: Arc<App>,
+}
+
+#[tonic::async_trait]
+impl RateLimitService for Rls {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        // The same in-flight cap as the HTTP listeners: a shed call is Envoy's to decide
+        // (its `failure_mode_deny`), as any unavailable service is.
+        let Some(_slot) = self.app.shedder.enter(false).await else {
+            self.app.metrics.shed("in_flight");
+            return Err(Status::unavailable(
+                "overloaded: too many requests in flight",
+            ));
+        };
+        decide(&self.app, request.into_inner())
+            .await
+            .map(Response::new)
+    }
+}
+
+/// Decides one `RateLimitRequest`; also what `POST /json` runs. Bad input is
+/// `INVALID_ARGUMENT`, a store failure `UNAVAILABLE`.
+pub(crate) async fn decide(
+    app: &App,
+    request: RateLimitRequest,
+) -> Result<RateLimitResponse, Status> {
+    let descriptors = request
+        .descriptors
+        .iter()
+        .map(|d| {
+            let limit = match &d.limit {
+                Some(o) => Some(RateLimitOverride {
+                    requests_per_unit: o.requests_per_unit,
+                    unit: Unit::from_override_number(o.unit).ok_or_else(|| {
+                        Status::invalid_argument(format!(
+                            "descriptor limit override: unknown unit {}",
+                            o.unit
+                        ))
+                    })?,
+                }),
+                None => None,
+            };
+            Ok(RequestDescriptor {
+                entries: d
+                    .entries
+                    .iter()
+                    .map(|e| (e.key.as_str(), e.value.as_str()))
+                    .collect(),
+                // A descriptor's own addend wins, and there 0 checks without counting.
+                hits: d.hits_addend.as_ref().map(|h| h.value),
+                limit,
+            })
+        })
+        .collect::<Result<Vec<_>, Status>>()?;
+    // proto3 cannot tell 0 from unset: at the request level 0 means 1.
+    let hits = u64::from(request.hits_addend.max(1));
+    let verdict = app
+        .engine
+        .decide_descriptors(&request.domain, &descriptors, hits, app.clock.now())
+        .await
+        .map_err(|e| Status::invalid_argument(e.to_string()))?;
+    if verdict.unavailable {
+        return Err(Status::unavailable(
+            "the rate limit store failed and a rule fails closed",
+        ));
+    }
+    Ok(response(app, &verdict))
+}
+
+fn response(app: &App, verdict: &Verdict) -> RateLimitResponse {
+    // The fields Envoy passes on to the client: enforced rules with a decision.
+    let shown: Vec<_> = verdict
+        .descriptors
+        .iter()
+        .filter(|d| !d.shadow)
+        .filter_map(|d| {
+            let o = &verdict.outcomes[d.outcome?];
+            let rule = &verdict.rules[o.rule];
+            Some(policy_state(&rule.name, &rule.limit, &o.decision))
+        })
+        .collect();
+    let mut headers = ratewarden_http::allowed_headers(&shown, false);
+    headers.retain(|(name, _)| *name != ratewarden_http::CACHE_CONTROL);
+    if !verdict.allowed {
+        let retry = verdict
+            .outcomes
+            .iter()
+            .filter_map(|o| o.decision.retry_after_ns())
+            .max()
+            .unwrap_or(NANOS_PER_SEC);
+        headers.push((
+            ratewarden_http::RETRY_AFTER,
+            ratewarden_http::retry_after_secs(app.jittered(retry)).to_string(),
+        ));
+    }
+    RateLimitResponse {
+        overall_code: if verdict.allowed {
+            Code::Ok
+        } else {
+            Code::OverLimit
+        } as i32,
+        statuses: verdict
+            .descriptors
+            .iter()
+            .map(|d| status(verdict, d))
+            .collect(),
+        response_headers_to_add: headers
+            .into_iter()
+            .map(|(key, value)| HeaderValue {
+                key: key.as_str().to_owned(),
+                value,
+                ..HeaderValue::default()
+            })
+            .collect(),
+        ..RateLimitResponse::default()
+    }
+}
+
+fn status(verdict: &Verdict, d: &DescriptorVerdict) -> Status_ {
+    if d.no_rule {
+        return Status_ {
+            code: Code::Ok as i32,
+            ..Status_::default()
+        };
+    }
+    let current_limit = d.unit.map(|unit| RateLimit {
+        name: d.name.clone().unwrap_or_default(),
+        requests_per_unit: d.requests_per_unit,
+        unit: unit.response_number(),
+    });
+    if d.unlimited {
+        return Status_ {
+            code: Code::Ok as i32,
+            current_limit,
+            limit_remaining: u32::MAX,
+            ..Status_::default()
+        };
+    }
+    let (remaining, reset) = d.outcome.map_or((0, 0), |o| {
+        let decision = &verdict.outcomes[o].decision;
+        (
+            u32::try_from(decision.remaining).unwrap_or(u32::MAX),
+            decision.reset_after_ns,
+        )
+    });
+    Status_ {
+        code: match d.status {
+            DescriptorStatus::Ok => Code::Ok,
+            DescriptorStatus::OverLimit => Code::OverLimit,
+        } as i32,
+        current_limit,
+        limit_remaining: remaining,
+        duration_until_reset: Some(Duration {
+            seconds: i64::try_from(reset / NANOS_PER_SEC).unwrap_or(i64::MAX),
+            nanos: i32::try_from(reset % NANOS_PER_SEC).unwrap_or(0),
+        }),
+        ..Status_::default()
+    }
+}

@@ -1,0 +1,11 @@
+//! Envoy's front doors: the global rate limit service over gRPC
+//! (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`) and envoyproxy/ratelimit's
+//! HTTP face (`POST /json`). Both only translate between their protocol and
+//! [`Engine::decide_descriptors`](ratewarden_policy::Engine::decide_descriptors), which
+//! decides exactly as HTTP requests are decided.
+
+mod grpc;
+mod json;
+
+pub(crate) use grpc::Rls;
+pub(crate) use json::handle as json;
