@@ -40,7 +40,7 @@ pub(crate) async fn handle(app: &Arc<App>, request: Request<Incoming>) -> Respon
         }
         (&Method::POST, "/reload") => match reload_refusal(&request) {
             Some(refused) => refused,
-            None => reload(app),
+            None => reload(app).await,
         },
         (_, "/metrics" | "/live" | "/ready") => {
             reply::problem(StatusCode::METHOD_NOT_ALLOWED, "this endpoint takes GET")
