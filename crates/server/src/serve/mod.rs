@@ -21,8 +21,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use ratewarden_core::{Clock, RealClock};
 use ratewarden_memory::{MemoryStore, StoreConfig, WhenFull};
-use ratewarden_policy::{Config, ConfigErrors, Engine, StoreKind};
-use ratewarden_redis::{RedisConfig, RedisStore, Target, TimeSource};
+use ratewarden_policy::{Config, ConfigErrors, Engine};
 use store::AnyStore;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -100,28 +99,10 @@ impl Running {
 pub async fn start(options: Options) -> anyhow::Result<Running> {
     let config = options.config;
     let settings = &config.store;
-    let tls_ca =
-        match &settings.tls_ca_file {
-            Some(path) => Some(std::fs::read(path).with_context(|| {
-                format!("`[store] tls_ca_file`: cannot read {}", path.display())
-            })?),
-            None => None,
-        };
-    let redis = |target: Target| {
-        RedisStore::new(RedisConfig {
-            tls_ca: tls_ca.clone(),
-            target,
-            deadline: settings.deadline,
-            breaker_failures: settings.breaker_failures,
-            breaker_cool_down: settings.breaker_cool_down,
-            time: TimeSource::Redis,
-            key_prefix: settings.key_prefix.clone(),
-            ..RedisConfig::default()
-        })
-        .context("`[store]`")
-    };
-    let store = match &settings.kind {
-        StoreKind::Memory => AnyStore::Memory(MemoryStore::new(StoreConfig {
+    // One builder for the shared store, so `check-config` refuses exactly what this refuses.
+    let store = match crate::check_config::shared_store(settings)? {
+        Some(redis) => AnyStore::Redis(Box::new(redis)),
+        None => AnyStore::Memory(MemoryStore::new(StoreConfig {
             max_keys: settings.max_keys,
             when_full: if settings.evict_when_full {
                 WhenFull::EvictLeastRecentlyUsed
@@ -130,10 +111,6 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
             },
             ..StoreConfig::default()
         })),
-        StoreKind::Redis { url } => AnyStore::Redis(Box::new(redis(Target::Single(url.clone()))?)),
-        StoreKind::RedisCluster { nodes } => {
-            AnyStore::Redis(Box::new(redis(Target::Cluster(nodes.clone()))?))
-        }
     };
     let settings = config.server.clone();
     let engine = Arc::new(Engine::with_envoy(config, options.envoy, store));
