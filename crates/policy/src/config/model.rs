@@ -82,7 +82,8 @@ pub enum Mode {
 /// What a rule does when its store fails or is too slow.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnStoreFailure {
-    /// Allow, count, alert: minutes without a limit beat an outage.
+    /// Never a 503: the rule is enforced at its own numbers in this process (a fleet of N
+    /// admits at most N times the limit), counted and logged, so overload cannot switch it off.
     Open,
     /// Reject with 503: for limits that guard money or security.
     Closed,
