@@ -7,7 +7,7 @@ use ratewarden_core::{now_or_panic, AsyncStore, Check, Decision, Limit, Store};
 use ratewarden_memory::{MemoryStore, StoreConfig};
 use ratewarden_policy::config::parse;
 use ratewarden_policy::{
-    Engine, GrantId, ReleaseError, Request, RequestError, SettleError, Verdict,
+    Engine, GrantId, Owner, ReleaseError, Request, RequestError, SettleError, Verdict,
 };
 
 const NOW: u64 = 1_000_000_000_000;
@@ -15,19 +15,31 @@ const NOW: u64 = 1_000_000_000_000;
 /// The engine's calls, run to completion: over an in-memory store they never wait.
 trait RunNow {
     fn decide_now(&self, request: &Request<'_>, now: u64) -> Result<Verdict, RequestError>;
-    fn settle_now(&self, id: GrantId, actual: u64, now: u64) -> Result<(), SettleError>;
-    fn release_now(&self, id: GrantId, now: u64) -> Result<(), ReleaseError>;
+    fn settle_now(
+        &self,
+        id: GrantId,
+        owner: &Request<'_>,
+        actual: u64,
+        now: u64,
+    ) -> Result<(), SettleError>;
+    fn release_now(&self, id: GrantId, owner: &Request<'_>, now: u64) -> Result<(), ReleaseError>;
 }
 
 impl<S: AsyncStore> RunNow for Engine<S> {
     fn decide_now(&self, request: &Request<'_>, now: u64) -> Result<Verdict, RequestError> {
         now_or_panic(self.decide(request, now))
     }
-    fn settle_now(&self, id: GrantId, actual: u64, now: u64) -> Result<(), SettleError> {
-        now_or_panic(self.settle(id, actual, now))
+    fn settle_now(
+        &self,
+        id: GrantId,
+        owner: &Request<'_>,
+        actual: u64,
+        now: u64,
+    ) -> Result<(), SettleError> {
+        now_or_panic(self.settle(id, Owner::Request(owner), actual, now))
     }
-    fn release_now(&self, id: GrantId, now: u64) -> Result<(), ReleaseError> {
-        now_or_panic(self.release(id, now))
+    fn release_now(&self, id: GrantId, owner: &Request<'_>, now: u64) -> Result<(), ReleaseError> {
+        now_or_panic(self.release(id, Owner::Request(owner), now))
     }
 }
 
@@ -345,9 +357,10 @@ fn a_permit_is_held_until_released_or_its_lease_runs_out() {
     assert_ne!(a, b);
     let third = engine.decide_now(&get("198.51.100.1", &acme), NOW).unwrap();
     assert!(!third.allowed && third.permit.is_none());
-    engine.release_now(a, NOW).unwrap();
+    let owner = get("198.51.100.1", &acme);
+    engine.release_now(a, &owner, NOW).unwrap();
     assert_eq!(
-        engine.release_now(a, NOW),
+        engine.release_now(a, &owner, NOW),
         Err(ReleaseError::Unknown),
         "once only"
     );
@@ -355,7 +368,10 @@ fn a_permit_is_held_until_released_or_its_lease_runs_out() {
     assert!(fourth.allowed);
     // Never released: both lapse with their lease, and a late release does nothing.
     let later = NOW + 60_000_000_000;
-    assert_eq!(engine.release_now(b, later), Err(ReleaseError::Unknown));
+    assert_eq!(
+        engine.release_now(b, &owner, later),
+        Err(ReleaseError::Unknown)
+    );
     let after = engine
         .decide_now(&get("198.51.100.1", &acme), later)
         .unwrap();
@@ -431,8 +447,9 @@ fn an_estimate_is_settled_at_the_real_cost_or_stands_when_never_settled() {
     let id = v.reservation.expect("an estimated cost is a reservation");
     // A real cost over the most one request may claim is refused like such a request
     // (issue 12, item 4: a settle at 1e9 locked a key out for 694 days), nothing charged...
+    let owner = get("198.51.100.1", estimate);
     assert_eq!(
-        engine.settle_now(id, 1_300, NOW),
+        engine.settle_now(id, &owner, 1_300, NOW),
         Err(ratewarden_policy::SettleError::TooCostly {
             rule: "tokens".to_owned(),
             actual: 1_300,
@@ -441,14 +458,14 @@ fn an_estimate_is_settled_at_the_real_cost_or_stands_when_never_settled() {
     );
     // ...and the reservation stands: the request really used 1,000 tokens, the bucket is
     // spent...
-    engine.settle_now(id, 1_000, NOW).unwrap();
+    engine.settle_now(id, &owner, 1_000, NOW).unwrap();
     let one: &[(&str, &str)] = &[("authorization", "Bearer a"), ("x-estimated-tokens", "1")];
     let v = engine.decide_now(&get("198.51.100.1", one), NOW).unwrap();
     assert!(!v.allowed);
     // ...which at 100 a second is waited out in exactly 10 ms for one token.
     assert_eq!(v.retry_after_ns, Some(10_000_000));
     assert_eq!(
-        engine.settle_now(id, 10, NOW),
+        engine.settle_now(id, &owner, 10, NOW),
         Err(ratewarden_policy::SettleError::Unknown),
         "settled twice"
     );
@@ -458,7 +475,7 @@ fn an_estimate_is_settled_at_the_real_cost_or_stands_when_never_settled() {
     let v = engine.decide_now(&get("198.51.100.1", b), NOW).unwrap();
     let late = NOW + 30_000_000_000;
     assert_eq!(
-        engine.settle_now(v.reservation.unwrap(), 0, late),
+        engine.settle_now(v.reservation.unwrap(), &get("198.51.100.1", b), 0, late),
         Err(ratewarden_policy::SettleError::Unknown)
     );
 }
@@ -904,17 +921,118 @@ fn reservation_ids_are_unguessable_and_settle_checks_the_cost() {
     let text: Vec<String> = ids.iter().map(ToString::to_string).collect();
     assert!(text.iter().all(|t| t.len() == 32));
     assert!(text[0] != text[1] && text[1] != text[2]);
+    let owner = get("198.51.100.1", estimate);
     let guess: GrantId = format!("{:032x}", u128::from_str_radix(&text[0], 16).unwrap() + 1)
         .parse()
         .unwrap();
     assert_eq!(
-        engine.settle_now(guess, 0, NOW),
+        engine.settle_now(guess, &owner, 0, NOW),
         Err(SettleError::Unknown),
         "the next number is nobody's reservation"
     );
     assert!(matches!(
-        engine.settle_now(ids[0], 1_000_000_000, NOW),
+        engine.settle_now(ids[0], &owner, 1_000_000_000, NOW),
         Err(SettleError::TooCostly { max: 1_000, .. })
     ));
-    engine.settle_now(ids[0], 5, NOW).unwrap();
+    engine.settle_now(ids[0], &owner, 5, NOW).unwrap();
+}
+
+#[test]
+fn another_tenants_permit_id_releases_nothing() {
+    let engine = engine(EXPORTS);
+    let acme = [("x-tenant-id", "acme")];
+    let globex = [("x-tenant-id", "globex")];
+    let held = engine.decide_now(&get("198.51.100.1", &acme), NOW).unwrap();
+    let id = held.permit.expect("a permit");
+    // Globex learned acme's id (a log line, a shared cache): releasing with it is refused,
+    // and acme's unit stays taken (issue 12, item 4).
+    assert_eq!(
+        engine.release_now(id, &get("198.51.100.1", &globex), NOW),
+        Err(ReleaseError::NotOwner {
+            rule: "exports".to_owned()
+        })
+    );
+    // No tenant at all builds no key: refused too.
+    assert!(matches!(
+        engine.release_now(id, &get("198.51.100.1", &[]), NOW),
+        Err(ReleaseError::NotOwner { .. })
+    ));
+    let second = engine.decide_now(&get("198.51.100.1", &acme), NOW).unwrap();
+    assert!(second.allowed);
+    assert_eq!(
+        second.outcomes[0].decision.remaining, 0,
+        "acme still holds 2"
+    );
+    assert!(
+        !engine
+            .decide_now(&get("198.51.100.1", &acme), NOW)
+            .unwrap()
+            .allowed
+    );
+    // The permit is still acme's to give back, from any address (the rule keys on the
+    // tenant only).
+    engine
+        .release_now(id, &get("203.0.113.9", &acme), NOW)
+        .unwrap();
+    assert!(
+        engine
+            .decide_now(&get("198.51.100.1", &acme), NOW)
+            .unwrap()
+            .allowed
+    );
+}
+
+#[test]
+fn another_tenants_reservation_id_settles_nothing() {
+    let engine = engine(TOKENS);
+    let alice: &[(&str, &str)] = &[
+        ("authorization", "Bearer alice"),
+        ("x-estimated-tokens", "500"),
+    ];
+    let bob: &[(&str, &str)] = &[("authorization", "Bearer bob")];
+    let v = engine.decide_now(&get("198.51.100.1", alice), NOW).unwrap();
+    let id = v.reservation.unwrap();
+    // Bob settling alice's 500 at 0 (a full refund to alice, or a settle at the most to
+    // lock her out) is refused before the cost is even looked at.
+    for cost in [0, 1_000, 1_000_000_000] {
+        assert_eq!(
+            engine.settle_now(id, &get("198.51.100.1", bob), cost, NOW),
+            Err(SettleError::NotOwner {
+                rule: "tokens".to_owned()
+            })
+        );
+    }
+    let peek = |who: &[(&str, &str)]| {
+        let mut request = get("198.51.100.1", who);
+        request.cost = Some(0);
+        engine.decide_now(&request, NOW).unwrap().outcomes[0]
+            .decision
+            .remaining
+    };
+    assert_eq!(peek(alice), 500, "alice's estimate stands");
+    assert_eq!(peek(bob), 1_000, "bob's bucket untouched");
+    // A reload in between: the reservation is still alice's, checked with the rules that
+    // issued it.
+    engine.reload(parse("test.toml", TOKENS).unwrap());
+    engine
+        .settle_now(id, &get("198.51.100.1", alice), 100, NOW)
+        .unwrap();
+    assert_eq!(peek(alice), 900);
+}
+
+#[test]
+fn a_permit_is_released_by_the_verdict_that_carried_it_and_no_other() {
+    let engine = engine(EXPORTS);
+    let acme = [("x-tenant-id", "acme")];
+    let globex = [("x-tenant-id", "globex")];
+    let mine = engine.decide_now(&get("198.51.100.1", &acme), NOW).unwrap();
+    let theirs = engine
+        .decide_now(&get("198.51.100.1", &globex), NOW)
+        .unwrap();
+    let id = mine.permit.unwrap();
+    assert!(matches!(
+        now_or_panic(engine.release(id, Owner::Verdict(&theirs), NOW)),
+        Err(ReleaseError::NotOwner { .. })
+    ));
+    now_or_panic(engine.release(id, Owner::Verdict(&mine), NOW)).unwrap();
 }

@@ -398,11 +398,12 @@ lease = "5m"
         .expect("an estimate is a reservation");
     assert_eq!(reservation.len(), 32, "128 random bits in hex");
     assert_eq!(d["policies"][0]["remaining"], 200);
-    // The real cost was 100: 700 come back.
+    // The real cost was 100: 700 come back. The settle names the tenant again: only the
+    // client a reservation was issued for may settle it.
     let settled = post(
         server.listen,
         "/v1/settle",
-        &format!(r#"{{"reservation": "{reservation}", "cost": 100}}"#),
+        &format!(r#"{{"reservation": "{reservation}", "cost": 100, "tenant": "acme"}}"#),
     )
     .await;
     assert_eq!(settled.status, StatusCode::OK, "{}", settled.body);
@@ -418,7 +419,7 @@ lease = "5m"
     let again = post(
         server.listen,
         "/v1/settle",
-        &format!(r#"{{"reservation": "{reservation}", "cost": 100}}"#),
+        &format!(r#"{{"reservation": "{reservation}", "cost": 100, "tenant": "acme"}}"#),
     )
     .await;
     assert_eq!(again.status, StatusCode::NOT_FOUND);
@@ -448,11 +449,131 @@ lease = "5m"
     let released = post(
         server.listen,
         "/v1/release",
-        &format!(r#"{{"permit": "{permit}"}}"#),
+        &format!(r#"{{"permit": "{permit}", "tenant": "acme", "path": "/export"}}"#),
     )
     .await;
-    assert_eq!(released.status, StatusCode::OK);
+    assert_eq!(released.status, StatusCode::OK, "{}", released.body);
     let third = post(server.listen, "/v1/check", export).await.json();
+    assert_eq!(third["allowed"], true, "{third}");
+}
+
+#[tokio::test]
+async fn another_tenants_ids_settle_and_release_nothing_through_the_api() {
+    let toml = r#"
+[server]
+listen = "127.0.0.1:0"
+admin = "off"
+
+[[limit]]
+name = "tokens"
+match = { path = "/generate" }
+key = ["tenant"]
+algorithm = "token-bucket"
+rate = "1000/m"
+burst = 1000
+settle = "1m"
+
+[[limit]]
+name = "exports"
+match = { path = "/export" }
+key = ["tenant"]
+algorithm = "concurrency"
+limit = 1
+lease = "5m"
+"#;
+    let server = start(toml, Arc::new(ManualClock::new(T0))).await;
+    let d = post(
+        server.listen,
+        "/v1/check",
+        r#"{"tenant": "a", "path": "/generate", "cost": 800}"#,
+    )
+    .await
+    .json();
+    let reservation = d["reservation"].as_str().unwrap().to_owned();
+    let exported = post(
+        server.listen,
+        "/v1/check",
+        r#"{"tenant": "a", "path": "/export"}"#,
+    )
+    .await
+    .json();
+    let permit = exported["permit"].as_str().unwrap().to_owned();
+
+    // Tenant B carries A's ids: a full refund of A's estimate, and A's export slot.
+    let stolen = [
+        (
+            "/v1/settle",
+            format!(r#"{{"reservation": "{reservation}", "cost": 0, "tenant": "b"}}"#),
+        ),
+        (
+            "/v1/settle",
+            format!(r#"{{"reservation": "{reservation}", "cost": 0}}"#),
+        ),
+        (
+            "/v1/release",
+            format!(r#"{{"permit": "{permit}", "tenant": "b"}}"#),
+        ),
+        ("/v1/release", format!(r#"{{"permit": "{permit}"}}"#)),
+    ];
+    for (path, body) in &stolen {
+        let reply = post(server.listen, path, body).await;
+        assert_eq!(
+            reply.status,
+            StatusCode::FORBIDDEN,
+            "{path} {body}: {}",
+            reply.body
+        );
+        assert_eq!(
+            reply.header("content-type"),
+            Some("application/problem+json")
+        );
+        let detail = reply.json()["detail"].as_str().unwrap().to_owned();
+        assert!(detail.contains("another client"), "{detail}");
+        assert!(
+            !detail.contains("|a"),
+            "A's key is not shown to B: {detail}"
+        );
+    }
+
+    // A's reservation and permit are untouched: 200 tokens left, the export slot taken...
+    let peek = post(
+        server.listen,
+        "/v1/check",
+        r#"{"tenant": "a", "path": "/generate", "cost": 0}"#,
+    )
+    .await
+    .json();
+    assert_eq!(peek["policies"][0]["remaining"], 200, "{peek}");
+    let second = post(
+        server.listen,
+        "/v1/check",
+        r#"{"tenant": "a", "path": "/export"}"#,
+    )
+    .await
+    .json();
+    assert_eq!(second["allowed"], false, "{second}");
+    // ...and still A's to settle and release.
+    let settled = post(
+        server.listen,
+        "/v1/settle",
+        &format!(r#"{{"reservation": "{reservation}", "cost": 100, "tenant": "a"}}"#),
+    )
+    .await;
+    assert_eq!(settled.status, StatusCode::OK, "{}", settled.body);
+    let released = post(
+        server.listen,
+        "/v1/release",
+        &format!(r#"{{"permit": "{permit}", "tenant": "a"}}"#),
+    )
+    .await;
+    assert_eq!(released.status, StatusCode::OK, "{}", released.body);
+    let third = post(
+        server.listen,
+        "/v1/check",
+        r#"{"tenant": "a", "path": "/export"}"#,
+    )
+    .await
+    .json();
     assert_eq!(third["allowed"], true, "{third}");
 }
 

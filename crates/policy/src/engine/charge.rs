@@ -5,8 +5,11 @@
 
 use ratewarden_core::{AsyncStore, Check, Decision, Limit, Outcome};
 
+use std::sync::Arc;
+
 use super::counters::Counters;
 use super::reservations::{Charge, Grant, GrantId};
+use super::rules::RuleSet;
 use super::{Engine, RuleOutcome};
 use crate::config::Cost;
 use crate::Rule;
@@ -36,9 +39,12 @@ pub(super) struct Charged {
 
 impl<S: AsyncStore> Engine<S> {
     /// Decides `applying` (rules indexing `rules`) at `now`; `counters` gives a rule's
-    /// counters, when it has some (rules of the TOML file do).
+    /// counters, when it has some (rules of the TOML file do). `issuer` is the rule set
+    /// `rules` are, when a request decided them: its grants can be claimed by the request's
+    /// attributes.
     pub(super) async fn charge<'c>(
         &self,
+        issuer: Option<&Arc<RuleSet>>,
         rules: &[Rule],
         counters: impl Fn(usize) -> Option<&'c Counters>,
         applying: &[Applying],
@@ -173,8 +179,8 @@ impl<S: AsyncStore> Engine<S> {
             .max();
         let (reservation, permit) = if allowed {
             (
-                self.reserve(rules, applying, now),
-                self.hold(rules, &outcomes, applying, now),
+                self.reserve(issuer, rules, applying, now),
+                self.hold(issuer, rules, &outcomes, applying, now),
             )
         } else {
             (None, None)
@@ -192,6 +198,7 @@ impl<S: AsyncStore> Engine<S> {
     /// Records the concurrency units an allowed request took, if any, for its release.
     fn hold(
         &self,
+        issuer: Option<&Arc<RuleSet>>,
         rules: &[Rule],
         outcomes: &[RuleOutcome],
         applying: &[Applying],
@@ -221,13 +228,20 @@ impl<S: AsyncStore> Engine<S> {
             Grant {
                 charges,
                 expires: lapses,
+                issuer: issuer.cloned(),
             },
             now,
         )
     }
 
     /// Records the estimated costs of an allowed request, if any, for a later settle.
-    fn reserve(&self, rules: &[Rule], applying: &[Applying], now: u64) -> Option<GrantId> {
+    fn reserve(
+        &self,
+        issuer: Option<&Arc<RuleSet>>,
+        rules: &[Rule],
+        applying: &[Applying],
+        now: u64,
+    ) -> Option<GrantId> {
         let mut charges = Vec::new();
         let mut lease = u64::MAX;
         for a in applying {
@@ -244,6 +258,7 @@ impl<S: AsyncStore> Engine<S> {
             Grant {
                 charges,
                 expires: now.saturating_add(lease),
+                issuer: issuer.cloned(),
             },
             now,
         )
@@ -258,6 +273,7 @@ fn charge_of(rule: &Rule, a: &Applying) -> Charge {
     };
     Charge {
         rule: rule.name.clone(),
+        index: a.rule,
         limit: rule.limit.clone(),
         key: a.key.clone(),
         cost: a.cost,

@@ -48,6 +48,7 @@ impl<S: AsyncStore> Engine<S> {
         }
         let charged = self
             .charge(
+                Some(&set),
                 &set.rules,
                 |i| Some(&*set.counters[i]),
                 &applying,

@@ -167,7 +167,7 @@ impl<S: AsyncStore> Engine<S> {
         }
         let counters = |k: usize| -> Option<&Counters> { owners[k].map(|n| &*set.counters[n]) };
         let charged = self
-            .charge(&rules, counters, &applying, set.version, now)
+            .charge(None, &rules, counters, &applying, set.version, now)
             .await;
 
         let over: Vec<bool> = resolved

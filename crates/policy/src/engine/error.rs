@@ -63,6 +63,13 @@ pub enum SettleError {
     /// No such reservation: never made, settled already, or expired (the estimate stood).
     #[error("no such reservation: never made, already settled, or expired (its estimate stands)")]
     Unknown,
+    /// The reservation was issued for another client: the caller's key under one of its
+    /// rules is not the reservation's. Nothing was charged; it stands for its owner.
+    #[error("the reservation was issued for another client: under limit `{rule}` this call's key is not the reservation's (settle with the attributes the check named: ip, api_key, tenant, headers, method, path)")]
+    NotOwner {
+        /// The first rule whose key differs.
+        rule: String,
+    },
     /// The actual cost is more than a rule of the reservation takes from one request: its
     /// `max_cost`, or its limit's burst. Nothing was charged; the reservation stands.
     #[error("limit `{rule}`: a cost of {actual} is over the most of {max} one request may take")]
@@ -77,9 +84,16 @@ pub enum SettleError {
 }
 
 /// Why a release was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ReleaseError {
     /// No such permit: never granted, released already, or lapsed after its lease.
     #[error("no such permit: never granted, already released, or lapsed after its lease")]
     Unknown,
+    /// The permit was granted to another client: the caller's key under one of its rules
+    /// is not the permit's. Nothing went back; the permit stays its owner's.
+    #[error("the permit was granted to another client: under limit `{rule}` this call's key is not the permit's (release with the attributes the check named: ip, api_key, tenant, headers, method, path)")]
+    NotOwner {
+        /// The first rule whose key differs.
+        rule: String,
+    },
 }

@@ -14,6 +14,8 @@ use std::sync::{Mutex, PoisonError};
 use ratewarden_core::Limit;
 use ring::rand::{SecureRandom, SystemRandom};
 
+use super::rules::RuleSet;
+
 /// The most reservations (and, apart, permits) live at once.
 pub(super) const MAX_LIVE: usize = 262_144;
 
@@ -21,8 +23,9 @@ pub(super) const MAX_LIVE: usize = 262_144;
 const SWEEP: usize = 4;
 
 /// A reservation's or a permit's id: 128 random bits from the operating system, written as
-/// 32 lowercase hex digits. Knowing one id tells nothing of another, so a caller can settle
-/// or release only what it was given (issue 12, item 4).
+/// 32 lowercase hex digits. Knowing one id tells nothing of another; and an id alone is not
+/// enough: a settle or a release must come from the client it was issued for (see
+/// [`Owner`](super::Owner); issue 12, item 4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct GrantId(u128);
 
@@ -57,6 +60,8 @@ impl FromStr for GrantId {
 #[derive(Debug)]
 pub(super) struct Charge {
     pub(super) rule: String,
+    /// The rule's index in the issuing rule set, to build its key again for an owner check.
+    pub(super) index: usize,
     pub(super) limit: Limit,
     pub(super) key: String,
     pub(super) cost: u64,
@@ -65,12 +70,15 @@ pub(super) struct Charge {
 }
 
 /// What a reservation or a permit holds.
-#[derive(Debug)]
 pub(super) struct Grant {
     pub(super) charges: Vec<Charge>,
     /// Past this, the grant is gone: a reservation's estimate stands, a permit's units
     /// were let go by the store.
     pub(super) expires: u64,
+    /// The rule set that issued it, whose rules build the keys an owner must hold again
+    /// (a reload in between changes nothing for it); `None` for a descriptor call's, which
+    /// no request can claim.
+    pub(super) issuer: Option<std::sync::Arc<RuleSet>>,
 }
 
 #[derive(Default)]
@@ -191,6 +199,7 @@ mod tests {
         Grant {
             charges: Vec::new(),
             expires,
+            issuer: None,
         }
     }
 

@@ -1,32 +1,50 @@
-//! Settling a reservation at its real cost, releasing a permit's units.
+//! Settling a reservation at its real cost, releasing a permit's units: only by the client
+//! they were issued for (see `owner.rs`).
 
 use ratewarden_core::AsyncStore;
 
+use super::owner::{stranger, Owner};
 use super::{Engine, GrantId, ReleaseError, SettleError};
 
 impl<S: AsyncStore> Engine<S> {
-    /// Settles reservation `id` with the request's `actual` cost: the difference from the
-    /// estimate is charged (the balance may go past the limit, and later requests wait the
-    /// debt out) or refunded.
+    /// Settles reservation `id`, held by `owner`, with the request's `actual` cost: the
+    /// difference from the estimate is charged (the balance may go past the limit, and later
+    /// requests wait the debt out) or refunded.
     ///
     /// # Errors
     ///
-    /// [`SettleError::Unknown`] for a reservation never made,
-    /// settled or expired: one not settled in time settles at its estimate, which was
-    /// charged up front. [`SettleError::TooCostly`] for a
-    /// cost over what one request may take under one of its rules, as a request's own cost
-    /// would be refused: nothing is charged, and the reservation stands.
-    pub async fn settle(&self, id: GrantId, actual: u64, now: u64) -> Result<(), SettleError> {
+    /// [`SettleError::Unknown`] for a reservation never made, settled or expired: one not
+    /// settled in time settles at its estimate, which was charged up front.
+    /// [`SettleError::NotOwner`] when `owner` is not the client the reservation was issued
+    /// for (its key under one of the rules differs): nothing is charged, and the
+    /// reservation stands for its owner. [`SettleError::TooCostly`] for a cost over what one
+    /// request may take under one of its rules, as a request's own cost would be refused:
+    /// nothing is charged, and the reservation stands.
+    pub async fn settle(
+        &self,
+        id: GrantId,
+        owner: Owner<'_>,
+        actual: u64,
+        now: u64,
+    ) -> Result<(), SettleError> {
         let reservation = self.reservations.take(
             id,
             now,
-            |grant| match grant.charges.iter().find(|c| actual > c.max_cost) {
-                Some(c) => Err(SettleError::TooCostly {
-                    rule: c.rule.clone(),
-                    actual,
-                    max: c.max_cost,
-                }),
-                None => Ok(()),
+            |grant| {
+                // Ownership first: a stranger learns nothing of the rules' bounds.
+                if let Some(rule) = stranger(grant, grant.issuer.as_ref(), id, owner) {
+                    return Err(SettleError::NotOwner {
+                        rule: rule.to_owned(),
+                    });
+                }
+                match grant.charges.iter().find(|c| actual > c.max_cost) {
+                    Some(c) => Err(SettleError::TooCostly {
+                        rule: c.rule.clone(),
+                        actual,
+                        max: c.max_cost,
+                    }),
+                    None => Ok(()),
+                }
             },
             SettleError::Unknown,
         )?;
@@ -44,17 +62,32 @@ impl<S: AsyncStore> Engine<S> {
         Ok(())
     }
 
-    /// Releases permit `id`: the concurrency units an allowed request held go back.
+    /// Releases permit `id`, held by `owner`: the concurrency units an allowed request held
+    /// go back.
     ///
     /// # Errors
     ///
-    /// [`ReleaseError::Unknown`] for a permit never granted,
-    /// released, or lapsed: a permit not released within its lease was let go by the store
-    /// already.
-    pub async fn release(&self, id: GrantId, now: u64) -> Result<(), ReleaseError> {
-        let held = self
-            .permits
-            .take(id, now, |_| Ok(()), ReleaseError::Unknown)?;
+    /// [`ReleaseError::Unknown`] for a permit never granted, released, or lapsed: a permit
+    /// not released within its lease was let go by the store already.
+    /// [`ReleaseError::NotOwner`] when `owner` is not the client the permit was granted to:
+    /// nothing goes back, and the permit stays its owner's.
+    pub async fn release(
+        &self,
+        id: GrantId,
+        owner: Owner<'_>,
+        now: u64,
+    ) -> Result<(), ReleaseError> {
+        let held = self.permits.take(
+            id,
+            now,
+            |grant| match stranger(grant, grant.issuer.as_ref(), id, owner) {
+                Some(rule) => Err(ReleaseError::NotOwner {
+                    rule: rule.to_owned(),
+                }),
+                None => Ok(()),
+            },
+            ReleaseError::Unknown,
+        )?;
         for charge in &held.charges {
             let delta = i64::try_from(charge.cost).unwrap_or(i64::MAX);
             // A failing store loses the release; the lease lets the units go in the end.

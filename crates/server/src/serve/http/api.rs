@@ -14,7 +14,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use ratewarden_core::{Outcome, NANOS_PER_SEC};
-use ratewarden_policy::{GrantId, SettleError};
+use ratewarden_policy::{GrantId, Owner, ReleaseError, SettleError};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -40,17 +40,146 @@ struct Check {
     cost: Option<u64>,
 }
 
+/// `/v1/settle`: the reservation, the real cost, and the client again as the check named it
+/// (its attributes, as in [`Check`]): only the client a reservation was issued for may
+/// settle it (issue 12, item 4).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Settle {
     reservation: String,
     cost: u64,
+    ip: Option<String>,
+    method: Option<String>,
+    path: Option<String>,
+    host: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    api_key: Option<String>,
+    tenant: Option<String>,
 }
 
+/// `/v1/release`: the permit, and the client again as the check named it.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Release {
     permit: String,
+    ip: Option<String>,
+    method: Option<String>,
+    path: Option<String>,
+    host: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    api_key: Option<String>,
+    tenant: Option<String>,
+}
+
+/// A client's attributes as a body names them: the same fields, with the same defaults, in
+/// a check, a settle and a release, so that a settle rebuilds the keys its check built.
+struct Subject<'a> {
+    ip: Option<&'a str>,
+    method: Option<&'a str>,
+    path: Option<&'a str>,
+    host: Option<&'a str>,
+    headers: &'a BTreeMap<String, String>,
+    api_key: Option<&'a str>,
+    tenant: Option<&'a str>,
+}
+
+macro_rules! subject {
+    ($body:expr) => {
+        Subject {
+            ip: $body.ip.as_deref(),
+            method: $body.method.as_deref(),
+            path: $body.path.as_deref(),
+            host: $body.host.as_deref(),
+            headers: &$body.headers,
+            api_key: $body.api_key.as_deref(),
+            tenant: $body.tenant.as_deref(),
+        }
+    };
+}
+
+/// A subject read and checked: what [`ratewarden_policy::Request`] borrows.
+struct Resolved<'a> {
+    ip: IpAddr,
+    method: &'a str,
+    path: std::borrow::Cow<'a, str>,
+    host: Option<&'a str>,
+    headers: Vec<(&'a str, &'a str)>,
+    api_key: Option<&'a str>,
+    tenant: Option<&'a str>,
+}
+
+impl<'a> Subject<'a> {
+    /// Checks the fields (a 422 naming the one that is wrong) and applies the defaults.
+    fn resolve(self, peer: SocketAddr) -> Result<Resolved<'a>, Problem> {
+        let ip = match self.ip {
+            None => peer.ip(),
+            Some(text) => match text.trim().parse::<IpAddr>() {
+                Ok(ip) => ip,
+                Err(_) => {
+                    return Err(Problem::new(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        format!("`ip` must be an IPv4 or IPv6 address, not `{text}`"),
+                    ))
+                }
+            },
+        };
+        let method = self.method.unwrap_or("GET");
+        if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()) {
+            return Err(Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("`method` must be an HTTP method such as \"GET\", not `{method}`"),
+            ));
+        }
+        let path = self.path.unwrap_or("/");
+        if !path.starts_with('/') {
+            return Err(Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("`path` must start with `/`, not `{path}`"),
+            ));
+        }
+        let path = path.split('?').next().unwrap_or(path);
+        // The spelling the gateway would forward, so that every alias of a path is decided
+        // as that path (issue 12, item 2). A field the API cannot use is a 422.
+        let path = match ratewarden_policy::path::normalize(path) {
+            Ok(path) => path,
+            Err(error) => {
+                return Err(Problem::new(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    format!("`path`: {error}"),
+                ))
+            }
+        };
+        Ok(Resolved {
+            ip,
+            method,
+            path,
+            host: self.host,
+            headers: self
+                .headers
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_str()))
+                .collect(),
+            api_key: self.api_key,
+            tenant: self.tenant,
+        })
+    }
+}
+
+impl Resolved<'_> {
+    fn request(&self, cost: Option<u64>) -> ratewarden_policy::Request<'_> {
+        ratewarden_policy::Request {
+            peer: self.ip,
+            method: self.method,
+            path: &self.path,
+            host: self.host,
+            headers: &self.headers,
+            cost,
+            api_key: self.api_key,
+            tenant: self.tenant,
+        }
+    }
 }
 
 pub(crate) async fn handle(
@@ -108,48 +237,71 @@ pub(crate) async fn handle(
             Err(problem) => problem.response(),
         },
         "/v1/settle" => match parse::<Settle>(&body) {
-            Ok(settle) => {
-                if settle.cost > MAX_COST {
-                    return too_costly(settle.cost);
-                }
-                let id = match settle.reservation.parse::<GrantId>() {
-                    Ok(id) => id,
-                    Err(e) => {
-                        return reply::problem(
-                            StatusCode::BAD_REQUEST,
-                            format!("`reservation`: {e}"),
-                        )
-                    }
-                };
-                match app.engine.settle(id, settle.cost, app.clock.now()).await {
-                    Ok(()) => {
-                        reply::json(StatusCode::OK, &json!({ "settled": settle.reservation }))
-                    }
-                    Err(e @ SettleError::Unknown) => reply::problem(
-                        StatusCode::NOT_FOUND,
-                        format!("reservation {}: {e}", settle.reservation),
-                    ),
-                    Err(e) => reply::problem(
-                        StatusCode::UNPROCESSABLE_ENTITY,
-                        format!("reservation {}: {e}", settle.reservation),
-                    ),
-                }
-            }
+            Ok(settle) => self::settle(app, peer, settle).await,
             Err(problem) => problem.response(),
         },
         _ => match parse::<Release>(&body) {
-            Ok(release) => match release.permit.parse::<GrantId>() {
-                Err(e) => reply::problem(StatusCode::BAD_REQUEST, format!("`permit`: {e}")),
-                Ok(id) => match app.engine.release(id, app.clock.now()).await {
-                    Ok(()) => reply::json(StatusCode::OK, &json!({ "released": release.permit })),
-                    Err(e) => reply::problem(
-                        StatusCode::NOT_FOUND,
-                        format!("permit {}: {e}", release.permit),
-                    ),
-                },
-            },
+            Ok(release) => self::release(app, peer, release).await,
             Err(problem) => problem.response(),
         },
+    }
+}
+
+async fn settle(app: &App, peer: SocketAddr, settle: Settle) -> Response<Body> {
+    if settle.cost > MAX_COST {
+        return too_costly(settle.cost);
+    }
+    let id = match settle.reservation.parse::<GrantId>() {
+        Ok(id) => id,
+        Err(e) => return reply::problem(StatusCode::BAD_REQUEST, format!("`reservation`: {e}")),
+    };
+    let owner = match subject!(settle).resolve(peer) {
+        Ok(owner) => owner,
+        Err(refused) => return refused.response(),
+    };
+    let owner = owner.request(None);
+    let settled = app
+        .engine
+        .settle(id, Owner::Request(&owner), settle.cost, app.clock.now())
+        .await;
+    let status = match &settled {
+        Ok(()) => {
+            return reply::json(StatusCode::OK, &json!({ "settled": settle.reservation }));
+        }
+        Err(SettleError::Unknown) => StatusCode::NOT_FOUND,
+        Err(SettleError::NotOwner { .. }) => StatusCode::FORBIDDEN,
+        Err(SettleError::TooCostly { .. }) => StatusCode::UNPROCESSABLE_ENTITY,
+    };
+    let error = settled.err().map(|e| e.to_string()).unwrap_or_default();
+    reply::problem(
+        status,
+        format!("reservation {}: {error}", settle.reservation),
+    )
+}
+
+async fn release(app: &App, peer: SocketAddr, release: Release) -> Response<Body> {
+    let id = match release.permit.parse::<GrantId>() {
+        Ok(id) => id,
+        Err(e) => return reply::problem(StatusCode::BAD_REQUEST, format!("`permit`: {e}")),
+    };
+    let owner = match subject!(release).resolve(peer) {
+        Ok(owner) => owner,
+        Err(refused) => return refused.response(),
+    };
+    let owner = owner.request(None);
+    match app
+        .engine
+        .release(id, Owner::Request(&owner), app.clock.now())
+        .await
+    {
+        Ok(()) => reply::json(StatusCode::OK, &json!({ "released": release.permit })),
+        Err(e) => {
+            let status = match e {
+                ReleaseError::Unknown => StatusCode::NOT_FOUND,
+                ReleaseError::NotOwner { .. } => StatusCode::FORBIDDEN,
+            };
+            reply::problem(status, format!("permit {}: {e}", release.permit))
+        }
     }
 }
 
@@ -235,59 +387,14 @@ fn too_costly(cost: u64) -> Response<Body> {
 }
 
 async fn decide(app: &App, peer: SocketAddr, check: Check) -> Response<Body> {
-    let ip = match check.ip.as_deref() {
-        None => peer.ip(),
-        Some(text) => match text.trim().parse::<IpAddr>() {
-            Ok(ip) => ip,
-            Err(_) => {
-                return reply::problem(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    format!("`ip` must be an IPv4 or IPv6 address, not `{text}`"),
-                )
-            }
-        },
-    };
     if let Some(cost) = check.cost.filter(|&c| c > MAX_COST) {
         return too_costly(cost);
     }
-    let method = check.method.as_deref().unwrap_or("GET");
-    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()) {
-        return reply::problem(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!("`method` must be an HTTP method such as \"GET\", not `{method}`"),
-        );
-    }
-    let path = check.path.as_deref().unwrap_or("/");
-    if !path.starts_with('/') {
-        return reply::problem(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            format!("`path` must start with `/`, not `{path}`"),
-        );
-    }
-    let path = path.split('?').next().unwrap_or(path);
-    // The spelling the gateway would forward, so that every alias of a path is decided as
-    // that path (issue 12, item 2). A field the API cannot use is a 422, like the others.
-    let path = match ratewarden_policy::path::normalize(path) {
-        Ok(path) => path,
-        Err(error) => {
-            return reply::problem(StatusCode::UNPROCESSABLE_ENTITY, format!("`path`: {error}"))
-        }
+    let resolved = match subject!(check).resolve(peer) {
+        Ok(resolved) => resolved,
+        Err(refused) => return refused.response(),
     };
-    let headers: Vec<(&str, &str)> = check
-        .headers
-        .iter()
-        .map(|(n, v)| (n.as_str(), v.as_str()))
-        .collect();
-    let request = ratewarden_policy::Request {
-        peer: ip,
-        method,
-        path: &path,
-        host: check.host.as_deref(),
-        headers: &headers,
-        cost: check.cost,
-        api_key: check.api_key.as_deref(),
-        tenant: check.tenant.as_deref(),
-    };
+    let request = resolved.request(check.cost);
     let started = app.clock.now();
     let verdict = match app.engine.decide(&request, started).await {
         Ok(verdict) => verdict,

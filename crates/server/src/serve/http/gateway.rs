@@ -23,20 +23,22 @@ use crate::serve::app::{Answer, App};
 use crate::serve::reply::{self, Body, Holding};
 
 /// Releases an allowed request's concurrency permit when dropped: when its response has
-/// been sent, or the client went away.
+/// been sent, or the client went away. It keeps the verdict that carried the permit: the
+/// engine releases a permit only to its owner.
 struct PermitGuard {
     app: Arc<App>,
-    permit: Option<ratewarden_policy::GrantId>,
+    held: Option<(ratewarden_policy::GrantId, ratewarden_policy::Verdict)>,
 }
 
 impl Drop for PermitGuard {
     fn drop(&mut self) {
-        let Some(id) = self.permit.take() else {
+        let Some((id, verdict)) = self.held.take() else {
             return;
         };
         let app = Arc::clone(&self.app);
         let release = async move {
-            let _ = app.engine.release(id, app.clock.now()).await;
+            let owner = ratewarden_policy::Owner::Verdict(&verdict);
+            let _ = app.engine.release(id, owner, app.clock.now()).await;
         };
         // A store that answers at once (in memory) releases here; one a network away
         // releases on a task of its own. Outside a runtime the lease lets the permit go.
@@ -110,13 +112,13 @@ pub(crate) async fn handle(
     app.metrics
         .decision_seconds
         .observe(app.clock.now().saturating_sub(started) as f64 / 1e9);
-    let permit = PermitGuard {
-        app: Arc::clone(app),
-        permit: verdict.permit,
-    };
     let (headers, delay) = match app.answer(&verdict) {
         Answer::Stop(response) => return reply::contract(response),
         Answer::Go { headers, delay } => (headers, delay),
+    };
+    let permit = PermitGuard {
+        app: Arc::clone(app),
+        held: verdict.permit.map(|id| (id, verdict)),
     };
     if !delay.is_zero() {
         // A queueing rule: wait our turn, as nginx's `limit_req burst=N` does. A client that
