@@ -18,6 +18,14 @@
 //!   non-ASCII: a request target never holds them raw).
 //!
 //! The query is not part of the path: split it off first.
+//!
+//! Past RFC 3986, many upstreams also serve `/login/`, `/LOGIN` and `/Login/` as `/login`
+//! (case-insensitive routers, frameworks that redirect or strip a trailing slash), and a
+//! limiter must err towards limiting. So a rule's `match.path` takes those aliases too
+//! unless it says `path_exact = true`: [`same_path`] and [`path_under`] compare ignoring
+//! ASCII case and one trailing slash, and [`fold`] is the one spelling a `route` key part
+//! keeps, so the aliases share one budget. What is forwarded is the normalized path as the
+//! client sent it, never the folded one.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -170,6 +178,71 @@ pub fn normalize(path: &str) -> Result<Cow<'_, str>, PathError> {
         })
 }
 
+/// Whether normalized paths `given` and `rule` name the same resource up to ASCII case and
+/// one trailing slash (`/login/`, `/LOGIN` and `/Login/` are `/login`).
+///
+/// # Examples
+///
+/// ```
+/// use ratewarden_policy::path::same_path;
+///
+/// for alias in ["/login", "/login/", "/LOGIN", "/Login/"] {
+///     assert!(same_path(alias, "/login"));
+/// }
+/// assert!(!same_path("/login/x", "/login"));
+/// ```
+pub fn same_path(given: &str, rule: &str) -> bool {
+    trim_slash(given.as_bytes()).eq_ignore_ascii_case(trim_slash(rule.as_bytes()))
+}
+
+/// Whether normalized path `given` is under `prefix` (a rule's `path` without its `*`) up
+/// to ASCII case; a prefix ending in `/` also takes the directory itself without it (`/api`
+/// is under `/api/`), as an upstream may serve both alike.
+///
+/// # Examples
+///
+/// ```
+/// use ratewarden_policy::path::path_under;
+///
+/// assert!(path_under("/API/Orders", "/api/"));
+/// assert!(path_under("/api", "/api/"));
+/// assert!(!path_under("/apix", "/api/"));
+/// ```
+pub fn path_under(given: &str, prefix: &str) -> bool {
+    let (given, prefix) = (given.as_bytes(), prefix.as_bytes());
+    let starts = given.len() >= prefix.len() && given[..prefix.len()].eq_ignore_ascii_case(prefix);
+    starts || (prefix.ends_with(b"/") && trim_slash(prefix).eq_ignore_ascii_case(given))
+}
+
+/// The one spelling of a normalized path's aliases by ASCII case and trailing slash:
+/// lowercase, without a trailing slash (but `/` stays `/`). Borrowed when already so.
+///
+/// # Examples
+///
+/// ```
+/// use ratewarden_policy::path::fold;
+///
+/// assert_eq!(fold("/Login/"), "/login");
+/// assert_eq!(fold("/"), "/");
+/// ```
+pub fn fold(path: &str) -> Cow<'_, str> {
+    let bytes = trim_slash(path.as_bytes());
+    let trimmed = &path[..bytes.len()];
+    if bytes.iter().any(u8::is_ascii_uppercase) {
+        Cow::Owned(trimmed.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(trimmed)
+    }
+}
+
+/// `path` without one trailing `/`, unless it is the root.
+fn trim_slash(path: &[u8]) -> &[u8] {
+    match path {
+        [rest @ .., b'/'] if !rest.is_empty() => rest,
+        _ => path,
+    }
+}
+
 /// RFC 3986 §2.3.
 fn is_unreserved(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
@@ -255,6 +328,28 @@ mod tests {
             let error = normalize(path).unwrap_err();
             assert_eq!(error.at, at, "{path}: {error}");
         }
+    }
+
+    #[test]
+    fn case_and_trailing_slash_aliases_are_one_path() {
+        for alias in ["/login", "/login/", "/LOGIN", "/Login/", "/lOgIn"] {
+            assert!(same_path(alias, "/login"), "{alias}");
+            assert!(same_path("/login", alias), "{alias}");
+            assert_eq!(fold(alias), "/login");
+        }
+        assert!(!same_path("/login2", "/login"));
+        assert!(!same_path("/logi", "/login"));
+        assert!(same_path("/", "/"));
+        assert!(!same_path("/", "/a"));
+        assert!(path_under("/Reports/2024", "/reports/"));
+        assert!(path_under("/REPORTS", "/reports/"));
+        assert!(!path_under("/reportsx", "/reports/"));
+        assert!(path_under("/anything", "/"));
+        assert!(path_under("/", "/"));
+        assert!(matches!(fold("/already/lower"), Cow::Borrowed(_)));
+        // Byte-wise, so a prefix ending inside a character cannot panic.
+        assert!(!path_under("/\u{e9}", "/\u{e8}"));
+        assert!(path_under("/\u{e9}a", "/\u{e9}"));
     }
 
     /// Paths built from the pieces aliases are made of.

@@ -1036,3 +1036,95 @@ fn a_permit_is_released_by_the_verdict_that_carried_it_and_no_other() {
     ));
     now_or_panic(engine.release(id, Owner::Verdict(&mine), NOW)).unwrap();
 }
+
+const LOGIN_ROUTES: &str = r#"
+[[limit]]
+name = "login"
+match = { path = "/login" }
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 1
+window = "1h"
+
+[[limit]]
+name = "per-route"
+match = { path = "/api/*" }
+key = ["ip", "route"]
+algorithm = "fixed-window"
+limit = 1
+window = "1h"
+
+[[limit]]
+name = "exact"
+match = { path = "/Exact/", path_exact = true }
+key = ["ip", "route"]
+algorithm = "fixed-window"
+limit = 1
+window = "1h"
+"#;
+
+fn at<'a>(path: &'a str) -> Request<'a> {
+    Request {
+        path,
+        ..get("198.51.100.1", &[])
+    }
+}
+
+#[test]
+fn case_and_trailing_slash_aliases_of_an_exhausted_path_are_limited() {
+    let engine = engine(LOGIN_ROUTES);
+    assert!(engine.decide_now(&at("/login"), NOW).unwrap().allowed);
+    for alias in ["/login/", "/LOGIN", "/Login/", "/lOGIN/"] {
+        let v = engine.decide_now(&at(alias), NOW).unwrap();
+        assert!(!v.allowed, "{alias} got through");
+        assert_eq!(v.violated().count(), 1);
+    }
+    assert!(
+        engine
+            .decide_now(&at("/login2"), NOW)
+            .unwrap()
+            .outcomes
+            .is_empty(),
+        "another path is not an alias"
+    );
+}
+
+#[test]
+fn a_route_key_gives_the_aliases_of_a_path_one_budget() {
+    let engine = engine(LOGIN_ROUTES);
+    let first = engine.decide_now(&at("/api/Orders/"), NOW).unwrap();
+    assert!(first.allowed);
+    assert!(
+        first.outcomes[0].key.ends_with("|GET /api/orders"),
+        "{}",
+        first.outcomes[0].key
+    );
+    for alias in ["/api/orders", "/API/ORDERS", "/Api/Orders/"] {
+        assert!(
+            !engine.decide_now(&at(alias), NOW).unwrap().allowed,
+            "{alias}"
+        );
+    }
+    // `/api` is the directory `/api/*` is under.
+    assert_eq!(
+        engine.decide_now(&at("/API"), NOW).unwrap().outcomes.len(),
+        1
+    );
+}
+
+#[test]
+fn path_exact_matches_and_keys_byte_for_byte() {
+    let engine = engine(LOGIN_ROUTES);
+    assert!(engine.decide_now(&at("/Exact/"), NOW).unwrap().allowed);
+    assert!(!engine.decide_now(&at("/Exact/"), NOW).unwrap().allowed);
+    for other in ["/exact/", "/Exact", "/EXACT/"] {
+        assert!(
+            engine
+                .decide_now(&at(other), NOW)
+                .unwrap()
+                .outcomes
+                .is_empty(),
+            "{other} is not the rule's path"
+        );
+    }
+}

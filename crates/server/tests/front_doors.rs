@@ -374,6 +374,56 @@ async fn path_aliases_are_limited_as_the_path_they_reach() {
 }
 
 #[tokio::test]
+async fn case_and_trailing_slash_aliases_are_limited_as_the_path_and_forwarded_as_sent() {
+    let up = echo_upstream().await;
+    let server = start(&gateway(up, "", LOGIN)).await;
+    let gw = server.listen;
+    assert_eq!(get(gw, "/login", "").await.status, 200);
+    for alias in ["/login/", "/LOGIN", "/Login/", "/lOgIn", "//LOGIN//"] {
+        let reply = get(gw, alias, "").await;
+        assert_eq!(reply.status, 429, "{alias} got through: {}", reply.body);
+    }
+    // The first request of a client may be any alias: it spends the path's one budget.
+    let api = server.api.unwrap();
+    let reply = check(api, r#"{"ip": "192.0.2.2", "path": "/LOGIN/"}"#).await;
+    assert_eq!(reply.json()["allowed"], true, "{}", reply.body);
+    for alias in ["/login", "/login/", "/Login", "/LOGIN/?x=1"] {
+        let reply = check(api, &format!(r#"{{"ip": "192.0.2.2", "path": "{alias}"}}"#)).await;
+        assert_eq!(reply.json()["allowed"], false, "{alias} got through");
+    }
+    // What is forwarded is what the client wrote (normalized), not the folded spelling.
+    let other = start(&gateway(up, "", "")).await;
+    let reply = get(other.listen, "/Login/?next=%2Fhome", "").await;
+    assert_eq!(reply.json()["path"], "/Login/");
+}
+
+#[tokio::test]
+async fn an_exact_path_rule_tells_case_and_trailing_slash_apart() {
+    let up = echo_upstream().await;
+    let exact = r#"
+[[limit]]
+name = "reports"
+match = { path = "/Reports", path_exact = true }
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 1
+window = "1h"
+"#;
+    let server = start(&gateway(up, "", exact)).await;
+    let gw = server.listen;
+    assert_eq!(get(gw, "/Reports", "").await.status, 200);
+    assert_eq!(get(gw, "/Reports", "").await.status, 429);
+    for other in ["/reports", "/Reports/", "/REPORTS"] {
+        let reply = get(gw, other, "").await;
+        assert_eq!(
+            reply.status, 200,
+            "{other} is another resource: {}",
+            reply.body
+        );
+    }
+}
+
+#[tokio::test]
 async fn the_gateway_forwards_the_path_it_matched_and_refuses_ambiguous_ones() {
     let up = echo_upstream().await;
     let server = start(&gateway(up, "", "")).await;

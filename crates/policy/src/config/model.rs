@@ -52,6 +52,10 @@ pub struct Match {
     pub method: Option<String>,
     /// A path: exact, or a prefix when it ends in `*`.
     pub path: Option<String>,
+    /// Whether `path` matches byte for byte (after RFC 3986 normalization). By default
+    /// (`false`) ASCII case and a trailing slash are ignored, as many upstreams ignore them,
+    /// and a `route` key part keeps one spelling of those aliases (see [`crate::path`]).
+    pub path_exact: bool,
     /// The host, lowercase.
     pub host: Option<String>,
     /// A header that must be present (lowercase name), with the value it must have if given.

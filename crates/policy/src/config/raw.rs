@@ -63,6 +63,8 @@ pub(super) struct RawKeys {
 pub(super) struct RawMatch {
     pub(super) method: Option<String>,
     pub(super) path: Option<String>,
+    #[serde(default)]
+    pub(super) path_exact: bool,
     pub(super) host: Option<String>,
     pub(super) header: Option<String>,
     pub(super) header_value: Option<String>,

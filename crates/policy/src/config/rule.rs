@@ -193,6 +193,7 @@ pub(super) fn match_of(m: RawMatch) -> Match {
     Match {
         method: m.method.map(|s| s.trim().to_ascii_uppercase()),
         path: m.path,
+        path_exact: m.path_exact,
         host: m.host.map(|h| h.trim().to_ascii_lowercase()),
         header: m
             .header

@@ -56,7 +56,12 @@ pub(super) fn build_key(
             KeyPart::Route => {
                 key.push_str(&request.method.to_ascii_uppercase());
                 key.push(' ');
-                key.push_str(&bounded_part(request.path));
+                // The aliases the rule matches as one path share one budget too.
+                if rule.matches.path_exact {
+                    key.push_str(&bounded_part(request.path));
+                } else {
+                    key.push_str(&bounded_part(&crate::path::fold(request.path)));
+                }
             }
             KeyPart::Global => key.push('*'),
             // Descriptors come over Envoy's protocol, never with an HTTP request.

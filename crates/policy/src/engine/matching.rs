@@ -16,9 +16,14 @@ impl Match {
             }
         }
         if let Some(path) = &self.path {
-            let hit = match path.strip_suffix('*') {
-                Some(prefix) => request.path.starts_with(prefix),
-                None => request.path == path,
+            // Aliases by case and trailing slash reach the same page on many upstreams: a
+            // limiter errs towards limiting, unless the rule says its upstream tells them
+            // apart.
+            let hit = match (path.strip_suffix('*'), self.path_exact) {
+                (Some(prefix), true) => request.path.starts_with(prefix),
+                (None, true) => request.path == path,
+                (Some(prefix), false) => crate::path::path_under(request.path, prefix),
+                (None, false) => crate::path::same_path(request.path, path),
             };
             if !hit {
                 return false;
