@@ -708,3 +708,28 @@ async fn a_native_rule_whose_numbers_change_on_reload_starts_afresh_over_grpc_to
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test]
+async fn negative_hits_are_refused_not_charged() {
+    let (_server, mut client) = start("").await;
+    let mut refund = descriptor(&[("client_id", "n")]);
+    refund.is_negative_hits = true;
+    refund.hits_addend = Some(UInt64Value { value: 2 });
+    let e = client
+        .should_rate_limit(request(vec![descriptor(&[("tier", "free")]), refund]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(
+        e.message().contains("descriptor 1: `is_negative_hits`"),
+        "{}",
+        e.message()
+    );
+    // Nothing was charged: the client still has its 3.
+    let r = ask(
+        &mut client,
+        request(vec![descriptor(&[("client_id", "n")])]),
+    )
+    .await;
+    assert_eq!(r.statuses[0].limit_remaining, 2);
+}

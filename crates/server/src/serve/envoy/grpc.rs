@@ -53,7 +53,16 @@ pub(crate) async fn decide(
     let descriptors = request
         .descriptors
         .iter()
-        .map(|d| {
+        .enumerate()
+        .map(|(i, d)| {
+            // A refund Envoy asks for would be silently charged as a cost if read as one:
+            // refused by name instead, as `POST /json` refuses the unknown field (found by
+            // fuzzing, tests/fuzz_rls.rs).
+            if d.is_negative_hits {
+                return Err(Status::invalid_argument(format!(
+                    "descriptor {i}: `is_negative_hits` (giving hits back) is not supported"
+                )));
+            }
             let limit = match &d.limit {
                 Some(o) => Some(RateLimitOverride {
                     requests_per_unit: o.requests_per_unit,
