@@ -67,7 +67,9 @@ pub enum TimeSource {
     /// clock, however skewed their own are.
     Redis,
     /// The `now` each call is given: for deterministic tests, and differential runs against
-    /// the in-memory store.
+    /// the in-memory store. Keys then live an hour past their reset on Redis's clock (which
+    /// the caller's need not follow: a test's stands still), so decisions stay exact while
+    /// the caller's clock lags Redis's by less than that.
     Caller,
 }
 

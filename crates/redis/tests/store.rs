@@ -116,6 +116,38 @@ async fn redis_decides_exactly_as_the_memory_store_on_random_traces() {
     }
 }
 
+/// The conformance suite's 1-in-7 flake: with the caller's time, a key's TTL was exactly
+/// its reset, counted on Redis's clock. A test's clock stands still while Redis's runs, so
+/// a window ending a microsecond later (a TTL of 2 ms) was dropped by Redis between two
+/// calls at the same instant, and the second call decided on a fresh key.
+#[tokio::test]
+async fn a_live_key_is_not_dropped_while_the_callers_clock_stands_still() {
+    let server = Server::start_with(&["--enable-debug-command", "yes"]);
+    let redis = store(Target::Single(server.url()), TimeSource::Caller);
+    let once = Limit::from(FixedWindow::new(1, Duration::from_secs(1)).unwrap());
+    // A microsecond before the window ends.
+    let now = T0 + SEC - 1_000;
+    let first = AsyncStore::decide(&redis, &once, "still|a", now, 1)
+        .await
+        .unwrap();
+    assert!(first.is_allowed());
+    assert_eq!(first.reset_after_ns, 1_000);
+    // Redis's clock moves on 30 ms (Redis sleeps, not this test); the caller's does not.
+    assert_eq!(server.cli(&["DEBUG", "SLEEP", "0.03"]), "OK");
+    let second = AsyncStore::decide(&redis, &once, "still|a", now, 1)
+        .await
+        .unwrap();
+    assert!(
+        !second.is_allowed(),
+        "the window's one request was spent a caller's instant ago: {second:?}"
+    );
+    // And once the caller's clock passes the reset, the key decides as fresh, TTL or not.
+    let later = AsyncStore::decide(&redis, &once, "still|a", now + 1_000, 1)
+        .await
+        .unwrap();
+    assert!(later.is_allowed());
+}
+
 #[tokio::test]
 async fn a_layered_decision_is_all_or_nothing_in_one_script() {
     let server = Server::start();
