@@ -15,6 +15,20 @@ pub struct Server {
     dir: PathBuf,
 }
 
+/// Tries at starting a server before a test gives up on free ports.
+const ATTEMPTS: usize = 20;
+
+/// A port free a moment ago whose cluster bus port (`+ 10000`) was free too.
+fn free_cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        let bus = port.checked_add(10_000);
+        if bus.is_some_and(|bus| TcpListener::bind(("127.0.0.1", bus)).is_ok()) {
+            return port;
+        }
+    }
+}
+
 /// A port free a moment ago.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -47,11 +61,45 @@ impl Server {
 
     /// With extra `redis-server` arguments (such as `--cluster-enabled yes`).
     pub fn start_with(extra: &[&str]) -> Self {
-        Self::start_on(free_port(), extra)
+        let cluster = extra.contains(&"--cluster-enabled");
+        let ports = move || {
+            if cluster {
+                free_cluster_port()
+            } else {
+                free_port()
+            }
+        };
+        Self::start_anywhere(ports, |_| extra.iter().map(|&a| a.to_owned()).collect())
+    }
+
+    /// On a free port (and a free cluster bus port, `port + 10000`, for a cluster node),
+    /// with the arguments `extra` gives for that port. A port is free only until someone
+    /// takes it: tests in parallel, and other processes on the machine, start servers too,
+    /// so a port lost in between is retried on another rather than failing the test.
+    fn start_anywhere(mut ports: impl FnMut() -> u16, extra: impl Fn(u16) -> Vec<String>) -> Self {
+        let mut lost = Vec::new();
+        for _ in 0..ATTEMPTS {
+            let port = ports();
+            let args = extra(port);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            match Self::try_start_on(port, &args) {
+                Ok(server) => return server,
+                Err(log) if log.contains("in use") => lost.push(port),
+                Err(log) => panic!("redis-server on port {port} did not start; its log:\n{log}"),
+            }
+        }
+        panic!("redis-server found no free port in {ATTEMPTS} tries: {lost:?} were taken");
     }
 
     /// On `port` (a restart keeps its port).
     pub fn start_on(port: u16, extra: &[&str]) -> Self {
+        Self::try_start_on(port, extra).unwrap_or_else(|log| {
+            panic!("redis-server on port {port} did not start; its log:\n{log}")
+        })
+    }
+
+    /// On `port`, or its log when it did not start.
+    fn try_start_on(port: u16, extra: &[&str]) -> Result<Self, String> {
         let dir =
             std::env::temp_dir().join(format!("ratewarden-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a scratch directory");
@@ -77,12 +125,12 @@ impl Server {
         // Keep draining the log so the server never blocks on a full pipe.
         std::thread::spawn(move || lines.for_each(drop));
         let server = Self { port, child, dir };
-        assert!(
-            ready,
-            "redis-server on port {port} did not start; its log:\n{}",
-            log.join("\n")
-        );
-        server
+        if ready {
+            Ok(server)
+        } else {
+            // Dropping the server kills what is left of it and removes its directory.
+            Err(log.join("\n"))
+        }
     }
 
     /// `redis://127.0.0.1:PORT`.
@@ -139,19 +187,18 @@ impl Cluster {
     pub fn start_with(replicas: usize) -> Self {
         let nodes: Vec<Server> = (0..3 * (1 + replicas))
             .map(|_| {
-                let port = free_port();
-                let conf = format!("nodes-{port}.conf");
-                Server::start_on(
-                    port,
-                    &[
+                Server::start_anywhere(free_cluster_port, |port| {
+                    [
                         "--cluster-enabled",
                         "yes",
                         "--cluster-config-file",
-                        &conf,
+                        &format!("nodes-{port}.conf"),
                         "--cluster-node-timeout",
                         "2000",
-                    ],
-                )
+                    ]
+                    .map(str::to_owned)
+                    .to_vec()
+                })
             })
             .collect();
         let addrs: Vec<String> = nodes
@@ -195,5 +242,29 @@ impl Cluster {
     /// Every node's URL, for the cluster client's seeds.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(Server::url).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The store tests' occasional "redis-server on port N did not start": the port was
+    /// free when picked and taken before the server bound it.
+    #[test]
+    fn a_port_taken_before_the_server_binds_it_is_retried_on_another() {
+        let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let mut first = true;
+        let ports = || {
+            if std::mem::take(&mut first) {
+                port
+            } else {
+                free_port()
+            }
+        };
+        let server = Server::start_anywhere(ports, |_| Vec::new());
+        assert_ne!(server.port, port);
+        assert_eq!(server.cli(&["PING"]), "PONG");
     }
 }
