@@ -23,6 +23,15 @@ use tokio::time::Instant;
 /// however late each timer fires), after which the call fails without blaming Redis.
 const LATE_REARMS: u32 = 4;
 
+/// The longest a call waits on its reply before [`within`] gives up, timers on time: the
+/// deadline, then one more for each rearm, and one to spare. The Redis client's own
+/// timeouts are set no shorter (see `store.rs`), so they never end a call our deadline
+/// would have let wait: their error would blame Redis for what may be a saturated caller,
+/// and with a deadline over 100 ms their 500 ms default cut calls short of it.
+pub(crate) fn longest_wait(deadline: Duration) -> Duration {
+    deadline.saturating_mul(LATE_REARMS + 2)
+}
+
 /// Who missed the deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Blame {

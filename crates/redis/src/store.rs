@@ -158,6 +158,18 @@ enum Client {
     Cluster(Box<redis::cluster::ClusterClient>),
 }
 
+/// The Redis client's own defaults: 500 ms for a reply, 1 s to connect.
+const CLIENT_RESPONSE: Duration = Duration::from_millis(500);
+const CLIENT_CONNECT: Duration = Duration::from_secs(1);
+
+/// The client's own timeout: its default, or longer when our deadline may wait longer.
+/// With the client's 500 ms, a store configured to wait 5 s failed after 500 ms with a
+/// client error, counted against Redis by the breaker (the conformance suite's
+/// "Redis(timed out)" on a loaded machine).
+fn client_timeout(deadline: Duration, default: Duration) -> Duration {
+    crate::deadline::longest_wait(deadline).max(default)
+}
+
 impl RedisStore {
     /// A store for `config`; it connects on first use (so a process can start while Redis
     /// is down, and its rules' failure policies answer until Redis is back).
@@ -177,7 +189,9 @@ impl RedisStore {
             Target::Single(url) => Client::Single(Box::new(redis::Client::open(url.as_str())?)),
             Target::Cluster(nodes) => {
                 let mut builder =
-                    redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str));
+                    redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+                        .response_timeout(client_timeout(config.deadline, CLIENT_RESPONSE))
+                        .connection_timeout(client_timeout(config.deadline, CLIENT_CONNECT));
                 if config.tls_ca.is_some() {
                     builder = builder.certs(certificates());
                 }
@@ -232,7 +246,13 @@ impl RedisStore {
             .get_or_try_init(|| async {
                 let mut connection = match &self.client {
                     Client::Single(client) => {
-                        Connection::Single(ConnectionManager::new((**client).clone()).await?)
+                        let deadline = self.config.deadline;
+                        let config = redis::aio::ConnectionManagerConfig::new()
+                            .set_response_timeout(Some(client_timeout(deadline, CLIENT_RESPONSE)))
+                            .set_connection_timeout(Some(client_timeout(deadline, CLIENT_CONNECT)));
+                        Connection::Single(
+                            ConnectionManager::new_with_config((**client).clone(), config).await?,
+                        )
                     }
                     Client::Cluster(client) => {
                         Connection::Cluster(client.get_async_connection().await?)

@@ -261,6 +261,35 @@ async fn a_stopped_redis_costs_the_deadline_then_nothing_and_recovery_is_automat
     assert!(d.remaining <= 98, "the count survived: {d:?}");
 }
 
+/// The conformance suite's other flake, "Redis(timed out)": the Redis client's own 500 ms
+/// reply timeout ended calls a longer configured deadline (5 s there) would have waited
+/// out, and its error counted against Redis.
+#[tokio::test]
+async fn a_deadline_longer_than_the_clients_default_is_waited_out() {
+    let server = Server::start();
+    // A deadline of 2 s.
+    let redis = store(Target::Single(server.url()), TimeSource::Caller);
+    let limit = Limit::from(FixedWindow::new(100, Duration::from_secs(60)).unwrap());
+    assert!(redis
+        .decide(&limit, "long|k", T0, 1)
+        .await
+        .unwrap()
+        .is_allowed());
+    // Redis stalls for 800 ms (a fork, a slow command, a loaded machine), well within the
+    // deadline; this test waits on Redis, not for a refill.
+    server.signal("STOP");
+    let call = tokio::spawn(async move {
+        let d = redis.decide(&limit, "long|k", T0, 1).await;
+        (d, redis)
+    });
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    server.signal("CONT");
+    let (d, redis) = call.await.unwrap();
+    let d = d.expect("answered within the deadline");
+    assert_eq!(d.remaining, 98);
+    assert_eq!(redis.breaker(), BreakerState::Closed);
+}
+
 /// Blocks the calling thread, as a request handler doing CPU work under overload does.
 // The test saturates its own runtime on purpose: that is the condition under test, not a
 // wait for a refill.
