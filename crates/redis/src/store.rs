@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ratewarden_core::{AsyncStore, Check, Decision, Limit};
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use tokio::sync::OnceCell;
 
@@ -165,7 +165,8 @@ const CLIENT_CONNECT: Duration = Duration::from_secs(1);
 /// The client's own timeout: its default, or longer when our deadline may wait longer.
 /// With the client's 500 ms, a store configured to wait 5 s failed after 500 ms with a
 /// client error, counted against Redis by the breaker (the conformance suite's
-/// "Redis(timed out)" on a loaded machine).
+/// "Redis(timed out)" on a loaded machine). The cluster client needs a value; the single
+/// connection takes none for replies (the deadline is its one clock).
 fn client_timeout(deadline: Duration, default: Duration) -> Duration {
     crate::deadline::longest_wait(deadline).max(default)
 }
@@ -246,10 +247,15 @@ impl RedisStore {
             .get_or_try_init(|| async {
                 let mut connection = match &self.client {
                     Client::Single(client) => {
-                        let deadline = self.config.deadline;
-                        let config = redis::aio::ConnectionManagerConfig::new()
-                            .set_response_timeout(Some(client_timeout(deadline, CLIENT_RESPONSE)))
-                            .set_connection_timeout(Some(client_timeout(deadline, CLIENT_CONNECT)));
+                        // The deadline (`deadline.rs`) is the one clock on a reply: it
+                        // tells a slow Redis from a saturated caller. The manager's own
+                        // 500 ms default would fail a saturated caller's calls as Redis's
+                        // fault, a deadline of seconds included; its 1 s to connect is
+                        // stretched likewise to the longest the deadline may wait.
+                        let connect = client_timeout(self.config.deadline, CLIENT_CONNECT);
+                        let config = ConnectionManagerConfig::new()
+                            .set_response_timeout(None)
+                            .set_connection_timeout(Some(connect));
                         Connection::Single(
                             ConnectionManager::new_with_config((**client).clone(), config).await?,
                         )
@@ -578,6 +584,10 @@ impl Mode {
 
 impl AsyncStore for RedisStore {
     type Error = RedisError;
+
+    fn is_shared(&self) -> bool {
+        true
+    }
 
     async fn decide(
         &self,
