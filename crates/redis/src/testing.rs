@@ -47,11 +47,34 @@ impl Server {
 
     /// With extra `redis-server` arguments (such as `--cluster-enabled yes`).
     pub fn start_with(extra: &[&str]) -> Self {
-        Self::start_on(free_port(), extra)
+        Self::start_free(|_| extra.iter().map(|&a| a.to_owned()).collect())
+    }
+
+    /// On a free port, with the arguments `extra` gives for it. A port found free can be
+    /// taken by another test before redis-server binds it: then another port is tried.
+    fn start_free(extra: impl Fn(u16) -> Vec<String>) -> Self {
+        for _ in 0..5 {
+            let port = free_port();
+            let args = extra(port);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            match Self::try_start_on(port, &args) {
+                Ok(server) => return server,
+                Err(log) if log.contains("Address already in use") => continue,
+                Err(log) => panic!("redis-server on port {port} did not start; its log:\n{log}"),
+            }
+        }
+        panic!("redis-server found every free port taken, five times over");
     }
 
     /// On `port` (a restart keeps its port).
     pub fn start_on(port: u16, extra: &[&str]) -> Self {
+        Self::try_start_on(port, extra).unwrap_or_else(|log| {
+            panic!("redis-server on port {port} did not start; its log:\n{log}")
+        })
+    }
+
+    /// On `port`, or its log when it did not come up.
+    fn try_start_on(port: u16, extra: &[&str]) -> Result<Self, String> {
         let dir =
             std::env::temp_dir().join(format!("ratewarden-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a scratch directory");
@@ -77,12 +100,12 @@ impl Server {
         // Keep draining the log so the server never blocks on a full pipe.
         std::thread::spawn(move || lines.for_each(drop));
         let server = Self { port, child, dir };
-        assert!(
-            ready,
-            "redis-server on port {port} did not start; its log:\n{}",
-            log.join("\n")
-        );
-        server
+        if ready {
+            Ok(server)
+        } else {
+            // Dropping the server stops what is left of it.
+            Err(log.join("\n"))
+        }
     }
 
     /// `redis://127.0.0.1:PORT`.
@@ -139,19 +162,18 @@ impl Cluster {
     pub fn start_with(replicas: usize) -> Self {
         let nodes: Vec<Server> = (0..3 * (1 + replicas))
             .map(|_| {
-                let port = free_port();
-                let conf = format!("nodes-{port}.conf");
-                Server::start_on(
-                    port,
-                    &[
+                Server::start_free(|port| {
+                    [
                         "--cluster-enabled",
                         "yes",
                         "--cluster-config-file",
-                        &conf,
+                        &format!("nodes-{port}.conf"),
                         "--cluster-node-timeout",
                         "2000",
-                    ],
-                )
+                    ]
+                    .map(str::to_owned)
+                    .to_vec()
+                })
             })
             .collect();
         let addrs: Vec<String> = nodes
@@ -195,5 +217,20 @@ impl Cluster {
     /// Every node's URL, for the cluster client's seeds.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(Server::url).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// What `start_free` retries on: a port found free and taken before redis-server bound
+    /// it comes back as a log saying so, not as a hang or a panic.
+    #[test]
+    fn a_port_taken_before_redis_binds_it_is_reported_as_taken() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = taken.local_addr().unwrap().port();
+        let Err(log) = super::Server::try_start_on(port, &[]) else {
+            panic!("redis-server started on a taken port");
+        };
+        assert!(log.contains("Address already in use"), "{log}");
     }
 }

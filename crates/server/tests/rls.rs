@@ -12,8 +12,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
 use ratewarden_core::ManualClock;
-use ratewarden_server::serve::{self, Options, Running};
+use ratewarden_server::serve::{Options, Running};
 use tonic::transport::Channel;
+
+mod common;
 
 const T0: u64 = 1_796_169_600_000_000_000;
 
@@ -65,19 +67,13 @@ async fn serve_grpc(
     envoy: ratewarden_policy::envoy::EnvoyConfig,
     envoy_path: Option<std::path::PathBuf>,
 ) -> (Running, RateLimitServiceClient<Channel>) {
-    let running = serve::start(Options {
-        config: ratewarden_policy::config::parse("t.toml", toml).unwrap(),
-        config_path: None,
-        clock: Arc::new(ManualClock::new(T0)),
-        workers: 1,
+    let running = common::start(Options {
         envoy,
         envoy_path,
+        ..common::options(toml, Arc::new(ManualClock::new(T0)))
     })
-    .await
-    .unwrap();
-    let client = RateLimitServiceClient::connect(format!("http://{}", running.grpc.unwrap()))
-        .await
-        .unwrap();
+    .await;
+    let client = common::grpc_client(&running).await;
     (running, client)
 }
 
@@ -334,33 +330,10 @@ async fn a_store_failure_is_unavailable_so_envoys_failure_mode_decides() {
 #[tokio::test]
 async fn the_json_endpoint_round_trips_as_envoyproxy_ratelimit_answers() {
     let (server, _client) = start("").await;
-    let client: hyper_util::client::legacy::Client<_, http_body_util::Full<bytes::Bytes>> =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .build_http();
-    let post = |body: &'static str| {
-        let client = client.clone();
-        let url = format!("http://{}/json", server.listen);
-        async move {
-            let response = client
-                .request(
-                    http::Request::post(url)
-                        .body(http_body_util::Full::new(bytes::Bytes::from_static(
-                            body.as_bytes(),
-                        )))
-                        .unwrap(),
-                )
-                .await
-                .unwrap();
-            let status = response.status();
-            let body = http_body_util::BodyExt::collect(response.into_body())
-                .await
-                .unwrap()
-                .to_bytes();
-            (
-                status,
-                serde_json::from_slice::<serde_json::Value>(&body).unwrap(),
-            )
-        }
+    let listen = server.listen;
+    let post = |body: &'static str| async move {
+        let reply = common::post(listen, "/json", body).await;
+        (reply.status, reply.json())
     };
     let body = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"client_id","value":"j"}]},{"entries":[{"key":"nothing","value":"x"}]}]}"#;
     let (status, json) = post(body).await;
@@ -391,15 +364,8 @@ async fn the_json_endpoint_round_trips_as_envoyproxy_ratelimit_answers() {
     assert_eq!(status, http::StatusCode::BAD_REQUEST);
     let (status, _) = post(r#"{"domain": 7}"#).await;
     assert_eq!(status, http::StatusCode::BAD_REQUEST);
-    let health = client
-        .request(
-            http::Request::get(format!("http://{}/healthcheck", server.listen))
-                .body(http_body_util::Full::new(bytes::Bytes::new()))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(health.status(), http::StatusCode::OK);
+    let health = common::get(server.listen, "/healthcheck", &[]).await;
+    assert_eq!(health.status, http::StatusCode::OK);
 }
 
 #[tokio::test]
@@ -580,25 +546,8 @@ on_store_failure = "closed"
 
 /// `POST /json` with `body` to the decision API at `addr`: the status and the body.
 async fn post_json(addr: std::net::SocketAddr, body: &str) -> (http::StatusCode, String) {
-    let client: hyper_util::client::legacy::Client<_, http_body_util::Full<bytes::Bytes>> =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .build_http();
-    let response = client
-        .request(
-            http::Request::post(format!("http://{addr}/json"))
-                .body(http_body_util::Full::new(bytes::Bytes::from(
-                    body.to_owned(),
-                )))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    let status = response.status();
-    let body = http_body_util::BodyExt::collect(response.into_body())
-        .await
-        .unwrap()
-        .to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
+    let reply = common::post(addr, "/json", body).await;
+    (reply.status, reply.body)
 }
 
 #[tokio::test]
@@ -631,7 +580,7 @@ async fn a_reload_with_a_bad_toml_keeps_the_old_envoy_yaml_too() {
     };
     std::fs::write(&toml, SERVER).unwrap();
     std::fs::write(&yaml, envoy(3)).unwrap();
-    let running = serve::start(Options {
+    let running = common::start(Options {
         config: ratewarden_policy::config::load(&toml).unwrap(),
         config_path: Some(toml.clone()),
         clock: Arc::new(ManualClock::new(T0)),
@@ -639,11 +588,8 @@ async fn a_reload_with_a_bad_toml_keeps_the_old_envoy_yaml_too() {
         envoy: ratewarden_policy::envoy::load(&yaml).unwrap(),
         envoy_path: Some(yaml.clone()),
     })
-    .await
-    .unwrap();
-    let mut client = RateLimitServiceClient::connect(format!("http://{}", running.grpc.unwrap()))
-        .await
-        .unwrap();
+    .await;
+    let mut client = common::grpc_client(&running).await;
     let limit = |r: &RateLimitResponse| {
         r.statuses[0]
             .current_limit
@@ -676,19 +622,13 @@ async fn a_native_rule_whose_numbers_change_on_reload_starts_afresh_over_grpc_to
         format!("{SERVER}\n[[limit]]\nname = \"mesh\"\nmatch = {{ domain = \"mesh\", descriptor = \"user\" }}\nkey = [\"descriptor\"]\nalgorithm = \"fixed-window\"\nlimit = {n}\nwindow = \"1m\"\n")
     };
     std::fs::write(&toml, config(2)).unwrap();
-    let running = serve::start(Options {
+    let running = common::start(Options {
         config: ratewarden_policy::config::load(&toml).unwrap(),
         config_path: Some(toml.clone()),
-        clock: Arc::new(ManualClock::new(T0)),
-        workers: 1,
-        envoy: Default::default(),
-        envoy_path: None,
+        ..common::options("", Arc::new(ManualClock::new(T0)))
     })
-    .await
-    .unwrap();
-    let mut client = RateLimitServiceClient::connect(format!("http://{}", running.grpc.unwrap()))
-        .await
-        .unwrap();
+    .await;
+    let mut client = common::grpc_client(&running).await;
     let mesh = || RateLimitRequest {
         domain: "mesh".to_owned(),
         ..request(vec![descriptor(&[("user", "alice")])])
