@@ -12,17 +12,7 @@ use ratewarden_memory::{MemoryStore, StoreConfig, WhenFull};
 mod common;
 
 use common::{every_limit, SEC};
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
+use ratewarden_core::conformance::Rng;
 
 #[test]
 fn dropping_fresh_state_changes_no_decision() {

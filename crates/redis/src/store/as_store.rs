@@ -15,11 +15,7 @@ impl AsyncStore for RedisStore {
         now: u64,
         cost: u64,
     ) -> Result<Decision, RedisError> {
-        let mut d = self
-            .run(Mode::Decide, &[(limit, key, i128::from(cost))], now)
-            .await?;
-        d.pop()
-            .ok_or_else(|| RedisError::Protocol("no decision".to_owned()))
+        self.one(Mode::Decide, limit, key, cost, now).await
     }
 
     async fn decide_all(
@@ -44,11 +40,7 @@ impl AsyncStore for RedisStore {
         now: u64,
         cost: u64,
     ) -> Result<Decision, RedisError> {
-        let mut d = self
-            .run(Mode::Peek, &[(limit, key, i128::from(cost))], now)
-            .await?;
-        d.pop()
-            .ok_or_else(|| RedisError::Protocol("no decision".to_owned()))
+        self.one(Mode::Peek, limit, key, cost, now).await
     }
 
     async fn settle(
@@ -61,5 +53,23 @@ impl AsyncStore for RedisStore {
         self.run(Mode::Settle, &[(limit, key, i128::from(delta))], now)
             .await
             .map(drop)
+    }
+}
+
+impl RedisStore {
+    /// `mode` over one check: its decision.
+    async fn one(
+        &self,
+        mode: Mode,
+        limit: &Limit,
+        key: &str,
+        cost: u64,
+        now: u64,
+    ) -> Result<Decision, RedisError> {
+        let mut d = self
+            .run(mode, &[(limit, key, i128::from(cost))], now)
+            .await?;
+        d.pop()
+            .ok_or_else(|| RedisError::Protocol("no decision".to_owned()))
     }
 }

@@ -11,7 +11,6 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::app::{self, App};
-use super::envoy;
 use super::http::{self, Role};
 use super::running::Running;
 use super::store::AnyStore;
@@ -113,21 +112,7 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
         });
     }
     let local = Arc::new(http::Local::new(settings.upstream.as_deref())?);
-    for (listener, role) in listeners {
-        let listener = tokio::net::TcpListener::from_std(listener)?;
-        tasks.spawn(http::serve(
-            listener,
-            role,
-            Arc::clone(&app),
-            Arc::clone(&local),
-            stopped.clone(),
-            grace,
-        ));
-    }
-    if let Some(listener) = grpc {
-        let listener = tokio::net::TcpListener::from_std(listener)?;
-        tasks.spawn(envoy::serve(listener, Arc::clone(&app), stopped.clone()));
-    }
+    workers::spawn(&mut tasks, listeners, grpc, &app, &local, &stopped, grace)?;
     tasks.spawn(app::sweep(Arc::clone(&app), stopped));
     tracing::info!(
         listen = %listen_addr,

@@ -38,30 +38,43 @@ pub(super) fn run(
         };
         let local = Arc::new(local);
         let mut serving = JoinSet::new();
-        for (listener, role) in listeners {
-            match tokio::net::TcpListener::from_std(listener) {
-                Ok(listener) => {
-                    serving.spawn(http::serve(
-                        listener,
-                        role,
-                        Arc::clone(&app),
-                        Arc::clone(&local),
-                        stopped.clone(),
-                        grace,
-                    ));
-                }
-                Err(error) => tracing::error!(%error, "a worker could not take a listener"),
-            }
-        }
-        if let Some(listener) = grpc {
-            match tokio::net::TcpListener::from_std(listener) {
-                Ok(listener) => {
-                    serving.spawn(envoy::serve(listener, Arc::clone(&app), stopped.clone()));
-                }
-                Err(error) => tracing::error!(%error, "a worker could not take the gRPC listener"),
-            }
+        if let Err(error) = spawn(&mut serving, listeners, grpc, &app, &local, &stopped, grace) {
+            tracing::error!(%error, "a worker could not take its listeners");
         }
         while serving.join_next().await.is_some() {}
     });
     let _ = done.send(());
+}
+
+/// Serves `listeners` (and the gRPC one) on the current runtime, a task each in `tasks`,
+/// until `stopped`: what every worker runs, the first included.
+///
+/// # Errors
+///
+/// A listener the runtime cannot take (the tasks of those before it keep serving).
+pub(super) fn spawn(
+    tasks: &mut JoinSet<()>,
+    listeners: Vec<(std::net::TcpListener, Role)>,
+    grpc: Option<std::net::TcpListener>,
+    app: &Arc<App>,
+    local: &Arc<http::Local>,
+    stopped: &watch::Receiver<bool>,
+    grace: std::time::Duration,
+) -> std::io::Result<()> {
+    for (listener, role) in listeners {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        tasks.spawn(http::serve(
+            listener,
+            role,
+            Arc::clone(app),
+            Arc::clone(local),
+            stopped.clone(),
+            grace,
+        ));
+    }
+    if let Some(listener) = grpc {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        tasks.spawn(envoy::serve(listener, Arc::clone(app), stopped.clone()));
+    }
+    Ok(())
 }
