@@ -648,3 +648,140 @@ async fn a_native_rule_whose_numbers_change_on_reload_starts_afresh_over_grpc_to
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The `ratewarden_decisions_total` lines of the YAML rules (labels with a `/`), sorted.
+async fn yaml_decisions(running: &Running) -> Vec<String> {
+    let metrics = common::get(running.admin.unwrap(), "/metrics", &[])
+        .await
+        .body;
+    let mut lines: Vec<String> = metrics
+        .lines()
+        .filter(|l| l.starts_with("ratewarden_decisions_total{rule=\"edge/"))
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// Whether `lines` hold the counter of `rule` for `outcome` at `value`.
+fn counted(lines: &[String], rule: &str, outcome: &str, value: u64) -> bool {
+    let line =
+        format!("ratewarden_decisions_total{{rule=\"{rule}\",outcome=\"{outcome}\"}} {value}");
+    lines.contains(&line)
+}
+
+#[tokio::test]
+async fn yaml_rules_count_their_decisions_per_rule_by_a_readable_label() {
+    // YAML rules reached the engine without counters: `ratewarden_decisions_total` showed
+    // native rules only, however many decisions Envoy's descriptors made.
+    let admin =
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\ngrpc = \"127.0.0.1:0\"\n";
+    let envoy = ratewarden_policy::envoy::parse("edge.yaml", ENVOY).unwrap();
+    let (server, mut client) = serve_grpc(admin, envoy, None).await;
+    // Every rule that decides has its lines from the start; unlimited ones have none.
+    let lines = yaml_decisions(&server).await;
+    for rule in [
+        "edge/client_id",
+        "edge/client_id=partner",
+        "edge/path=/api/*/export/client_id",
+        "edge/tier=free",
+        "edge/tier=paid",
+        "edge/watch",
+        "edge/soft",
+        "edge/smooth",
+    ] {
+        assert!(counted(&lines, rule, "allowed", 0), "{rule}: {lines:#?}");
+        assert!(
+            counted(&lines, rule, "failed_closed", 0),
+            "{rule}: {lines:#?}"
+        );
+    }
+    assert!(
+        !lines.iter().any(|l| l.contains("edge/everything")),
+        "{lines:#?}"
+    );
+
+    let a = || descriptor(&[("client_id", "a")]);
+    for _ in 0..3 {
+        assert_eq!(
+            ask(&mut client, request(vec![a()])).await.overall_code,
+            Code::Ok as i32
+        );
+    }
+    // Over its limit: rejected by `client_id`, and `tier=free` beside it is not charged.
+    let r = ask(&mut client, request(vec![a()])).await;
+    assert_eq!(r.overall_code, Code::OverLimit as i32);
+    let r = ask(
+        &mut client,
+        request(vec![a(), descriptor(&[("tier", "free")])]),
+    )
+    .await;
+    assert_eq!(r.overall_code, Code::OverLimit as i32);
+    // A shadow rule over its limit would have rejected.
+    for _ in 0..2 {
+        let r = ask(&mut client, request(vec![descriptor(&[("watch", "w")])])).await;
+        assert_eq!(r.overall_code, Code::Ok as i32);
+    }
+    // A nested rule, matched through a wildcard value.
+    let nested = descriptor(&[("path", "/api/v2/export"), ("client_id", "z")]);
+    assert_eq!(
+        ask(&mut client, request(vec![nested])).await.overall_code,
+        Code::Ok as i32
+    );
+    // A request's own limit is no rule of the file: no label of its own.
+    let own = RateLimitDescriptor {
+        limit: Some(RateLimitOverride {
+            requests_per_unit: 5,
+            unit: 1,
+        }),
+        ..descriptor(&[("client_id", "own")])
+    };
+    ask(&mut client, request(vec![own])).await;
+
+    let lines = yaml_decisions(&server).await;
+    for (rule, outcome, value) in [
+        ("edge/client_id", "allowed", 3),
+        ("edge/client_id", "rejected", 2),
+        ("edge/tier=free", "skipped", 1),
+        ("edge/tier=free", "allowed", 0),
+        ("edge/watch", "shadow_rejected", 1),
+        ("edge/watch", "rejected", 0),
+        ("edge/path=/api/*/export/client_id", "allowed", 1),
+        ("edge/client_id=partner", "allowed", 0),
+    ] {
+        assert!(
+            counted(&lines, rule, outcome, value),
+            "{rule} {outcome} {value}: {lines:#?}"
+        );
+    }
+    assert_eq!(
+        lines.len(),
+        8 * 5,
+        "five outcomes for each of the eight rules: {lines:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_yaml_rules_store_failure_is_counted_as_failed_closed() {
+    let redis = ratewarden_redis::testing::Server::start();
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\ngrpc = \"127.0.0.1:0\"\n\n[store]\nkind = \"redis\"\nurl = \"{}\"\ndeadline = \"200ms\"\n",
+        redis.url()
+    );
+    let envoy = ratewarden_policy::envoy::parse("edge.yaml", ENVOY).unwrap();
+    let (server, mut client) = serve_grpc(&toml, envoy, None).await;
+    let r = || request(vec![descriptor(&[("client_id", "r")])]);
+    assert_eq!(ask(&mut client, r()).await.overall_code, Code::Ok as i32);
+    drop(redis);
+    let e = client.should_rate_limit(r()).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable);
+    let lines = yaml_decisions(&server).await;
+    assert!(
+        counted(&lines, "edge/client_id", "allowed", 1),
+        "{lines:#?}"
+    );
+    assert!(
+        counted(&lines, "edge/client_id", "failed_closed", 1),
+        "{lines:#?}"
+    );
+}
