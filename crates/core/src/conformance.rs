@@ -101,17 +101,51 @@ fn every_limit() -> Vec<Limit> {
     ]
 }
 
+/// A small deterministic generator (xorshift64): the same pseudo-random trace on every run,
+/// for the stores' randomized tests.
+///
+/// # Examples
+///
+/// ```
+/// use ratewarden_core::conformance::Rng;
+///
+/// let (mut a, mut b) = (Rng(42), Rng(42));
+/// assert_eq!(a.below(100), b.below(100));
+/// assert!(a.below(10) < 10);
+/// ```
+#[derive(Debug, Clone)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next number (the seed must not be 0, which stays 0).
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number below `n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        match n {
+            0 => 0,
+            n => self.next() % n,
+        }
+    }
+
+    /// True `percent` times in a hundred.
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
 /// A store must decide exactly as the algorithm does on its own: the same pseudo-random
 /// trace of decisions, peeks and settles over several keys, through the store and through
 /// a map of states, gives the same answers.
 pub fn matches_the_algorithms<S: Store>(store: &S) {
-    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move |n: u64| {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng % n
-    };
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut next = move |n: u64| rng.below(n);
     for limit in every_limit() {
         let name = limit.kind();
         let mut reference: HashMap<String, LimitState> = HashMap::new();

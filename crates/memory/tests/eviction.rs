@@ -4,39 +4,15 @@
 use std::time::Duration;
 
 use ratewarden_core::{
-    Algorithm, CalendarUnit, Concurrency, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Limit,
-    Outcome, Quota, Rate, SlidingLog, SlidingWindow, TokenBucket,
+    Algorithm, CalendarUnit, Concurrency, FixedWindow, Gcra, LeakyBucket, Limit, Outcome, Quota,
+    Rate, SlidingLog, SlidingWindow, TokenBucket,
 };
 use ratewarden_memory::{MemoryStore, StoreConfig, WhenFull};
 
-const SEC: u64 = 1_000_000_000;
+mod common;
 
-fn every_limit() -> Vec<Limit> {
-    let rate = Rate::new(5, Duration::from_secs(1)).unwrap();
-    let window = Duration::from_millis(700);
-    vec![
-        FixedWindow::new(3, window).unwrap().into(),
-        SlidingLog::new(3, window).unwrap().into(),
-        SlidingWindow::new(3, window).unwrap().into(),
-        TokenBucket::new(rate, 3).unwrap().into(),
-        LeakyBucket::new(rate, 3).unwrap().into(),
-        LeakyQueue::new(rate, 2).unwrap().into(),
-        Gcra::new(rate, 3).unwrap().into(),
-        Quota::new(3, CalendarUnit::Second, "UTC").unwrap().into(),
-        Concurrency::new(3, window).unwrap().into(),
-    ]
-}
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
+use common::{every_limit, SEC};
+use ratewarden_core::conformance::Rng;
 
 #[test]
 fn dropping_fresh_state_changes_no_decision() {

@@ -6,29 +6,12 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use ratewarden_core::{
-    Algorithm, CalendarUnit, Concurrency, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Limit,
-    LimitState, Quota, Rate, SlidingLog, SlidingWindow, TokenBucket,
-};
+use ratewarden_core::{Algorithm, Gcra, Limit, LimitState, Rate};
 use ratewarden_memory::{MemoryStore, StoreConfig, WhenFull};
 
-const SEC: u64 = 1_000_000_000;
+mod common;
 
-fn every_limit() -> Vec<Limit> {
-    let rate = Rate::new(5, Duration::from_secs(1)).unwrap();
-    let window = Duration::from_millis(700);
-    vec![
-        FixedWindow::new(3, window).unwrap().into(),
-        SlidingLog::new(3, window).unwrap().into(),
-        SlidingWindow::new(3, window).unwrap().into(),
-        TokenBucket::new(rate, 3).unwrap().into(),
-        LeakyBucket::new(rate, 3).unwrap().into(),
-        LeakyQueue::new(rate, 2).unwrap().into(),
-        Gcra::new(rate, 3).unwrap().into(),
-        Quota::new(3, CalendarUnit::Second, "UTC").unwrap().into(),
-        Concurrency::new(3, window).unwrap().into(),
-    ]
-}
+use common::{every_limit, SEC};
 
 fn key() -> impl Strategy<Value = String> {
     prop_oneof![

@@ -1304,3 +1304,45 @@ fn path_exact_matches_and_keys_byte_for_byte() {
         );
     }
 }
+
+#[test]
+fn yaml_rules_are_counted_by_label_and_a_reload_keeps_the_labels_it_keeps() {
+    let yaml = |n: u32| {
+        format!(
+            "domain: mesh\ndescriptors:\n  - key: user\n    rate_limit: {{unit: minute, requests_per_unit: {n}}}\n  - key: route\n    value: /pay\n    descriptors:\n      - key: user\n        rate_limit: {{unit: minute, requests_per_unit: 1}}\n  - key: open\n    rate_limit: {{unlimited: true}}\n"
+        )
+    };
+    let envoy = |n: u32| ratewarden_policy::envoy::parse("mesh.yaml", &yaml(n)).unwrap();
+    let config = parse("test.toml", "").unwrap();
+    let engine = Engine::with_envoy(config, envoy(5), MemoryStore::new(StoreConfig::default()));
+    let ask = |entries: &[(&str, &str)]| {
+        let d = ratewarden_policy::RequestDescriptor {
+            entries: entries.to_vec(),
+            ..Default::default()
+        };
+        now_or_panic(engine.decide_descriptors("mesh", &[d], 1, NOW)).unwrap()
+    };
+    ask(&[("user", "ann")]);
+    ask(&[("user", "bob")]);
+    ask(&[("route", "/pay"), ("user", "ann")]);
+    ask(&[("route", "/pay"), ("user", "ann")]);
+    let stats = |engine: &Engine<MemoryStore>| {
+        engine
+            .envoy_stats()
+            .into_iter()
+            .map(|(label, s)| (label, s.allowed, s.rejected))
+            .collect::<Vec<_>>()
+    };
+    // One label per rule however many values arrive; none for the unlimited rule.
+    assert_eq!(
+        stats(&engine),
+        [
+            ("mesh/route=/pay/user".to_owned(), 1, 1),
+            ("mesh/user".to_owned(), 2, 0),
+        ]
+    );
+    // New numbers, same places: the counts stay with their labels, as a native rule's
+    // stay with its name.
+    engine.reload_with_envoy(parse("test.toml", "").unwrap(), envoy(7));
+    assert_eq!(stats(&engine)[1], ("mesh/user".to_owned(), 2, 0));
+}

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use ratewarden_core::conformance::Rng;
 use ratewarden_core::{
     AlgorithmKind, AsyncStore, CalendarUnit, Check, Concurrency, Decision, FixedWindow, Gcra,
     LeakyBucket, LeakyQueue, Limit, Quota, Rate, SlidingLog, SlidingWindow, Store, TokenBucket,
@@ -51,29 +52,13 @@ fn limits() -> Vec<Limit> {
     all
 }
 
-/// A small deterministic generator: the same trace on every run.
-struct Random(u64);
-
-impl Random {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 #[tokio::test]
 async fn redis_decides_exactly_as_the_memory_store_on_random_traces() {
     let server = Server::start();
     let redis = store(Target::Single(server.url()), TimeSource::Caller);
     let memory: MemoryStore = MemoryStore::new(StoreConfig::default());
     let limits = limits();
-    let mut random = Random(0x5eed_1234_abcd_0001);
+    let mut random = Rng(0x5eed_1234_abcd_0001);
     let mut now = T0;
     for step in 0..3000 {
         now += match random.below(10) {
@@ -409,7 +394,7 @@ async fn a_cluster_decides_as_memory_does_and_refunds_layers_across_slots() {
     let memory: MemoryStore = MemoryStore::new(StoreConfig::default());
     // Keys spread over the three masters decide exactly as in memory.
     let limits = limits();
-    let mut random = Random(0xc1a5_7e12);
+    let mut random = Rng(0xc1a5_7e12);
     let mut now = T0;
     for step in 0..600 {
         now += random.below(400_000_000);

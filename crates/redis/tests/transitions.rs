@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
+use ratewarden_core::conformance::Rng;
 use ratewarden_core::{
     Algorithm, AlgorithmKind, CalendarUnit, Clock, Concurrency, Decision, FixedWindow, Gcra,
     LeakyBucket, LeakyQueue, Limit, LimitState, Outcome, Quota, Rate, RealClock, SlidingLog,
@@ -268,29 +269,6 @@ fn reference_release(state: &mut LimitState, limit: &Limit, now: u64, id: u64) -
 
 // ---------------------------------------------------------------------------------------------
 // Randomized traces.
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
 
 /// A limit under test, with the time scale its trace moves at.
 struct Subject {

@@ -5,20 +5,17 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use http::Request;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use ratewarden_core::ManualClock;
-use ratewarden_server::serve::{self, Options, Running};
+use ratewarden_server::serve::Running;
 use serde_json::Value;
 use tonic::transport::Channel;
+
+mod common;
 
 const T0: u64 = 1_700_000_000_000_000_000;
 
@@ -116,29 +113,11 @@ fn config(grpc: bool) -> String {
 }
 
 async fn start(grpc: bool) -> Running {
-    serve::start(Options {
-        config: ratewarden_policy::config::parse("diff.toml", &config(grpc)).unwrap(),
-        config_path: None,
-        clock: Arc::new(ManualClock::new(T0)),
-        workers: 1,
-        envoy: Default::default(),
-        envoy_path: None,
-    })
+    common::start(common::options(
+        &config(grpc),
+        Arc::new(ManualClock::new(T0)),
+    ))
     .await
-    .unwrap()
-}
-
-async fn http(method: http::Method, addr: SocketAddr, path: &str, body: String) -> String {
-    let client = Client::builder(TokioExecutor::new()).build_http();
-    let request = Request::builder()
-        .method(method)
-        .uri(format!("http://{addr}{path}"))
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body)))
-        .unwrap();
-    let response = client.request(request).await.unwrap();
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    String::from_utf8(body.to_vec()).unwrap()
 }
 
 /// What a door said: allowed, and each rule's remaining count, by rule name.
@@ -151,7 +130,7 @@ struct Said {
 async fn over_http(addr: SocketAddr, path: &str, user: &str) -> Said {
     let body = format!(r#"{{"path": "{path}", "headers": {{"x-user": "{user}"}}}}"#);
     let d: Value =
-        serde_json::from_str(&http(http::Method::POST, addr, "/v1/check", body).await).unwrap();
+        serde_json::from_str(&common::post(addr, "/v1/check", &body).await.body).unwrap();
     let mut remaining: Vec<(String, u64)> = d["policies"]
         .as_array()
         .unwrap_or_else(|| panic!("{d}"))
@@ -209,13 +188,9 @@ async fn over_grpc(
 
 /// The `ratewarden_decisions_total` lines of `/metrics`, sorted.
 async fn decisions(running: &Running) -> Vec<String> {
-    let text = http(
-        http::Method::GET,
-        running.admin.unwrap(),
-        "/metrics",
-        String::new(),
-    )
-    .await;
+    let text = common::get(running.admin.unwrap(), "/metrics", &[])
+        .await
+        .body;
     let mut lines: Vec<String> = text
         .lines()
         .filter(|l| l.starts_with("ratewarden_decisions_total"))

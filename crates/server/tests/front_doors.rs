@@ -2,7 +2,6 @@
 //! played on the gateway or the decision API, over real sockets, written as raw bytes where
 //! a client library would have tidied the trick away.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,76 +11,57 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use ratewarden_core::{Clock, ManualClock};
-use ratewarden_server::serve::{self, Options, Running};
+use ratewarden_server::serve::{Options, Running};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 const T0: u64 = 1_000_000_000_000;
 
+mod common;
+
 async fn start(toml: &str) -> Running {
     start_at(toml, None).await
 }
 
 async fn start_at(toml: &str, config_path: Option<PathBuf>) -> Running {
-    let config = ratewarden_policy::config::parse("test.toml", toml).expect("a valid config");
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
-    serve::start(Options {
-        config,
+    common::start(Options {
         config_path,
-        clock,
-        workers: 1,
-        envoy: Default::default(),
-        envoy_path: None,
+        ..common::options(toml, clock)
     })
     .await
-    .expect("the server starts")
 }
 
 /// An upstream that echoes what it received as JSON: the path, the query, the headers (each
 /// name with every value), and the body's length.
 async fn echo_upstream() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((conn, _)) = listener.accept().await else {
-                return;
-            };
-            let service = service_fn(|request: Request<Incoming>| async move {
-                let (parts, body) = request.into_parts();
-                let mut headers = serde_json::Map::new();
-                for name in parts.headers.keys() {
-                    let values: Vec<Value> = parts
-                        .headers
-                        .get_all(name)
-                        .iter()
-                        .map(|v| json!(String::from_utf8_lossy(v.as_bytes())))
-                        .collect();
-                    headers.insert(name.to_string(), Value::Array(values));
-                }
-                let length = match body.collect().await {
-                    Ok(body) => body.to_bytes().len(),
-                    Err(_) => 0,
-                };
-                let echo = json!({
-                    "path": parts.uri.path(),
-                    "query": parts.uri.query(),
-                    "headers": headers,
-                    "length": length,
-                });
-                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from(echo.to_string()))))
-            });
-            tokio::spawn(
-                hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(conn), service),
-            );
+    common::upstream(|request: Request<Incoming>| async move {
+        let (parts, body) = request.into_parts();
+        let mut headers = serde_json::Map::new();
+        for name in parts.headers.keys() {
+            let values: Vec<Value> = parts
+                .headers
+                .get_all(name)
+                .iter()
+                .map(|v| json!(String::from_utf8_lossy(v.as_bytes())))
+                .collect();
+            headers.insert(name.to_string(), Value::Array(values));
         }
-    });
-    addr
+        let length = match body.collect().await {
+            Ok(body) => body.to_bytes().len(),
+            Err(_) => 0,
+        };
+        let echo = json!({
+            "path": parts.uri.path(),
+            "query": parts.uri.query(),
+            "headers": headers,
+            "length": length,
+        });
+        Response::new(Full::new(Bytes::from(echo.to_string())))
+    })
+    .await
 }
 
 fn gateway(upstream: SocketAddr, server: &str, rest: &str) -> String {

@@ -8,23 +8,21 @@
 //!
 //! `PROPTEST_CASES=N` runs N cases per target (the default keeps the suite quick).
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
-use http::{Request, Response};
+use http::Response;
 use http_body_util::Full;
-use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use proptest::prelude::*;
 use ratewarden_core::Clock;
-use ratewarden_server::serve::{self, Options, Running, TokioClock};
+use ratewarden_server::serve::{Running, TokioClock};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::runtime::Runtime;
+
+mod common;
 
 const RULES: &str = r#"
 [keys]
@@ -83,38 +81,15 @@ fn world() -> &'static World {
             let toml = format!(
                 "[server]\nlisten = \"127.0.0.1:0\"\napi = \"127.0.0.1:0\"\nadmin = \"off\"\nupstream = \"http://{upstream}\"\nmax_body = 4096\n{RULES}"
             );
-            let config = ratewarden_policy::config::parse("fuzz.toml", &toml).expect("a config");
             let clock: Arc<dyn Clock> = Arc::new(TokioClock::new(1_000_000_000_000));
-            serve::start(Options {
-                config,
-                config_path: None,
-                clock,
-                workers: 1,
-                envoy: Default::default(),
-                envoy_path: None,
-            })
-            .await
-            .expect("the server starts")
+            common::start(common::options(&toml, clock)).await
         });
         World { runtime, server }
     })
 }
 
 async fn upstream() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((conn, _)) = listener.accept().await {
-            let service = service_fn(|_: Request<Incoming>| async {
-                Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"up"))))
-            });
-            tokio::spawn(
-                hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(conn), service),
-            );
-        }
-    });
-    addr
+    common::upstream(|_| async { Response::new(Full::new(Bytes::from_static(b"up"))) }).await
 }
 
 /// Sends `request`, reads the whole answer (the server closes: `Connection: close`), and

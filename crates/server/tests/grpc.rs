@@ -3,17 +3,15 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use ratewarden_core::ManualClock;
-use ratewarden_server::serve::{self, Options, Running};
+use ratewarden_server::serve::{Options, Running};
+
+mod common;
 
 const T0: u64 = 1_700_000_000_000_000_000;
 
@@ -28,16 +26,11 @@ window = "1m"
 "#;
 
 async fn start(toml: &str, workers: usize) -> Running {
-    serve::start(Options {
-        config: ratewarden_policy::config::parse("t.toml", toml).unwrap(),
-        config_path: None,
-        clock: Arc::new(ManualClock::new(T0)),
+    common::start(Options {
         workers,
-        envoy: Default::default(),
-        envoy_path: None,
+        ..common::options(toml, Arc::new(ManualClock::new(T0)))
     })
     .await
-    .unwrap()
 }
 
 fn ask() -> RateLimitRequest {
@@ -64,9 +57,7 @@ async fn a_grpc_call_over_the_in_flight_cap_is_shed_as_unavailable() {
         upstream.local_addr().unwrap()
     );
     let running = start(&toml, 1).await;
-    let mut client = RateLimitServiceClient::connect(format!("http://{}", running.grpc.unwrap()))
-        .await
-        .unwrap();
+    let mut client = common::grpc_client(&running).await;
     let r = client.should_rate_limit(ask()).await.unwrap().into_inner();
     assert_eq!(
         r.overall_code,
@@ -76,8 +67,7 @@ async fn a_grpc_call_over_the_in_flight_cap_is_shed_as_unavailable() {
 
     let gateway = running.listen;
     let held = tokio::spawn(async move {
-        let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-        let _ = client
+        let _ = common::client()
             .get(format!("http://{gateway}/slow").parse().unwrap())
             .await;
     });
@@ -87,21 +77,9 @@ async fn a_grpc_call_over_the_in_flight_cap_is_shed_as_unavailable() {
     assert_eq!(e.code(), tonic::Code::Unavailable, "{e}");
     assert!(e.message().contains("in flight"), "{e}");
 
-    let metrics = Client::builder(TokioExecutor::new())
-        .build_http::<Full<Bytes>>()
-        .get(
-            format!("http://{}/metrics", running.admin.unwrap())
-                .parse()
-                .unwrap(),
-        )
+    let metrics = common::get(running.admin.unwrap(), "/metrics", &[])
         .await
-        .unwrap()
-        .into_body()
-        .collect()
-        .await
-        .unwrap()
-        .to_bytes();
-    let metrics = String::from_utf8_lossy(&metrics);
+        .body;
     assert!(
         metrics
             .lines()

@@ -3,12 +3,10 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use ratewarden_core::ManualClock;
-use ratewarden_server::serve::{self, Options};
+use ratewarden_server::serve::Options;
+
+mod common;
 
 const T0: u64 = 1_700_000_000_000_000_000;
 
@@ -26,31 +24,19 @@ async fn decisions_go_on_while_a_10k_rule_config_reloads() {
     std::fs::write(&path, &toml).unwrap();
     // The test's runtime is the server's only one (one worker): a parse on it would hold
     // every decision until it finished.
-    let running = serve::start(Options {
-        config: ratewarden_policy::config::parse(
-            "small.toml",
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"off\"\n",
-        )
-        .unwrap(),
+    let running = common::start(Options {
         config_path: Some(path.clone()),
-        clock: Arc::new(ManualClock::new(T0)),
-        workers: 1,
-        envoy: Default::default(),
-        envoy_path: None,
+        ..common::options(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"off\"\n",
+            Arc::new(ManualClock::new(T0)),
+        )
     })
-    .await
-    .unwrap();
+    .await;
     let listen = running.listen;
     let decide = async move {
-        let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
-        let request = http::Request::post(format!("http://{listen}/v1/check"))
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from_static(br#"{"path": "/r7"}"#)))
-            .unwrap();
-        let response = client.request(request).await.unwrap();
-        let status = response.status();
-        let _ = response.into_body().collect().await;
-        status
+        common::post(listen, "/v1/check", r#"{"path": "/r7"}"#)
+            .await
+            .status
     };
     let reload = running.reload();
     tokio::pin!(reload);

@@ -12,8 +12,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::UInt64Value;
 use ratewarden_core::ManualClock;
-use ratewarden_server::serve::{self, Options, Running};
+use ratewarden_server::serve::{Options, Running};
 use tonic::transport::Channel;
+
+mod common;
 
 const T0: u64 = 1_796_169_600_000_000_000;
 
@@ -65,19 +67,13 @@ async fn serve_grpc(
     envoy: ratewarden_policy::envoy::EnvoyConfig,
     envoy_path: Option<std::path::PathBuf>,
 ) -> (Running, RateLimitServiceClient<Channel>) {
-    let running = serve::start(Options {
-        config: ratewarden_policy::config::parse("t.toml", toml).unwrap(),
-        config_path: None,
-        clock: Arc::new(ManualClock::new(T0)),
-        workers: 1,
+    let running = common::start(Options {
         envoy,
         envoy_path,
+        ..common::options(toml, Arc::new(ManualClock::new(T0)))
     })
-    .await
-    .unwrap();
-    let client = RateLimitServiceClient::connect(format!("http://{}", running.grpc.unwrap()))
-        .await
-        .unwrap();
+    .await;
+    let client = common::grpc_client(&running).await;
     (running, client)
 }
 
@@ -334,33 +330,10 @@ async fn a_store_failure_is_unavailable_so_envoys_failure_mode_decides() {
 #[tokio::test]
 async fn the_json_endpoint_round_trips_as_envoyproxy_ratelimit_answers() {
     let (server, _client) = start("").await;
-    let client: hyper_util::client::legacy::Client<_, http_body_util::Full<bytes::Bytes>> =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .build_http();
-    let post = |body: &'static str| {
-        let client = client.clone();
-        let url = format!("http://{}/json", server.listen);
-        async move {
-            let response = client
-                .request(
-                    http::Request::post(url)
-                        .body(http_body_util::Full::new(bytes::Bytes::from_static(
-                            body.as_bytes(),
-                        )))
-                        .unwrap(),
-                )
-                .await
-                .unwrap();
-            let status = response.status();
-            let body = http_body_util::BodyExt::collect(response.into_body())
-                .await
-                .unwrap()
-                .to_bytes();
-            (
-                status,
-                serde_json::from_slice::<serde_json::Value>(&body).unwrap(),
-            )
-        }
+    let listen = server.listen;
+    let post = |body: &'static str| async move {
+        let reply = common::post(listen, "/json", body).await;
+        (reply.status, reply.json())
     };
     let body = r#"{"domain":"edge","descriptors":[{"entries":[{"key":"client_id","value":"j"}]},{"entries":[{"key":"nothing","value":"x"}]}]}"#;
     let (status, json) = post(body).await;
@@ -391,15 +364,8 @@ async fn the_json_endpoint_round_trips_as_envoyproxy_ratelimit_answers() {
     assert_eq!(status, http::StatusCode::BAD_REQUEST);
     let (status, _) = post(r#"{"domain": 7}"#).await;
     assert_eq!(status, http::StatusCode::BAD_REQUEST);
-    let health = client
-        .request(
-            http::Request::get(format!("http://{}/healthcheck", server.listen))
-                .body(http_body_util::Full::new(bytes::Bytes::new()))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(health.status(), http::StatusCode::OK);
+    let health = common::get(server.listen, "/healthcheck", &[]).await;
+    assert_eq!(health.status, http::StatusCode::OK);
 }
 
 #[tokio::test]
@@ -580,25 +546,8 @@ on_store_failure = "closed"
 
 /// `POST /json` with `body` to the decision API at `addr`: the status and the body.
 async fn post_json(addr: std::net::SocketAddr, body: &str) -> (http::StatusCode, String) {
-    let client: hyper_util::client::legacy::Client<_, http_body_util::Full<bytes::Bytes>> =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .build_http();
-    let response = client
-        .request(
-            http::Request::post(format!("http://{addr}/json"))
-                .body(http_body_util::Full::new(bytes::Bytes::from(
-                    body.to_owned(),
-                )))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    let status = response.status();
-    let body = http_body_util::BodyExt::collect(response.into_body())
-        .await
-        .unwrap()
-        .to_bytes();
-    (status, String::from_utf8_lossy(&body).into_owned())
+    let reply = common::post(addr, "/json", body).await;
+    (reply.status, reply.body)
 }
 
 #[tokio::test]
@@ -631,7 +580,7 @@ async fn a_reload_with_a_bad_toml_keeps_the_old_envoy_yaml_too() {
     };
     std::fs::write(&toml, SERVER).unwrap();
     std::fs::write(&yaml, envoy(3)).unwrap();
-    let running = serve::start(Options {
+    let running = common::start(Options {
         config: ratewarden_policy::config::load(&toml).unwrap(),
         config_path: Some(toml.clone()),
         clock: Arc::new(ManualClock::new(T0)),
@@ -639,11 +588,8 @@ async fn a_reload_with_a_bad_toml_keeps_the_old_envoy_yaml_too() {
         envoy: ratewarden_policy::envoy::load(&yaml).unwrap(),
         envoy_path: Some(yaml.clone()),
     })
-    .await
-    .unwrap();
-    let mut client = RateLimitServiceClient::connect(format!("http://{}", running.grpc.unwrap()))
-        .await
-        .unwrap();
+    .await;
+    let mut client = common::grpc_client(&running).await;
     let limit = |r: &RateLimitResponse| {
         r.statuses[0]
             .current_limit
@@ -676,19 +622,13 @@ async fn a_native_rule_whose_numbers_change_on_reload_starts_afresh_over_grpc_to
         format!("{SERVER}\n[[limit]]\nname = \"mesh\"\nmatch = {{ domain = \"mesh\", descriptor = \"user\" }}\nkey = [\"descriptor\"]\nalgorithm = \"fixed-window\"\nlimit = {n}\nwindow = \"1m\"\n")
     };
     std::fs::write(&toml, config(2)).unwrap();
-    let running = serve::start(Options {
+    let running = common::start(Options {
         config: ratewarden_policy::config::load(&toml).unwrap(),
         config_path: Some(toml.clone()),
-        clock: Arc::new(ManualClock::new(T0)),
-        workers: 1,
-        envoy: Default::default(),
-        envoy_path: None,
+        ..common::options("", Arc::new(ManualClock::new(T0)))
     })
-    .await
-    .unwrap();
-    let mut client = RateLimitServiceClient::connect(format!("http://{}", running.grpc.unwrap()))
-        .await
-        .unwrap();
+    .await;
+    let mut client = common::grpc_client(&running).await;
     let mesh = || RateLimitRequest {
         domain: "mesh".to_owned(),
         ..request(vec![descriptor(&[("user", "alice")])])
@@ -732,4 +672,141 @@ async fn negative_hits_are_refused_not_charged() {
     )
     .await;
     assert_eq!(r.statuses[0].limit_remaining, 2);
+}
+
+/// The `ratewarden_decisions_total` lines of the YAML rules (labels with a `/`), sorted.
+async fn yaml_decisions(running: &Running) -> Vec<String> {
+    let metrics = common::get(running.admin.unwrap(), "/metrics", &[])
+        .await
+        .body;
+    let mut lines: Vec<String> = metrics
+        .lines()
+        .filter(|l| l.starts_with("ratewarden_decisions_total{rule=\"edge/"))
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// Whether `lines` hold the counter of `rule` for `outcome` at `value`.
+fn counted(lines: &[String], rule: &str, outcome: &str, value: u64) -> bool {
+    let line =
+        format!("ratewarden_decisions_total{{rule=\"{rule}\",outcome=\"{outcome}\"}} {value}");
+    lines.contains(&line)
+}
+
+#[tokio::test]
+async fn yaml_rules_count_their_decisions_per_rule_by_a_readable_label() {
+    // YAML rules reached the engine without counters: `ratewarden_decisions_total` showed
+    // native rules only, however many decisions Envoy's descriptors made.
+    let admin =
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\ngrpc = \"127.0.0.1:0\"\n";
+    let envoy = ratewarden_policy::envoy::parse("edge.yaml", ENVOY).unwrap();
+    let (server, mut client) = serve_grpc(admin, envoy, None).await;
+    // Every rule that decides has its lines from the start; unlimited ones have none.
+    let lines = yaml_decisions(&server).await;
+    for rule in [
+        "edge/client_id",
+        "edge/client_id=partner",
+        "edge/path=/api/*/export/client_id",
+        "edge/tier=free",
+        "edge/tier=paid",
+        "edge/watch",
+        "edge/soft",
+        "edge/smooth",
+    ] {
+        assert!(counted(&lines, rule, "allowed", 0), "{rule}: {lines:#?}");
+        assert!(
+            counted(&lines, rule, "failed_closed", 0),
+            "{rule}: {lines:#?}"
+        );
+    }
+    assert!(
+        !lines.iter().any(|l| l.contains("edge/everything")),
+        "{lines:#?}"
+    );
+
+    let a = || descriptor(&[("client_id", "a")]);
+    for _ in 0..3 {
+        assert_eq!(
+            ask(&mut client, request(vec![a()])).await.overall_code,
+            Code::Ok as i32
+        );
+    }
+    // Over its limit: rejected by `client_id`, and `tier=free` beside it is not charged.
+    let r = ask(&mut client, request(vec![a()])).await;
+    assert_eq!(r.overall_code, Code::OverLimit as i32);
+    let r = ask(
+        &mut client,
+        request(vec![a(), descriptor(&[("tier", "free")])]),
+    )
+    .await;
+    assert_eq!(r.overall_code, Code::OverLimit as i32);
+    // A shadow rule over its limit would have rejected.
+    for _ in 0..2 {
+        let r = ask(&mut client, request(vec![descriptor(&[("watch", "w")])])).await;
+        assert_eq!(r.overall_code, Code::Ok as i32);
+    }
+    // A nested rule, matched through a wildcard value.
+    let nested = descriptor(&[("path", "/api/v2/export"), ("client_id", "z")]);
+    assert_eq!(
+        ask(&mut client, request(vec![nested])).await.overall_code,
+        Code::Ok as i32
+    );
+    // A request's own limit is no rule of the file: no label of its own.
+    let own = RateLimitDescriptor {
+        limit: Some(RateLimitOverride {
+            requests_per_unit: 5,
+            unit: 1,
+        }),
+        ..descriptor(&[("client_id", "own")])
+    };
+    ask(&mut client, request(vec![own])).await;
+
+    let lines = yaml_decisions(&server).await;
+    for (rule, outcome, value) in [
+        ("edge/client_id", "allowed", 3),
+        ("edge/client_id", "rejected", 2),
+        ("edge/tier=free", "skipped", 1),
+        ("edge/tier=free", "allowed", 0),
+        ("edge/watch", "shadow_rejected", 1),
+        ("edge/watch", "rejected", 0),
+        ("edge/path=/api/*/export/client_id", "allowed", 1),
+        ("edge/client_id=partner", "allowed", 0),
+    ] {
+        assert!(
+            counted(&lines, rule, outcome, value),
+            "{rule} {outcome} {value}: {lines:#?}"
+        );
+    }
+    assert_eq!(
+        lines.len(),
+        8 * 5,
+        "five outcomes for each of the eight rules: {lines:#?}"
+    );
+}
+
+#[tokio::test]
+async fn a_yaml_rules_store_failure_is_counted_as_failed_closed() {
+    let redis = ratewarden_redis::testing::Server::start();
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\ngrpc = \"127.0.0.1:0\"\n\n[store]\nkind = \"redis\"\nurl = \"{}\"\ndeadline = \"200ms\"\n",
+        redis.url()
+    );
+    let envoy = ratewarden_policy::envoy::parse("edge.yaml", ENVOY).unwrap();
+    let (server, mut client) = serve_grpc(&toml, envoy, None).await;
+    let r = || request(vec![descriptor(&[("client_id", "r")])]);
+    assert_eq!(ask(&mut client, r()).await.overall_code, Code::Ok as i32);
+    drop(redis);
+    let e = client.should_rate_limit(r()).await.unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable);
+    let lines = yaml_decisions(&server).await;
+    assert!(
+        counted(&lines, "edge/client_id", "allowed", 1),
+        "{lines:#?}"
+    );
+    assert!(
+        counted(&lines, "edge/client_id", "failed_closed", 1),
+        "{lines:#?}"
+    );
 }

@@ -8,21 +8,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, Method, Request, Response, StatusCode};
+use http::{Method, Request, Response, StatusCode};
 use http_body_util::channel::{Channel, Sender};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use ratewarden_core::{Clock, ManualClock};
-use ratewarden_server::serve::{self, Options, Running, TokioClock};
+use ratewarden_server::serve::{Options, Running, TokioClock};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 
 const T0: u64 = 1_000_000_000_000;
+
+mod common;
+
+use common::{client, eventually, get, post, send, Served};
 
 async fn start(toml: &str, clock: Arc<dyn Clock>) -> Running {
     start_with(toml, clock, 1).await
@@ -30,66 +30,11 @@ async fn start(toml: &str, clock: Arc<dyn Clock>) -> Running {
 
 /// With worker threads beyond the test's own runtime.
 async fn start_with(toml: &str, clock: Arc<dyn Clock>, workers: usize) -> Running {
-    let config = ratewarden_policy::config::parse("test.toml", toml).expect("a valid config");
-    serve::start(Options {
-        config,
-        config_path: None,
-        clock,
+    common::start(Options {
         workers,
-        envoy: Default::default(),
-        envoy_path: None,
+        ..common::options(toml, clock)
     })
     .await
-    .expect("the server starts")
-}
-
-fn client() -> Client<HttpConnector, Full<Bytes>> {
-    Client::builder(TokioExecutor::new()).build_http()
-}
-
-struct Reply {
-    status: StatusCode,
-    headers: HeaderMap,
-    body: String,
-}
-
-impl Reply {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers.get(name).map(|v| v.to_str().unwrap())
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
-    }
-}
-
-async fn send(request: Request<Full<Bytes>>) -> Reply {
-    let response = client().request(request).await.expect("a response");
-    let (parts, body) = response.into_parts();
-    let body = body.collect().await.unwrap().to_bytes();
-    Reply {
-        status: parts.status,
-        headers: parts.headers,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    }
-}
-
-async fn post(addr: SocketAddr, path: &str, body: &str) -> Reply {
-    send(
-        Request::post(format!("http://{addr}{path}"))
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(body.to_owned())))
-            .unwrap(),
-    )
-    .await
-}
-
-async fn get(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Reply {
-    let mut request = Request::get(format!("http://{addr}{path}"));
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    send(request.body(Full::new(Bytes::new())).unwrap()).await
 }
 
 fn list(value: &str) -> sfv::List {
@@ -592,29 +537,14 @@ struct Upstream {
 }
 
 async fn upstream() -> Upstream {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let gate = Arc::new(Semaphore::new(0));
     let stream = Arc::new(Mutex::new(None));
     let arrived = Arc::new(AtomicUsize::new(0));
     let (g, s, a) = (Arc::clone(&gate), Arc::clone(&stream), Arc::clone(&arrived));
-    tokio::spawn(async move {
-        loop {
-            let Ok((conn, _)) = listener.accept().await else {
-                return;
-            };
-            let (gate, stream, arrived) = (Arc::clone(&g), Arc::clone(&s), Arc::clone(&a));
-            let service = service_fn(move |request: Request<Incoming>| {
-                let (gate, stream) = (Arc::clone(&gate), Arc::clone(&stream));
-                let arrived = Arc::clone(&arrived);
-                async move { Ok::<_, Infallible>(answer(request, gate, stream, arrived).await) }
-            });
-            tokio::spawn(
-                hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(conn), service),
-            );
-        }
-    });
+    let addr = common::upstream(move |request| {
+        answer(request, Arc::clone(&g), Arc::clone(&s), Arc::clone(&a))
+    })
+    .await;
     Upstream {
         addr,
         gate,
@@ -977,24 +907,6 @@ async fn wait_until(mut done: impl FnMut() -> bool) {
     );
 }
 
-/// Polls `check` every 10 ms for up to 10 s until it holds: for what waits on processes
-/// and sockets (a server coming up, a signal handled), never on a refill.
-async fn eventually<F: std::future::Future<Output = bool>>(mut check: impl FnMut() -> F) -> bool {
-    for _ in 0..1000 {
-        if check().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    false
-}
-
-/// Whether the server whose admin listener is `admin` answers `/ready` with 200.
-async fn is_ready(admin: SocketAddr) -> bool {
-    tokio::net::TcpStream::connect(admin).await.is_ok()
-        && get(admin, "/ready", &[]).await.status == StatusCode::OK
-}
-
 #[tokio::test]
 async fn at_capacity_the_server_sheds_with_503_but_critical_routes_get_through() {
     let up = upstream().await;
@@ -1088,16 +1000,12 @@ async fn a_reload_that_fails_leaves_the_old_rules_working() {
     let path = dir.join("ratewarden.toml");
     let config = |limit: u64| API.replace("burst = 5", &format!("burst = {limit}"));
     std::fs::write(&path, config(2)).unwrap();
-    let server = serve::start(Options {
+    let server = common::start(Options {
         config: ratewarden_policy::config::load(&path).unwrap(),
         config_path: Some(path.clone()),
-        clock: Arc::new(ManualClock::new(T0)),
-        workers: 1,
-        envoy: Default::default(),
-        envoy_path: None,
+        ..common::options("", Arc::new(ManualClock::new(T0)))
     })
-    .await
-    .unwrap();
+    .await;
     let admin = server.admin.unwrap();
     let check = r#"{"api_key": "k"}"#;
     assert_eq!(
@@ -1180,48 +1088,20 @@ async fn a_reload_that_fails_leaves_the_old_rules_working() {
 // ---------------------------------------------------------------------------------------
 // The binary: signals
 
-/// A port free a moment ago, for the binary to bind.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn signal(child: &std::process::Child, name: &str) {
-    let status = std::process::Command::new("kill")
-        .args([format!("-{name}"), child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 #[tokio::test]
 async fn the_binary_reloads_on_sighup_keeps_old_rules_on_a_bad_file_and_stops_on_sigterm() {
     let dir = std::env::temp_dir().join(format!("ratewarden-signals-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("ratewarden.toml");
-    let (listen, admin) = (free_port(), free_port());
-    let config = |burst: u64| {
-        API.replace(
-            "127.0.0.1:0\"\nadmin = \"127.0.0.1:0",
-            &format!("127.0.0.1:{listen}\"\nadmin = \"127.0.0.1:{admin}"),
-        )
-        .replace("burst = 5", &format!("burst = {burst}"))
-    };
+    let config = |burst: u64| API.replace("burst = 5", &format!("burst = {burst}"));
     std::fs::write(&path, config(1)).unwrap();
-    let log = dir.join("stderr.log");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ratewarden"))
-        .args(["serve", "--config"])
-        .arg(&path)
-        .env("RUST_LOG", "info")
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let listen: SocketAddr = ([127, 0, 0, 1], listen).into();
-    let admin: SocketAddr = ([127, 0, 0, 1], admin).into();
-    assert!(eventually(|| is_ready(admin)).await, "the server came up");
+    let mut child = Served::spawn([
+        std::ffi::OsStr::new("serve"),
+        "--config".as_ref(),
+        path.as_ref(),
+    ])
+    .await;
+    let (listen, admin) = (child.listen, child.admin.unwrap());
     let check = r#"{"api_key": "k"}"#;
     let metrics_say =
         |line: &'static str| async move { get(admin, "/metrics", &[]).await.body.contains(line) };
@@ -1232,7 +1112,7 @@ async fn the_binary_reloads_on_sighup_keeps_old_rules_on_a_bad_file_and_stops_on
         config(1).replace("rate = \"5/s\"", "rate = \"5/fortnight\""),
     )
     .unwrap();
-    signal(&child, "HUP");
+    child.signal("HUP");
     let refused = r#"ratewarden_config_reloads_total{result="error"} 1"#;
     assert!(
         eventually(|| metrics_say(refused)).await,
@@ -1250,7 +1130,7 @@ async fn the_binary_reloads_on_sighup_keeps_old_rules_on_a_bad_file_and_stops_on
 
     // A good one goes into force.
     std::fs::write(&path, config(100)).unwrap();
-    signal(&child, "HUP");
+    child.signal("HUP");
     assert!(
         eventually(|| metrics_say("ratewarden_config_version 2")).await,
         "SIGHUP put the good file in force"
@@ -1259,14 +1139,8 @@ async fn the_binary_reloads_on_sighup_keeps_old_rules_on_a_bad_file_and_stops_on
     assert_eq!(d["config_version"], 2);
     assert_eq!(d["policies"][0]["limit"], 100, "the new burst decides");
 
-    signal(&child, "TERM");
-    let mut status = None;
-    eventually(|| {
-        status = child.try_wait().unwrap();
-        std::future::ready(status.is_some())
-    })
-    .await;
-    let stderr = std::fs::read_to_string(&log).unwrap();
+    let status = child.stop("TERM").await;
+    let stderr = child.log();
     assert!(status.expect("it stopped on SIGTERM").success(), "{stderr}");
     assert!(stderr.contains("reload rejected"), "{stderr}");
     assert!(
@@ -1280,31 +1154,6 @@ async fn the_binary_reloads_on_sighup_keeps_old_rules_on_a_bad_file_and_stops_on
 // ---------------------------------------------------------------------------------------
 // On a shared Redis
 
-/// Starts the binary on `config` (listen and admin ports already in it) and waits until
-/// it is ready.
-async fn spawn_binary(
-    dir: &std::path::Path,
-    name: &str,
-    config: &str,
-    admin: u16,
-) -> std::process::Child {
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(&path, config).unwrap();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ratewarden"))
-        .args(["serve", "--workers", "1", "--config"])
-        .arg(&path)
-        .stderr(std::fs::File::create(dir.join(format!("{name}.log"))).unwrap())
-        .spawn()
-        .unwrap();
-    let admin: SocketAddr = ([127, 0, 0, 1], admin).into();
-    if eventually(|| is_ready(admin)).await {
-        return child;
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-    panic!("{name} did not come up");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_servers_on_one_redis_admit_no_more_than_one_limiter_would() {
     let redis = ratewarden_redis::testing::Server::start();
@@ -1313,12 +1162,11 @@ async fn three_servers_on_one_redis_admit_no_more_than_one_limiter_would() {
     let mut servers = Vec::new();
     let mut addrs = Vec::new();
     for i in 0..3 {
-        let (listen, admin) = (free_port(), free_port());
         let config = format!(
             r#"
 [server]
-listen = "127.0.0.1:{listen}"
-admin = "127.0.0.1:{admin}"
+listen = "127.0.0.1:0"
+admin = "127.0.0.1:0"
 
 [store]
 kind = "redis"
@@ -1334,8 +1182,18 @@ burst = 20
 "#,
             url = redis.url()
         );
-        servers.push(spawn_binary(&dir, &format!("fleet{i}"), &config, admin).await);
-        addrs.push(SocketAddr::from(([127, 0, 0, 1], listen)));
+        let path = dir.join(format!("fleet{i}.toml"));
+        std::fs::write(&path, config).unwrap();
+        let server = Served::spawn([
+            std::ffi::OsStr::new("serve"),
+            "--workers".as_ref(),
+            "1".as_ref(),
+            "--config".as_ref(),
+            path.as_ref(),
+        ])
+        .await;
+        addrs.push(server.listen);
+        servers.push(server);
     }
     // As fast as it can, spread over the three: 16 clients, 150 requests each.
     let start = tokio::time::Instant::now();
@@ -1369,18 +1227,8 @@ burst = 20
     assert!(admitted >= 20, "the burst at least: {admitted}");
     // SIGINT stops them as SIGTERM does: cleanly, exit status 0.
     for mut s in servers {
-        signal(&s, "INT");
-        let mut status = None;
-        eventually(|| {
-            status = s.try_wait().unwrap();
-            std::future::ready(status.is_some())
-        })
-        .await;
-        if status.is_none() {
-            let _ = s.kill();
-            let _ = s.wait();
-        }
-        assert!(status.expect("stopped on SIGINT").success());
+        let status = s.stop("INT").await;
+        assert!(status.expect("stopped on SIGINT").success(), "{}", s.log());
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -131,9 +131,9 @@ impl<S: AsyncStore> Engine<S> {
             .collect();
         envoy::apply_replaces(&mut resolved);
 
-        // One rule per decided descriptor, for the verdict to carry.
+        // One rule per decided descriptor, for the verdict to carry, and its counters.
         let mut rules: Vec<Rule> = Vec::new();
-        let mut owners: Vec<Option<usize>> = Vec::new();
+        let mut owners: Vec<Option<&Counters>> = Vec::new();
         let mut applying = Vec::new();
         let mut rule_of = vec![None; descriptors.len()];
         for (i, (d, r)) in descriptors.iter().zip(&mut resolved).enumerate() {
@@ -145,12 +145,19 @@ impl<S: AsyncStore> Engine<S> {
                     let rule = &set.rules[n];
                     let key = native_key(&set.prefixes[n], rule, &d.entries);
                     let enforced = enforces(rule, &key);
-                    (rule.clone(), key, enforced, Some(n))
+                    (rule.clone(), key, enforced, Some(&*set.counters[n]))
                 }
                 Source::Envoy => {
                     let name = r.name.clone().unwrap_or_else(|| format!("descriptor-{i}"));
                     let rule = envoy_rule(name, domain, limit.clone(), r.shadow_mode);
-                    (rule, format!("envoy:{}", r.key), !r.shadow_mode, None)
+                    // Counted by its label, as native rules are by name (a request's own
+                    // limit has none, and no counter).
+                    let counters = r
+                        .label
+                        .as_ref()
+                        .and_then(|label| set.envoy_counters.get(label))
+                        .map(|c| &**c);
+                    (rule, format!("envoy:{}", r.key), !r.shadow_mode, counters)
                 }
             };
             // A rollout's key outside the share reports as shadow: never over.
@@ -165,7 +172,7 @@ impl<S: AsyncStore> Engine<S> {
             rules.push(rule);
             owners.push(owner);
         }
-        let counters = |k: usize| -> Option<&Counters> { owners[k].map(|n| &*set.counters[n]) };
+        let counters = |k: usize| -> Option<&Counters> { owners[k] };
         let charged = self
             .charge(None, &rules, counters, &applying, set.version, now)
             .await;
@@ -251,6 +258,7 @@ fn native(rule: &Rule) -> Resolved {
         limit: Some(rule.limit.clone()),
         key: String::new(),
         stats_key: String::new(),
+        label: None,
     }
 }
 

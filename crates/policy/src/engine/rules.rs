@@ -1,6 +1,7 @@
 //! The rule set in force (the TOML rules and the Envoy YAML, swapped together), its
 //! reloads, and its counters.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError};
 
 use super::counters::Counters;
@@ -17,6 +18,9 @@ pub(super) struct RuleSet {
     pub(super) envoy: Arc<EnvoyConfig>,
     /// Per rule: what it did, carried over a reload by rule name (metrics name rules).
     pub(super) counters: Vec<Arc<Counters>>,
+    /// Per YAML rule, by its label (see [`Resolved::label`](crate::envoy::Resolved::label)):
+    /// what it did, carried over a reload by label.
+    pub(super) envoy_counters: BTreeMap<String, Arc<Counters>>,
     /// Per rule: `name@fingerprint`, so that a reload keeps the counters of a rule whose
     /// numbers did not change and starts a changed one afresh.
     pub(super) prefixes: Vec<String>,
@@ -32,6 +36,11 @@ impl RuleSet {
             .collect();
         RuleSet {
             counters: config.rules.iter().map(|_| Arc::default()).collect(),
+            envoy_counters: envoy
+                .rule_labels()
+                .into_iter()
+                .map(|label| (label, Arc::default()))
+                .collect(),
             rules: std::mem::take(&mut config.rules).into(),
             config,
             envoy: Arc::new(envoy),
@@ -91,6 +100,11 @@ impl<S> Engine<S> {
                 *counters = Arc::clone(&rules.counters[i]);
             }
         }
+        for (label, counters) in &mut next.envoy_counters {
+            if let Some(old) = rules.envoy_counters.get(label) {
+                *counters = Arc::clone(old);
+            }
+        }
         let version = next.version;
         *rules = Arc::new(next);
         version
@@ -126,6 +140,18 @@ impl<S> Engine<S> {
             .iter()
             .zip(&set.counters)
             .map(|(rule, c)| (rule.name.clone(), c.stats()))
+            .collect()
+    }
+
+    /// What each envoyproxy/ratelimit YAML rule in force did, by its label
+    /// (`domain/key=value/key2`, see [`Resolved::label`](crate::envoy::Resolved::label)), in
+    /// label order; a reload carries the counts of the labels it keeps. YAML rules fail
+    /// closed: a store failure makes the call `UNAVAILABLE`, for Envoy to decide.
+    pub fn envoy_stats(&self) -> Vec<(String, RuleStats)> {
+        self.current()
+            .envoy_counters
+            .iter()
+            .map(|(label, c)| (label.clone(), c.stats()))
             .collect()
     }
 }

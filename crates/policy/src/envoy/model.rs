@@ -65,6 +65,15 @@ impl Descriptor {
     pub fn is_wildcard(&self) -> bool {
         self.value.contains('*')
     }
+
+    /// The node's step in a rule's label: `key=value`, or `key` (see [`Resolved::label`]).
+    pub fn label_step(&self) -> String {
+        if self.value.is_empty() {
+            self.key.clone()
+        } else {
+            format!("{}={}", self.key, self.value)
+        }
+    }
 }
 
 /// envoyproxy/ratelimit's map key for a descriptor entry: `key`, or `key_value`.
@@ -138,6 +147,12 @@ pub struct Resolved {
     /// `_value` of the last entry appended when the rule's node has `detailed_metric` and no
     /// nested descriptors (README Example 8).
     pub stats_key: String,
+    /// The rule's label in per-rule metrics: the domain, then each node on the path to the
+    /// rule as the file writes it (`key=value`, or `key` for any value), joined by `/`
+    /// (`edge/path=/api/*/export/client_id`). One per rule of the file, whatever the
+    /// request's values, so the labels are as many as the rules. `None` for a limit the
+    /// request gave itself, and for a native rule (its name is its label).
+    pub label: Option<String>,
 }
 
 impl Resolved {
@@ -163,6 +178,25 @@ impl EnvoyConfig {
     /// One domain.
     pub fn domain(&self, name: &str) -> Option<&Domain> {
         self.domains.get(name)
+    }
+
+    /// The label of every rule that decides (not `unlimited`, not a limit of 0), in file
+    /// order within each domain: what [`Resolved::label`] can be.
+    pub fn rule_labels(&self) -> Vec<String> {
+        fn walk(nodes: &[Descriptor], path: &str, labels: &mut Vec<String>) {
+            for node in nodes {
+                let path = format!("{path}/{}", node.label_step());
+                if node.rule.as_ref().is_some_and(|r| r.limit.is_some()) {
+                    labels.push(path.clone());
+                }
+                walk(&node.descriptors, &path, labels);
+            }
+        }
+        let mut labels = Vec::new();
+        for (name, domain) in &self.domains {
+            walk(&domain.descriptors, name, &mut labels);
+        }
+        labels
     }
 
     /// Adds `other`'s domains.

@@ -62,6 +62,7 @@ impl EnvoyConfig {
         let mut found: Option<&Descriptor> = None;
         let mut shared: Vec<Option<&str>> = Vec::with_capacity(entries.len());
         let mut stats = domain.to_owned();
+        let mut label = domain.to_owned();
         let last = entries.len().checked_sub(1)?;
         for (i, (key, value)) in entries.iter().enumerate() {
             let wanted = format!("{key}_{value}");
@@ -79,6 +80,8 @@ impl EnvoyConfig {
             shared
                 .push((node.share_threshold && node.is_wildcard()).then_some(node.value.as_str()));
             stats.push('.');
+            label.push('/');
+            label.push_str(&node.label_step());
             if node.value_to_metric {
                 stats.push_str(&composite(key, value));
             } else {
@@ -118,6 +121,7 @@ impl EnvoyConfig {
             limit: rule.limit.clone(),
             key,
             stats_key: stats,
+            label: Some(label),
         })
     }
 
@@ -154,6 +158,9 @@ impl EnvoyConfig {
             limit: fixed_window(limit.requests_per_unit, limit.unit),
             key,
             stats_key: stats,
+            // Its values come from the request: a label each would let callers grow the
+            // metrics without bound.
+            label: None,
         })
     }
 }

@@ -67,20 +67,26 @@ impl Collector for EngineCollector {
                  rejected, skipped (allowed by this rule, not charged: another rule rejected \
                  the request), shadow_rejected (would have rejected in shadow mode or outside a \
                  rollout), and failed_open, failed_closed or fell_back (the store failed and \
-                 the rule's on_store_failure answered; also counted as allowed or rejected)",
+                 the rule's on_store_failure answered; also counted as allowed or rejected). \
+                 envoyproxy/ratelimit YAML rules are labelled by their place in the file, \
+                 domain/key=value/key2",
                 None,
                 prometheus_client::metrics::MetricType::Counter,
             )?;
-            for (name, s) in &stats {
-                let failed = match rules
-                    .iter()
-                    .find(|r| &r.name == name)
-                    .map(|r| r.on_store_failure)
-                {
-                    Some(OnStoreFailure::Closed) => "failed_closed",
-                    Some(OnStoreFailure::Local { .. }) => "fell_back",
-                    _ => "failed_open",
-                };
+            // YAML rules fail closed (the call is UNAVAILABLE for Envoy to decide).
+            let envoy = self.engine.envoy_stats();
+            let failed_as = |name: &str| match rules
+                .iter()
+                .find(|r| r.name == name)
+                .map(|r| r.on_store_failure)
+            {
+                Some(OnStoreFailure::Closed) => "failed_closed",
+                Some(OnStoreFailure::Local { .. }) => "fell_back",
+                _ => "failed_open",
+            };
+            let native = stats.iter().map(|(name, s)| (name, s, failed_as(name)));
+            let yaml = envoy.iter().map(|(label, s)| (label, s, "failed_closed"));
+            for (name, s, failed) in native.chain(yaml) {
                 for (outcome, value) in [
                     ("allowed", s.allowed),
                     ("rejected", s.rejected),

@@ -1,7 +1,8 @@
 //! The store a server decides on: in this process's memory, or shared in Redis.
 
 use ratewarden_core::{AsyncStore, Check, Decision, Limit, Store};
-use ratewarden_memory::MemoryStore;
+use ratewarden_memory::{MemoryStore, StoreConfig, WhenFull};
+use ratewarden_policy::StoreSettings;
 use ratewarden_redis::{BreakerState, RedisError, RedisStore};
 
 /// The configured store, chosen at start from `[store] kind`.
@@ -19,6 +20,23 @@ pub(crate) enum StoreError {
 }
 
 impl AnyStore {
+    /// The store `[store]` configures. The shared one is built by the same function
+    /// `check-config` calls, so it refuses exactly what this refuses.
+    pub(crate) fn from_settings(settings: &StoreSettings) -> anyhow::Result<Self> {
+        Ok(match crate::check_config::shared_store(settings)? {
+            Some(redis) => AnyStore::Redis(Box::new(redis)),
+            None => AnyStore::Memory(MemoryStore::new(StoreConfig {
+                max_keys: settings.max_keys,
+                when_full: if settings.evict_when_full {
+                    WhenFull::EvictLeastRecentlyUsed
+                } else {
+                    WhenFull::RejectNewKeys
+                },
+                ..StoreConfig::default()
+            })),
+        })
+    }
+
     /// Keys held, for a store that can count them cheaply (the in-memory one).
     pub(crate) fn len(&self) -> Option<usize> {
         match self {

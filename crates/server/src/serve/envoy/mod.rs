@@ -6,6 +6,7 @@
 
 mod grpc;
 mod json;
+mod listen;
 
-pub(crate) use grpc::Rls;
 pub(crate) use json::handle as json;
+pub(crate) use listen::serve;

@@ -1,0 +1,198 @@
+//! The decide path: one key, several keys all or nothing, and what a new key is answered.
+
+use std::hash::BuildHasher;
+
+use ratewarden_core::{Algorithm, Decision, Outcome};
+
+use super::room::Room;
+use super::{MemoryStore, SWEEP_STEPS};
+use crate::shard::Shard;
+
+impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
+    /// Decides a request of `cost` for `key` at `now` under `limit`, charging it if allowed.
+    pub fn decide(&self, limit: &A, key: &str, now: u64, cost: u64) -> Decision {
+        let hash = self.hash(key);
+        let mut shard = self.lock(self.shard_of(hash));
+        self.update(&mut shard, limit, key, hash, now, true, |state| {
+            limit.decide(state, now, cost)
+        })
+    }
+
+    /// What [`decide`](Self::decide) would answer, without charging.
+    pub fn peek(&self, limit: &A, key: &str, now: u64, cost: u64) -> Decision {
+        let hash = self.hash(key);
+        let shard = self.lock(self.shard_of(hash));
+        match shard.find(hash, key) {
+            Some(i) => limit.peek(&shard.slot(i).state, now, cost),
+            None => match shard.traced(hash, now) {
+                Some(until) => still_limited(limit, now, until),
+                None => limit.peek(&A::State::default(), now, cost),
+            },
+        }
+    }
+
+    /// Charges `delta` units to `key` (a refund when negative) without a decision: settles
+    /// a reservation once its real cost is known. The balance may go past the limit.
+    pub fn settle(&self, limit: &A, key: &str, now: u64, delta: i64) {
+        let hash = self.hash(key);
+        let mut shard = self.lock(self.shard_of(hash));
+        self.update(&mut shard, limit, key, hash, now, true, |state| {
+            limit.settle(state, now, delta);
+            limit.peek(state, now, 0)
+        });
+    }
+
+    /// Decides one request against several limits at once, all or nothing: if any limit
+    /// rejects, none is charged. Returns each limit's decision in order (for a rejected
+    /// request, what each would have said), so callers can name the violated limits.
+    ///
+    /// The shards involved are locked in index order (so concurrent layered calls cannot
+    /// deadlock), every limit is checked, and only then is each charged. Keys within one
+    /// call should be distinct.
+    pub fn decide_all(&self, layers: &[(&A, &str, u64)], now: u64) -> Vec<Decision> {
+        let hashes: Vec<u64> = layers.iter().map(|(_, key, _)| self.hash(key)).collect();
+        let mut order: Vec<usize> = hashes.iter().map(|&h| self.shard_of(h)).collect();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: Vec<_> = order.iter().map(|&i| self.lock(i)).collect();
+        let guard_of = |hash: u64| {
+            order
+                .binary_search(&self.shard_of(hash))
+                .unwrap_or_default()
+        };
+
+        let mut decisions = Vec::with_capacity(layers.len());
+        let mut all = true;
+        // New keys already checked per shard (count, bytes): two new keys of one call in a
+        // shard with room for one must not both pass the check.
+        let mut pending = vec![(0, 0); order.len()];
+        for (&(limit, key, cost), &hash) in layers.iter().zip(&hashes) {
+            let g = guard_of(hash);
+            let shard = &mut guards[g];
+            let decision = match shard.find(hash, key) {
+                Some(i) => limit.peek(&shard.slot(i).state, now, cost),
+                None => match shard.traced(hash, now) {
+                    Some(until) => still_limited(limit, now, until),
+                    None => {
+                        let d = self.new_key_peek(shard, limit, key, now, cost, pending[g]);
+                        pending[g].0 += 1;
+                        pending[g].1 += Shard::<A::State>::cost_of(key);
+                        d
+                    }
+                },
+            };
+            all &= decision.is_allowed();
+            decisions.push(decision);
+        }
+        if all {
+            for (k, (&(limit, key, cost), &hash)) in layers.iter().zip(&hashes).enumerate() {
+                let shard = &mut guards[guard_of(hash)];
+                // Room was made (or the request refused) above: charging cannot fail now.
+                decisions[k] = self.update(shard, limit, key, hash, now, false, |state| {
+                    limit.decide(state, now, cost)
+                });
+            }
+        }
+        decisions
+    }
+
+    /// A new key's answer in the first phase of a layered decision: refused if its full
+    /// shard could make no room for it, so that charging cannot fail once every layer has
+    /// allowed; but nothing is evicted yet, as another layer may still refuse.
+    fn new_key_peek(
+        &self,
+        shard: &mut Shard<A::State>,
+        limit: &A,
+        key: &str,
+        now: u64,
+        cost: u64,
+        pending: (usize, usize),
+    ) -> Decision {
+        let decision = limit.peek(&A::State::default(), now, cost);
+        if !decision.is_allowed() {
+            return decision;
+        }
+        self.refuse_new_key(shard, limit, key, now, Room::Check(pending))
+            .unwrap_or(decision)
+    }
+
+    /// Runs `op` on `key`'s state and keeps the result, until the state is fresh again.
+    ///
+    /// A key not held starts from a fresh state and is stored only if `op` changed that
+    /// (a rejected request of a new key stores nothing). A key evicted while limited is
+    /// answered as limited until its time, and a full shard that can make no room refuses,
+    /// unless `may_refuse` is false (the charge of a layered decision already checked).
+    // Eight arguments, all of one decision: a struct for them would only be unpacked here.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn update(
+        &self,
+        shard: &mut Shard<A::State>,
+        limit: &A,
+        key: &str,
+        hash: u64,
+        now: u64,
+        may_refuse: bool,
+        op: impl FnOnce(&mut A::State) -> Decision,
+    ) -> Decision {
+        if let Some(i) = shard.find(hash, key) {
+            let slot = shard.slot_mut(i);
+            let decision = op(&mut slot.state);
+            let limited = refuses_one(limit, &slot.state, now, &decision);
+            slot.touch(now.saturating_add(decision.reset_after_ns), limited);
+            return decision;
+        }
+        if may_refuse {
+            if let Some(until) = shard.traced(hash, now) {
+                return still_limited(limit, now, until);
+            }
+        }
+        let mut state = A::State::default();
+        let decision = op(&mut state);
+        if limit.is_fresh(&state, now) {
+            return decision;
+        }
+        let room = if may_refuse {
+            Room::Make
+        } else {
+            Room::MakeAnyway
+        };
+        if let Some(refused) = self.refuse_new_key(shard, limit, key, now, room) {
+            return refused;
+        }
+        // Expiry keeps pace with insertion: each new key looks at a couple of slots and drops
+        // the fresh ones. A known key's decision pays nothing for it; a store that stops
+        // getting new keys stops growing, and `sweep` can empty it on a timer.
+        let rehash = |k: &str| self.hash(k);
+        let dropped = shard.sweep(now, SWEEP_STEPS, &rehash);
+        shard.counts.evicted_fresh += dropped;
+        let expires = now.saturating_add(decision.reset_after_ns);
+        let limited = refuses_one(limit, &state, now, &decision);
+        let i = shard.insert(hash, key, state, self.per_shard, rehash);
+        shard.slot_mut(i).touch(expires, limited);
+        decision
+    }
+}
+
+/// Whether a request of cost 1 is refused after `decision` left `state` so at `now`. Costs a
+/// peek only when the decision left nothing to spend, so the allowed path pays one
+/// comparison.
+fn refuses_one<A: Algorithm>(limit: &A, state: &A::State, now: u64, decision: &Decision) -> bool {
+    if decision.is_allowed() && decision.remaining > 0 {
+        return false;
+    }
+    // Allowed, delayed, or a limit no request fits (a fresh key fares no better): not limited.
+    matches!(limit.peek(state, now, 1).outcome, Outcome::Limited { .. })
+}
+
+/// The answer to a key evicted while limited, until its state would have been fresh.
+fn still_limited<A: Algorithm>(limit: &A, now: u64, until: u64) -> Decision {
+    let wait = until.saturating_sub(now);
+    Decision::new(
+        Outcome::Limited {
+            retry_after_ns: wait,
+        },
+        limit.limit(),
+        0,
+        wait,
+    )
+}

@@ -1,0 +1,141 @@
+//! The store: shards behind short locks. The operations on them are in the files below,
+//! one concept each: deciding (`decide`), making room in a full shard (`room`), the idle
+//! sweep and the figures (`upkeep`), concurrency permits (`permit`) and the `Store` trait
+//! (`as_store`).
+
+mod as_store;
+mod decide;
+mod permit;
+mod room;
+mod upkeep;
+
+pub use permit::Permit;
+
+use std::hash::{BuildHasher, RandomState};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
+
+use ratewarden_core::{Algorithm, Limit};
+
+use crate::shard::Shard;
+use crate::StoreConfig;
+
+/// Slots looked at by the incremental sweep each time a shard takes a new key.
+const SWEEP_STEPS: usize = 2;
+/// Slots a full shard sweeps for fresh state before it evicts live state.
+const FULL_SWEEP_STEPS: usize = 32;
+/// Attempts to take a busy shard's lock before sleeping on it.
+const SPINS: usize = 64;
+
+/// A shard behind its lock, on cache lines of its own (two, for the adjacent-line
+/// prefetcher) so that locking one does not slow its neighbours. Its counters live with it:
+/// store-wide counters would be one more line every core fights over.
+#[repr(align(128))]
+struct Locked<St> {
+    shard: Mutex<Shard<St>>,
+    /// Times a thread found this shard locked and had to wait.
+    contention: AtomicU64,
+}
+
+/// A concurrent store of per-key limiter state for one process.
+///
+/// Keys are spread over shards by hash; each shard is a short critical section (a lookup and
+/// one state transition), so threads deciding on different keys rarely meet, and a key
+/// already present is found without allocating. States that have returned to fresh are
+/// dropped a little with every new key, and `max_keys` bounds the rest (see
+/// [`WhenFull`](crate::WhenFull)).
+///
+/// `A` is the algorithm: [`Limit`] (the default) holds any algorithm per key and supports
+/// layered decisions across limits; a concrete algorithm such as
+/// [`Gcra`](ratewarden_core::Gcra) keeps a smaller state per key.
+///
+/// # Examples
+///
+/// ```
+/// use ratewarden_core::{Gcra, Limit, Rate};
+/// use ratewarden_memory::{MemoryStore, StoreConfig};
+///
+/// let store: MemoryStore = MemoryStore::new(StoreConfig::default());
+/// let per_key = Limit::from(Gcra::new(Rate::per_second(5)?, 5)?);
+/// for _ in 0..5 {
+///     assert!(store.decide(&per_key, "per-key|k_8f2a", 0, 1).is_allowed());
+/// }
+/// assert!(!store.decide(&per_key, "per-key|k_8f2a", 0, 1).is_allowed());
+/// assert!(store.decide(&per_key, "per-key|k_other", 0, 1).is_allowed());
+/// # Ok::<(), ratewarden_core::Error>(())
+/// ```
+pub struct MemoryStore<A: Algorithm = Limit, S = RandomState> {
+    shards: Box<[Locked<A::State>]>,
+    hasher: S,
+    per_shard: usize,
+    /// Each shard's share of `max_bytes`.
+    per_shard_bytes: usize,
+    config: StoreConfig,
+    next_permit: AtomicU64,
+    _algorithm: PhantomData<fn(&A)>,
+}
+
+impl<A: Algorithm> MemoryStore<A, RandomState> {
+    /// A store with `config`, hashing keys with the standard library's randomly seeded
+    /// SipHash (keys come from clients, so the hash must resist collision floods).
+    pub fn new(config: StoreConfig) -> Self {
+        Self::with_hasher(config, RandomState::new())
+    }
+}
+
+impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
+    /// A store with `config` and a hasher of your choosing.
+    pub fn with_hasher(config: StoreConfig, hasher: S) -> Self {
+        let shards = config.shards.clamp(1, 1 << 16).next_power_of_two();
+        // Rounded down, so the store never holds more than `max_keys`.
+        let per_shard = (config.max_keys / shards).max(1);
+        let per_shard_bytes = (config.max_bytes / shards).max(1);
+        Self {
+            shards: (0..shards)
+                .map(|_| Locked {
+                    shard: Mutex::new(Shard::default()),
+                    contention: AtomicU64::new(0),
+                })
+                .collect(),
+            hasher,
+            per_shard,
+            per_shard_bytes,
+            config,
+            next_permit: AtomicU64::new(1),
+            _algorithm: PhantomData,
+        }
+    }
+
+    /// The store's settings.
+    pub fn config(&self) -> &StoreConfig {
+        &self.config
+    }
+
+    fn hash(&self, key: &str) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    /// The shard of a hash: middle bits, since the shard's table uses the low bits for the
+    /// bucket and the top seven for its control bytes.
+    fn shard_of(&self, hash: u64) -> usize {
+        (hash >> 32) as usize & (self.shards.len() - 1)
+    }
+
+    fn lock(&self, shard: usize) -> MutexGuard<'_, Shard<A::State>> {
+        let locked = &self.shards[shard];
+        // The critical section is tens of nanoseconds: spin a little before sleeping, as a
+        // thread put to sleep costs a system call on both sides.
+        for _ in 0..SPINS {
+            match locked.shard.try_lock() {
+                Ok(guard) => return guard,
+                Err(TryLockError::WouldBlock) => std::hint::spin_loop(),
+                // A panic elsewhere cannot leave a state half-written: transitions are
+                // computed first and stored in one assignment.
+                Err(TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
+            }
+        }
+        locked.contention.fetch_add(1, Ordering::Relaxed);
+        locked.shard.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}

@@ -1,0 +1,140 @@
+//! Script calls: one per decision on a server or within a Cluster slot, and layered
+//! decisions across slots by reserve-then-refund.
+
+use ratewarden_core::{Decision, Limit};
+
+use super::connection::{Client, Connection};
+use super::{RedisError, RedisStore};
+use crate::{encode, slot};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Mode {
+    Decide,
+    Peek,
+    Settle,
+}
+
+impl Mode {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Mode::Decide => "decide",
+            Mode::Peek => "peek",
+            Mode::Settle => "settle",
+        }
+    }
+}
+
+impl RedisStore {
+    /// Runs `mode` over `checks` (`cost` is the delta for `settle`) behind the breaker and
+    /// within the deadline.
+    pub(super) async fn run(
+        &self,
+        mode: Mode,
+        checks: &[(&Limit, &str, i128)],
+        now: u64,
+    ) -> Result<Vec<Decision>, RedisError> {
+        self.guarded(self.call(mode, checks, now)).await
+    }
+
+    async fn call(
+        &self,
+        mode: Mode,
+        checks: &[(&Limit, &str, i128)],
+        now: u64,
+    ) -> Result<Vec<Decision>, RedisError> {
+        let keys: Vec<String> = checks
+            .iter()
+            .map(|(_, key, _)| self.redis_key(key))
+            .collect();
+        // One script when the keys can go together: always on one server, and on a Cluster
+        // when they share a slot.
+        let groups: Vec<Vec<usize>> = match &self.client {
+            Client::Single(_) => vec![(0..checks.len()).collect()],
+            Client::Cluster(_) => {
+                let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+                for (i, key) in keys.iter().enumerate() {
+                    let s = slot::slot(key.as_bytes());
+                    match groups.iter_mut().find(|(g, _)| *g == s) {
+                        Some((_, members)) => members.push(i),
+                        None => groups.push((s, vec![i])),
+                    }
+                }
+                groups.into_iter().map(|(_, members)| members).collect()
+            }
+        };
+        let mut connection = self.connection().await?;
+        if groups.len() <= 1 {
+            return self
+                .script_call(&mut connection, mode, checks, &keys, now)
+                .await;
+        }
+        // Across slots a layered decision cannot be one script: reserve in each slot, and
+        // if any slot says no, refund the slots that charged. Worst case, while a refund is
+        // on its way, other requests see those keys short by this request's cost: the
+        // error is always towards rejecting, never towards admitting more than the limit.
+        let mut decisions = vec![None; checks.len()];
+        let mut charged: Vec<&Vec<usize>> = Vec::new();
+        let mut all_allowed = true;
+        for group in &groups {
+            let group_checks: Vec<(&Limit, &str, i128)> =
+                group.iter().map(|&i| checks[i]).collect();
+            let group_keys: Vec<String> = group.iter().map(|&i| keys[i].clone()).collect();
+            let got = self
+                .script_call(&mut connection, mode, &group_checks, &group_keys, now)
+                .await?;
+            let allowed = got.iter().all(Decision::is_allowed);
+            for (&i, d) in group.iter().zip(got) {
+                decisions[i] = Some(d);
+            }
+            if mode == Mode::Decide {
+                if allowed {
+                    charged.push(group);
+                } else {
+                    all_allowed = false;
+                }
+            }
+        }
+        if mode == Mode::Decide && !all_allowed {
+            for group in charged {
+                let refund: Vec<(&Limit, &str, i128)> = group
+                    .iter()
+                    .map(|&i| (checks[i].0, checks[i].1, -checks[i].2))
+                    .collect();
+                let refund_keys: Vec<String> = group.iter().map(|&i| keys[i].clone()).collect();
+                self.script_call(&mut connection, Mode::Settle, &refund, &refund_keys, now)
+                    .await?;
+            }
+        }
+        decisions
+            .into_iter()
+            .map(|d| d.ok_or_else(|| RedisError::Protocol("a check went undecided".to_owned())))
+            .collect()
+    }
+
+    async fn script_call(
+        &self,
+        connection: &mut Connection,
+        mode: Mode,
+        checks: &[(&Limit, &str, i128)],
+        keys: &[String],
+        now: u64,
+    ) -> Result<Vec<Decision>, RedisError> {
+        let mut args: Vec<String> = Vec::with_capacity(3 + checks.len() * 8);
+        args.push(mode.as_str().to_owned());
+        args.push(self.time_arg(now));
+        args.push(checks.len().to_string());
+        for (limit, _, cost) in checks {
+            encode::push_check(&mut args, limit, &cost.to_string(), now);
+        }
+        let reply = self.invoke(connection, keys, &args).await?;
+        let (_now, decisions) = encode::decode(&reply).map_err(RedisError::Protocol)?;
+        if decisions.len() != checks.len() {
+            return Err(RedisError::Protocol(format!(
+                "{} decisions for {} checks",
+                decisions.len(),
+                checks.len()
+            )));
+        }
+        Ok(decisions)
+    }
+}

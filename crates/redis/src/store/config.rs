@@ -1,0 +1,67 @@
+//! What a store is told: where Redis is, whose clock decides, how long to wait.
+
+use std::time::Duration;
+
+/// Where the counters live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// One Redis server (or a primary with replicas behind a stable address), such as
+    /// `redis://127.0.0.1:6379` or `rediss://user:password@host:6380` for TLS with AUTH.
+    Single(String),
+    /// A Redis Cluster, found through these seed nodes.
+    Cluster(Vec<String>),
+}
+
+/// Whose clock decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeSource {
+    /// Redis's `TIME`, read inside the script: every server of a fleet decides on one
+    /// clock, however skewed their own are.
+    Redis,
+    /// The `now` each call is given: for deterministic tests, and differential runs against
+    /// the in-memory store. Keys then live an hour past their reset on Redis's clock (which
+    /// the caller's need not follow: a test's stands still), so decisions stay exact while
+    /// the caller's clock lags Redis's by less than that.
+    Caller,
+}
+
+/// How to reach Redis and how long to wait for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    /// Where the counters live.
+    pub target: Target,
+    /// The most one call may take, connecting included; past it the call fails and the
+    /// rule's failure policy answers. A deadline missed because this process was saturated
+    /// (its timer fired more than half the deadline late) is not counted against Redis: the
+    /// call waits on for the reply it already asked for, up to four deadlines more.
+    pub deadline: Duration,
+    /// Consecutive failures that open the circuit breaker.
+    pub breaker_failures: u32,
+    /// How long an open breaker fails calls at once before one probes again.
+    pub breaker_cool_down: Duration,
+    /// Whose clock decides.
+    pub time: TimeSource,
+    /// Put before every key, so several deployments can share one Redis.
+    pub key_prefix: String,
+    /// For `rediss://` URLs: trust this CA certificate (PEM) instead of the system's.
+    pub tls_ca: Option<Vec<u8>>,
+    /// Concurrent calls share the connection and are pipelined (the default). Off, calls
+    /// wait for each other, one round trip at a time: only for measuring what pipelining
+    /// is worth.
+    pub pipeline: bool,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        Self {
+            target: Target::Single("redis://127.0.0.1:6379".to_owned()),
+            deadline: ratewarden_core::shared_store::DEADLINE,
+            breaker_failures: ratewarden_core::shared_store::BREAKER_FAILURES,
+            breaker_cool_down: ratewarden_core::shared_store::BREAKER_COOL_DOWN,
+            time: TimeSource::Redis,
+            key_prefix: ratewarden_core::shared_store::KEY_PREFIX.to_owned(),
+            tls_ca: None,
+            pipeline: true,
+        }
+    }
+}

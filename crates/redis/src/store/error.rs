@@ -1,0 +1,21 @@
+//! Why a call to Redis failed.
+
+use std::time::Duration;
+
+/// Why a call to Redis failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RedisError {
+    /// No answer within the deadline.
+    #[error("redis did not answer within {0:?}")]
+    Timeout(Duration),
+    /// The circuit breaker is open: Redis failed repeatedly, and is not asked again until
+    /// the cool-down is over.
+    #[error("redis failed repeatedly; the circuit breaker is open until its cool-down is over")]
+    BreakerOpen,
+    /// The client or the server reported an error.
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    /// The script answered something this build does not understand.
+    #[error("unexpected reply from the ratewarden script: {0}")]
+    Protocol(String),
+}

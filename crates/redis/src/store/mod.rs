@@ -1,0 +1,114 @@
+//! The Redis store: one script call per decision, a deadline on every call, a circuit
+//! breaker in front, and layered decisions across Cluster slots by reserve-then-refund.
+//!
+//! One concept a file: what the store is told (`config`) and how it fails (`error`); the
+//! client and its connection (`connection`); the Lua library (`library`); the script calls
+//! and the Cluster's reserve-then-refund (`call`); the breaker and the deadline (`guard`);
+//! permits (`permit`); and the `AsyncStore` interface (`as_store`).
+
+mod as_store;
+mod call;
+mod config;
+mod connection;
+mod error;
+mod guard;
+mod library;
+mod permit;
+
+pub use config::{RedisConfig, Target, TimeSource};
+pub use error::RedisError;
+
+use std::sync::atomic::AtomicU64;
+
+use ratewarden_core::Limit;
+use tokio::sync::OnceCell;
+
+use crate::breaker::{Breaker, BreakerState};
+use crate::encode;
+use call::Mode;
+use connection::{Client, Connection};
+use library::LIBRARY;
+
+/// Limiter state in Redis, shared by every process that uses the same Redis.
+pub struct RedisStore {
+    config: RedisConfig,
+    client: Client,
+    /// The library's function, for `FCALL`.
+    function: &'static str,
+    connection: OnceCell<Connection>,
+    breaker: Breaker,
+    /// See [`RedisStore::late_timeouts`].
+    late_timeouts: AtomicU64,
+    /// Held across each call when `pipeline` is off.
+    one_at_a_time: tokio::sync::Mutex<()>,
+}
+
+impl RedisStore {
+    /// A store for `config`; it connects on first use (so a process can start while Redis
+    /// is down, and its rules' failure policies answer until Redis is back).
+    ///
+    /// # Errors
+    ///
+    /// A URL that cannot be a Redis address.
+    pub fn new(config: RedisConfig) -> Result<Self, RedisError> {
+        let client = Client::new(&config)?;
+        Ok(Self {
+            breaker: Breaker::new(config.breaker_failures, config.breaker_cool_down),
+            config,
+            client,
+            function: LIBRARY.function.as_str(),
+            connection: OnceCell::new(),
+            late_timeouts: AtomicU64::new(0),
+            one_at_a_time: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The Redis Function the store calls (for `FCALL <function> <numkeys> <keys> <args>`)
+    /// and the source of its library (for `FUNCTION LOAD REPLACE`). Both names carry a hash
+    /// of the code.
+    pub fn script() -> (&'static str, &'static str) {
+        (LIBRARY.function.as_str(), LIBRARY.source.as_str())
+    }
+
+    /// The key and the arguments of one decision of `cost` under `limit` for `key`, on
+    /// Redis's clock: what a tool such as `redis-benchmark` sends after
+    /// `FCALL <function> 1` (see [`RedisStore::script`]) to measure the function alone.
+    pub fn decide_command(
+        &self,
+        limit: &Limit,
+        key: &str,
+        cost: u64,
+        now_hint: u64,
+    ) -> (String, Vec<String>) {
+        let mut args = vec![
+            Mode::Decide.as_str().to_owned(),
+            String::new(),
+            "1".to_owned(),
+        ];
+        encode::push_check(&mut args, limit, &cost.to_string(), now_hint);
+        (self.redis_key(key), args)
+    }
+
+    /// Where the circuit breaker stands.
+    pub fn breaker(&self) -> BreakerState {
+        self.breaker.state()
+    }
+
+    /// The Redis key of an engine key. Everything after the first `|` (the key parts: the
+    /// client's address, API key digest, tenant) is the hash tag, so rules keyed by the same
+    /// parts share a Cluster slot and are decided in one script.
+    fn redis_key(&self, key: &str) -> String {
+        let prefix = &self.config.key_prefix;
+        match key.split_once('|') {
+            Some((rule, parts)) if !parts.is_empty() => format!("{prefix}{rule}|{{{parts}}}"),
+            _ => format!("{prefix}{key}"),
+        }
+    }
+
+    fn time_arg(&self, now: u64) -> String {
+        match self.config.time {
+            TimeSource::Redis => String::new(),
+            TimeSource::Caller => now.to_string(),
+        }
+    }
+}

@@ -1,0 +1,32 @@
+//! The gRPC listener: Envoy's rate limit service served on one runtime (every worker runs
+//! one on the shared socket, as the HTTP listeners do).
+
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use tokio::sync::watch;
+
+use super::grpc::Rls;
+use crate::serve::app::App;
+
+/// Envoy's rate limit service on one runtime, until `stop`.
+pub(crate) async fn serve(
+    listener: tokio::net::TcpListener,
+    app: Arc<App>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let service = RateLimitServiceServer::new(Rls { app });
+    let shutdown = async move {
+        let _ = stop.changed().await;
+    };
+    let served = tonic::transport::Server::builder()
+        .add_service(service)
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            shutdown,
+        )
+        .await;
+    if let Err(error) = served {
+        tracing::error!(%error, "the gRPC listener failed");
+    }
+}

@@ -1,0 +1,102 @@
+//! `ratewarden serve` as a command: load the files, start, serve until a signal says stop.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use ratewarden_core::RealClock;
+use ratewarden_policy::ConfigErrors;
+
+use super::logs;
+use super::signals::signals;
+use super::start::{start, Options};
+use crate::cli::ServeArgs;
+
+/// `ratewarden serve`: loads the config, serves until SIGTERM or SIGINT, reloads on SIGHUP.
+///
+/// # Errors
+///
+/// A config that does not load, or a server that cannot start.
+pub fn main(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    logs::init(args.log_format);
+    let report = |what: &std::path::Path, errors: &ConfigErrors| {
+        eprintln!("{errors}");
+        let n = errors.0.len();
+        eprintln!(
+            "error: {} has {n} problem{}; nothing started",
+            what.display(),
+            if n == 1 { "" } else { "s" }
+        );
+    };
+    let envoy = match &args.envoy_config {
+        Some(path) => match ratewarden_policy::envoy::load(path) {
+            Ok(envoy) => Some((envoy, path.clone())),
+            Err(errors) => {
+                report(path, &errors);
+                return Ok(ExitCode::from(1));
+            }
+        },
+        None => None,
+    };
+    // With only envoyproxy/ratelimit configs, listen where that service does.
+    let config_path = match (&args.config, &envoy) {
+        (Some(path), _) => Some(path.clone()),
+        (None, Some(_)) => None,
+        (None, None) => Some(PathBuf::from("ratewarden.toml")),
+    };
+    let mut config = match &config_path {
+        Some(path) => match ratewarden_policy::config::load(path) {
+            Ok(config) => config,
+            Err(errors) => {
+                report(path, &errors);
+                return Ok(ExitCode::from(1));
+            }
+        },
+        None => {
+            let mut config = ratewarden_policy::config::parse("(defaults)", "")
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            config.server.listen = SocketAddr::from(([0, 0, 0, 0], 8080));
+            config.server.grpc = Some(SocketAddr::from(([0, 0, 0, 0], 8081)));
+            config
+        }
+    };
+    if envoy.is_some() && config.server.grpc.is_none() {
+        eprintln!(
+            "warning: --envoy-config without `[server] grpc`: Envoy's ShouldRateLimit is not served; add grpc = \"0.0.0.0:8081\""
+        );
+    }
+    if let Some(listen) = args.listen {
+        config.server.listen = listen;
+    }
+    let workers = args.workers.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let (envoy, envoy_path) = match envoy {
+            Some((envoy, path)) => (envoy, Some(path)),
+            None => (Default::default(), None),
+        };
+        let running = start(Options {
+            config,
+            config_path,
+            clock: Arc::new(RealClock::new()),
+            workers,
+            envoy,
+            envoy_path,
+        })
+        .await?;
+        signals(&running).await?;
+        let grace = running.app.settings().shutdown_grace;
+        tracing::info!(grace = ?grace, "shutting down: finishing requests in flight");
+        running.shutdown();
+        running.wait().await;
+        tracing::info!("stopped");
+        Ok(ExitCode::SUCCESS)
+    })
+}

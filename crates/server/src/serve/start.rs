@@ -1,0 +1,136 @@
+//! Start-up: build the store and the engine, bind every listener, start the workers.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use ratewarden_core::Clock;
+use ratewarden_policy::Config;
+use ratewarden_policy::Engine;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::app::{self, App};
+use super::http::{self, Role};
+use super::running::Running;
+use super::store::AnyStore;
+use super::workers;
+
+/// What to start: a validated config, where it came from (for reloads), and the clock.
+pub struct Options {
+    /// The config.
+    pub config: Config,
+    /// The file it was read from: `/reload`, SIGHUP and `Running::reload` read it again.
+    pub config_path: Option<PathBuf>,
+    /// Where decisions read the time.
+    pub clock: Arc<dyn Clock>,
+    /// envoyproxy/ratelimit configs for the gRPC service (empty without), and the file or
+    /// directory they came from, for reloads.
+    pub envoy: ratewarden_policy::envoy::EnvoyConfig,
+    /// Where `envoy` was read from.
+    pub envoy_path: Option<PathBuf>,
+    /// Threads serving requests: the caller's runtime, and one more thread with a runtime of
+    /// its own per extra worker, all accepting on the same sockets. `ratewarden serve` runs
+    /// one per core.
+    pub workers: usize,
+}
+
+/// Binds every listener of `options.config` and starts serving.
+///
+/// # Errors
+///
+/// A listener that cannot be bound, an upstream that cannot be used, or a store this build
+/// does not have.
+pub async fn start(options: Options) -> anyhow::Result<Running> {
+    let config = options.config;
+    let store = AnyStore::from_settings(&config.store)?;
+    let settings = config.server.clone();
+    let engine = Arc::new(Engine::with_envoy(config, options.envoy, store));
+    let app = Arc::new(App::new(
+        engine,
+        settings.clone(),
+        options.config_path,
+        options.clock,
+        options.envoy_path,
+    )?);
+
+    let (stop, stopped) = watch::channel(false);
+    let mut tasks = JoinSet::new();
+    let main_role = if settings.upstream.is_some() {
+        Role::Gateway
+    } else {
+        Role::Api
+    };
+    let mut listeners = vec![(http::bind(settings.listen, "listen")?, main_role)];
+    let listen_addr = listeners[0].0.local_addr()?;
+    let mut api_addr = None;
+    if let Some(addr) = settings.api {
+        let api = http::bind(addr, "api")?;
+        api_addr = Some(api.local_addr()?);
+        listeners.push((api, Role::Api));
+    }
+    let mut grpc_addr = None;
+    let grpc = match settings.grpc {
+        Some(addr) => {
+            let listener = http::bind(addr, "grpc")?;
+            grpc_addr = Some(listener.local_addr()?);
+            Some(listener)
+        }
+        None => None,
+    };
+    let mut admin_addr = None;
+    if let Some(addr) = settings.admin {
+        let admin = http::bind(addr, "admin")?;
+        admin_addr = Some(admin.local_addr()?);
+        listeners.push((admin, Role::Admin));
+    }
+    let grace = settings.shutdown_grace;
+    // Workers past the first: a thread each, with a single-threaded runtime accepting on
+    // the same sockets, so a request, its decision and its upstream call never cross
+    // threads (what nginx gets from worker processes).
+    for worker in 1..options.workers.max(1) {
+        let mut clones = Vec::new();
+        for (listener, role) in &listeners {
+            clones.push((
+                listener.try_clone().context("cannot share a listener")?,
+                *role,
+            ));
+        }
+        let grpc = match &grpc {
+            Some(listener) => Some(listener.try_clone().context("cannot share a listener")?),
+            None => None,
+        };
+        let (app, stopped) = (Arc::clone(&app), stopped.clone());
+        let upstream = settings.upstream.clone();
+        let (done, finished) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name(format!("ratewarden-worker-{worker}"))
+            .spawn(move || workers::run(clones, grpc, app, upstream, stopped, grace, done))
+            .context("cannot start a worker thread")?;
+        tasks.spawn(async move {
+            let _ = finished.await;
+        });
+    }
+    let local = Arc::new(http::Local::new(settings.upstream.as_deref())?);
+    workers::spawn(&mut tasks, listeners, grpc, &app, &local, &stopped, grace)?;
+    tasks.spawn(app::sweep(Arc::clone(&app), stopped));
+    tracing::info!(
+        listen = %listen_addr,
+        role = main_role.as_str(),
+        api = ?api_addr,
+        grpc = ?grpc_addr,
+        admin = ?admin_addr,
+        upstream = settings.upstream.as_deref().unwrap_or("none"),
+        "ratewarden serving"
+    );
+    app.set_ready(true);
+    Ok(Running {
+        listen: listen_addr,
+        api: api_addr,
+        admin: admin_addr,
+        grpc: grpc_addr,
+        app,
+        stop,
+        tasks,
+    })
+}

@@ -1,0 +1,80 @@
+//! Workers past the first: a thread each, with a single-threaded runtime accepting on the
+//! same sockets as the first.
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::app::App;
+use super::envoy;
+use super::http::{self, Role};
+
+/// One worker thread: its own single-threaded runtime serving every listener (the gRPC one
+/// too) until stopped.
+pub(super) fn run(
+    listeners: Vec<(std::net::TcpListener, Role)>,
+    grpc: Option<std::net::TcpListener>,
+    app: Arc<App>,
+    upstream: Option<String>,
+    stopped: watch::Receiver<bool>,
+    grace: std::time::Duration,
+    done: tokio::sync::oneshot::Sender<()>,
+) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!(%error, "a worker thread could not start its runtime");
+            return;
+        }
+    };
+    runtime.block_on(async move {
+        // The upstream URL was checked when the first worker started.
+        let Ok(local) = http::Local::new(upstream.as_deref()) else {
+            return;
+        };
+        let local = Arc::new(local);
+        let mut serving = JoinSet::new();
+        if let Err(error) = spawn(&mut serving, listeners, grpc, &app, &local, &stopped, grace) {
+            tracing::error!(%error, "a worker could not take its listeners");
+        }
+        while serving.join_next().await.is_some() {}
+    });
+    let _ = done.send(());
+}
+
+/// Serves `listeners` (and the gRPC one) on the current runtime, a task each in `tasks`,
+/// until `stopped`: what every worker runs, the first included.
+///
+/// # Errors
+///
+/// A listener the runtime cannot take (the tasks of those before it keep serving).
+pub(super) fn spawn(
+    tasks: &mut JoinSet<()>,
+    listeners: Vec<(std::net::TcpListener, Role)>,
+    grpc: Option<std::net::TcpListener>,
+    app: &Arc<App>,
+    local: &Arc<http::Local>,
+    stopped: &watch::Receiver<bool>,
+    grace: std::time::Duration,
+) -> std::io::Result<()> {
+    for (listener, role) in listeners {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        tasks.spawn(http::serve(
+            listener,
+            role,
+            Arc::clone(app),
+            Arc::clone(local),
+            stopped.clone(),
+            grace,
+        ));
+    }
+    if let Some(listener) = grpc {
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        tasks.spawn(envoy::serve(listener, Arc::clone(app), stopped.clone()));
+    }
+    Ok(())
+}
