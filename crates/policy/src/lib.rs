@@ -19,8 +19,8 @@ mod ip;
 pub mod path;
 
 pub use config::{
-    Config, ConfigError, ConfigErrors, Cost, KeyPart, KeySources, Match, Mode, OnStoreFailure,
-    Rule, ServerSettings, StoreKind, StoreSettings,
+    Bounds, Config, ConfigError, ConfigErrors, Cost, KeyPart, KeySources, Match, Mode,
+    OnStoreFailure, Rule, ServerSettings, StoreKind, StoreSettings,
 };
 pub use engine::{
     api_key_digest, fingerprint, rollout_bucket, DescriptorStatus, DescriptorVerdict, Engine,

@@ -80,7 +80,7 @@ impl Running {
     ///
     /// Every problem in the files, or that there is no file to read.
     pub async fn reload(&self) -> Result<u64, ConfigErrors> {
-        self.app.reload().await
+        self.app.reload().await.map(|reloaded| reloaded.version)
     }
 
     /// Waits until every listener has stopped and every connection has finished (or the
@@ -113,10 +113,12 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
         })),
     };
     let settings = config.server.clone();
+    let store_settings = config.store.clone();
     let engine = Arc::new(Engine::with_envoy(config, options.envoy, store));
     let app = Arc::new(App::new(
         engine,
         settings.clone(),
+        store_settings,
         options.config_path,
         options.clock,
         options.envoy_path,
@@ -179,7 +181,10 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
             let _ = finished.await;
         });
     }
-    let local = Arc::new(http::Local::new(settings.upstream.as_deref())?);
+    let local = Arc::new(http::Local::new(
+        settings.upstream.as_deref(),
+        &settings.bounds,
+    )?);
     for (listener, role) in listeners {
         let listener = tokio::net::TcpListener::from_std(listener)?;
         tasks.spawn(http::serve(
@@ -265,7 +270,7 @@ fn worker_thread(
     };
     runtime.block_on(async move {
         // The upstream URL was checked when the first worker started.
-        let Ok(local) = http::Local::new(upstream.as_deref()) else {
+        let Ok(local) = http::Local::new(upstream.as_deref(), &app.started().bounds) else {
             return;
         };
         let local = Arc::new(local);
@@ -376,7 +381,7 @@ pub fn main(args: ServeArgs) -> anyhow::Result<ExitCode> {
         })
         .await?;
         signals(&running).await?;
-        let grace = running.app.settings().shutdown_grace;
+        let grace = running.app.started().shutdown_grace;
         tracing::info!(grace = ?grace, "shutting down: finishing requests in flight");
         running.shutdown();
         running.wait().await;

@@ -8,12 +8,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use ratewarden_policy::{IpGrouping, TrustedProxies};
 
-/// The most connections one client (an IPv4 address, an IPv6 /64) may hold open on one
-/// listener of one worker; nginx's `limit_conn` in spirit. A constant for now, for the lead
-/// to wire as `[server] max_connections_per_client`.
-pub(crate) const MAX_CONNECTIONS_PER_CLIENT: usize = 256;
-
-/// Open connections by client.
+/// Open connections by client, each client (an IPv4 address, an IPv6 /64) held to `[server]
+/// max_connections_per_client` on one listener of one worker: nginx's `limit_conn` in spirit.
 pub(crate) struct Clients {
     open: Mutex<HashMap<IpAddr, usize>>,
     /// Proxies carry many clients' connections: they are not counted.
