@@ -20,7 +20,8 @@ pub mod path;
 
 pub use config::{
     Bounds, Config, ConfigError, ConfigErrors, Cost, KeyPart, KeySources, Match, Mode,
-    OnStoreFailure, Rule, ServerSettings, StoreKind, StoreSettings,
+    OnStoreFailure, Rule, ServerSettings, StoreKind, StoreSettings, MIN_HEADER_BYTES,
+    MIN_STORE_BYTES,
 };
 pub use engine::{
     api_key_digest, fingerprint, rollout_bucket, DescriptorStatus, DescriptorVerdict, Engine,

@@ -175,6 +175,13 @@ fn the_store_section_is_validated() {
     .unwrap();
     assert_eq!(config.store.max_keys, 5_000);
     assert!(!config.store.evict_when_full);
+    assert_eq!(
+        parse("d.toml", "").unwrap().store.max_bytes,
+        256 << 20,
+        "the in-memory store's own default"
+    );
+    let config = parse("s.toml", "[store]\nmax_bytes = 1_048_576\n").unwrap();
+    assert_eq!(config.store.max_bytes, 1 << 20);
     let cases = [
         (
             "[store]\nkind = \"etcd\"\n",
@@ -191,6 +198,14 @@ fn the_store_section_is_validated() {
         (
             "[store]\nwhen_full = \"panic\"\n",
             "`when_full` is `evict` or `reject`, not `panic`",
+        ),
+        (
+            "[store]\nmax_bytes = 0\n",
+            "s.toml:2:13: `[store]`: `max_bytes` must be a whole number above zero, not 0",
+        ),
+        (
+            "[store]\nmax_bytes = 4096\n",
+            "s.toml:2:13: `[store]`: `max_bytes` must be at least 65536 (64 KiB: the store holds its keys in 64 shards, each its share), not 4096",
         ),
         ("[store]\nmax_key = 5\n", "unknown field `max_key`"),
         ("[store]\nmax_key = 5\n", "did you mean `max_keys`?"),

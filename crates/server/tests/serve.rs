@@ -1056,6 +1056,61 @@ async fn a_reload_that_fails_leaves_the_old_rules_working() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A metric's value in a `/metrics` text (the first line of that name and labels).
+fn metric(metrics: &str, name: &str) -> Option<u64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|n| n.trim().parse().ok())
+}
+
+/// Decides `n` requests, each from a client address of its own, on one connection.
+async fn flood(api: SocketAddr, n: u32) {
+    let client = client();
+    for i in 0..n {
+        let body = format!(
+            r#"{{"ip": "10.{}.{}.{}"}}"#,
+            i >> 16,
+            (i >> 8) & 255,
+            i & 255
+        );
+        let request = Request::post(format!("http://{api}/v1/check"))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        let response = client.request(request).await.expect("a response");
+        assert_eq!(response.status(), StatusCode::OK);
+        let _ = response.into_body().collect().await;
+    }
+}
+
+const PER_IP: &str = r#"
+[[limit]]
+name = "per-ip"
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 10
+window = "1h"
+"#;
+
+/// `[store] max_bytes` reaches the in-memory store `serve` builds: a flood of new keys is
+/// held to the bytes configured, where the default would keep every one of them.
+#[tokio::test]
+async fn serve_builds_the_memory_store_with_store_max_bytes() {
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n\n[store]\nmax_bytes = 65536\n{PER_IP}"
+    );
+    let server = start(&toml, Arc::new(ManualClock::new(T0))).await;
+    flood(server.listen, 2000).await;
+    let metrics = get(server.admin.unwrap(), "/metrics", &[]).await.body;
+    let keys = metric(&metrics, "ratewarden_keys").expect("a keys gauge");
+    // Every key takes a 64-byte slot at least.
+    assert!(
+        keys > 0 && keys <= 65536 / 64,
+        "{keys} keys held under max_bytes = 65536"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // The binary: signals
 

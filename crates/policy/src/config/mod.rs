@@ -33,5 +33,5 @@ mod validate;
 pub use bounds::{Bounds, MIN_HEADER_BYTES};
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{Cost, KeyPart, Match, Mode, OnStoreFailure, Rule};
-pub use settings::{Config, KeySources, ServerSettings, StoreKind, StoreSettings};
+pub use settings::{Config, KeySources, ServerSettings, StoreKind, StoreSettings, MIN_STORE_BYTES};
 pub use validate::{load, parse};

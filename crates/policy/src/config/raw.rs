@@ -51,6 +51,7 @@ pub(super) struct RawServer {
 pub(super) struct RawStore {
     pub(super) kind: Option<Spanned<String>>,
     pub(super) max_keys: Option<Spanned<i64>>,
+    pub(super) max_bytes: Option<Spanned<i64>>,
     pub(super) when_full: Option<Spanned<String>>,
     pub(super) url: Option<String>,
     #[serde(default)]

@@ -51,6 +51,10 @@ pub struct StoreSettings {
     pub kind: StoreKind,
     /// The most keys the in-memory store (and the local fallback) holds.
     pub max_keys: usize,
+    /// The most bytes the in-memory store's keys may take (a 64-byte slot each, plus the
+    /// text of keys longer than 24 bytes): 256 MiB by default, at least [`MIN_STORE_BYTES`].
+    /// `max_keys` bounds the count; this bounds the memory whatever the keys' length.
+    pub max_bytes: usize,
     /// Whether a full in-memory store evicts (`"evict"`, the default) or refuses new keys
     /// (`"reject"`).
     pub evict_when_full: bool,
@@ -72,6 +76,7 @@ impl Default for StoreSettings {
         Self {
             kind: StoreKind::Memory,
             max_keys: 1_000_000,
+            max_bytes: ratewarden_memory::StoreConfig::default().max_bytes,
             evict_when_full: true,
             deadline: shared_store::DEADLINE,
             breaker_failures: shared_store::BREAKER_FAILURES,
@@ -81,6 +86,10 @@ impl Default for StoreSettings {
         }
     }
 }
+
+/// The smallest `[store] max_bytes`: 1 KiB for each of the in-memory store's 64 shards
+/// (each holds its share), room for a few keys each. Less would refuse nearly every key.
+pub const MIN_STORE_BYTES: usize = 64 * 1024;
 
 /// The `[server]` section, validated: what `ratewarden serve` listens on and how it answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,6 +211,7 @@ impl StoreSettings {
         [
             ("[store] kind", self.kind != next.kind),
             ("[store] max_keys", self.max_keys != next.max_keys),
+            ("[store] max_bytes", self.max_bytes != next.max_bytes),
             (
                 "[store] when_full",
                 self.evict_when_full != next.evict_when_full,

@@ -104,6 +104,7 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
         Some(redis) => AnyStore::Redis(Box::new(redis)),
         None => AnyStore::Memory(MemoryStore::new(StoreConfig {
             max_keys: settings.max_keys,
+            max_bytes: settings.max_bytes,
             when_full: if settings.evict_when_full {
                 WhenFull::EvictLeastRecentlyUsed
             } else {
