@@ -1111,6 +1111,48 @@ async fn serve_builds_the_memory_store_with_store_max_bytes() {
     );
 }
 
+/// What the in-memory store had to do shows in `/metrics`: a flood of new keys through a
+/// store of 64 keys evicts keys with budget left, then, with only limited keys left to
+/// evict, limited ones (answered as limited still); the bytes its keys take are shown.
+#[tokio::test]
+async fn metrics_show_the_store_evicting_under_a_flood() {
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n\n[store]\nmax_keys = 64\n{}",
+        PER_IP.replace("limit = 10", "limit = 1")
+    );
+    let server = start(&toml, Arc::new(ManualClock::new(T0))).await;
+    let admin = server.admin.unwrap();
+    let scrape = || async move { get(admin, "/metrics", &[]).await.body };
+    let evicted = |metrics: &str, state: &str| {
+        metric(
+            metrics,
+            &format!(r#"ratewarden_store_evicted_total{{state="{state}"}}"#),
+        )
+        .unwrap_or_else(|| panic!("no {state} evictions in:\n{metrics}"))
+    };
+    let before = scrape().await;
+    assert_eq!(evicted(&before, "live"), 0);
+    assert_eq!(evicted(&before, "limited"), 0);
+    assert_eq!(metric(&before, "ratewarden_store_key_bytes"), Some(0));
+
+    // One request each: a limit of 1 leaves every key limited once it is decided.
+    flood(server.listen, 1000).await;
+    let after = scrape().await;
+    let keys = metric(&after, "ratewarden_keys").unwrap();
+    assert!(keys <= 64, "{keys} keys in a store of 64");
+    assert!(evicted(&after, "limited") > 0, "{after}");
+    assert!(
+        metric(&after, "ratewarden_store_key_bytes").unwrap() > 0,
+        "keys like `per-ip@…|10.0.3.7` are longer than 24 bytes: {after}"
+    );
+    assert!(metric(&after, "ratewarden_store_allocated_bytes").unwrap() > 0);
+    assert!(metric(&after, "ratewarden_store_rejected_new_keys_total").is_some());
+    assert!(
+        !after.contains("late_timeouts"),
+        "the memory store has no deadline"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // The binary: signals
 
@@ -1402,6 +1444,8 @@ local_divide_by = 3
         r#"ratewarden_decisions_total{rule="pay",outcome="failed_closed"} 1"#,
         r#"ratewarden_decisions_total{rule="search",outcome="fell_back"} 15"#,
         "ratewarden_store_breaker 1",
+        // A stopped Redis is Redis's fault, not a late caller's.
+        "ratewarden_store_late_timeouts_total 0",
     ] {
         assert!(metrics.contains(line), "missing `{line}` in:\n{metrics}");
     }
