@@ -25,7 +25,7 @@ pub use config::{
 };
 pub use engine::{
     api_key_digest, fingerprint, rollout_bucket, DescriptorStatus, DescriptorVerdict, Engine,
-    GrantId, ReleaseError, Request, RequestDescriptor, RequestError, RuleOutcome, RuleStats,
-    SettleError, Verdict,
+    GrantId, Identity, ReleaseError, Request, RequestDescriptor, RequestError, RuleOutcome,
+    RuleStats, SettleError, Verdict,
 };
 pub use ip::{client_ip, IpGrouping, PrefixError, TrustedProxies};

@@ -870,3 +870,55 @@ async fn a_reload_applies_per_request_bounds_and_names_those_needing_a_restart()
     held.abort();
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
+
+/// The headers that decide who a request is are worked out with the rule set: a reload
+/// that keys a rule on a new header protects that header from the next request on.
+#[tokio::test]
+async fn a_reload_that_keys_a_rule_on_a_new_header_protects_it_at_once() {
+    let up = echo_upstream().await;
+    let path = temp_config("reload-identity");
+    let before = gateway(up, "", "");
+    std::fs::write(&path, &before).unwrap();
+    let server = start_at(&before, Some(path.clone())).await;
+    let gw = server.listen;
+    // No rule reads `x-team` yet: it is any header, and `Connection` may name it.
+    let twice = "x-team: red\nx-team: blue\n";
+    assert_eq!(get(gw, "/x", twice).await.status, 200);
+    let hop = "x-team: red\nConnection: x-team\n";
+    let reply = get(gw, "/x", hop).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(
+        reply.json()["headers"].get("x-team").is_none(),
+        "hop-by-hop"
+    );
+
+    let per_team = r#"
+[[limit]]
+name = "per-team"
+key = ["header:x-team"]
+algorithm = "fixed-window"
+limit = 100
+window = "1h"
+"#;
+    std::fs::write(&path, gateway(up, "", per_team)).unwrap();
+    assert_eq!(server.reload().await.expect("a valid config"), 2);
+    let reply = get(gw, "/x", twice).await;
+    assert!(reply.is_problem(400), "{} {}", reply.status, reply.body);
+    assert!(
+        reply.body.contains("two `x-team` headers"),
+        "{}",
+        reply.body
+    );
+    let reply = get(gw, "/x", hop).await;
+    assert!(reply.is_problem(400), "{} {}", reply.status, reply.body);
+    assert!(
+        reply.body.contains("`Connection` names `x-team`"),
+        "{}",
+        reply.body
+    );
+    // One line, not named in `Connection`, is decided and forwarded as it came.
+    let reply = get(gw, "/x", "x-team: red\n").await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json()["headers"]["x-team"], json!(["red"]));
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}

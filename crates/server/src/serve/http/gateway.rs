@@ -12,9 +12,9 @@ use http::{Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use ratewarden_core::{DisplayDuration, NANOS_PER_SEC};
-use ratewarden_policy::Bounds;
+use ratewarden_policy::{Bounds, Identity};
 
-use super::guard::{self, Identity};
+use super::guard;
 use super::limits::{self, Paced};
 use super::upstream::{Local, Upstream};
 use crate::serve::app::{Answer, App};
@@ -57,7 +57,7 @@ pub(crate) async fn handle(
     let Some(upstream) = &local.upstream else {
         return reply::problem(StatusCode::BAD_GATEWAY, "no upstream is configured");
     };
-    let identity = local.identity.get(&app.engine);
+    let identity = app.engine.identity();
     if let Some(refused) = guard::refusal(&request, &identity) {
         return refused;
     }
@@ -249,7 +249,7 @@ fn forwarding_headers(headers: &mut HeaderMap, identity: &Identity, peer: Socket
             .collect();
         (!lines.is_empty()).then(|| lines.join(", "))
     };
-    let (forwarded_for, forwarded) = if identity.trusted.contains(ip) {
+    let (forwarded_for, forwarded) = if identity.trusted().contains(ip) {
         let xff = match joined(headers, "x-forwarded-for") {
             Some(before) => format!("{before}, {client}"),
             None => client,

@@ -50,15 +50,12 @@ impl Upstream {
 /// the worker's own runtime.
 pub(crate) struct Local {
     pub(crate) upstream: Option<Upstream>,
-    /// The headers that decide who a request is, for the rules in force.
-    pub(crate) identity: super::guard::IdentityCache,
 }
 
 impl Local {
     pub(crate) fn new(upstream: Option<&str>, bounds: &Bounds) -> anyhow::Result<Self> {
         Ok(Self {
             upstream: upstream.map(|url| Upstream::new(url, bounds)).transpose()?,
-            identity: super::guard::IdentityCache::default(),
         })
     }
 }
