@@ -922,3 +922,33 @@ window = "1h"
     assert_eq!(reply.json()["headers"]["x-team"], json!(["red"]));
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
+
+/// The connection cap spares the proxies trusted by the rules in force: it read the list
+/// once at start, so a proxy trusted by a reload was still cut to a client's share.
+#[tokio::test]
+async fn a_proxy_trusted_by_a_reload_is_spared_the_connection_cap_at_once() {
+    let path = temp_config("reload-trusted");
+    let before = api_with("max_connections_per_client = 2");
+    std::fs::write(&path, &before).unwrap();
+    let server = start_at(&before, Some(path.clone())).await;
+    std::fs::write(
+        &path,
+        api_with("max_connections_per_client = 2\ntrusted_proxies = [\"127.0.0.1\"]"),
+    )
+    .unwrap();
+    assert_eq!(server.reload().await.expect("a valid config"), 2);
+    let mut held = Vec::new();
+    for i in 0..3 {
+        let mut stream = TcpStream::connect(server.listen).await.unwrap();
+        stream
+            .write_all(b"GET /healthcheck HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let reply = tokio::time::timeout(Duration::from_secs(5), read_response(&mut stream))
+            .await
+            .unwrap_or_else(|_| panic!("connection {i} was not served"));
+        assert_eq!(reply.status, 200, "connection {i}");
+        held.push(stream);
+    }
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}

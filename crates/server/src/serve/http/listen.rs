@@ -68,11 +68,7 @@ pub(crate) async fn serve(
         // The config refuses a bound under hyper's floor, where this would panic.
         .header_read_timeout(bounds.header_read_timeout)
         .max_buf_size(bounds.max_header_bytes);
-    // `[server] trusted_proxies` is read at start only, as this is.
-    let clients = Arc::new(Clients::new(
-        app.engine.config().trusted_proxies,
-        bounds.max_connections_per_client,
-    ));
+    let clients = Arc::new(Clients::new(bounds.max_connections_per_client));
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -86,7 +82,9 @@ pub(crate) async fn serve(
             },
             _ = stop.changed() => break,
         };
-        let Some(open) = clients.admit(peer.ip()) else {
+        // The proxies of the rules in force: a reload that trusts a new proxy lifts the
+        // cap on its connections at once.
+        let Some(open) = clients.admit(peer.ip(), app.engine.identity().trusted()) else {
             // Closed at once: the client has its share of connections open already.
             app.metrics.shed("connections");
             drop(stream);
