@@ -19,12 +19,13 @@ mod ip;
 pub mod path;
 
 pub use config::{
-    Config, ConfigError, ConfigErrors, Cost, KeyPart, KeySources, Match, Mode, OnStoreFailure,
-    Rule, ServerSettings, StoreKind, StoreSettings,
+    Bounds, Config, ConfigError, ConfigErrors, Cost, KeyPart, KeySources, Match, Mode,
+    OnStoreFailure, Rule, ServerSettings, StoreKind, StoreSettings, MIN_HEADER_BYTES,
+    MIN_STORE_BYTES,
 };
 pub use engine::{
     api_key_digest, fingerprint, rollout_bucket, DescriptorStatus, DescriptorVerdict, Engine,
-    GrantId, Owner, ReleaseError, Request, RequestDescriptor, RequestError, RuleOutcome, RuleStats,
-    SettleError, Verdict,
+    GrantId, Identity, Owner, ReleaseError, Request, RequestDescriptor, RequestError, RuleOutcome,
+    RuleStats, SettleError, Verdict,
 };
 pub use ip::{client_ip, IpGrouping, PrefixError, TrustedProxies};

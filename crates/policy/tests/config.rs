@@ -175,6 +175,13 @@ fn the_store_section_is_validated() {
     .unwrap();
     assert_eq!(config.store.max_keys, 5_000);
     assert!(!config.store.evict_when_full);
+    assert_eq!(
+        parse("d.toml", "").unwrap().store.max_bytes,
+        256 << 20,
+        "the in-memory store's own default"
+    );
+    let config = parse("s.toml", "[store]\nmax_bytes = 1_048_576\n").unwrap();
+    assert_eq!(config.store.max_bytes, 1 << 20);
     let cases = [
         (
             "[store]\nkind = \"etcd\"\n",
@@ -191,6 +198,14 @@ fn the_store_section_is_validated() {
         (
             "[store]\nwhen_full = \"panic\"\n",
             "`when_full` is `evict` or `reject`, not `panic`",
+        ),
+        (
+            "[store]\nmax_bytes = 0\n",
+            "s.toml:2:13: `[store]`: `max_bytes` must be a whole number above zero, not 0",
+        ),
+        (
+            "[store]\nmax_bytes = 4096\n",
+            "s.toml:2:13: `[store]`: `max_bytes` must be at least 65536 (64 KiB: the store holds its keys in 64 shards, each its share), not 4096",
         ),
         ("[store]\nmax_key = 5\n", "unknown field `max_key`"),
         ("[store]\nmax_key = 5\n", "did you mean `max_keys`?"),
@@ -316,4 +331,109 @@ fn a_count_too_large_for_its_field_says_so() {
         errors,
         "big.toml:2:20: `[store]`: `breaker_failures` is too large: 5000000000"
     );
+}
+
+/// Issue 12's bounds on slow and greedy peers were constants; they are `[server]` fields,
+/// each validated where it stands.
+#[test]
+fn the_gateway_bounds_are_server_fields_checked_where_they_stand() {
+    let config = parse(
+        "b.toml",
+        r#"
+[server]
+header_read_timeout = "2s"
+max_header_bytes = 16_384
+api_body_timeout = "3s"
+body_idle_timeout = "4s"
+body_min_rate = 0
+body_rate_grace = "5s"
+upstream_connect_timeout = "250ms"
+upstream_response_timeout = "6s"
+upstream_idle_timeout = "7s"
+upstream_pool_idle = "8s"
+max_connections_per_client = 2
+"#,
+    )
+    .unwrap();
+    let b = config.server.bounds;
+    let secs = |d: std::time::Duration| d.as_secs_f64();
+    assert_eq!(secs(b.header_read_timeout), 2.0);
+    assert_eq!(b.max_header_bytes, 16_384);
+    assert_eq!(secs(b.api_body_timeout), 3.0);
+    assert_eq!(secs(b.body_idle_timeout), 4.0);
+    assert_eq!(b.body_min_rate, 0, "zero is no minimum rate");
+    assert_eq!(secs(b.body_rate_grace), 5.0);
+    assert_eq!(b.upstream_connect_timeout.as_millis(), 250);
+    assert_eq!(secs(b.upstream_response_timeout), 6.0);
+    assert_eq!(secs(b.upstream_idle_timeout), 7.0);
+    assert_eq!(secs(b.upstream_pool_idle), 8.0);
+    assert_eq!(b.max_connections_per_client, 2);
+
+    // The defaults are the constants they replace.
+    let d = parse("d.toml", "").unwrap().server.bounds;
+    assert_eq!(d, ratewarden_policy::Bounds::default());
+    assert_eq!(
+        (d.header_read_timeout.as_secs(), d.max_header_bytes),
+        (10, 65_536)
+    );
+    assert_eq!(
+        (d.api_body_timeout.as_secs(), d.body_idle_timeout.as_secs()),
+        (10, 10)
+    );
+    assert_eq!((d.body_min_rate, d.body_rate_grace.as_secs()), (1024, 10));
+    assert_eq!(
+        (
+            d.upstream_connect_timeout.as_secs(),
+            d.upstream_response_timeout.as_secs(),
+            d.upstream_idle_timeout.as_secs(),
+            d.upstream_pool_idle.as_secs()
+        ),
+        (5, 30, 30, 60)
+    );
+    assert_eq!(d.max_connections_per_client, 256);
+
+    let wrong = |line: &str| {
+        parse("b.toml", &format!("[server]\n{line}\n"))
+            .unwrap_err()
+            .to_string()
+    };
+    for field in [
+        "header_read_timeout",
+        "api_body_timeout",
+        "body_idle_timeout",
+        "body_rate_grace",
+        "upstream_connect_timeout",
+        "upstream_response_timeout",
+        "upstream_idle_timeout",
+        "upstream_pool_idle",
+    ] {
+        let column = field.len() + 4;
+        assert_eq!(
+            wrong(&format!("{field} = \"0s\"")),
+            format!("b.toml:2:{column}: `[server]`: `{field}` must be longer than zero")
+        );
+        assert!(
+            wrong(&format!("{field} = \"soon\""))
+                .starts_with(&format!("b.toml:2:{column}: `[server]`: `{field}`: ")),
+            "{field}"
+        );
+    }
+    assert_eq!(
+        wrong("max_connections_per_client = 0"),
+        "b.toml:2:30: `[server]`: `max_connections_per_client` must be a whole number above zero, not 0"
+    );
+    assert_eq!(
+        wrong("body_min_rate = -1"),
+        "b.toml:2:17: `[server]`: `body_min_rate` must be a whole number zero or more, not -1"
+    );
+    assert_eq!(
+        wrong("max_header_bytes = 0"),
+        "b.toml:2:20: `[server]`: `max_header_bytes` must be a whole number above zero, not 0"
+    );
+    // Below hyper's floor the server would panic at start: refused here instead.
+    assert_eq!(
+        wrong("max_header_bytes = 4096"),
+        "b.toml:2:20: `[server]`: `max_header_bytes` must be at least 8192 (8 KiB, the HTTP parser's floor), not 4096"
+    );
+    assert!(wrong("max_headers_bytes = 9000").contains("did you mean `max_header_bytes`?"));
 }

@@ -6,7 +6,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use ratewarden_core::{Algorithm, DisplayDuration, Limit};
-use ratewarden_policy::{config, Cost, Mode, OnStoreFailure, Rule, StoreKind, StoreSettings};
+use ratewarden_policy::{
+    config, Bounds, Cost, Mode, OnStoreFailure, Rule, StoreKind, StoreSettings,
+};
 use ratewarden_redis::{RedisConfig, RedisStore, Target, TimeSource};
 
 /// Validates `path`; prints its rules as a table, or every error found.
@@ -60,6 +62,10 @@ pub fn main(path: &Path) -> anyhow::Result<ExitCode> {
     for row in &rows {
         line(&mut out, row)?;
     }
+    writeln!(out)?;
+    for row in bounds(&config.server.bounds) {
+        writeln!(out, "{row}")?;
+    }
     writeln!(
         out,
         "{}: {} rule(s), valid",
@@ -111,6 +117,47 @@ pub fn shared_store(settings: &StoreSettings) -> anyhow::Result<Option<RedisStor
         return Ok(None);
     };
     RedisStore::new(config).map(Some).context("`[store]`")
+}
+
+/// The gateway's bounds as `[server]` fields, with their values and whether a reload
+/// changes them (those set up once per connection or upstream pool take a restart).
+fn bounds(b: &Bounds) -> Vec<String> {
+    let d = |d: std::time::Duration| DisplayDuration(d).to_string();
+    let rows = [
+        ("header_read_timeout", d(b.header_read_timeout), false),
+        ("max_header_bytes", b.max_header_bytes.to_string(), false),
+        (
+            "max_connections_per_client",
+            b.max_connections_per_client.to_string(),
+            false,
+        ),
+        ("api_body_timeout", d(b.api_body_timeout), true),
+        ("body_idle_timeout", d(b.body_idle_timeout), true),
+        (
+            "body_min_rate",
+            format!("{} bytes/s", b.body_min_rate),
+            true,
+        ),
+        ("body_rate_grace", d(b.body_rate_grace), true),
+        (
+            "upstream_connect_timeout",
+            d(b.upstream_connect_timeout),
+            false,
+        ),
+        (
+            "upstream_response_timeout",
+            d(b.upstream_response_timeout),
+            true,
+        ),
+        ("upstream_idle_timeout", d(b.upstream_idle_timeout), true),
+        ("upstream_pool_idle", d(b.upstream_pool_idle), false),
+    ];
+    let mut lines = vec![format!("{:<28}{:<16}on reload", "[server] bound", "value")];
+    for (field, value, reloads) in rows {
+        let reload = if reloads { "applies" } else { "restart" };
+        lines.push(format!("{field:<28}{value:<16}{reload}"));
+    }
+    lines
 }
 
 fn row(rule: &Rule) -> [String; 6] {

@@ -28,6 +28,61 @@ fn the_example_config_resolves_to_its_rules() {
     assert!(table.contains("enforce, bare 429"), "{table}");
     assert!(table.contains("closed (503)"), "{table}");
     assert!(table.contains("6 rule(s), valid"), "{table}");
+    // The gateway's bounds, with what a reload does to each.
+    let bound = |field: &str| {
+        let line = table.lines().find(|l| l.starts_with(field)).unwrap_or("");
+        line.split_whitespace()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        bound("max_header_bytes"),
+        ["max_header_bytes", "65536", "restart"]
+    );
+    assert_eq!(
+        bound("upstream_response_timeout"),
+        ["upstream_response_timeout", "30s", "applies"]
+    );
+}
+
+#[test]
+fn check_config_shows_the_bounds_a_file_sets() {
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("bounds.toml");
+    std::fs::write(
+        &path,
+        "[server]\nmax_connections_per_client = 2\nupstream_response_timeout = \"1500ms\"\n",
+    )
+    .unwrap();
+    let out = check(path.to_str().unwrap());
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        table.lines().any(|l| l.split_whitespace().eq([
+            "max_connections_per_client",
+            "2",
+            "restart"
+        ])),
+        "{table}"
+    );
+    assert!(
+        table.contains("upstream_response_timeout   1500ms"),
+        "{table}"
+    );
+    std::fs::write(&path, "[server]\nmax_header_bytes = 100\n").unwrap();
+    let out = check(path.to_str().unwrap());
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        err.contains(&format!(
+            "error: {}:2:20: `[server]`: `max_header_bytes` must be at least 8192",
+            path.display()
+        )),
+        "{err}"
+    );
 }
 
 #[test]

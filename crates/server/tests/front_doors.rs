@@ -769,3 +769,216 @@ async fn the_curl_examples_of_serve_help_work_against_a_live_server() {
     assert!(reloaded.contains(r#""reloaded":true"#), "{reloaded}");
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
+
+// ---------------------------------------------------------------------------------------
+// The bounds above, set in `[server]`
+
+/// `API` with `lines` added to its `[server]`.
+fn api_with(lines: &str) -> String {
+    API.replacen("[server]\n", &format!("[server]\n{lines}\n"), 1)
+}
+
+#[tokio::test]
+async fn max_header_bytes_from_the_config_refuses_a_modest_head_with_431() {
+    let server = start(&api_with("max_header_bytes = 8192")).await;
+    let head = |size: usize| {
+        format!(
+            "GET /healthcheck HTTP/1.1\r\nHost: x\r\nX-User: {}\r\nConnection: close\r\n\r\n",
+            "a".repeat(size)
+        )
+    };
+    // 12 KB: under the default 64 KiB, over the configured 8 KiB.
+    let mut stream = TcpStream::connect(server.listen).await.unwrap();
+    let _ = stream.write_all(head(12 * 1024).as_bytes()).await;
+    assert_eq!(read_response(&mut stream).await.status, 431);
+    let mut stream = TcpStream::connect(server.listen).await.unwrap();
+    stream.write_all(head(2 * 1024).as_bytes()).await.unwrap();
+    assert_eq!(read_response(&mut stream).await.status, 200);
+}
+
+#[tokio::test]
+async fn max_connections_per_client_from_the_config_closes_the_third() {
+    let server = start(&api_with("max_connections_per_client = 2")).await;
+    let api = server.listen;
+    let held = [
+        TcpStream::connect(api).await.unwrap(),
+        TcpStream::connect(api).await.unwrap(),
+    ];
+    let mut third = TcpStream::connect(api).await.unwrap();
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(5), third.read_to_end(&mut rest)).await;
+    assert!(
+        matches!(closed, Ok(Ok(0))),
+        "the third connection was kept open"
+    );
+    // Another client address is not held to this one's share.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(SocketAddr::from(([127, 0, 0, 9], 0))).unwrap();
+    let mut other = socket.connect(api).await.unwrap();
+    other
+        .write_all(b"GET /healthcheck HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    assert_eq!(read_response(&mut other).await.status, 200);
+    drop(held);
+}
+
+/// An upstream that takes connections and never answers.
+async fn hanging_upstream() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let up = listener.local_addr().unwrap();
+    let held = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = listener.accept().await {
+            held.push(conn);
+        }
+    });
+    (up, held)
+}
+
+#[tokio::test(start_paused = true)]
+async fn upstream_response_timeout_from_the_config_answers_504_in_that_time() {
+    let (up, held) = hanging_upstream().await;
+    let server = start(&gateway(up, "upstream_response_timeout = \"2s\"", "")).await;
+    let started = tokio::time::Instant::now();
+    let reply = tokio::time::timeout(Duration::from_secs(120), get(server.listen, "/x", ""))
+        .await
+        .expect("the gateway waited on the upstream for two minutes");
+    assert!(reply.is_problem(504), "{} {}", reply.status, reply.body);
+    assert!(reply.body.contains("within 2s"), "{}", reply.body);
+    // Two seconds, not the default thirty.
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(2) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    held.abort();
+}
+
+/// Which `[server]` fields a reload changes: those read per request apply to the next one;
+/// those set up once per connection are named in `/reload`'s answer, not silently ignored.
+#[tokio::test]
+async fn a_reload_applies_per_request_bounds_and_names_those_needing_a_restart() {
+    let (up, held) = hanging_upstream().await;
+    let path = temp_config("reload-bounds");
+    let before = gateway(up, "", "");
+    std::fs::write(&path, &before).unwrap();
+    let server = start_at(&before, Some(path.clone())).await;
+    let admin = server.admin.unwrap();
+    let after = gateway(
+        up,
+        "upstream_response_timeout = \"100ms\"\nmax_header_bytes = 8192",
+        "",
+    );
+    std::fs::write(&path, &after).unwrap();
+    let reloaded = raw(
+        admin,
+        &format!("POST /reload HTTP/1.1\nHost: {admin}\nContent-Type: application/json\nContent-Length: 2\nConnection: close\n\n{{}}"),
+    )
+    .await;
+    assert_eq!(reloaded.status, 200, "{}", reloaded.body);
+    assert_eq!(
+        reloaded.json()["needs_restart"],
+        json!(["[server] max_header_bytes"]),
+        "{}",
+        reloaded.body
+    );
+    // The per-request timeout is in force for the next request...
+    let reply = tokio::time::timeout(Duration::from_secs(10), get(server.listen, "/x", ""))
+        .await
+        .expect("the reloaded upstream_response_timeout was not applied");
+    assert!(reply.is_problem(504), "{} {}", reply.status, reply.body);
+    assert!(reply.body.contains("within 100ms"), "{}", reply.body);
+    // ...and the listener's header bound is still the one it started with.
+    let mut stream = TcpStream::connect(server.listen).await.unwrap();
+    let head = format!(
+        "GET /x HTTP/1.1\r\nHost: x\r\nX-Pad: {}\r\nConnection: close\r\n\r\n",
+        "a".repeat(12 * 1024)
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    assert_eq!(read_response(&mut stream).await.status, 504);
+    held.abort();
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+/// The headers that decide who a request is are worked out with the rule set: a reload
+/// that keys a rule on a new header protects that header from the next request on.
+#[tokio::test]
+async fn a_reload_that_keys_a_rule_on_a_new_header_protects_it_at_once() {
+    let up = echo_upstream().await;
+    let path = temp_config("reload-identity");
+    let before = gateway(up, "", "");
+    std::fs::write(&path, &before).unwrap();
+    let server = start_at(&before, Some(path.clone())).await;
+    let gw = server.listen;
+    // No rule reads `x-team` yet: it is any header, and `Connection` may name it.
+    let twice = "x-team: red\nx-team: blue\n";
+    assert_eq!(get(gw, "/x", twice).await.status, 200);
+    let hop = "x-team: red\nConnection: x-team\n";
+    let reply = get(gw, "/x", hop).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(
+        reply.json()["headers"].get("x-team").is_none(),
+        "hop-by-hop"
+    );
+
+    let per_team = r#"
+[[limit]]
+name = "per-team"
+key = ["header:x-team"]
+algorithm = "fixed-window"
+limit = 100
+window = "1h"
+"#;
+    std::fs::write(&path, gateway(up, "", per_team)).unwrap();
+    assert_eq!(server.reload().await.expect("a valid config"), 2);
+    let reply = get(gw, "/x", twice).await;
+    assert!(reply.is_problem(400), "{} {}", reply.status, reply.body);
+    assert!(
+        reply.body.contains("two `x-team` headers"),
+        "{}",
+        reply.body
+    );
+    let reply = get(gw, "/x", hop).await;
+    assert!(reply.is_problem(400), "{} {}", reply.status, reply.body);
+    assert!(
+        reply.body.contains("`Connection` names `x-team`"),
+        "{}",
+        reply.body
+    );
+    // One line, not named in `Connection`, is decided and forwarded as it came.
+    let reply = get(gw, "/x", "x-team: red\n").await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json()["headers"]["x-team"], json!(["red"]));
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+/// The connection cap spares the proxies trusted by the rules in force: it read the list
+/// once at start, so a proxy trusted by a reload was still cut to a client's share.
+#[tokio::test]
+async fn a_proxy_trusted_by_a_reload_is_spared_the_connection_cap_at_once() {
+    let path = temp_config("reload-trusted");
+    let before = api_with("max_connections_per_client = 2");
+    std::fs::write(&path, &before).unwrap();
+    let server = start_at(&before, Some(path.clone())).await;
+    std::fs::write(
+        &path,
+        api_with("max_connections_per_client = 2\ntrusted_proxies = [\"127.0.0.1\"]"),
+    )
+    .unwrap();
+    assert_eq!(server.reload().await.expect("a valid config"), 2);
+    let mut held = Vec::new();
+    for i in 0..3 {
+        let mut stream = TcpStream::connect(server.listen).await.unwrap();
+        stream
+            .write_all(b"GET /healthcheck HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let reply = tokio::time::timeout(Duration::from_secs(5), read_response(&mut stream))
+            .await
+            .unwrap_or_else(|_| panic!("connection {i} was not served"));
+        assert_eq!(reply.status, 200, "connection {i}");
+        held.push(stream);
+    }
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}

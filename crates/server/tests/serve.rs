@@ -1085,6 +1085,103 @@ async fn a_reload_that_fails_leaves_the_old_rules_working() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A metric's value in a `/metrics` text (the first line of that name and labels).
+fn metric(metrics: &str, name: &str) -> Option<u64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|n| n.trim().parse().ok())
+}
+
+/// Decides `n` requests, each from a client address of its own, on one connection.
+async fn flood(api: SocketAddr, n: u32) {
+    let client = client();
+    for i in 0..n {
+        let body = format!(
+            r#"{{"ip": "10.{}.{}.{}"}}"#,
+            i >> 16,
+            (i >> 8) & 255,
+            i & 255
+        );
+        let request = Request::post(format!("http://{api}/v1/check"))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        let response = client.request(request).await.expect("a response");
+        assert_eq!(response.status(), StatusCode::OK);
+        let _ = response.into_body().collect().await;
+    }
+}
+
+const PER_IP: &str = r#"
+[[limit]]
+name = "per-ip"
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 10
+window = "1h"
+"#;
+
+/// `[store] max_bytes` reaches the in-memory store `serve` builds: a flood of new keys is
+/// held to the bytes configured, where the default would keep every one of them.
+#[tokio::test]
+async fn serve_builds_the_memory_store_with_store_max_bytes() {
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n\n[store]\nmax_bytes = 65536\n{PER_IP}"
+    );
+    let server = start(&toml, Arc::new(ManualClock::new(T0))).await;
+    flood(server.listen, 2000).await;
+    let metrics = get(server.admin.unwrap(), "/metrics", &[]).await.body;
+    let keys = metric(&metrics, "ratewarden_keys").expect("a keys gauge");
+    // Every key takes a 64-byte slot at least.
+    assert!(
+        keys > 0 && keys <= 65536 / 64,
+        "{keys} keys held under max_bytes = 65536"
+    );
+}
+
+/// What the in-memory store had to do shows in `/metrics`: a flood of new keys through a
+/// store of 64 keys evicts keys with budget left, then, with only limited keys left to
+/// evict, limited ones (answered as limited still); the bytes its keys take are shown.
+#[tokio::test]
+async fn metrics_show_the_store_evicting_under_a_flood() {
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n\n[store]\nmax_keys = 64\n{}",
+        PER_IP.replace("limit = 10", "limit = 1")
+    );
+    let server = start(&toml, Arc::new(ManualClock::new(T0))).await;
+    let admin = server.admin.unwrap();
+    let scrape = || async move { get(admin, "/metrics", &[]).await.body };
+    let evicted = |metrics: &str, state: &str| {
+        metric(
+            metrics,
+            &format!(r#"ratewarden_store_evicted_total{{state="{state}"}}"#),
+        )
+        .unwrap_or_else(|| panic!("no {state} evictions in:\n{metrics}"))
+    };
+    let before = scrape().await;
+    assert_eq!(evicted(&before, "live"), 0);
+    assert_eq!(evicted(&before, "limited"), 0);
+    assert_eq!(metric(&before, "ratewarden_store_key_bytes"), Some(0));
+
+    // One request each: a limit of 1 leaves every key limited once it is decided.
+    flood(server.listen, 1000).await;
+    let after = scrape().await;
+    let keys = metric(&after, "ratewarden_keys").unwrap();
+    assert!(keys <= 64, "{keys} keys in a store of 64");
+    assert!(evicted(&after, "limited") > 0, "{after}");
+    assert!(
+        metric(&after, "ratewarden_store_key_bytes").unwrap() > 0,
+        "keys like `per-ip@…|10.0.3.7` are longer than 24 bytes: {after}"
+    );
+    assert!(metric(&after, "ratewarden_store_allocated_bytes").unwrap() > 0);
+    assert!(metric(&after, "ratewarden_store_rejected_new_keys_total").is_some());
+    assert!(
+        !after.contains("late_timeouts"),
+        "the memory store has no deadline"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // The binary: signals
 
@@ -1316,6 +1413,8 @@ local_divide_by = 3
         r#"ratewarden_decisions_total{rule="pay",outcome="failed_closed"} 1"#,
         r#"ratewarden_decisions_total{rule="search",outcome="fell_back"} 15"#,
         "ratewarden_store_breaker 1",
+        // A stopped Redis is Redis's fault, not a late caller's.
+        "ratewarden_store_late_timeouts_total 0",
     ] {
         assert!(metrics.contains(line), "missing `{line}` in:\n{metrics}");
     }

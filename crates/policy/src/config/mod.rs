@@ -15,9 +15,10 @@
 //! A file is read in two steps, as ripgrep reads its arguments: serde reads the TOML into a
 //! raw model where every field is optional and spanned (`raw.rs`), then validation turns it
 //! into the typed [`Config`] (`validate.rs` driving; `rule.rs`, `limit.rs` and `key.rs` for a
-//! `[[limit]]`; `server.rs` and `store.rs` for the sections), collecting every error with its
+//! `[[limit]]`; `server.rs` (with `bounds.rs`) and `store.rs` for the sections), collecting every error with its
 //! file, line, column and rule rather than stopping at the first.
 
+mod bounds;
 mod error;
 mod key;
 mod limit;
@@ -29,7 +30,8 @@ mod settings;
 mod store;
 mod validate;
 
+pub use bounds::{Bounds, MIN_HEADER_BYTES};
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{Cost, KeyPart, Match, Mode, OnStoreFailure, Rule};
-pub use settings::{Config, KeySources, ServerSettings, StoreKind, StoreSettings};
+pub use settings::{Config, KeySources, ServerSettings, StoreKind, StoreSettings, MIN_STORE_BYTES};
 pub use validate::{load, parse};

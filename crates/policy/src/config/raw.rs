@@ -33,6 +33,17 @@ pub(super) struct RawServer {
     pub(super) critical: Vec<RawMatch>,
     pub(super) shutdown_grace: Option<Spanned<String>>,
     pub(super) max_body: Option<Spanned<i64>>,
+    pub(super) header_read_timeout: Option<Spanned<String>>,
+    pub(super) max_header_bytes: Option<Spanned<i64>>,
+    pub(super) api_body_timeout: Option<Spanned<String>>,
+    pub(super) body_idle_timeout: Option<Spanned<String>>,
+    pub(super) body_min_rate: Option<Spanned<i64>>,
+    pub(super) body_rate_grace: Option<Spanned<String>>,
+    pub(super) upstream_connect_timeout: Option<Spanned<String>>,
+    pub(super) upstream_response_timeout: Option<Spanned<String>>,
+    pub(super) upstream_idle_timeout: Option<Spanned<String>>,
+    pub(super) upstream_pool_idle: Option<Spanned<String>>,
+    pub(super) max_connections_per_client: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]
@@ -40,6 +51,7 @@ pub(super) struct RawServer {
 pub(super) struct RawStore {
     pub(super) kind: Option<Spanned<String>>,
     pub(super) max_keys: Option<Spanned<i64>>,
+    pub(super) max_bytes: Option<Spanned<i64>>,
     pub(super) when_full: Option<Spanned<String>>,
     pub(super) url: Option<String>,
     #[serde(default)]

@@ -7,10 +7,11 @@ use toml::Spanned;
 use super::error::Errors;
 use super::raw::RawServer;
 use super::rule::match_of;
-use super::ServerSettings;
+use super::{Bounds, ServerSettings, MIN_HEADER_BYTES};
 
 pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> ServerSettings {
     let defaults = ServerSettings::default();
+    let bounds = bounds(&raw, errors);
     let mut address = |field: &str, value: Option<Spanned<String>>| -> Option<Option<SocketAddr>> {
         let v = value?;
         if v.get_ref().trim() == "off" {
@@ -100,6 +101,102 @@ pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> Server
         critical: raw.critical.into_iter().map(match_of).collect(),
         shutdown_grace,
         max_body,
+        bounds,
+    }
+}
+
+/// The bounds on slow and greedy peers; zero is refused wherever it would refuse every
+/// request or cut every body (a zero `body_min_rate` is no minimum).
+fn bounds(raw: &RawServer, errors: &mut Errors<'_>) -> Bounds {
+    let d = Bounds::default();
+    let mut duration = |field: &str, value: &Option<Spanned<String>>, default| {
+        errors
+            .duration(
+                value.as_ref(),
+                &format!("`[server]`: `{field}`"),
+                None,
+                false,
+            )
+            .unwrap_or(default)
+    };
+    let header_read_timeout = duration(
+        "header_read_timeout",
+        &raw.header_read_timeout,
+        d.header_read_timeout,
+    );
+    let api_body_timeout = duration(
+        "api_body_timeout",
+        &raw.api_body_timeout,
+        d.api_body_timeout,
+    );
+    let body_idle_timeout = duration(
+        "body_idle_timeout",
+        &raw.body_idle_timeout,
+        d.body_idle_timeout,
+    );
+    let body_rate_grace = duration("body_rate_grace", &raw.body_rate_grace, d.body_rate_grace);
+    let upstream_connect_timeout = duration(
+        "upstream_connect_timeout",
+        &raw.upstream_connect_timeout,
+        d.upstream_connect_timeout,
+    );
+    let upstream_response_timeout = duration(
+        "upstream_response_timeout",
+        &raw.upstream_response_timeout,
+        d.upstream_response_timeout,
+    );
+    let upstream_idle_timeout = duration(
+        "upstream_idle_timeout",
+        &raw.upstream_idle_timeout,
+        d.upstream_idle_timeout,
+    );
+    let upstream_pool_idle = duration(
+        "upstream_pool_idle",
+        &raw.upstream_pool_idle,
+        d.upstream_pool_idle,
+    );
+    let what = |field: &str| format!("`[server]`: `{field}`");
+    let body_min_rate = raw
+        .body_min_rate
+        .as_ref()
+        .and_then(|v| errors.whole(v, &what("body_min_rate"), None, true))
+        .unwrap_or(d.body_min_rate);
+    let max_connections_per_client = raw
+        .max_connections_per_client
+        .as_ref()
+        .and_then(|v| errors.whole(v, &what("max_connections_per_client"), None, false))
+        .unwrap_or(d.max_connections_per_client);
+    let max_header_bytes = match raw
+        .max_header_bytes
+        .as_ref()
+        .and_then(|v| errors.whole::<usize>(v, &what("max_header_bytes"), None, false))
+    {
+        Some(n) if n < MIN_HEADER_BYTES => {
+            // hyper's parser cannot work with less, and would panic at start.
+            errors.at(
+                raw.max_header_bytes.as_ref().map(Spanned::span),
+                None,
+                format!(
+                    "`[server]`: `max_header_bytes` must be at least {MIN_HEADER_BYTES} (8 KiB, the HTTP parser's floor), not {n}"
+                ),
+            );
+            d.max_header_bytes
+        }
+        Some(n) => n,
+        None => d.max_header_bytes,
+    };
+    Bounds {
+        header_read_timeout,
+        max_header_bytes,
+        api_body_timeout,
+        body_idle_timeout,
+        body_min_rate,
+        body_rate_grace,
+        upstream_connect_timeout,
+        upstream_response_timeout,
+        upstream_idle_timeout,
+        upstream_pool_idle,
+        max_connections_per_client,
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ratewarden_core::shared_store;
 
-use super::{Match, Rule};
+use super::{Bounds, Match, Rule};
 use crate::TrustedProxies;
 
 /// Where the `api_key` and `tenant` key parts are read from (`[keys]` in the file).
@@ -51,6 +51,10 @@ pub struct StoreSettings {
     pub kind: StoreKind,
     /// The most keys the in-memory store (and the local fallback) holds.
     pub max_keys: usize,
+    /// The most bytes the in-memory store's keys may take (a 64-byte slot each, plus the
+    /// text of keys longer than 24 bytes): 256 MiB by default, at least [`MIN_STORE_BYTES`].
+    /// `max_keys` bounds the count; this bounds the memory whatever the keys' length.
+    pub max_bytes: usize,
     /// Whether a full in-memory store evicts (`"evict"`, the default) or refuses new keys
     /// (`"reject"`).
     pub evict_when_full: bool,
@@ -72,6 +76,7 @@ impl Default for StoreSettings {
         Self {
             kind: StoreKind::Memory,
             max_keys: 1_000_000,
+            max_bytes: ratewarden_memory::StoreConfig::default().max_bytes,
             evict_when_full: true,
             deadline: shared_store::DEADLINE,
             breaker_failures: shared_store::BREAKER_FAILURES,
@@ -81,6 +86,10 @@ impl Default for StoreSettings {
         }
     }
 }
+
+/// The smallest `[store] max_bytes`: 1 KiB for each of the in-memory store's 64 shards
+/// (each holds its share), room for a few keys each. Less would refuse nearly every key.
+pub const MIN_STORE_BYTES: usize = 64 * 1024;
 
 /// The `[server]` section, validated: what `ratewarden serve` listens on and how it answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,6 +121,9 @@ pub struct ServerSettings {
     pub shutdown_grace: Duration,
     /// The largest decision API request body, in bytes.
     pub max_body: usize,
+    /// Header bytes, connections per client, and how long heads and bodies may take, both
+    /// ways through the gateway.
+    pub bounds: Bounds,
 }
 
 impl Default for ServerSettings {
@@ -130,6 +142,7 @@ impl Default for ServerSettings {
             critical: Vec::new(),
             shutdown_grace: Duration::from_secs(30),
             max_body: 64 * 1024,
+            bounds: Bounds::default(),
         }
     }
 }
@@ -147,4 +160,76 @@ pub struct Config {
     pub server: ServerSettings,
     /// The rules, in file order.
     pub rules: Vec<Rule>,
+}
+
+impl ServerSettings {
+    /// The fields read once at start that differ in `next`, as `[server] field`: a reload
+    /// puts the per-request fields in force, and names these rather than ignore them
+    /// (they take a restart).
+    ///
+    /// Read at start: the listeners and the upstream, shedding (`max_in_flight`,
+    /// `critical_reserve`, `queue_timeout`), `shutdown_grace`, and the bounds set on a
+    /// connection or on the upstream's pool ([`Bounds::needing_restart`]). Read per request,
+    /// so changed by a reload: `legacy_headers`, `retry_after_jitter`, `critical`,
+    /// `max_body`, and the body and upstream response timeouts.
+    pub fn needing_restart(&self, next: &ServerSettings) -> Vec<&'static str> {
+        let mut changed: Vec<&'static str> = [
+            ("[server] listen", self.listen != next.listen),
+            ("[server] api", self.api != next.api),
+            ("[server] grpc", self.grpc != next.grpc),
+            ("[server] admin", self.admin != next.admin),
+            ("[server] upstream", self.upstream != next.upstream),
+            (
+                "[server] max_in_flight",
+                self.max_in_flight != next.max_in_flight,
+            ),
+            (
+                "[server] queue_timeout",
+                self.queue_timeout != next.queue_timeout,
+            ),
+            (
+                "[server] critical_reserve",
+                self.critical_reserve != next.critical_reserve,
+            ),
+            (
+                "[server] shutdown_grace",
+                self.shutdown_grace != next.shutdown_grace,
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(field, differs)| differs.then_some(field))
+        .collect();
+        changed.extend(self.bounds.needing_restart(&next.bounds));
+        changed
+    }
+}
+
+impl StoreSettings {
+    /// The fields that differ in `next`, as `[store] field`: the store is built once, at
+    /// start, so a reload names every one of them rather than ignore it.
+    pub fn needing_restart(&self, next: &StoreSettings) -> Vec<&'static str> {
+        [
+            ("[store] kind", self.kind != next.kind),
+            ("[store] max_keys", self.max_keys != next.max_keys),
+            ("[store] max_bytes", self.max_bytes != next.max_bytes),
+            (
+                "[store] when_full",
+                self.evict_when_full != next.evict_when_full,
+            ),
+            ("[store] deadline", self.deadline != next.deadline),
+            (
+                "[store] breaker_failures",
+                self.breaker_failures != next.breaker_failures,
+            ),
+            (
+                "[store] breaker_cool_down",
+                self.breaker_cool_down != next.breaker_cool_down,
+            ),
+            ("[store] key_prefix", self.key_prefix != next.key_prefix),
+            ("[store] tls_ca_file", self.tls_ca_file != next.tls_ca_file),
+        ]
+        .into_iter()
+        .filter_map(|(field, differs)| differs.then_some(field))
+        .collect()
+    }
 }

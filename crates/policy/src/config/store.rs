@@ -4,7 +4,7 @@ use toml::Spanned;
 
 use super::error::Errors;
 use super::raw::RawStore;
-use super::{StoreKind, StoreSettings};
+use super::{StoreKind, StoreSettings, MIN_STORE_BYTES};
 
 pub(super) fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSettings {
     let defaults = StoreSettings::default();
@@ -59,6 +59,20 @@ pub(super) fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSet
         }
     };
     let max_keys = count(errors, "max_keys", &raw.max_keys).unwrap_or(defaults.max_keys);
+    let max_bytes = match count::<usize>(errors, "max_bytes", &raw.max_bytes) {
+        Some(n) if n < MIN_STORE_BYTES => {
+            errors.at(
+                raw.max_bytes.as_ref().map(Spanned::span),
+                None,
+                format!(
+                    "`[store]`: `max_bytes` must be at least {MIN_STORE_BYTES} (64 KiB: the store holds its keys in 64 shards, each its share), not {n}"
+                ),
+            );
+            defaults.max_bytes
+        }
+        Some(n) => n,
+        None => defaults.max_bytes,
+    };
     let breaker_failures = count(errors, "breaker_failures", &raw.breaker_failures)
         .unwrap_or(defaults.breaker_failures);
     let mut duration = |field: &str, value: &Option<Spanned<String>>| {
@@ -75,6 +89,7 @@ pub(super) fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSet
     StoreSettings {
         kind,
         max_keys,
+        max_bytes,
         evict_when_full,
         deadline,
         breaker_failures,

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError};
 
 use super::counters::Counters;
-use super::{fingerprint, Engine, RuleStats};
+use super::{fingerprint, Engine, Identity, RuleStats};
 use crate::envoy::EnvoyConfig;
 use crate::{Config, Rule};
 
@@ -24,6 +24,9 @@ pub(super) struct RuleSet {
     /// Per rule: `name@fingerprint`, so that a reload keeps the counters of a rule whose
     /// numbers did not change and starts a changed one afresh.
     pub(super) prefixes: Vec<String>,
+    /// The headers that decide who a request is under these rules, worked out here once
+    /// rather than by each request (or each worker after a reload).
+    pub(super) identity: Arc<Identity>,
     pub(super) version: u64,
 }
 
@@ -34,6 +37,7 @@ impl RuleSet {
             .iter()
             .map(|rule| format!("{}@{}", rule.name, fingerprint(rule)))
             .collect();
+        let identity = Arc::new(Identity::of(&config, &config.rules));
         RuleSet {
             counters: config.rules.iter().map(|_| Arc::default()).collect(),
             envoy_counters: envoy
@@ -41,6 +45,7 @@ impl RuleSet {
                 .into_iter()
                 .map(|label| (label, Arc::default()))
                 .collect(),
+            identity,
             rules: std::mem::take(&mut config.rules).into(),
             config,
             envoy: Arc::new(envoy),
@@ -63,6 +68,13 @@ impl<S> Engine<S> {
             rules: set.rules.to_vec(),
             ..set.config.clone()
         }
+    }
+
+    /// The headers that decide who a request is under the rules in force, and the proxies
+    /// believed: shared, worked out when the rules came into force (cheap to take per
+    /// request).
+    pub fn identity(&self) -> Arc<Identity> {
+        Arc::clone(&self.current().identity)
     }
 
     /// The envoyproxy/ratelimit configs in force.

@@ -4,14 +4,16 @@ use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use super::store::AnyStore;
 use ratewarden_core::{Clock, Limit, Outcome};
 use ratewarden_http::PolicyState;
 use ratewarden_policy::envoy::EnvoyConfig;
-use ratewarden_policy::{ConfigError, ConfigErrors, Engine, ServerSettings, Verdict};
+use ratewarden_policy::{
+    ConfigError, ConfigErrors, Engine, ServerSettings, StoreSettings, Verdict,
+};
 use tokio::sync::watch;
 
 use super::metrics::Metrics;
@@ -45,7 +47,10 @@ impl Clock for TokioClock {
 pub(crate) struct App {
     pub(crate) engine: Arc<Engine<AnyStore>>,
     pub(crate) clock: Arc<dyn Clock>,
-    settings: ServerSettings,
+    /// `[server]` as it is now: the fields read per request follow reloads.
+    settings: RwLock<Arc<ServerSettings>>,
+    /// `[server]` and `[store]` as started: what a reload cannot change, to name it.
+    started: (ServerSettings, StoreSettings),
     pub(crate) metrics: Metrics,
     pub(crate) shedder: Arc<Shedder>,
     config_path: Option<PathBuf>,
@@ -54,6 +59,15 @@ pub(crate) struct App {
     ready: AtomicBool,
     jitter: RandomState,
     jitter_seq: AtomicU64,
+}
+
+/// A reload put in force.
+pub(crate) struct Reloaded {
+    /// The version of the rules now in force.
+    pub(crate) version: u64,
+    /// The `[server]` and `[store]` fields the file changes that only a restart puts in
+    /// force, as `[section] field`.
+    pub(crate) needing_restart: Vec<&'static str>,
 }
 
 /// What to do with a decided request.
@@ -71,6 +85,7 @@ impl App {
     pub(crate) fn new(
         engine: Arc<Engine<AnyStore>>,
         settings: ServerSettings,
+        store: StoreSettings,
         config_path: Option<PathBuf>,
         clock: Arc<dyn Clock>,
         envoy_path: Option<PathBuf>,
@@ -84,7 +99,8 @@ impl App {
                 settings.critical_reserve,
                 settings.queue_timeout,
             )),
-            settings,
+            started: (settings.clone(), store),
+            settings: RwLock::new(Arc::new(settings)),
             metrics,
             config_path,
             envoy_path,
@@ -94,8 +110,15 @@ impl App {
         })
     }
 
-    pub(crate) fn settings(&self) -> &ServerSettings {
-        &self.settings
+    /// `[server]` as started: for what is set up once (listeners, connections, the
+    /// upstream's pool), which a reload does not change.
+    pub(crate) fn started(&self) -> &ServerSettings {
+        &self.started.0
+    }
+
+    /// `[server]` as it is now (read it once per request: a reload swaps it whole).
+    pub(crate) fn settings(&self) -> Arc<ServerSettings> {
+        Arc::clone(&self.settings.read().unwrap_or_else(PoisonError::into_inner))
     }
 
     pub(crate) fn is_ready(&self) -> bool {
@@ -108,8 +131,9 @@ impl App {
 
     /// Reads the config file and the Envoy configs again, off the async workers (a large
     /// file must not stall decisions), then puts both in force in one swap; on any error
-    /// neither changes. `[server]` and `[store]` are read at start only.
-    pub(crate) async fn reload(&self) -> Result<u64, ConfigErrors> {
+    /// neither changes. The `[server]` fields read per request change with it; those read
+    /// at start (and all of `[store]`) are named in the answer and the log, not applied.
+    pub(crate) async fn reload(&self) -> Result<Reloaded, ConfigErrors> {
         let (config_path, envoy_path) = (self.config_path.clone(), self.envoy_path.clone());
         let loaded = tokio::task::spawn_blocking(move || load(config_path, envoy_path)).await;
         let loaded = loaded.unwrap_or_else(|error| {
@@ -129,27 +153,42 @@ impl App {
             }
         };
         let envoy = envoy.unwrap_or_else(|| (*self.engine.envoy()).clone());
+        let mut needing_restart = Vec::new();
         let version = match config {
             Some(config) => {
-                if config.server != self.settings {
+                // Against the settings started with, not the last reload's: a field that
+                // still differs still is not in force.
+                needing_restart = self.started.0.needing_restart(&config.server);
+                needing_restart.extend(self.started.1.needing_restart(&config.store));
+                if !needing_restart.is_empty() {
                     tracing::warn!(
-                        "`[server]` changed: listeners, upstream and shedding change on restart only"
+                        fields = needing_restart.join(", "),
+                        "these fields changed but are read at start only: restart to apply them"
                     );
                 }
-                self.engine.reload_with_envoy(config, envoy)
+                let server = Arc::new(config.server.clone());
+                let version = self.engine.reload_with_envoy(config, envoy);
+                *self
+                    .settings
+                    .write()
+                    .unwrap_or_else(PoisonError::into_inner) = server;
+                version
             }
             // Envoy configs only: the rules stay as they are.
             None => self.engine.reload_with_envoy(self.engine.config(), envoy),
         };
         tracing::info!(version, "rules and Envoy configs reloaded");
         self.metrics.reloaded(true);
-        Ok(version)
+        Ok(Reloaded {
+            version,
+            needing_restart,
+        })
     }
 
     /// Decides what to do with a verdict: the contract's 429 or 503, or go on with the
     /// RateLimit fields (and a queueing rule's delay).
     pub(crate) fn answer(&self, verdict: &Verdict) -> Answer {
-        let legacy = self.settings.legacy_headers;
+        let legacy = self.settings().legacy_headers;
         // Only enforced, non-sensitive rules show their numbers; shadow rules are not the
         // client's business, and sensitive ones must not reveal capacity.
         let shown: Vec<PolicyState<'_>> = verdict
@@ -205,7 +244,8 @@ impl App {
     /// `retry_ns` plus up to `[server] retry_after_jitter` at random, so clients throttled
     /// together do not all come back together. Only ever later, never earlier.
     pub(crate) fn jittered(&self, retry_ns: u64) -> u64 {
-        let jitter = u64::try_from(self.settings.retry_after_jitter.as_nanos()).unwrap_or(u64::MAX);
+        let jitter =
+            u64::try_from(self.settings().retry_after_jitter.as_nanos()).unwrap_or(u64::MAX);
         if jitter == 0 {
             return retry_ns;
         }

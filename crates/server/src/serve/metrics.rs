@@ -1,4 +1,5 @@
-//! `/metrics`: what each rule did, how long decisions took, in flight, shed, keys, version.
+//! `/metrics`: what each rule did, how long decisions took, in flight, shed, what the store
+//! holds and had to do (keys, bytes, evictions, late timeouts), version.
 
 use std::fmt;
 use std::sync::Arc;
@@ -11,7 +12,9 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use ratewarden_memory::StoreStats;
 use ratewarden_policy::{Engine, OnStoreFailure};
+use ratewarden_redis::BreakerState;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RuleLabels {
@@ -33,6 +36,107 @@ struct StatusLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EvictedLabels {
+    state: &'static str,
+}
+
+/// What the store reports at a scrape: the in-memory store's stats, or the Redis store's
+/// breaker and late timeouts.
+#[derive(Debug, Default)]
+struct StoreFigures {
+    memory: Option<StoreStats>,
+    breaker: Option<BreakerState>,
+    late_timeouts: Option<u64>,
+}
+
+impl StoreFigures {
+    fn of(store: &AnyStore) -> Self {
+        Self {
+            memory: store.memory_stats(),
+            breaker: store.breaker(),
+            late_timeouts: store.late_timeouts(),
+        }
+    }
+
+    /// Writes them, in the families documented in `docs/serving.md`.
+    fn encode(&self, encoder: &mut DescriptorEncoder<'_>) -> fmt::Result {
+        let mut gauge = |name: &str, help: &str, value: i64| {
+            let gauge = ConstGauge::new(value);
+            gauge.encode(encoder.encode_descriptor(name, help, None, gauge.metric_type())?)
+        };
+        if let Some(stats) = &self.memory {
+            let bytes = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+            gauge(
+                "keys",
+                "Keys held by the in-memory store",
+                bytes(stats.keys),
+            )?;
+            gauge(
+                "store_key_bytes",
+                "Heap bytes of the keys the in-memory store holds (keys longer than 24 bytes; \
+                 with a 64-byte slot per key, what [store] max_bytes bounds)",
+                bytes(stats.key_bytes),
+            )?;
+            gauge(
+                "store_allocated_bytes",
+                "Bytes the in-memory store has allocated for its keys and states",
+                bytes(stats.allocated_bytes),
+            )?;
+        }
+        if let Some(state) = self.breaker {
+            let value = match state {
+                BreakerState::Closed => 0,
+                BreakerState::Open => 1,
+                BreakerState::HalfOpen => 2,
+            };
+            gauge(
+                "store_breaker",
+                "The shared store's circuit breaker: 0 closed, 1 open (failing fast), 2 half-open (probing)",
+                value,
+            )?;
+        }
+        if let Some(stats) = &self.memory {
+            let mut family = encoder.encode_descriptor(
+                "store_evicted",
+                "Keys the full in-memory store dropped to make room, by the state they were \
+                 in: fresh (deciding as a new key would: nothing changes), live (budget left: \
+                 they start afresh), limited (only when nothing else could go; still answered \
+                 as limited until their state would have been fresh)",
+                None,
+                prometheus_client::metrics::MetricType::Counter,
+            )?;
+            for (state, value) in [
+                ("fresh", stats.evicted_fresh),
+                ("live", stats.evicted_live),
+                ("limited", stats.evicted_limited),
+            ] {
+                ConstCounter::new(value).encode(family.encode_family(&EvictedLabels { state })?)?;
+            }
+            let refused = ConstCounter::new(stats.rejected_new_keys);
+            refused.encode(encoder.encode_descriptor(
+                "store_rejected_new_keys",
+                "Requests of new keys the full in-memory store refused (when_full = \"reject\", \
+                 or no room could be made without resetting a limited key)",
+                None,
+                refused.metric_type(),
+            )?)?;
+        }
+        if let Some(late) = self.late_timeouts {
+            let late = ConstCounter::new(late);
+            late.encode(encoder.encode_descriptor(
+                "store_late_timeouts",
+                "Shared store calls that missed their deadline because this process was too \
+                 busy to see the answer in time, not because Redis was slow (not held against \
+                 Redis by the breaker; the rule's on_store_failure answered)",
+                None,
+                late.metric_type(),
+            )?)?;
+        }
+        Ok(())
+    }
 }
 
 pub(crate) struct Metrics {
@@ -102,29 +206,7 @@ impl Collector for EngineCollector {
                 }
             }
         }
-        if let Some(len) = self.engine.store().len() {
-            let keys = ConstGauge::new(len as i64);
-            keys.encode(encoder.encode_descriptor(
-                "keys",
-                "Keys held by the in-memory store",
-                None,
-                keys.metric_type(),
-            )?)?;
-        }
-        if let Some(state) = self.engine.store().breaker() {
-            let value = match state {
-                ratewarden_redis::BreakerState::Closed => 0,
-                ratewarden_redis::BreakerState::Open => 1,
-                ratewarden_redis::BreakerState::HalfOpen => 2,
-            };
-            let breaker = ConstGauge::new(value);
-            breaker.encode(encoder.encode_descriptor(
-                "store_breaker",
-                "The shared store's circuit breaker: 0 closed, 1 open (failing fast), 2 half-open (probing)",
-                None,
-                breaker.metric_type(),
-            )?)?;
-        }
+        StoreFigures::of(self.engine.store()).encode(&mut encoder)?;
         let version = ConstGauge::new(self.engine.version() as i64);
         version.encode(encoder.encode_descriptor(
             "config_version",
@@ -202,5 +284,82 @@ impl Metrics {
         // Writing to a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fixed figures, as a store would report them.
+    #[derive(Debug)]
+    struct Fixed(StoreFigures);
+
+    impl Collector for Fixed {
+        fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> fmt::Result {
+            self.0.encode(&mut encoder)
+        }
+    }
+
+    fn render(figures: StoreFigures) -> String {
+        let mut registry = Registry::with_prefix("ratewarden");
+        registry.register_collector(Box::new(Fixed(figures)));
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &registry).unwrap();
+        out
+    }
+
+    /// A late timeout cannot be provoked on demand through a real server (it needs the
+    /// process starved at the moment Redis answers): its rendering is checked here.
+    #[test]
+    fn the_redis_store_shows_its_late_timeouts_and_breaker() {
+        let text = render(StoreFigures {
+            memory: None,
+            breaker: Some(BreakerState::HalfOpen),
+            late_timeouts: Some(7),
+        });
+        assert!(
+            text.contains("# TYPE ratewarden_store_late_timeouts counter"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nratewarden_store_late_timeouts_total 7\n"),
+            "{text}"
+        );
+        assert!(text.contains("\nratewarden_store_breaker 2\n"), "{text}");
+        assert!(!text.contains("ratewarden_keys"), "{text}");
+        assert!(!text.contains("evicted"), "{text}");
+    }
+
+    #[test]
+    fn the_memory_store_shows_its_keys_bytes_and_evictions() {
+        let text = render(StoreFigures {
+            memory: Some(StoreStats {
+                keys: 3,
+                key_bytes: 120,
+                allocated_bytes: 4096,
+                evicted_fresh: 1,
+                evicted_live: 2,
+                evicted_limited: 4,
+                rejected_new_keys: 5,
+                contention: 0,
+            }),
+            ..StoreFigures::default()
+        });
+        for line in [
+            "ratewarden_keys 3",
+            "ratewarden_store_key_bytes 120",
+            "ratewarden_store_allocated_bytes 4096",
+            r#"ratewarden_store_evicted_total{state="fresh"} 1"#,
+            r#"ratewarden_store_evicted_total{state="live"} 2"#,
+            r#"ratewarden_store_evicted_total{state="limited"} 4"#,
+            "ratewarden_store_rejected_new_keys_total 5",
+        ] {
+            assert!(
+                text.contains(&format!("\n{line}\n")),
+                "missing `{line}` in:\n{text}"
+            );
+        }
+        assert!(!text.contains("late_timeouts"), "{text}");
     }
 }

@@ -92,7 +92,7 @@ pub fn main(args: ServeArgs) -> anyhow::Result<ExitCode> {
         })
         .await?;
         signals(&running).await?;
-        let grace = running.app.settings().shutdown_grace;
+        let grace = running.app.started().shutdown_grace;
         tracing::info!(grace = ?grace, "shutting down: finishing requests in flight");
         running.shutdown();
         running.wait().await;

@@ -39,7 +39,7 @@ impl Running {
     ///
     /// Every problem in the files, or that there is no file to read.
     pub async fn reload(&self) -> Result<u64, ConfigErrors> {
-        self.app.reload().await
+        self.app.reload().await.map(|reloaded| reloaded.version)
     }
 
     /// Waits until every listener has stopped and every connection has finished (or the

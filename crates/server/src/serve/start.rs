@@ -45,10 +45,12 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
     let config = options.config;
     let store = AnyStore::from_settings(&config.store)?;
     let settings = config.server.clone();
+    let store_settings = config.store.clone();
     let engine = Arc::new(Engine::with_envoy(config, options.envoy, store));
     let app = Arc::new(App::new(
         engine,
         settings.clone(),
+        store_settings,
         options.config_path,
         options.clock,
         options.envoy_path,
@@ -111,7 +113,10 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
             let _ = finished.await;
         });
     }
-    let local = Arc::new(http::Local::new(settings.upstream.as_deref())?);
+    let local = Arc::new(http::Local::new(
+        settings.upstream.as_deref(),
+        &settings.bounds,
+    )?);
     workers::spawn(&mut tasks, listeners, grpc, &app, &local, &stopped, grace)?;
     tasks.spawn(app::sweep(Arc::clone(&app), stopped));
     tracing::info!(

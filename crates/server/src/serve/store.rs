@@ -1,7 +1,7 @@
 //! The store a server decides on: in this process's memory, or shared in Redis.
 
 use ratewarden_core::{AsyncStore, Check, Decision, Limit, Store};
-use ratewarden_memory::{MemoryStore, StoreConfig, WhenFull};
+use ratewarden_memory::{MemoryStore, StoreConfig, StoreStats, WhenFull};
 use ratewarden_policy::StoreSettings;
 use ratewarden_redis::{BreakerState, RedisError, RedisStore};
 
@@ -27,6 +27,7 @@ impl AnyStore {
             Some(redis) => AnyStore::Redis(Box::new(redis)),
             None => AnyStore::Memory(MemoryStore::new(StoreConfig {
                 max_keys: settings.max_keys,
+                max_bytes: settings.max_bytes,
                 when_full: if settings.evict_when_full {
                     WhenFull::EvictLeastRecentlyUsed
                 } else {
@@ -37,11 +38,21 @@ impl AnyStore {
         })
     }
 
-    /// Keys held, for a store that can count them cheaply (the in-memory one).
-    pub(crate) fn len(&self) -> Option<usize> {
+    /// What the in-memory store holds and had to do (keys, bytes, evictions); one pass
+    /// over its shards, for a scrape.
+    pub(crate) fn memory_stats(&self) -> Option<StoreStats> {
         match self {
-            AnyStore::Memory(m) => Some(m.len()),
+            AnyStore::Memory(m) => Some(m.stats()),
             AnyStore::Redis(_) => None,
+        }
+    }
+
+    /// The shared store's calls that timed out because this process was late to see the
+    /// answer, not because Redis was ([`RedisStore::late_timeouts`]).
+    pub(crate) fn late_timeouts(&self) -> Option<u64> {
+        match self {
+            AnyStore::Memory(_) => None,
+            AnyStore::Redis(r) => Some(r.late_timeouts()),
         }
     }
 

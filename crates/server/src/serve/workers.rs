@@ -33,7 +33,7 @@ pub(super) fn run(
     };
     runtime.block_on(async move {
         // The upstream URL was checked when the first worker started.
-        let Ok(local) = http::Local::new(upstream.as_deref()) else {
+        let Ok(local) = http::Local::new(upstream.as_deref(), &app.started().bounds) else {
             return;
         };
         let local = Arc::new(local);

@@ -57,9 +57,14 @@ pub(crate) async fn handle(app: &Arc<App>, request: Request<Incoming>) -> Respon
 
 async fn reload(app: &App) -> Response<Body> {
     match app.reload().await {
-        Ok(version) => reply::json(
+        Ok(reloaded) => reply::json(
             StatusCode::OK,
-            &json!({ "reloaded": true, "config_version": version }),
+            &json!({
+                "reloaded": true,
+                "config_version": reloaded.version,
+                // Changed in the file, read at start only: not in force until a restart.
+                "needs_restart": reloaded.needing_restart,
+            }),
         ),
         Err(errors) => {
             let mut response = reply::problem(

@@ -13,12 +13,11 @@ use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
-use ratewarden_core::{Outcome, NANOS_PER_SEC};
+use ratewarden_core::{DisplayDuration, Outcome, NANOS_PER_SEC};
 use ratewarden_policy::{GrantId, Owner, ReleaseError, SettleError};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::limits::API_BODY_TIMEOUT;
 use crate::serve::app::{Answer, App};
 use crate::serve::reply::{self, Body, Problem};
 
@@ -317,7 +316,8 @@ async fn read_json(app: &App, request: Request<Incoming>, strict: bool) -> Resul
             ));
         }
     }
-    let max = app.settings().max_body;
+    let settings = app.settings();
+    let (max, timeout) = (settings.max_body, settings.bounds.api_body_timeout);
     // A declared length over the bound is refused before a byte of the body is read.
     let declared = request
         .headers()
@@ -328,12 +328,12 @@ async fn read_json(app: &App, request: Request<Incoming>, strict: bool) -> Resul
         return Err(too_large(max));
     }
     let read = Limited::new(request.into_body(), max).collect();
-    let Ok(read) = tokio::time::timeout(API_BODY_TIMEOUT, read).await else {
+    let Ok(read) = tokio::time::timeout(timeout, read).await else {
         return Err(Problem::new(
             StatusCode::REQUEST_TIMEOUT,
             format!(
-                "the body did not arrive within {}s",
-                API_BODY_TIMEOUT.as_secs()
+                "the body did not arrive within {} (`[server] api_body_timeout`)",
+                DisplayDuration(timeout)
             ),
         ));
     };

@@ -8,16 +8,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use ratewarden_policy::{IpGrouping, TrustedProxies};
 
-/// The most connections one client (an IPv4 address, an IPv6 /64) may hold open on one
-/// listener of one worker; nginx's `limit_conn` in spirit. A constant for now, for the lead
-/// to wire as `[server] max_connections_per_client`.
-pub(crate) const MAX_CONNECTIONS_PER_CLIENT: usize = 256;
-
-/// Open connections by client.
+/// Open connections by client, each client (an IPv4 address, an IPv6 /64) held to `[server]
+/// max_connections_per_client` on one listener of one worker: nginx's `limit_conn` in spirit.
 pub(crate) struct Clients {
     open: Mutex<HashMap<IpAddr, usize>>,
-    /// Proxies carry many clients' connections: they are not counted.
-    trusted: TrustedProxies,
     grouping: IpGrouping,
     max: usize,
 }
@@ -46,19 +40,23 @@ impl Drop for Open {
 }
 
 impl Clients {
-    pub(crate) fn new(trusted: TrustedProxies, max: usize) -> Self {
+    pub(crate) fn new(max: usize) -> Self {
         Self {
             open: Mutex::new(HashMap::new()),
-            trusted,
             grouping: IpGrouping::default(),
             max,
         }
     }
 
     /// Counts a connection from `ip`; `None` when that client has too many open, `Some`
-    /// (counting nothing) for a trusted proxy.
-    pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Option<Open>> {
-        if self.trusted.contains(ip) {
+    /// (counting nothing) for a proxy in `trusted`: proxies carry many clients'
+    /// connections.
+    pub(crate) fn admit(
+        self: &Arc<Self>,
+        ip: IpAddr,
+        trusted: &TrustedProxies,
+    ) -> Option<Option<Open>> {
+        if trusted.contains(ip) {
             return Some(None);
         }
         let client = self.grouping.key(ip).network();
@@ -81,25 +79,24 @@ mod tests {
 
     #[test]
     fn a_client_gets_its_share_and_back_as_connections_close() {
-        let clients = Arc::new(Clients::new(
-            TrustedProxies::parse(["10.0.0.1"]).unwrap(),
-            2,
-        ));
+        let clients = Arc::new(Clients::new(2));
+        let trusted = TrustedProxies::parse(["10.0.0.1"]).unwrap();
+        let admit = |ip: IpAddr| clients.admit(ip, &trusted);
         let ip: IpAddr = "192.0.2.1".parse().unwrap();
-        let a = clients.admit(ip).unwrap();
-        let _b = clients.admit(ip).unwrap();
-        assert!(clients.admit(ip).is_none());
+        let a = admit(ip).unwrap();
+        let _b = admit(ip).unwrap();
+        assert!(admit(ip).is_none());
         // Another host of the same IPv6 /64 is the same client; another client is not.
         let v6 = |s: &str| s.parse::<IpAddr>().unwrap();
-        let _c = clients.admit(v6("2001:db8::1")).unwrap();
-        let _d = clients.admit(v6("2001:db8::2")).unwrap();
-        assert!(clients.admit(v6("2001:db8::3")).is_none());
-        assert!(clients.admit("192.0.2.2".parse().unwrap()).is_some());
+        let _c = admit(v6("2001:db8::1")).unwrap();
+        let _d = admit(v6("2001:db8::2")).unwrap();
+        assert!(admit(v6("2001:db8::3")).is_none());
+        assert!(admit("192.0.2.2".parse().unwrap()).is_some());
         drop(a);
-        assert!(clients.admit(ip).is_some());
+        assert!(admit(ip).is_some());
         // A proxy is never refused.
         let proxy = "10.0.0.1".parse().unwrap();
-        let held: Vec<_> = (0..10).map(|_| clients.admit(proxy).unwrap()).collect();
+        let held: Vec<_> = (0..10).map(|_| admit(proxy).unwrap()).collect();
         assert_eq!(held.len(), 10);
         assert_eq!(
             clients.open.lock().unwrap().len(),

@@ -11,13 +11,11 @@ use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use ratewarden_core::NANOS_PER_SEC;
+use ratewarden_core::{DisplayDuration, NANOS_PER_SEC};
+use ratewarden_policy::{Bounds, Identity};
 
-use super::guard::{self, Identity};
-use super::limits::{
-    self, Paced, BODY_IDLE_TIMEOUT, BODY_MIN_BYTES_PER_SEC, BODY_RATE_GRACE, UPSTREAM_IDLE_TIMEOUT,
-    UPSTREAM_RESPONSE_TIMEOUT,
-};
+use super::guard;
+use super::limits::{self, Paced};
 use super::upstream::{Local, Upstream};
 use crate::serve::app::{Answer, App};
 use crate::serve::reply::{self, Body, Holding};
@@ -61,7 +59,7 @@ pub(crate) async fn handle(
     let Some(upstream) = &local.upstream else {
         return reply::problem(StatusCode::BAD_GATEWAY, "no upstream is configured");
     };
-    let identity = local.identity.get(&app.engine);
+    let identity = app.engine.identity();
     if let Some(refused) = guard::refusal(&request, &identity) {
         return refused;
     }
@@ -90,11 +88,11 @@ pub(crate) async fn handle(
         api_key: None,
         tenant: None,
     };
-    let critical = app
-        .settings()
-        .critical
-        .iter()
-        .any(|m| m.matches(&engine_request));
+    // One reading of `[server]` for the whole request: a reload in the middle changes the
+    // next request, not half of this one.
+    let settings = app.settings();
+    let bounds = settings.bounds;
+    let critical = settings.critical.iter().any(|m| m.matches(&engine_request));
     let Some(slot) = app.shedder.enter(critical).await else {
         app.metrics.shed("in_flight");
         return reply::contract(ratewarden_http::unavailable(
@@ -125,15 +123,15 @@ pub(crate) async fn handle(
         // goes away meanwhile drops this future, and with it the permit and the place.
         tokio::time::sleep(delay).await;
     }
-    let response = match forward(upstream, &identity, peer, &path, request).await {
+    let response = match forward(upstream, &identity, &bounds, peer, &path, request).await {
         Ok(response) => response,
         Err(Failed::Timeout) => {
             tracing::warn!("the upstream did not answer in time");
             return reply::problem(
                 StatusCode::GATEWAY_TIMEOUT,
                 format!(
-                    "the upstream did not answer within {}s",
-                    UPSTREAM_RESPONSE_TIMEOUT.as_secs()
+                    "the upstream did not answer within {}",
+                    DisplayDuration(bounds.upstream_response_timeout)
                 ),
             );
         }
@@ -158,7 +156,13 @@ pub(crate) async fn handle(
     let (mut parts, body) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
     // An upstream that stops sending mid-body does not hold the slot and the permit forever.
-    let body = Paced::new(body, "upstream", UPSTREAM_IDLE_TIMEOUT, 0, Duration::ZERO);
+    let body = Paced::new(
+        body,
+        "upstream",
+        bounds.upstream_idle_timeout,
+        0,
+        Duration::ZERO,
+    );
     let body = Holding::new(body.boxed(), (permit, slot));
     let mut response = Response::from_parts(parts, body.boxed());
     reply::add_headers(&mut response, &headers);
@@ -167,7 +171,7 @@ pub(crate) async fn handle(
 
 /// Why forwarding failed.
 enum Failed {
-    /// No response head within [`UPSTREAM_RESPONSE_TIMEOUT`].
+    /// No response head within `[server] upstream_response_timeout`.
     Timeout,
     /// The client's error: connecting, sending (a request body too slow, say), receiving.
     Client(hyper_util::client::legacy::Error),
@@ -189,6 +193,7 @@ fn is_connect_timeout(error: &hyper_util::client::legacy::Error) -> bool {
 async fn forward(
     upstream: &Upstream,
     identity: &Identity,
+    bounds: &Bounds,
     peer: SocketAddr,
     path: &str,
     request: Request<Incoming>,
@@ -214,13 +219,13 @@ async fn forward(
     let body = Paced::new(
         body,
         "client",
-        BODY_IDLE_TIMEOUT,
-        BODY_MIN_BYTES_PER_SEC,
-        BODY_RATE_GRACE,
+        bounds.body_idle_timeout,
+        bounds.body_min_rate,
+        bounds.body_rate_grace,
     )
     .boxed();
     let sent = upstream.client().request(Request::from_parts(parts, body));
-    match tokio::time::timeout(UPSTREAM_RESPONSE_TIMEOUT, sent).await {
+    match tokio::time::timeout(bounds.upstream_response_timeout, sent).await {
         Ok(answer) => answer.map_err(Failed::Client),
         Err(_) => Err(Failed::Timeout),
     }
@@ -246,7 +251,7 @@ fn forwarding_headers(headers: &mut HeaderMap, identity: &Identity, peer: Socket
             .collect();
         (!lines.is_empty()).then(|| lines.join(", "))
     };
-    let (forwarded_for, forwarded) = if identity.trusted.contains(ip) {
+    let (forwarded_for, forwarded) = if identity.trusted().contains(ip) {
         let xff = match joined(headers, "x-forwarded-for") {
             Some(before) => format!("{before}, {client}"),
             None => client,

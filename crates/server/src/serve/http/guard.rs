@@ -5,102 +5,17 @@
 //! who a request is (the API key, the tenant, a header a rule keys or matches on, `Host`,
 //! the forwarding headers, a cost header) must reach the upstream as it was decided on:
 //! never stripped as hop-by-hop because `Connection` names it, never sent twice so that the
-//! limiter counts one line and the upstream reads the other.
-
-use std::sync::{Arc, PoisonError, RwLock};
+//! limiter counts one line and the upstream reads the other. Which headers those are is
+//! worked out with the rule set (`ratewarden_policy::Identity`), once per reload.
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
-use ratewarden_policy::{Config, Cost, Engine, KeyPart, Match, TrustedProxies};
+use ratewarden_policy::Identity;
 
 use crate::serve::reply::{self, Body};
-use crate::serve::store::AnyStore;
 
 /// Headers that may come as several lines, each a list: repeating them is not a conflict.
 const LIST_HEADERS: [&str; 2] = ["forwarded", "x-forwarded-for"];
-
-/// What the rules in force read of a request's identity.
-pub(crate) struct Identity {
-    version: u64,
-    /// Lowercase names, sorted.
-    names: Vec<HeaderName>,
-    /// The proxies whose forwarding headers we extend rather than replace.
-    pub(crate) trusted: TrustedProxies,
-}
-
-impl Identity {
-    fn new(version: u64, config: &Config) -> Self {
-        let mut names: Vec<String> = [
-            "authorization",
-            "host",
-            "forwarded",
-            "x-forwarded-for",
-            "x-forwarded-host",
-            "x-forwarded-proto",
-            "x-real-ip",
-            // The usual API key header: an upstream may authenticate on it whatever our
-            // config reads (the issue's bypass keyed `Authorization`, authenticated on this).
-            "x-api-key",
-        ]
-        .map(str::to_owned)
-        .into();
-        names.extend(config.keys.api_key_header.clone());
-        names.push(config.keys.tenant_header.clone());
-        let mut matcher = |m: &Match| names.extend(m.header.as_ref().map(|(h, _)| h.clone()));
-        for rule in &config.rules {
-            matcher(&rule.matches);
-        }
-        for m in &config.server.critical {
-            matcher(m);
-        }
-        for rule in &config.rules {
-            names.extend(rule.key.iter().filter_map(|part| match part {
-                KeyPart::Header(h) => Some(h.clone()),
-                _ => None,
-            }));
-            if let Cost::Header { name, .. } = &rule.cost {
-                names.push(name.clone());
-            }
-        }
-        let mut names: Vec<HeaderName> = names
-            .iter()
-            .filter_map(|n| HeaderName::from_bytes(n.to_ascii_lowercase().as_bytes()).ok())
-            .collect();
-        names.sort_by(|a, b| a.as_str().cmp(b.as_str()));
-        names.dedup();
-        Self {
-            version,
-            names,
-            trusted: config.trusted_proxies.clone(),
-        }
-    }
-
-    fn decides(&self, name: &HeaderName) -> bool {
-        self.names
-            .binary_search_by(|n| n.as_str().cmp(name.as_str()))
-            .is_ok()
-    }
-}
-
-/// The [`Identity`] of the rules in force, worked out again only after a reload.
-#[derive(Default)]
-pub(crate) struct IdentityCache(RwLock<Option<Arc<Identity>>>);
-
-impl IdentityCache {
-    pub(crate) fn get(&self, engine: &Engine<AnyStore>) -> Arc<Identity> {
-        let version = engine.version();
-        if let Some(identity) = &*self.0.read().unwrap_or_else(PoisonError::into_inner) {
-            if identity.version == version {
-                return Arc::clone(identity);
-            }
-        }
-        // Labelled with the version read first: a reload in between makes the next request
-        // look again, never keeps a stale list.
-        let identity = Arc::new(Identity::new(version, &engine.config()));
-        *self.0.write().unwrap_or_else(PoisonError::into_inner) = Some(Arc::clone(&identity));
-        identity
-    }
-}
 
 /// Headers with which some frameworks let a client replace the method the upstream routes
 /// on (Rack's MethodOverride, Symfony, Laravel, ASP.NET): a `GET /login` with
@@ -172,7 +87,7 @@ pub(crate) fn refusal<B>(request: &Request<B>, identity: &Identity) -> Option<Re
     }
     for name in connection_names(headers) {
         if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
-            if identity.decides(&name) {
+            if identity.decides(name.as_str()) {
                 return bad(format!(
                     "`Connection` names `{name}`, a header that decides who the request is; \
                      it would be removed before the upstream sees it"
@@ -185,14 +100,14 @@ pub(crate) fn refusal<B>(request: &Request<B>, identity: &Identity) -> Option<Re
         // may take the line the limiter did not count.
         if name.as_str().contains('_') {
             let dashed = name.as_str().replace('_', "-");
-            if HeaderName::from_bytes(dashed.as_bytes()).is_ok_and(|d| identity.decides(&d)) {
+            if identity.decides(&dashed) {
                 return bad(format!(
                     "`{name}` reads as `{dashed}` to some upstreams, a header that decides who \
                      the request is; send `{dashed}` only"
                 ));
             }
         }
-        if !identity.decides(name) {
+        if !identity.decides(name.as_str()) {
             continue;
         }
         if !LIST_HEADERS.contains(&name.as_str()) && headers.get_all(name).iter().nth(1).is_some() {

@@ -1,9 +1,8 @@
-//! What a client (or an upstream) may hold of ours: header bytes, and the time a head or a
-//! body may take, so a slow peer cannot keep a connection or an in-flight slot (issue 12,
-//! items 6 and 7).
-//!
-//! These are constants for now: `[server]` is being reworked, and the lead wires them to
-//! config fields of the same names (`header_read_timeout`, `max_header_bytes`, …).
+//! The time a body may take, so a slow peer cannot keep a connection or an in-flight slot
+//! (issue 12, items 6 and 7). The numbers are `[server]` fields
+//! (`ratewarden_policy::Bounds`): the body timeouts and minimum rate here, the head's time
+//! and bytes on each connection (`listen.rs`), the upstream's timeouts in `gateway.rs` and
+//! `upstream.rs`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -15,43 +14,6 @@ use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
 use crate::serve::reply::BoxError;
-
-/// How long a client may take to send a request's head. Short: an honest client sends its
-/// headers in one packet, and slowloris holds connections by sending them a byte at a time.
-pub(crate) const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The most a request's head may take, in bytes (hyper's read buffer; the floor is 8 KiB).
-/// Larger heads are refused with 431: 200 KB headers took the gateway's memory to 1.3 GB.
-pub(crate) const MAX_HEADER_BYTES: usize = 64 * 1024;
-
-/// How long the decision API waits for a whole (bounded, `max_body`) body.
-pub(crate) const API_BODY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The longest a streamed request body may go without a byte, through the gateway.
-pub(crate) const BODY_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The slowest a streamed request body may arrive, on average over the time spent waiting
-/// for it, once [`BODY_RATE_GRACE`] of waiting has passed: nginx's `client_body_timeout` bounds only the gap
-/// between reads, which a client sending a byte every few seconds never exceeds.
-pub(crate) const BODY_MIN_BYTES_PER_SEC: u64 = 1024;
-
-/// How long a body may be slower than [`BODY_MIN_BYTES_PER_SEC`] (a slow start, a small
-/// body sent late).
-pub(crate) const BODY_RATE_GRACE: Duration = Duration::from_secs(10);
-
-/// How long connecting to the upstream may take.
-pub(crate) const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// How long the upstream may take to answer with its response head, from when the request
-/// was sent (nginx's `proxy_read_timeout` is 60 s; an API behind a rate limiter that takes
-/// longer than 30 s is holding slots others need).
-pub(crate) const UPSTREAM_RESPONSE_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The longest the upstream's response body may go without a byte.
-pub(crate) const UPSTREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// How long an unused pooled connection to the upstream is kept.
-pub(crate) const UPSTREAM_POOL_IDLE: Duration = Duration::from_secs(60);
 
 /// A body that came too slowly.
 #[derive(Debug, thiserror::Error)]

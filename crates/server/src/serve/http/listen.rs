@@ -17,8 +17,7 @@ use tokio::sync::watch;
 use crate::serve::app::App;
 use crate::serve::reply::Body;
 
-use super::clients::{Clients, MAX_CONNECTIONS_PER_CLIENT};
-use super::limits::{HEADER_READ_TIMEOUT, MAX_HEADER_BYTES};
+use super::clients::Clients;
 use super::upstream::Local;
 
 /// What a listener serves.
@@ -60,17 +59,16 @@ pub(crate) async fn serve(
     grace: Duration,
 ) {
     let graceful = GracefulShutdown::new();
+    // As started: these `[server]` bounds take a restart (a reload says so).
+    let bounds = app.started().bounds;
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         // A client that never finishes its headers does not hold a connection long
         // (slowloris), and a head past the bound is a 431, not memory (issue 12, items 5, 6).
-        .header_read_timeout(HEADER_READ_TIMEOUT)
-        .max_buf_size(MAX_HEADER_BYTES);
-    // `[server] trusted_proxies` is read at start only, as this is.
-    let clients = Arc::new(Clients::new(
-        app.engine.config().trusted_proxies,
-        MAX_CONNECTIONS_PER_CLIENT,
-    ));
+        // The config refuses a bound under hyper's floor, where this would panic.
+        .header_read_timeout(bounds.header_read_timeout)
+        .max_buf_size(bounds.max_header_bytes);
+    let clients = Arc::new(Clients::new(bounds.max_connections_per_client));
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
@@ -84,7 +82,9 @@ pub(crate) async fn serve(
             },
             _ = stop.changed() => break,
         };
-        let Some(open) = clients.admit(peer.ip()) else {
+        // The proxies of the rules in force: a reload that trusts a new proxy lifts the
+        // cap on its connections at once.
+        let Some(open) = clients.admit(peer.ip(), app.engine.identity().trusted()) else {
             // Closed at once: the client has its share of connections open already.
             app.metrics.shed("connections");
             drop(stream);

@@ -10,8 +10,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use super::limits::{UPSTREAM_CONNECT_TIMEOUT, UPSTREAM_POOL_IDLE};
 use crate::serve::reply::Body;
+use ratewarden_policy::Bounds;
 
 /// The service behind the gateway, and a pool of connections to it.
 pub(crate) struct Upstream {
@@ -20,7 +20,9 @@ pub(crate) struct Upstream {
 }
 
 impl Upstream {
-    pub(crate) fn new(url: &str) -> anyhow::Result<Self> {
+    /// The upstream at `url`, connected to within `bounds.upstream_connect_timeout`, its
+    /// idle connections kept `bounds.upstream_pool_idle`.
+    pub(crate) fn new(url: &str, bounds: &Bounds) -> anyhow::Result<Self> {
         let uri: Uri = url
             .parse()
             .with_context(|| format!("`[server] upstream` `{url}` is not a URL"))?;
@@ -31,10 +33,10 @@ impl Upstream {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         // An upstream that does not take the connection fails fast, a 504 (issue 12, item 7).
-        connector.set_connect_timeout(Some(UPSTREAM_CONNECT_TIMEOUT));
+        connector.set_connect_timeout(Some(bounds.upstream_connect_timeout));
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
-            .pool_idle_timeout(UPSTREAM_POOL_IDLE)
+            .pool_idle_timeout(bounds.upstream_pool_idle)
             .build(connector);
         Ok(Self { authority, client })
     }
@@ -48,15 +50,12 @@ impl Upstream {
 /// the worker's own runtime.
 pub(crate) struct Local {
     pub(crate) upstream: Option<Upstream>,
-    /// The headers that decide who a request is, for the rules in force.
-    pub(crate) identity: super::guard::IdentityCache,
 }
 
 impl Local {
-    pub(crate) fn new(upstream: Option<&str>) -> anyhow::Result<Self> {
+    pub(crate) fn new(upstream: Option<&str>, bounds: &Bounds) -> anyhow::Result<Self> {
         Ok(Self {
-            upstream: upstream.map(Upstream::new).transpose()?,
-            identity: super::guard::IdentityCache::default(),
+            upstream: upstream.map(|url| Upstream::new(url, bounds)).transpose()?,
         })
     }
 }

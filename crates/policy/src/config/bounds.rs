@@ -1,0 +1,119 @@
+//! What a client (or the upstream) may hold of the gateway: header bytes, connections, and
+//! the time a head or a body may take (issue 12, items 6 and 7), as `[server]` fields.
+//!
+//! Some are read where a connection or the upstream's pool is set up, once at start; the
+//! others are read per request, so a reload changes them for the next request.
+//! [`Bounds::needing_restart`] names the first kind when a reload changes them.
+
+use std::time::Duration;
+
+/// The gateway's and the decision API's bounds on slow or greedy peers (`[server]` fields
+/// of these names).
+///
+/// The defaults are what an honest client never meets: a head in one packet, a body at
+/// more than a kilobyte a second, an upstream that answers within half a minute.
+///
+/// # Examples
+///
+/// ```
+/// let config = ratewarden_policy::config::parse(
+///     "r.toml",
+///     "[server]\nmax_header_bytes = 16_384\nupstream_response_timeout = \"5s\"\n",
+/// )
+/// .unwrap();
+/// assert_eq!(config.server.bounds.max_header_bytes, 16_384);
+/// assert_eq!(config.server.bounds.upstream_response_timeout.as_secs(), 5);
+/// assert_eq!(config.server.bounds.header_read_timeout.as_secs(), 10, "the default");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bounds {
+    /// How long a client may take to send a request's head, or to start the next one on a
+    /// kept-alive connection: slowloris holds connections by sending headers a byte at a
+    /// time. Read at start.
+    pub header_read_timeout: Duration,
+    /// The most a request's head may take, in bytes (at least 8 KiB, the HTTP parser's
+    /// floor); larger heads are answered 431. Read at start.
+    pub max_header_bytes: usize,
+    /// How long the decision API waits for a whole (bounded, `max_body`) body; 408 after.
+    pub api_body_timeout: Duration,
+    /// The longest a gateway request body may go without a byte; 408 after.
+    pub body_idle_timeout: Duration,
+    /// The slowest a gateway request body may arrive, in bytes a second on average over
+    /// the time spent waiting for it, once `body_rate_grace` has passed; 0 for no minimum.
+    /// A byte every few seconds never stalls for `body_idle_timeout`, and is still an attack.
+    pub body_min_rate: u64,
+    /// How long a body may be slower than `body_min_rate` (a slow start, a small body sent
+    /// late).
+    pub body_rate_grace: Duration,
+    /// How long connecting to the upstream may take; 504 after. Read at start (the
+    /// upstream's connector is built once per worker).
+    pub upstream_connect_timeout: Duration,
+    /// How long the upstream may take to send its response head once the request is sent;
+    /// 504 after.
+    pub upstream_response_timeout: Duration,
+    /// The longest the upstream's response body may go without a byte; the response is
+    /// cut after.
+    pub upstream_idle_timeout: Duration,
+    /// How long an unused pooled connection to the upstream is kept. Read at start.
+    pub upstream_pool_idle: Duration,
+    /// The most connections one client (an IPv4 address, an IPv6 /64; never a trusted
+    /// proxy) may hold open on one listener of one worker; more are closed at once. Read at
+    /// start.
+    pub max_connections_per_client: usize,
+}
+
+/// The smallest `max_header_bytes` hyper's HTTP/1 parser takes (its read buffer's floor).
+pub const MIN_HEADER_BYTES: usize = 8 * 1024;
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(10),
+            // 200 KB headers took the gateway's memory to 1.3 GB (issue 12, item 5).
+            max_header_bytes: 64 * 1024,
+            api_body_timeout: Duration::from_secs(10),
+            body_idle_timeout: Duration::from_secs(10),
+            body_min_rate: 1024,
+            body_rate_grace: Duration::from_secs(10),
+            upstream_connect_timeout: Duration::from_secs(5),
+            // nginx's `proxy_read_timeout` is 60 s; an API behind a rate limiter that takes
+            // longer than 30 s is holding places others need.
+            upstream_response_timeout: Duration::from_secs(30),
+            upstream_idle_timeout: Duration::from_secs(30),
+            upstream_pool_idle: Duration::from_secs(60),
+            max_connections_per_client: 256,
+        }
+    }
+}
+
+impl Bounds {
+    /// The fields read once at start that differ in `next`, as `[server] field`: a reload
+    /// cannot change them (they take a restart), and says so rather than ignore them.
+    pub fn needing_restart(&self, next: &Bounds) -> Vec<&'static str> {
+        [
+            (
+                "[server] header_read_timeout",
+                self.header_read_timeout != next.header_read_timeout,
+            ),
+            (
+                "[server] max_header_bytes",
+                self.max_header_bytes != next.max_header_bytes,
+            ),
+            (
+                "[server] upstream_connect_timeout",
+                self.upstream_connect_timeout != next.upstream_connect_timeout,
+            ),
+            (
+                "[server] upstream_pool_idle",
+                self.upstream_pool_idle != next.upstream_pool_idle,
+            ),
+            (
+                "[server] max_connections_per_client",
+                self.max_connections_per_client != next.max_connections_per_client,
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(field, differs)| differs.then_some(field))
+        .collect()
+    }
+}
