@@ -65,3 +65,6 @@ pub use keyed::{header, KeyedLimit};
 pub use layer::{Builder, RateLimitLayer};
 pub use reservation::Reservation;
 pub use service::{RateLimit, ResponseFuture};
+
+/// What a [`Reservation`] is known by, and why a settle was refused.
+pub use ratewarden_policy::{GrantId, SettleError};
