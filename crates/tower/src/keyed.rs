@@ -9,9 +9,10 @@ use http::request::Parts;
 use ratewarden_core::Limit;
 use ratewarden_policy::{Cost, KeyPart, Match, Mode, OnStoreFailure, Rule};
 
-/// The Envoy-style domain the in-code limits live under in the engine: each limit is a
-/// native rule addressed by this domain and its own name, so the engine decides, reserves
-/// and holds permits for them exactly as for rules of a file.
+/// The domain of the rules made from limits written in code: a rule with a domain never
+/// matches an HTTP request by itself; the layer names its rules and keys to the engine
+/// (`Engine::decide_keyed`), which decides, reserves and holds permits for them exactly as
+/// for the rules of a file.
 pub(crate) const DOMAIN: &str = "ratewarden-tower";
 
 /// Builds a limit's key from the request; `None` when the limit does not apply to it.
@@ -135,8 +136,7 @@ impl KeyedLimit {
         self
     }
 
-    /// The limit as the engine's rule: a native rule of [`DOMAIN`] whose one descriptor
-    /// entry is the limit's name, its value the key.
+    /// The limit as the engine's rule, keyed by the value its closure builds.
     pub(crate) fn rule(&self) -> Rule {
         Rule {
             name: self.name.clone(),

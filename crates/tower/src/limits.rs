@@ -10,9 +10,9 @@ use std::sync::Arc;
 use http::request::Parts;
 use http::StatusCode;
 use ratewarden_core::AsyncStore;
-use ratewarden_policy::{Engine, GrantId, RequestDescriptor, SettleError, Verdict};
+use ratewarden_policy::{Engine, GrantId, SettleError, Verdict};
 
-use crate::keyed::{KeyedLimit, DOMAIN};
+use crate::keyed::KeyedLimit;
 
 pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -51,7 +51,8 @@ pub(crate) struct ConfigLimits<St> {
     pub(crate) legacy: bool,
 }
 
-/// Limits written in code: native rules of the engine addressed by [`DOMAIN`] and name.
+/// Limits written in code: the rules of an engine of their own, in the same order, decided
+/// by [`Engine::decide_keyed`] on the keys their closures build.
 pub(crate) struct KeyedLimits<St> {
     pub(crate) engine: Arc<Engine<St>>,
     pub(crate) limits: Vec<KeyedLimit>,
@@ -145,8 +146,8 @@ impl<St: AsyncStore + 'static> Limits for KeyedLimits<St> {
         now: u64,
     ) -> BoxFuture<'a, Result<Option<Verdict>, Unreadable>> {
         Box::pin(async move {
-            let mut keyed: Vec<(&str, String, u64)> = Vec::with_capacity(self.limits.len());
-            for limit in &self.limits {
+            let mut keys: Vec<(usize, String, u64)> = Vec::with_capacity(self.limits.len());
+            for (i, limit) in self.limits.iter().enumerate() {
                 let key = match &limit.key {
                     Some(key) => match key(request) {
                         Some(key) => key,
@@ -161,27 +162,17 @@ impl<St: AsyncStore + 'static> Limits for KeyedLimits<St> {
                     })?,
                     None => 1,
                 };
-                keyed.push((&limit.name, key, cost));
+                // The engine's rules are the limits, in order (it is never reloaded).
+                keys.push((i, key, cost));
             }
-            if keyed.is_empty() {
+            if keys.is_empty() {
                 return Ok(None);
             }
-            let descriptors: Vec<RequestDescriptor<'_>> = keyed
+            let keyed: Vec<(usize, &str, u64)> = keys
                 .iter()
-                .map(|(name, key, cost)| RequestDescriptor {
-                    entries: vec![(*name, key.as_str())],
-                    hits: Some(*cost),
-                    limit: None,
-                })
+                .map(|(i, key, cost)| (*i, key.as_str(), *cost))
                 .collect();
-            self.engine
-                .decide_descriptors(DOMAIN, &descriptors, 1, now)
-                .await
-                .map(Some)
-                .map_err(|e| Unreadable {
-                    status: StatusCode::BAD_REQUEST,
-                    detail: e.to_string(),
-                })
+            Ok(Some(self.engine.decide_keyed(&keyed, now).await))
         })
     }
 

@@ -13,6 +13,7 @@ mod descriptors;
 mod error;
 mod failure;
 mod hash;
+mod keyed;
 mod keys;
 mod matching;
 mod request;
