@@ -4,17 +4,21 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::CACHE_CONTROL;
-use http::{Request, Response};
+use http::request::Parts;
+use http::{HeaderName, Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
 use crate::answer::{self, Answer, Rejection};
 use crate::layer::{unknown_peer, Settings};
+use crate::limits::Unreadable;
 use crate::permit::PermitGuard;
 use crate::{grpc, LimitBody, Reservation};
+use ratewarden_policy::Verdict;
 
 /// The future of a [`RateLimit`] call.
 pub type ResponseFuture<B, E> =
@@ -67,55 +71,24 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let settings = Arc::clone(&self.settings);
+        let (mut parts, body) = request.into_parts();
+        let grpc = grpc::is_grpc(&parts);
+        let peer = (settings.peer)(&parts).unwrap_or_else(unknown_peer);
         Box::pin(async move {
-            let (mut parts, body) = request.into_parts();
-            let grpc = grpc::is_grpc(&parts);
-            let peer = (settings.peer)(&parts).unwrap_or_else(unknown_peer);
-            let limits = &settings.limits;
-            let decided = limits.decide(&parts, peer, settings.clock.now()).await;
-            let verdict = match decided {
-                Ok(verdict) => verdict,
-                Err(unreadable) => {
-                    let response = if grpc {
-                        grpc::invalid(&unreadable.detail)
-                    } else {
-                        answer::problem(unreadable.status, &unreadable.detail)
-                    };
-                    return Ok(response.map(LimitBody::full));
-                }
+            let decided = settings
+                .limits
+                .decide(&parts, peer, settings.clock.now())
+                .await;
+            // One call of the inner service, below: each await point holding its future
+            // would make this future larger, and every request allocates it.
+            let (headers, delay, permit) = match prepare(&settings, decided, &mut parts, grpc) {
+                Prepared::Go(go) => go,
+                Prepared::Stop(answer) => return Ok(answer.map(LimitBody::full)),
             };
-            let Some(verdict) = verdict else {
-                // No limit applies.
-                let response = inner.call(Request::from_parts(parts, body)).await?;
-                return Ok(response.map(|b| LimitBody::inner(b, None)));
-            };
-            let (headers, delay, reservation, permit) =
-                match answer::answer(&verdict, limits.legacy()) {
-                    Answer::Stop(rejection) => return Ok(refuse(&settings, &rejection, grpc)),
-                    Answer::Go {
-                        headers,
-                        delay,
-                        reservation,
-                        permit,
-                    } => (headers, delay, reservation, permit),
-                };
-            // Held from here: dropped with this future (the client went away before the
-            // answer) or with the response body.
-            let permit = permit.map(|id| PermitGuard {
-                limits: Arc::clone(limits),
-                clock: Arc::clone(&settings.clock),
-                id: Some(id),
-            });
-            if let Some(id) = reservation {
-                parts.extensions.insert(Reservation {
-                    limits: Arc::clone(limits),
-                    clock: Arc::clone(&settings.clock),
-                    id,
-                });
-            }
             if !delay.is_zero() {
-                // A queueing rule (leaky-queue): the request waits its turn.
-                tokio::time::sleep(delay).await;
+                // A queueing rule (leaky-queue): the request waits its turn. Boxed: a
+                // timer is large, and rarely needed.
+                Box::pin(tokio::time::sleep(delay)).await;
             }
             let response = inner.call(Request::from_parts(parts, body)).await?;
             let (mut head, body) = response.into_parts();
@@ -133,15 +106,72 @@ where
     }
 }
 
+/// What an allowed request goes on with: the headers for its response, its queueing delay
+/// and its permit.
+type Go = (Vec<(HeaderName, String)>, Duration, Option<PermitGuard>);
+
+/// A request prepared to go on, or the answer that stops it.
+enum Prepared {
+    Go(Go),
+    Stop(http::Response<Bytes>),
+}
+
+/// Turns a decision into what the request goes on with (its reservation put in its
+/// extensions), or the answer that stops it.
+fn prepare(
+    settings: &Settings,
+    decided: Result<Option<Verdict>, Unreadable>,
+    parts: &mut Parts,
+    grpc: bool,
+) -> Prepared {
+    let verdict = match decided {
+        Ok(Some(verdict)) => verdict,
+        // No limit applies.
+        Ok(None) => return Prepared::Go((Vec::new(), Duration::ZERO, None)),
+        Err(unreadable) => {
+            return Prepared::Stop(if grpc {
+                grpc::invalid(&unreadable.detail)
+            } else {
+                answer::problem(unreadable.status, &unreadable.detail)
+            })
+        }
+    };
+    let limits = &settings.limits;
+    match answer::answer(&verdict, limits.legacy()) {
+        Answer::Stop(rejection) => Prepared::Stop(refuse(settings, &rejection, grpc)),
+        Answer::Go {
+            headers,
+            delay,
+            reservation,
+            permit,
+        } => {
+            if let Some(id) = reservation {
+                parts.extensions.insert(Reservation {
+                    limits: Arc::clone(limits),
+                    clock: Arc::clone(&settings.clock),
+                    id,
+                });
+            }
+            // Held from here: dropped with the service's future (the client went away
+            // before the answer) or with the response body.
+            let permit = permit.map(|id| PermitGuard {
+                limits: Arc::clone(limits),
+                clock: Arc::clone(&settings.clock),
+                id: Some(id),
+            });
+            Prepared::Go((headers, delay, permit))
+        }
+    }
+}
+
 /// The refusal of a request: the gRPC status of a gRPC call, else the user's rendering or
 /// the contract's answer.
-fn refuse<B>(settings: &Settings, rejection: &Rejection, grpc: bool) -> Response<LimitBody<B>> {
-    let response = if grpc {
+fn refuse(settings: &Settings, rejection: &Rejection, grpc: bool) -> http::Response<Bytes> {
+    if grpc {
         grpc::refused(rejection)
     } else if let Some(hook) = &settings.hook {
         hook(rejection)
     } else {
         rejection.response()
-    };
-    response.map(LimitBody::full)
+    }
 }
