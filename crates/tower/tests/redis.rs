@@ -1,6 +1,7 @@
 //! Three services, each with its own layer and connection, on one real `redis-server` (and
 //! on a Redis Cluster): together they stay within one limiter's bound, and a concurrency
-//! permit taken through one is released for all.
+//! permit taken through one is released for all. With Redis down, a limit failing closed
+//! answers 503 and an open one is enforced in the process.
 
 use std::time::Duration;
 
@@ -127,4 +128,55 @@ async fn three_services_on_one_redis_stay_within_one_limiters_bound() {
 async fn three_services_on_a_redis_cluster_stay_within_one_limiters_bound() {
     let cluster = Cluster::start();
     three_services_stay_within_one_limit(Target::Cluster(cluster.urls())).await;
+}
+
+/// A layer over a Redis nobody answers on.
+fn unreachable(limit: KeyedLimit) -> Router {
+    let port = ratewarden_redis::testing::free_port();
+    let store = RedisStore::new(RedisConfig {
+        target: Target::Single(format!("redis://127.0.0.1:{port}")),
+        deadline: Duration::from_millis(200),
+        ..RedisConfig::default()
+    })
+    .expect("a valid config");
+    let layer = RateLimitLayer::builder()
+        .limit(limit.key(|request| header(request, "x-user")))
+        .build_on(store)
+        .unwrap();
+    Router::new().route("/call", get(|| async { "called" }).route_layer(layer))
+}
+
+#[tokio::test]
+async fn a_limit_failing_closed_answers_503_while_its_store_is_down_and_an_open_one_enforces_here()
+{
+    let gcra = || Gcra::new(Rate::new(1, Duration::from_secs(3600)).unwrap(), 2).unwrap();
+    let closed = unreachable(KeyedLimit::new("closed", gcra()).fail_closed());
+    let response = closed.oneshot(get_as("/call", "ada")).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert!(response.headers().contains_key("retry-after"));
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/problem+json"
+    );
+
+    // Open: never a 503, and still the limit's own numbers, in this process.
+    let open = unreachable(KeyedLimit::new("open", gcra()));
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        statuses.push(
+            open.clone()
+                .oneshot(get_as("/call", "ada"))
+                .await
+                .unwrap()
+                .status(),
+        );
+    }
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
 }
