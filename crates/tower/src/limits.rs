@@ -168,11 +168,7 @@ impl<St: AsyncStore + 'static> Limits for KeyedLimits<St> {
             if keys.is_empty() {
                 return Ok(None);
             }
-            let keyed: Vec<(usize, &str, u64)> = keys
-                .iter()
-                .map(|(i, key, cost)| (*i, key.as_str(), *cost))
-                .collect();
-            Ok(Some(self.engine.decide_keyed(&keyed, now).await))
+            Ok(Some(self.engine.decide_keyed(&keys, now).await))
         })
     }
 

@@ -92,13 +92,14 @@ where
             }
             let response = inner.call(Request::from_parts(parts, body)).await?;
             let (mut head, body) = response.into_parts();
-            for (name, value) in &headers {
+            for (name, value) in headers {
                 // The service's own caching policy wins over the layer's `private`.
-                if *name == CACHE_CONTROL && head.headers.contains_key(CACHE_CONTROL) {
+                if name == CACHE_CONTROL && head.headers.contains_key(CACHE_CONTROL) {
                     continue;
                 }
-                if let Ok(value) = http::HeaderValue::from_str(value) {
-                    head.headers.append(name.clone(), value);
+                // From the `String` itself: no copy.
+                if let Ok(value) = http::HeaderValue::try_from(value) {
+                    head.headers.append(name, value);
                 }
             }
             Ok(Response::from_parts(head, LimitBody::inner(body, permit)))

@@ -13,7 +13,7 @@ use super::{Engine, Verdict};
 
 impl<S: AsyncStore> Engine<S> {
     /// Decides `keyed` at `now`: for each, the index of a rule in force (as in
-    /// [`Engine::rule_list`]), the key's value, and the cost. Each key is the rule's own
+    /// [`Engine::rule_list`]), the key's value (a `&str` or a `String`), and the cost. Each key is the rule's own
     /// (`name@fingerprint|value`, the value bounded as every key part is), and the lot is
     /// decided as [`Engine::decide`] decides a request's rules: all or nothing, with
     /// reservations, permits, the failure policy and the counters.
@@ -21,13 +21,18 @@ impl<S: AsyncStore> Engine<S> {
     /// It skips the matching and key building of an HTTP request and the descriptor
     /// resolution of Envoy's protocol: for a caller that knows its rules (an engine it
     /// built and never reloads) and its keys. An index past the rules is skipped.
-    pub async fn decide_keyed(&self, keyed: &[(usize, &str, u64)], now: u64) -> Verdict {
+    pub async fn decide_keyed<K: AsRef<str> + Sync>(
+        &self,
+        keyed: &[(usize, K, u64)],
+        now: u64,
+    ) -> Verdict {
         let set = self.current();
         let applying: Vec<Applying> = keyed
             .iter()
-            .filter_map(|&(i, value, cost)| {
+            .filter_map(|(i, value, cost)| {
+                let (i, cost) = (*i, *cost);
                 let rule = set.rules.get(i)?;
-                let value = bounded_part(value);
+                let value = bounded_part(value.as_ref());
                 let prefix = &set.prefixes[i];
                 let mut key = String::with_capacity(prefix.len() + 1 + value.len());
                 key.push_str(prefix);
