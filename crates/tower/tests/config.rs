@@ -206,3 +206,63 @@ async fn requests_no_rule_matches_pass_untouched() {
     assert_eq!(response.status(), StatusCode::OK);
     assert!(header(&response, "ratelimit").is_none());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_queueing_rule_delays_the_request_instead_of_refusing_it() {
+    let app = router(layer(
+        r#"
+[[limit]]
+name = "queue"
+key = ["header:x-user"]
+algorithm = "leaky-queue"
+rate = "1/s"
+burst = 2
+"#,
+    ));
+    let start = tokio::time::Instant::now();
+    assert_eq!(
+        app.clone().oneshot(get_as("ada")).await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(start.elapsed(), Duration::ZERO);
+    // The second waits its turn: one emission interval.
+    assert_eq!(
+        app.clone().oneshot(get_as("ada")).await.unwrap().status(),
+        StatusCode::OK
+    );
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn ip_rules_key_by_the_peer_in_the_extensions_and_an_unknown_peer_shares_one_budget() {
+    let app = router(layer(
+        r#"
+[[limit]]
+name = "per-ip"
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 1
+window = "1h"
+"#,
+    ));
+    let from = |peer: Option<&str>| {
+        let mut request = Request::get("/documents").body(Body::empty()).unwrap();
+        if let Some(peer) = peer {
+            let addr: std::net::SocketAddr = peer.parse().unwrap();
+            request.extensions_mut().insert(addr);
+        }
+        request
+    };
+    let status = |r: Request<Body>| {
+        let app = app.clone();
+        async move { app.oneshot(r).await.unwrap().status() }
+    };
+    assert_eq!(status(from(Some("192.0.2.1:1000"))).await, StatusCode::OK);
+    assert_eq!(status(from(Some("192.0.2.2:1000"))).await, StatusCode::OK);
+    assert_eq!(
+        status(from(Some("192.0.2.1:2000"))).await,
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(status(from(None)).await, StatusCode::OK);
+    assert_eq!(status(from(None)).await, StatusCode::TOO_MANY_REQUESTS);
+}
