@@ -32,7 +32,13 @@ async fn serve() -> Channel {
         "calls",
         Gcra::new(Rate::new(1, Duration::from_secs(3600)).unwrap(), 2).unwrap(),
     )
-    .key(|request| header(request, "x-user"));
+    .key(|request| header(request, "x-user"))
+    .cost(|request| match header(request, "x-cost") {
+        None => Ok(1),
+        Some(text) => text
+            .parse()
+            .map_err(|_| format!("metadata `x-cost` must be a whole number, not `{text}`")),
+    });
     let layer = RateLimitLayer::builder().limit(per_user).build().unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -94,4 +100,20 @@ async fn a_refused_call_is_resource_exhausted_with_the_retry_delay_in_its_metada
     assert!(metadata.get("ratelimit-policy").is_some());
     // Another user's calls still go through.
     client.should_rate_limit(call("bob")).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_call_the_limits_cannot_read_is_invalid_argument_naming_the_limit() {
+    let mut client = RateLimitServiceClient::new(serve().await);
+    let mut request = call("ada");
+    request
+        .metadata_mut()
+        .insert("x-cost", "lots".parse().unwrap());
+    let refused = client.should_rate_limit(request).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused}");
+    assert!(
+        refused.message().contains("limit `calls`") && refused.message().contains("`lots`"),
+        "{}",
+        refused.message()
+    );
 }
