@@ -100,6 +100,14 @@ pub trait AsyncStore: Send + Sync {
         now: u64,
         delta: i64,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// Whether the state lives outside this process, shared with a fleet (and so may fail).
+    /// The engine then also keeps, in process, what each `on_store_failure = "open"` or
+    /// `"local"` rule admitted, so a store failure finds a bucket that already holds this
+    /// process's recent traffic rather than a fresh one. False for an in-process store.
+    fn is_shared(&self) -> bool {
+        false
+    }
 }
 
 impl<S: Store + Sync + Send> AsyncStore for S {

@@ -743,6 +743,182 @@ fn fail_open_still_enforces_the_rule_locally_at_its_own_numbers() {
     assert!(other.allowed);
 }
 
+/// A shared store (as Redis is) over memory, that can be taken down; clones share it.
+#[derive(Clone)]
+struct Flaky {
+    state: std::sync::Arc<MemoryStore>,
+    down: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Flaky {
+    fn new() -> Self {
+        Self {
+            state: std::sync::Arc::new(MemoryStore::new(StoreConfig::default())),
+            down: std::sync::Arc::default(),
+        }
+    }
+    fn set_down(&self, down: bool) {
+        self.down.store(down, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl AsyncStore for Flaky {
+    type Error = Unreachable;
+
+    fn is_shared(&self) -> bool {
+        true
+    }
+    async fn decide(&self, l: &Limit, k: &str, now: u64, c: u64) -> Result<Decision, Unreachable> {
+        self.decide_all(
+            &[Check {
+                limit: l,
+                key: k,
+                cost: c,
+            }],
+            now,
+        )
+        .await
+        .map(|mut d| d.remove(0))
+    }
+    async fn decide_all(
+        &self,
+        checks: &[Check<'_>],
+        now: u64,
+    ) -> Result<Vec<Decision>, Unreachable> {
+        if self.down.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(Unreachable);
+        }
+        Ok(Store::decide_all(&*self.state, checks, now).unwrap_or_else(|never| match never {}))
+    }
+    async fn peek(&self, l: &Limit, k: &str, now: u64, c: u64) -> Result<Decision, Unreachable> {
+        self.decide_all(&[], now).await?;
+        Ok(Store::peek(&*self.state, l, k, now, c).unwrap_or_else(|never| match never {}))
+    }
+    async fn settle(&self, l: &Limit, k: &str, now: u64, d: i64) -> Result<(), Unreachable> {
+        self.decide_all(&[], now).await?;
+        Store::settle(&*self.state, l, k, now, d).unwrap_or_else(|never| match never {});
+        Ok(())
+    }
+}
+
+#[test]
+fn a_store_failure_after_a_flood_finds_the_local_bucket_already_spent() {
+    // Issue 12, item 11: under a flood each process of a fleet missed a few deadlines and
+    // failed open on a fresh local bucket, one more burst per hiccup per process; three
+    // processes admitted 381 against three limiters' 312. What the shared store admitted is
+    // now also charged locally, so the fallback starts where this process's traffic left it.
+    for (policy, admitted_while_down) in [("open", 0), ("local", 0), ("closed", 0)] {
+        let config = format!(
+            "[[limit]]\nname = \"api\"\nkey = [\"ip\"]\nalgorithm = \"gcra\"\nrate = \"10/s\"\nburst = 10\non_store_failure = \"{policy}\"\n"
+        );
+        let engine = Engine::new(parse("t.toml", &config).unwrap(), Flaky::new());
+        let up: Vec<bool> = (0..12)
+            .map(|_| {
+                engine
+                    .decide_now(&get("198.51.100.1", &[]), NOW)
+                    .unwrap()
+                    .allowed
+            })
+            .collect();
+        assert_eq!(
+            up.iter().filter(|a| **a).count(),
+            10,
+            "{policy}: the store decides"
+        );
+        engine
+            .store()
+            .down
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let down = (0..12)
+            .filter(|_| {
+                engine
+                    .decide_now(&get("198.51.100.1", &[]), NOW)
+                    .unwrap()
+                    .allowed
+            })
+            .count();
+        assert_eq!(
+            down, admitted_while_down,
+            "{policy}: no fresh burst on failure"
+        );
+        // A tenth of a second later the local bucket has refilled by one, as the store's would.
+        let later = engine
+            .decide_now(&get("198.51.100.1", &[]), NOW + 100_000_000)
+            .unwrap();
+        assert_eq!(later.allowed, policy != "closed", "{policy}");
+        // Another client was never seen: its bucket is full.
+        let other = engine.decide_now(&get("198.51.100.2", &[]), NOW).unwrap();
+        assert_eq!(other.allowed, policy != "closed", "{policy}");
+    }
+}
+
+const OPEN_10: &str = "[[limit]]\nname = \"api\"\nkey = [\"ip\"]\nalgorithm = \"gcra\"\nrate = \"10/s\"\nburst = 10\n";
+
+#[test]
+fn one_process_stays_exact_across_store_hiccups_when_it_fails_open() {
+    // What a process admitted while the store was down, the store never saw: asked alone
+    // on its return it would hand out a second burst. The rule's own bucket in process
+    // holds every admission, so it refuses that second burst.
+    let engine = Engine::new(parse("t.toml", OPEN_10).unwrap(), Flaky::new());
+    let admitted = |engine: &Engine<Flaky>, now| {
+        (0..15)
+            .filter(|_| {
+                engine
+                    .decide_now(&get("198.51.100.1", &[]), now)
+                    .unwrap()
+                    .allowed
+            })
+            .count()
+    };
+    engine.store().set_down(true);
+    assert_eq!(admitted(&engine, NOW), 10, "open: enforced in process");
+    engine.store().set_down(false);
+    assert_eq!(admitted(&engine, NOW), 0, "no second burst from the store");
+    assert_eq!(
+        admitted(&engine, NOW + 1_000_000_000),
+        10,
+        "a second later, ten more"
+    );
+}
+
+#[test]
+fn what_the_store_refuses_is_given_back_in_process() {
+    // Another process spent the shared budget: this one's request is refused by the store,
+    // and the unit it charged in process first is refunded, so a later failure finds this
+    // process's own bucket whole.
+    let store = Flaky::new();
+    let (a, b) = (
+        Engine::new(parse("t.toml", OPEN_10).unwrap(), store.clone()),
+        Engine::new(parse("t.toml", OPEN_10).unwrap(), store.clone()),
+    );
+    for _ in 0..10 {
+        assert!(
+            b.decide_now(&get("198.51.100.1", &[]), NOW)
+                .unwrap()
+                .allowed
+        );
+    }
+    for _ in 0..5 {
+        assert!(
+            !a.decide_now(&get("198.51.100.1", &[]), NOW)
+                .unwrap()
+                .allowed
+        );
+    }
+    store.set_down(true);
+    let local = (0..15)
+        .filter(|_| {
+            a.decide_now(&get("198.51.100.1", &[]), NOW)
+                .unwrap()
+                .allowed
+        })
+        .count();
+    assert_eq!(
+        local, 10,
+        "a fleet of two admits at most twice the limit, not less"
+    );
+}
+
 const BY_USER: &str = r#"
 [keys]
 api_key_header = "x-api-key"

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ratewarden_core::{AsyncStore, Check, Decision, Limit};
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use tokio::sync::OnceCell;
 
@@ -230,7 +230,14 @@ impl RedisStore {
             .get_or_try_init(|| async {
                 let mut connection = match &self.client {
                     Client::Single(client) => {
-                        Connection::Single(ConnectionManager::new((**client).clone()).await?)
+                        // The deadline (`deadline.rs`) is the one clock on a reply: it
+                        // tells a slow Redis from a saturated caller. The manager's own
+                        // 500 ms default would fail a saturated caller's calls as Redis's
+                        // fault, a deadline of seconds included.
+                        let config = ConnectionManagerConfig::new().set_response_timeout(None);
+                        Connection::Single(
+                            ConnectionManager::new_with_config((**client).clone(), config).await?,
+                        )
                     }
                     Client::Cluster(client) => {
                         Connection::Cluster(client.get_async_connection().await?)
@@ -556,6 +563,10 @@ impl Mode {
 
 impl AsyncStore for RedisStore {
     type Error = RedisError;
+
+    fn is_shared(&self) -> bool {
+        true
+    }
 
     async fn decide(
         &self,

@@ -3,12 +3,12 @@
 //! policy when it fails, shadow and rollout rules charged only for requests that go
 //! through, per-rule counters, and the reservation and permit of an allowed request.
 
-use ratewarden_core::{AsyncStore, Check, Decision, Limit, Outcome};
+use ratewarden_core::{AsyncStore, Check, Decision, Limit, Outcome, Store};
 
 use super::counters::Counters;
 use super::reservations::{Charge, Grant, GrantId};
 use super::{Engine, RuleOutcome};
-use crate::config::Cost;
+use crate::config::{Cost, OnStoreFailure};
 use crate::Rule;
 
 /// A rule that applies to a request.
@@ -53,18 +53,37 @@ impl<S: AsyncStore> Engine<S> {
             .filter(|a| rules[a.rule].local_first)
             .map(|a| self.hybrid.peek(&rules[a.rule].limit, &a.key, now, a.cost))
             .collect();
-        let locally_refused = refused_here.iter().any(|d| !d.is_allowed());
+        let mut locally_refused = refused_here.iter().any(|d| !d.is_allowed());
+        let mut refused_here = refused_here;
         if locally_refused {
             enforced.retain(|a| rules[a.rule].local_first);
         }
-        let checks: Vec<Check<'_>> = enforced
+        // `open` rules on a shared store are charged here first, at their own numbers, all
+        // or nothing: what this process admits, whether the store answered or not, is never
+        // more than one limiter's worth (issue 12, item 11).
+        let guarded: Vec<bool> = enforced
             .iter()
-            .map(|a| Check {
-                limit: &rules[a.rule].limit,
-                key: &a.key,
-                cost: a.cost,
-            })
+            .map(|a| !locally_refused && self.store.is_shared() && guards(&rules[a.rule]))
             .collect();
+        let guard_checks: Vec<Check<'_>> = enforced
+            .iter()
+            .zip(&guarded)
+            .filter(|(_, g)| **g)
+            .map(|(a, _)| check(rules, a))
+            .collect();
+        let guard = if guard_checks.is_empty() {
+            Vec::new()
+        } else {
+            Store::decide_all(&self.local, &guard_checks, now)
+                .unwrap_or_else(|never| match never {})
+        };
+        if guard.iter().any(|d| !d.is_allowed()) {
+            locally_refused = true;
+            let mut g = guarded.iter();
+            enforced.retain(|_| *g.next().unwrap_or(&false));
+            refused_here = guard.clone();
+        }
+        let checks: Vec<Check<'_>> = enforced.iter().map(|a| check(rules, a)).collect();
         let mut unavailable = false;
         let mut store_failed = false;
         let result = if locally_refused {
@@ -73,18 +92,36 @@ impl<S: AsyncStore> Engine<S> {
             self.store.decide_all(&checks, now).await
         };
         let decisions: Vec<Decision> = match result {
-            Ok(decisions) => decisions,
+            Ok(decisions) => {
+                if !locally_refused && decisions.iter().any(|d| !d.is_allowed()) {
+                    // The store said no: give back what was charged here.
+                    for c in &guard_checks {
+                        let refund = -i64::try_from(c.cost).unwrap_or(i64::MAX);
+                        Store::settle(&self.local, c.limit, c.key, now, refund)
+                            .unwrap_or_else(|never| match never {});
+                    }
+                }
+                decisions
+            }
             // Each rule already knows what to do when its store fails.
             Err(error) => {
                 store_failed = true;
+                let mut guard = guard.into_iter();
                 enforced
                     .iter()
-                    .map(|a| {
+                    .zip(&guarded)
+                    .map(|(a, g)| {
                         let rule = &rules[a.rule];
                         if let Some(c) = counters(a.rule) {
                             Counters::bump(&c.store_failures);
                         }
                         tracing::warn!(rule = %rule.name, %error, policy = ?rule.on_store_failure, "store failed");
+                        if *g {
+                            // Decided (and charged) here already.
+                            if let Some(decision) = guard.next() {
+                                return decision;
+                            }
+                        }
                         let (decision, closed) =
                             self.on_store_failure(rule, &a.key, a.cost, now);
                         unavailable |= closed;
@@ -109,6 +146,9 @@ impl<S: AsyncStore> Engine<S> {
             for a in enforced.iter().filter(|a| rules[a.rule].local_first) {
                 self.hybrid
                     .decide(&rules[a.rule].limit, &a.key, now, a.cost);
+            }
+            if !store_failed && self.store.is_shared() {
+                self.record_locally(rules, &enforced, now);
             }
         }
         // A request refused in this process is not shown to shadow rules: that would cost
@@ -263,4 +303,19 @@ fn charge_of(rule: &Rule, a: &Applying) -> Charge {
         cost: a.cost,
         max_cost,
     }
+}
+
+fn check<'r>(rules: &'r [Rule], a: &'r Applying) -> Check<'r> {
+    Check {
+        limit: &rules[a.rule].limit,
+        key: &a.key,
+        cost: a.cost,
+    }
+}
+
+/// Whether `rule`, on a shared store, is charged in process before the store is asked: an
+/// `open` rule (not a concurrency limit, whose units the store holds and releases).
+fn guards(rule: &Rule) -> bool {
+    matches!(rule.on_store_failure, OnStoreFailure::Open)
+        && !matches!(rule.limit, Limit::Concurrency(_))
 }

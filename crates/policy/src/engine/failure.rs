@@ -2,6 +2,7 @@
 
 use ratewarden_core::{Algorithm, AsyncStore, Decision, Outcome};
 
+use super::charge::Applying;
 use super::Engine;
 use crate::config::OnStoreFailure;
 use crate::Rule;
@@ -34,6 +35,27 @@ impl<S: AsyncStore> Engine<S> {
                 (self.local.decide(local, key, now, cost), false)
             }
             _ => (self.local.decide(&rule.limit, key, now, cost), false),
+        }
+    }
+
+    /// Charges the in-process share of every `local` rule among `enforced` with what the
+    /// shared store just admitted (a share already spent stays so: this is a record of this
+    /// process's traffic, not a decision), so a store failure finds the share already
+    /// holding this process's recent admissions, not a fresh burst. (`open` rules are
+    /// charged in process before the store is asked: `charge.rs`.)
+    pub(super) fn record_locally(&self, rules: &[Rule], enforced: &[&Applying], now: u64) {
+        for a in enforced {
+            let rule = &rules[a.rule];
+            let (OnStoreFailure::Local { .. }, Some(limit)) = (&rule.on_store_failure, &rule.local)
+            else {
+                continue;
+            };
+            // Concurrency units are held and released in the shared store; a local copy
+            // would never be released.
+            if matches!(limit, ratewarden_core::Limit::Concurrency(_)) {
+                continue;
+            }
+            self.local.decide(limit, &a.key, now, a.cost);
         }
     }
 }

@@ -46,6 +46,13 @@ impl AnyStore {
 impl AsyncStore for AnyStore {
     type Error = StoreError;
 
+    fn is_shared(&self) -> bool {
+        match self {
+            AnyStore::Memory(_) => false,
+            AnyStore::Redis(r) => r.is_shared(),
+        }
+    }
+
     async fn decide(
         &self,
         limit: &Limit,
