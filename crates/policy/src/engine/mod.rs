@@ -14,6 +14,7 @@ mod error;
 mod failure;
 mod hash;
 mod identity;
+mod keyed;
 mod keys;
 mod matching;
 mod owner;

@@ -1,0 +1,169 @@
+//! What a verdict means for the response: go on with the RateLimit fields (and a queueing
+//! rule's delay), or refuse with the contract's 429 or 503, or the user's own rendering.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, StatusCode};
+use ratewarden_core::{Limit, Outcome};
+use ratewarden_http::PolicyState;
+use ratewarden_policy::{GrantId, Verdict};
+
+/// A refused request: what the contract answers, and why, for a [`RejectHook`] to render
+/// its own way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    /// 429 (over a limit) or 503 (a `closed` rule's store is down).
+    pub status: StatusCode,
+    /// When to come back (exact; the `Retry-After` header rounds it up to whole seconds).
+    pub retry_after: Duration,
+    /// The names of the limits that said no.
+    pub violated: Vec<String>,
+    /// A sensitive limit said no: reveal nothing of its capacity.
+    pub sensitive: bool,
+    /// The contract's answer: status, headers (`Retry-After`, RateLimit fields,
+    /// `Cache-Control: no-store`) and problem+json body.
+    pub contract: ratewarden_http::Response,
+}
+
+impl Rejection {
+    /// The contract's answer as an `http::Response`: what the layer sends without a hook,
+    /// and a start for a hook that only changes the body.
+    ///
+    /// # Examples
+    ///
+    /// A hook that keeps the headers and writes its own body:
+    ///
+    /// ```
+    /// use ratewarden_tower::Rejection;
+    ///
+    /// let hook = |rejection: &Rejection| {
+    ///     let mut response = rejection.response();
+    ///     response.headers_mut().remove(http::header::CONTENT_TYPE);
+    ///     *response.body_mut() = format!("slow down; try again in {:?}", rejection.retry_after).into();
+    ///     response
+    /// };
+    /// # let _ = hook;
+    /// ```
+    pub fn response(&self) -> http::Response<Bytes> {
+        let mut response = http::Response::new(Bytes::from(self.contract.body.clone()));
+        *response.status_mut() = self.status;
+        add_headers(response.headers_mut(), &self.contract.headers);
+        response
+    }
+}
+
+/// Renders a rejection as the user wants it (HTTP requests only: gRPC calls are refused
+/// with a gRPC status).
+pub type RejectHook = Arc<dyn Fn(&Rejection) -> http::Response<Bytes> + Send + Sync>;
+
+/// What to do with a decided request.
+pub(crate) enum Answer {
+    /// Serve it, after `delay` (a queueing rule), adding `headers` to the response.
+    Go {
+        headers: Vec<(HeaderName, String)>,
+        delay: Duration,
+        reservation: Option<GrantId>,
+        permit: Option<GrantId>,
+    },
+    /// Refuse it.
+    Stop(Rejection),
+}
+
+/// The answer to `verdict`, as the server's gateway gives it.
+pub(crate) fn answer(verdict: &Verdict, legacy: bool) -> Answer {
+    // Only enforced, non-sensitive rules show their numbers: shadow rules are not the
+    // client's business, and sensitive ones must not reveal capacity.
+    let shown: Vec<PolicyState<'_>> = verdict
+        .outcomes
+        .iter()
+        .filter(|o| o.enforced && !verdict.rules[o.rule].sensitive)
+        .map(|o| {
+            let limit = &verdict.rules[o.rule].limit;
+            PolicyState {
+                name: &verdict.rules[o.rule].name,
+                decision: &o.decision,
+                window_secs: ratewarden_http::window_secs(limit),
+                unit: matches!(limit, Limit::Concurrency(_)).then_some("concurrent-requests"),
+            }
+        })
+        .collect();
+    let retry = verdict.retry_after_ns.unwrap_or(1_000_000_000);
+    let violated: Vec<String> = verdict
+        .violated()
+        .map(|o| verdict.rules[o.rule].name.clone())
+        .collect();
+    if verdict.unavailable {
+        return Answer::Stop(Rejection {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            retry_after: Duration::from_nanos(retry),
+            violated,
+            sensitive: false,
+            contract: ratewarden_http::unavailable(
+                retry,
+                "a rate limit this request needs cannot be checked right now",
+            ),
+        });
+    }
+    if !verdict.allowed {
+        let sensitive = verdict.violated().any(|o| verdict.rules[o.rule].sensitive);
+        let names: Vec<&str> = violated.iter().map(String::as_str).collect();
+        let contract = ratewarden_http::limited(&shown, &names, retry, sensitive, legacy);
+        return Answer::Stop(Rejection {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            retry_after: Duration::from_nanos(retry),
+            violated,
+            sensitive,
+            contract,
+        });
+    }
+    let delay = verdict
+        .outcomes
+        .iter()
+        .filter(|o| o.enforced)
+        .filter_map(|o| match o.decision.outcome {
+            Outcome::Delayed { delay_ns } => Some(delay_ns),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    Answer::Go {
+        headers: ratewarden_http::allowed_headers(&shown, legacy),
+        delay: Duration::from_nanos(delay),
+        reservation: verdict.reservation,
+        permit: verdict.permit,
+    }
+}
+
+/// Adds header lines, skipping any value that cannot be a header (none of ours).
+pub(crate) fn add_headers(headers: &mut http::HeaderMap, lines: &[(HeaderName, String)]) {
+    for (name, value) in lines {
+        if let Ok(value) = HeaderValue::from_str(value) {
+            headers.append(name.clone(), value);
+        }
+    }
+}
+
+/// A problem+json answer (RFC 9457) for a request the rules cannot read: `detail` says what
+/// was wrong with it.
+pub(crate) fn problem(status: StatusCode, detail: &str) -> http::Response<Bytes> {
+    let body = serde_json::json!({
+        "type": "about:blank",
+        "title": status.canonical_reason().unwrap_or("Error"),
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    let mut response = http::Response::new(Bytes::from(body.to_string()));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
+    headers.insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store"),
+    );
+    response
+}

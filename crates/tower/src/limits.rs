@@ -1,0 +1,222 @@
+//! The engine behind a layer, with its store type erased, so that `RateLimit<S>` is one
+//! type whatever the store (memory, Redis, Redis Cluster): how a request's limits are found
+//! (the rules of a config, or limits written in code), and settles and releases.
+
+use std::future::Future;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use http::request::Parts;
+use http::StatusCode;
+use ratewarden_core::AsyncStore;
+use ratewarden_policy::{Engine, GrantId, Owner, SettleError, Verdict};
+
+use crate::keyed::KeyedLimit;
+
+pub(crate) type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A request the limits cannot read: answered with `status` and `detail`, never decided.
+#[derive(Debug)]
+pub(crate) struct Unreadable {
+    pub(crate) status: StatusCode,
+    pub(crate) detail: String,
+}
+
+/// Deciding, settling and releasing, whatever the store.
+pub(crate) trait Limits: Send + Sync + 'static {
+    /// The verdict on `request` from `peer` at `now`; `None` when no limit applies.
+    fn decide<'a>(
+        &'a self,
+        request: &'a Parts,
+        peer: IpAddr,
+        now: u64,
+    ) -> BoxFuture<'a, Result<Option<Verdict>, Unreadable>>;
+
+    /// Settles reservation `id` at `actual`.
+    fn settle<'a>(
+        &'a self,
+        id: GrantId,
+        owner: &'a Verdict,
+        actual: u64,
+        now: u64,
+    ) -> BoxFuture<'a, Result<(), SettleError>>;
+
+    /// Releases permit `id` (a lapsed or unknown permit is no error here: the lease let
+    /// it go).
+    fn release(
+        self: Arc<Self>,
+        id: GrantId,
+        owner: Arc<Verdict>,
+        now: u64,
+    ) -> BoxFuture<'static, ()>;
+
+    /// Whether answers carry the legacy `X-RateLimit-*` trio.
+    fn legacy(&self) -> bool;
+}
+
+/// The rules of a `ratewarden-policy` config, decided as the gateway decides them.
+pub(crate) struct ConfigLimits<St> {
+    pub(crate) engine: Arc<Engine<St>>,
+    /// `[server] legacy_headers`, read once: the config is not cloned per request.
+    pub(crate) legacy: bool,
+}
+
+/// Limits written in code: the rules of an engine of their own, in the same order, decided
+/// by [`Engine::decide_keyed`] on the keys their closures build.
+pub(crate) struct KeyedLimits<St> {
+    pub(crate) engine: Arc<Engine<St>>,
+    pub(crate) limits: Vec<KeyedLimit>,
+}
+
+fn settle<'a, St: AsyncStore + 'static>(
+    engine: &'a Engine<St>,
+    id: GrantId,
+    owner: &'a Verdict,
+    actual: u64,
+    now: u64,
+) -> BoxFuture<'a, Result<(), SettleError>> {
+    // The verdict that carried the id, kept in this process: the id alone claims nothing.
+    Box::pin(engine.settle(id, Owner::Verdict(owner), actual, now))
+}
+
+fn release<St: AsyncStore + 'static>(
+    engine: Arc<Engine<St>>,
+    id: GrantId,
+    owner: Arc<Verdict>,
+    now: u64,
+) -> BoxFuture<'static, ()> {
+    Box::pin(async move {
+        let _ = engine.release(id, Owner::Verdict(&owner), now).await;
+    })
+}
+
+impl<St: AsyncStore + 'static> Limits for ConfigLimits<St> {
+    fn decide<'a>(
+        &'a self,
+        request: &'a Parts,
+        peer: IpAddr,
+        now: u64,
+    ) -> BoxFuture<'a, Result<Option<Verdict>, Unreadable>> {
+        Box::pin(async move {
+            // What is matched is one spelling of the path, as at the gateway (issue 12).
+            let path =
+                ratewarden_policy::path::normalize(request.uri.path()).map_err(|e| Unreadable {
+                    status: StatusCode::BAD_REQUEST,
+                    detail: e.to_string(),
+                })?;
+            let headers: Vec<(&str, &str)> = request
+                .headers
+                .iter()
+                .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)))
+                .collect();
+            let host = request
+                .headers
+                .get(http::header::HOST)
+                .and_then(|h| h.to_str().ok())
+                .or_else(|| request.uri.authority().map(http::uri::Authority::as_str));
+            let engine_request = ratewarden_policy::Request {
+                peer,
+                method: request.method.as_str(),
+                path: &path,
+                host,
+                headers: &headers,
+                cost: None,
+                api_key: None,
+                tenant: None,
+            };
+            match self.engine.decide(&engine_request, now).await {
+                Ok(verdict) => Ok(Some(verdict)),
+                Err(e) => Err(Unreadable {
+                    status: if e.is_malformed() {
+                        StatusCode::BAD_REQUEST
+                    } else {
+                        StatusCode::UNPROCESSABLE_ENTITY
+                    },
+                    detail: e.to_string(),
+                }),
+            }
+        })
+    }
+
+    fn settle<'a>(
+        &'a self,
+        id: GrantId,
+        owner: &'a Verdict,
+        actual: u64,
+        now: u64,
+    ) -> BoxFuture<'a, Result<(), SettleError>> {
+        settle(&self.engine, id, owner, actual, now)
+    }
+
+    fn release(
+        self: Arc<Self>,
+        id: GrantId,
+        owner: Arc<Verdict>,
+        now: u64,
+    ) -> BoxFuture<'static, ()> {
+        release(Arc::clone(&self.engine), id, owner, now)
+    }
+
+    fn legacy(&self) -> bool {
+        self.legacy
+    }
+}
+
+impl<St: AsyncStore + 'static> Limits for KeyedLimits<St> {
+    fn decide<'a>(
+        &'a self,
+        request: &'a Parts,
+        _peer: IpAddr,
+        now: u64,
+    ) -> BoxFuture<'a, Result<Option<Verdict>, Unreadable>> {
+        Box::pin(async move {
+            let mut keys: Vec<(usize, String, u64)> = Vec::with_capacity(self.limits.len());
+            for (i, limit) in self.limits.iter().enumerate() {
+                let key = match &limit.key {
+                    Some(key) => match key(request) {
+                        Some(key) => key,
+                        None => continue,
+                    },
+                    None => "*".to_owned(),
+                };
+                let cost = match &limit.cost {
+                    Some(cost) => cost(request).map_err(|reason| Unreadable {
+                        status: StatusCode::BAD_REQUEST,
+                        detail: format!("limit `{}`: {reason}", limit.name),
+                    })?,
+                    None => 1,
+                };
+                // The engine's rules are the limits, in order (it is never reloaded).
+                keys.push((i, key, cost));
+            }
+            if keys.is_empty() {
+                return Ok(None);
+            }
+            Ok(Some(self.engine.decide_keyed(&keys, now).await))
+        })
+    }
+
+    fn settle<'a>(
+        &'a self,
+        id: GrantId,
+        owner: &'a Verdict,
+        actual: u64,
+        now: u64,
+    ) -> BoxFuture<'a, Result<(), SettleError>> {
+        settle(&self.engine, id, owner, actual, now)
+    }
+
+    fn release(
+        self: Arc<Self>,
+        id: GrantId,
+        owner: Arc<Verdict>,
+        now: u64,
+    ) -> BoxFuture<'static, ()> {
+        release(Arc::clone(&self.engine), id, owner, now)
+    }
+
+    fn legacy(&self) -> bool {
+        false
+    }
+}

@@ -1,0 +1,39 @@
+//! A concurrency permit held by a response body, released when the body is done with.
+
+use std::sync::Arc;
+
+use ratewarden_core::Clock;
+use ratewarden_policy::{GrantId, Verdict};
+
+use crate::limits::Limits;
+
+/// Releases an allowed request's concurrency permit when dropped: when its response body
+/// has been sent, or dropped because the client went away (or the service's future was
+/// dropped before it answered).
+pub(crate) struct PermitGuard {
+    pub(crate) limits: Arc<dyn Limits>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) id: Option<GrantId>,
+    /// The verdict that carried the id: what proves the release is the holder's.
+    pub(crate) owner: Arc<Verdict>,
+}
+
+impl Drop for PermitGuard {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        let release =
+            Arc::clone(&self.limits).release(id, Arc::clone(&self.owner), self.clock.now());
+        // A store that answers at once (in memory) releases here, before the next request
+        // can be decided; one a network away releases on a task of its own. Outside a
+        // runtime the lease lets the permit go.
+        let mut release = release;
+        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+        if release.as_mut().poll(&mut context).is_pending() {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(release);
+            }
+        }
+    }
+}
