@@ -67,27 +67,30 @@ impl<S: AsyncStore> Engine<S> {
         // `open` rules on a shared store are charged here first, at their own numbers, all
         // or nothing: what this process admits, whether the store answered or not, is never
         // more than one limiter's worth (issue 12, item 11).
-        let guarded: Vec<bool> = enforced
-            .iter()
-            .map(|a| !locally_refused && self.store.is_shared() && guards(&rules[a.rule]))
-            .collect();
+        // Empty (no allocation) unless the store is shared: in memory nothing is guarded.
+        let guarded: Vec<bool> = if !locally_refused && self.store.is_shared() {
+            enforced.iter().map(|a| guards(&rules[a.rule])).collect()
+        } else {
+            Vec::new()
+        };
         let guard_checks: Vec<Check<'_>> = enforced
             .iter()
             .zip(&guarded)
             .filter(|(_, g)| **g)
             .map(|(a, _)| check(rules, a))
             .collect();
-        let guard = if guard_checks.is_empty() {
+        let mut guard = if guard_checks.is_empty() {
             Vec::new()
         } else {
             Store::decide_all(&self.local, &guard_checks, now)
                 .unwrap_or_else(|never| match never {})
         };
         if guard.iter().any(|d| !d.is_allowed()) {
+            // All or nothing: nothing was charged here, and the store is not asked.
             locally_refused = true;
             let mut g = guarded.iter();
             enforced.retain(|_| *g.next().unwrap_or(&false));
-            refused_here = guard.clone();
+            refused_here = std::mem::take(&mut guard);
         }
         let checks: Vec<Check<'_>> = enforced.iter().map(|a| check(rules, a)).collect();
         let mut unavailable = false;
@@ -115,14 +118,14 @@ impl<S: AsyncStore> Engine<S> {
                 let mut guard = guard.into_iter();
                 enforced
                     .iter()
-                    .zip(&guarded)
-                    .map(|(a, g)| {
+                    .enumerate()
+                    .map(|(i, a)| {
                         let rule = &rules[a.rule];
                         if let Some(c) = counters(a.rule) {
                             Counters::bump(&c.store_failures);
                         }
                         tracing::warn!(rule = %rule.name, %error, policy = ?rule.on_store_failure, "store failed");
-                        if *g {
+                        if guarded.get(i).copied().unwrap_or(false) {
                             // Decided (and charged) here already.
                             if let Some(decision) = guard.next() {
                                 return decision;
