@@ -35,6 +35,20 @@ pub struct PolicyState<'a> {
     pub unit: Option<&'a str>,
 }
 
+impl<'a> PolicyState<'a> {
+    /// The place of policy `name`, limited by `limit`, that decided `decision`: its window
+    /// from the limit, and `concurrent-requests` as the unit of a concurrency limit.
+    pub fn of(name: &'a str, limit: &ratewarden_core::Limit, decision: &'a Decision) -> Self {
+        Self {
+            name,
+            decision,
+            window_secs: crate::window_secs(limit),
+            unit: matches!(limit, ratewarden_core::Limit::Concurrency(_))
+                .then_some("concurrent-requests"),
+        }
+    }
+}
+
 /// A response to send instead of serving the request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
-use ratewarden_core::{Limit, Outcome};
 use ratewarden_http::PolicyState;
 use ratewarden_policy::{GrantId, Verdict};
 
@@ -73,20 +72,11 @@ pub(crate) enum Answer {
 
 /// The answer to `verdict`, as the server's gateway gives it.
 pub(crate) fn answer(verdict: &Verdict, legacy: bool) -> Answer {
-    // Only enforced, non-sensitive rules show their numbers: shadow rules are not the
-    // client's business, and sensitive ones must not reveal capacity.
     let shown: Vec<PolicyState<'_>> = verdict
-        .outcomes
-        .iter()
-        .filter(|o| o.enforced && !verdict.rules[o.rule].sensitive)
+        .shown()
         .map(|o| {
-            let limit = &verdict.rules[o.rule].limit;
-            PolicyState {
-                name: &verdict.rules[o.rule].name,
-                decision: &o.decision,
-                window_secs: ratewarden_http::window_secs(limit),
-                unit: matches!(limit, Limit::Concurrency(_)).then_some("concurrent-requests"),
-            }
+            let rule = &verdict.rules[o.rule];
+            PolicyState::of(&rule.name, &rule.limit, &o.decision)
         })
         .collect();
     let retry = verdict.retry_after_ns.unwrap_or(1_000_000_000);
@@ -107,7 +97,7 @@ pub(crate) fn answer(verdict: &Verdict, legacy: bool) -> Answer {
         });
     }
     if !verdict.allowed {
-        let sensitive = verdict.violated().any(|o| verdict.rules[o.rule].sensitive);
+        let sensitive = verdict.sensitive();
         let names: Vec<&str> = violated.iter().map(String::as_str).collect();
         let contract = ratewarden_http::limited(&shown, &names, retry, sensitive, legacy);
         return Answer::Stop(Rejection {
@@ -118,19 +108,9 @@ pub(crate) fn answer(verdict: &Verdict, legacy: bool) -> Answer {
             contract,
         });
     }
-    let delay = verdict
-        .outcomes
-        .iter()
-        .filter(|o| o.enforced)
-        .filter_map(|o| match o.decision.outcome {
-            Outcome::Delayed { delay_ns } => Some(delay_ns),
-            _ => None,
-        })
-        .max()
-        .unwrap_or(0);
     Answer::Go {
         headers: ratewarden_http::allowed_headers(&shown, legacy),
-        delay: Duration::from_nanos(delay),
+        delay: Duration::from_nanos(verdict.delay_ns()),
         reservation: verdict.reservation,
         permit: verdict.permit,
     }

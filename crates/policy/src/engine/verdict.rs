@@ -63,6 +63,34 @@ impl Verdict {
         self.outcomes.iter().filter(|o| o.enforced && o.said_no())
     }
 
+    /// The outcomes a client is shown the numbers of (RateLimit fields): enforced rules that
+    /// are not sensitive. Shadow rules are not the client's business, and sensitive ones
+    /// must not reveal capacity.
+    pub fn shown(&self) -> impl Iterator<Item = &RuleOutcome> {
+        self.outcomes
+            .iter()
+            .filter(|o| o.enforced && !self.rules[o.rule].sensitive)
+    }
+
+    /// Whether a rule that rejected the request is sensitive: answer a bare 429.
+    pub fn sensitive(&self) -> bool {
+        self.violated().any(|o| self.rules[o.rule].sensitive)
+    }
+
+    /// The longest delay an enforced queueing rule asks of the request, in nanoseconds
+    /// (0: none).
+    pub fn delay_ns(&self) -> u64 {
+        self.outcomes
+            .iter()
+            .filter(|o| o.enforced)
+            .filter_map(|o| match o.decision.outcome {
+                ratewarden_core::Outcome::Delayed { delay_ns } => Some(delay_ns),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Rules that would have rejected the request but did not enforce (shadow, rollout).
     pub fn would_have_rejected(&self) -> impl Iterator<Item = &RuleOutcome> {
         self.outcomes.iter().filter(|o| !o.enforced && o.said_no())

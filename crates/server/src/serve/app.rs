@@ -8,7 +8,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use super::store::AnyStore;
-use ratewarden_core::{Clock, Limit, Outcome};
+use ratewarden_core::Clock;
 use ratewarden_http::PolicyState;
 use ratewarden_policy::envoy::EnvoyConfig;
 use ratewarden_policy::{
@@ -189,24 +189,17 @@ impl App {
     /// RateLimit fields (and a queueing rule's delay).
     pub(crate) fn answer(&self, verdict: &Verdict) -> Answer {
         let legacy = self.settings().legacy_headers;
-        // Only enforced, non-sensitive rules show their numbers; shadow rules are not the
-        // client's business, and sensitive ones must not reveal capacity.
         let shown: Vec<PolicyState<'_>> = verdict
-            .outcomes
-            .iter()
-            .filter(|o| o.enforced && !verdict.rules[o.rule].sensitive)
+            .shown()
             .map(|o| {
-                policy_state(
-                    &verdict.rules[o.rule].name,
-                    &verdict.rules[o.rule].limit,
-                    &o.decision,
-                )
+                let rule = &verdict.rules[o.rule];
+                PolicyState::of(&rule.name, &rule.limit, &o.decision)
             })
             .collect();
+        let retry = self.jittered(verdict.retry_after_ns.unwrap_or(1_000_000_000));
         if verdict.unavailable {
-            let retry = verdict.retry_after_ns.unwrap_or(1_000_000_000);
             return Answer::Stop(ratewarden_http::unavailable(
-                self.jittered(retry),
+                retry,
                 "a rate limit this request needs cannot be checked right now",
             ));
         }
@@ -215,29 +208,17 @@ impl App {
                 .violated()
                 .map(|o| verdict.rules[o.rule].name.as_str())
                 .collect();
-            let sensitive = verdict.violated().any(|o| verdict.rules[o.rule].sensitive);
-            let retry = verdict.retry_after_ns.unwrap_or(1_000_000_000);
             return Answer::Stop(ratewarden_http::limited(
                 &shown,
                 &violated,
-                self.jittered(retry),
-                sensitive,
+                retry,
+                verdict.sensitive(),
                 legacy,
             ));
         }
-        let delay = verdict
-            .outcomes
-            .iter()
-            .filter(|o| o.enforced)
-            .filter_map(|o| match o.decision.outcome {
-                Outcome::Delayed { delay_ns } => Some(delay_ns),
-                _ => None,
-            })
-            .max()
-            .unwrap_or(0);
         Answer::Go {
             headers: ratewarden_http::allowed_headers(&shown, legacy),
-            delay: Duration::from_nanos(delay),
+            delay: Duration::from_nanos(verdict.delay_ns()),
         }
     }
 
@@ -284,20 +265,6 @@ fn load(
             Err(a)
         }
         (Err(errors), _) | (_, Err(errors)) => Err(errors),
-    }
-}
-
-/// A policy's entry in the RateLimit fields.
-pub(crate) fn policy_state<'a>(
-    name: &'a str,
-    limit: &Limit,
-    decision: &'a ratewarden_core::Decision,
-) -> PolicyState<'a> {
-    PolicyState {
-        name,
-        decision,
-        window_secs: ratewarden_http::window_secs(limit),
-        unit: matches!(limit, Limit::Concurrency(_)).then_some("concurrent-requests"),
     }
 }
 

@@ -17,7 +17,7 @@ use ratewarden_policy::envoy::{RateLimitOverride, Unit};
 use ratewarden_policy::{DescriptorStatus, DescriptorVerdict, RequestDescriptor, Verdict};
 use tonic::{Request, Response, Status};
 
-use crate::serve::app::{policy_state, App};
+use crate::serve::app::App;
 
 /// The service, over the server's engine.
 pub(crate) struct Rls {
@@ -111,7 +111,11 @@ fn response(app: &App, verdict: &Verdict) -> RateLimitResponse {
         .filter_map(|d| {
             let o = &verdict.outcomes[d.outcome?];
             let rule = &verdict.rules[o.rule];
-            Some(policy_state(&rule.name, &rule.limit, &o.decision))
+            Some(ratewarden_http::PolicyState::of(
+                &rule.name,
+                &rule.limit,
+                &o.decision,
+            ))
         })
         .collect();
     let mut headers = ratewarden_http::allowed_headers(&shown, false);
