@@ -43,48 +43,21 @@ use envoy_types::pb::google::protobuf::UInt64Value;
 use proptest::prelude::*;
 use prost::Message;
 use ratewarden_core::{Clock, ManualClock};
-use ratewarden_server::serve::{self, Options, Running};
+use ratewarden_server::serve::{Options, Running};
 use tokio::net::TcpStream;
 use tokio::runtime::Runtime;
 use tonic::transport::Channel;
+
+mod common;
 
 const METHOD: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 /// The YAML: exact values, key only, nesting, wildcards, shadow, quota, unlimited,
 /// `replaces`, one of our algorithms; and `probe`, what the follow-up call asks.
-const ENVOY: &str = r#"
-domain: edge
-descriptors:
-  - key: client_id
-    rate_limit: {unit: minute, requests_per_unit: 3, name: per_client}
-  - key: client_id
-    value: partner
-    rate_limit: {unit: minute, requests_per_unit: 100}
-  - key: path
-    value: /api/*/export
-    descriptors:
-      - key: client_id
-        rate_limit: {unit: hour, requests_per_unit: 1}
-  - key: tier
-    value: free
-    rate_limit: {unit: second, requests_per_unit: 5, name: free_tier}
-  - key: tier
-    value: paid
-    rate_limit: {unit: second, requests_per_unit: 50, replaces: [{name: free_tier}]}
-  - key: watch
-    rate_limit: {unit: minute, requests_per_unit: 1}
-    shadow_mode: true
-  - key: everything
-    rate_limit: {unlimited: true}
-  - key: soft
-    rate_limit: {unit: minute, requests_per_unit: 1}
-    quota_mode: true
-  - key: smooth
-    rate_limit: {unit: second, requests_per_unit: 5}
-    ratewarden: {algorithm: gcra, burst: 5}
-  - key: probe
-    rate_limit: {unit: minute, requests_per_unit: 3}
-"#;
+const ENVOY: &str = concat!(
+    include_str!("common/edge.yaml"),
+    "  - key: probe\n    rate_limit: {unit: minute, requests_per_unit: 3}\n"
+);
 
 /// A native rule behind the protocol too, and a small body bound for the HTTP side.
 const TOML: &str = r#"
@@ -123,19 +96,13 @@ fn world() -> &'static World {
             let envoy = ratewarden_policy::envoy::parse("edge.yaml", ENVOY).expect("the YAML");
             // Time stands still: the probe's counts are exact, nothing refills.
             let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(1_796_169_600_000_000_000));
-            let server = serve::start(Options {
-                config: ratewarden_policy::config::parse("fuzz.toml", TOML).expect("a config"),
-                config_path: None,
-                clock,
-                workers: 1,
+            let server = common::start(Options {
                 envoy,
-                envoy_path: None,
+                ..common::options(TOML, clock)
             })
-            .await
-            .expect("the server starts");
-            let client = RateLimitServiceClient::connect(format!("http://{}", grpc(&server)))
+            .await;
+            let client = common::grpc_client(&server)
                 .await
-                .expect("a client")
                 // Huge requests are part of the point.
                 .max_encoding_message_size(usize::MAX)
                 .max_decoding_message_size(usize::MAX);

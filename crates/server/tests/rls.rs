@@ -19,37 +19,7 @@ mod common;
 
 const T0: u64 = 1_796_169_600_000_000_000;
 
-const ENVOY: &str = r#"
-domain: edge
-descriptors:
-  - key: client_id
-    rate_limit: {unit: minute, requests_per_unit: 3, name: per_client}
-  - key: client_id
-    value: partner
-    rate_limit: {unit: minute, requests_per_unit: 100}
-  - key: path
-    value: /api/*/export
-    descriptors:
-      - key: client_id
-        rate_limit: {unit: hour, requests_per_unit: 1}
-  - key: tier
-    value: free
-    rate_limit: {unit: second, requests_per_unit: 5, name: free_tier}
-  - key: tier
-    value: paid
-    rate_limit: {unit: second, requests_per_unit: 50, replaces: [{name: free_tier}]}
-  - key: watch
-    rate_limit: {unit: minute, requests_per_unit: 1}
-    shadow_mode: true
-  - key: everything
-    rate_limit: {unlimited: true}
-  - key: soft
-    rate_limit: {unit: minute, requests_per_unit: 1}
-    quota_mode: true
-  - key: smooth
-    rate_limit: {unit: second, requests_per_unit: 5}
-    ratewarden: {algorithm: gcra, burst: 5}
-"#;
+const ENVOY: &str = include_str!("common/edge.yaml");
 
 /// The `[server]` section of every test: the gRPC listener, nothing else to speak of.
 const SERVER: &str =
