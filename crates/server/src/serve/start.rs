@@ -98,17 +98,31 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
                 *role,
             ));
         }
-        let grpc = match &grpc {
-            Some(listener) => Some(listener.try_clone().context("cannot share a listener")?),
-            None => None,
-        };
         let (app, stopped) = (Arc::clone(&app), stopped.clone());
         let upstream = settings.upstream.clone();
         let (done, finished) = tokio::sync::oneshot::channel::<()>();
         std::thread::Builder::new()
             .name(format!("ratewarden-worker-{worker}"))
-            .spawn(move || workers::run(clones, grpc, app, upstream, stopped, grace, done))
+            .spawn(move || workers::run(clones, app, upstream, stopped, grace, done))
             .context("cannot start a worker thread")?;
+        tasks.spawn(async move {
+            let _ = finished.await;
+        });
+    }
+    // Envoy's gRPC calls are the opposite case: an Envoy opens one long-lived HTTP/2
+    // connection per worker thread and multiplexes every call on it, so a connection per
+    // thread would leave our other cores idle whenever two of them land on one worker.
+    // Its listener runs on a work-stealing runtime of its own, where each call is a task
+    // any of the threads may take.
+    if let Some(listener) = grpc {
+        let (done, finished) = tokio::sync::oneshot::channel::<()>();
+        workers::grpc(
+            listener,
+            Arc::clone(&app),
+            stopped.clone(),
+            options.workers,
+            done,
+        )?;
         tasks.spawn(async move {
             let _ = finished.await;
         });
@@ -117,7 +131,7 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
         settings.upstream.as_deref(),
         &settings.bounds,
     )?);
-    workers::spawn(&mut tasks, listeners, grpc, &app, &local, &stopped, grace)?;
+    workers::spawn(&mut tasks, listeners, &app, &local, &stopped, grace)?;
     tasks.spawn(app::sweep(Arc::clone(&app), stopped));
     tracing::info!(
         listen = %listen_addr,

@@ -1,5 +1,5 @@
 //! Workers past the first: a thread each, with a single-threaded runtime accepting on the
-//! same sockets as the first.
+//! same sockets as the first; and the gRPC listener's runtime.
 
 use std::sync::Arc;
 
@@ -10,11 +10,10 @@ use super::app::App;
 use super::envoy;
 use super::http::{self, Role};
 
-/// One worker thread: its own single-threaded runtime serving every listener (the gRPC one
-/// too) until stopped.
+/// One worker thread: its own single-threaded runtime serving every HTTP listener until
+/// stopped.
 pub(super) fn run(
     listeners: Vec<(std::net::TcpListener, Role)>,
-    grpc: Option<std::net::TcpListener>,
     app: Arc<App>,
     upstream: Option<String>,
     stopped: watch::Receiver<bool>,
@@ -38,7 +37,7 @@ pub(super) fn run(
         };
         let local = Arc::new(local);
         let mut serving = JoinSet::new();
-        if let Err(error) = spawn(&mut serving, listeners, grpc, &app, &local, &stopped, grace) {
+        if let Err(error) = spawn(&mut serving, listeners, &app, &local, &stopped, grace) {
             tracing::error!(%error, "a worker could not take its listeners");
         }
         while serving.join_next().await.is_some() {}
@@ -46,8 +45,8 @@ pub(super) fn run(
     let _ = done.send(());
 }
 
-/// Serves `listeners` (and the gRPC one) on the current runtime, a task each in `tasks`,
-/// until `stopped`: what every worker runs, the first included.
+/// Serves the HTTP `listeners` on the current runtime, a task each in `tasks`, until
+/// `stopped`: what every worker runs, the first included.
 ///
 /// # Errors
 ///
@@ -55,7 +54,6 @@ pub(super) fn run(
 pub(super) fn spawn(
     tasks: &mut JoinSet<()>,
     listeners: Vec<(std::net::TcpListener, Role)>,
-    grpc: Option<std::net::TcpListener>,
     app: &Arc<App>,
     local: &Arc<http::Local>,
     stopped: &watch::Receiver<bool>,
@@ -72,9 +70,38 @@ pub(super) fn spawn(
             grace,
         ));
     }
-    if let Some(listener) = grpc {
-        let listener = tokio::net::TcpListener::from_std(listener)?;
-        tasks.spawn(envoy::serve(listener, Arc::clone(app), stopped.clone()));
-    }
+    Ok(())
+}
+
+/// Envoy's gRPC listener on a thread that owns a work-stealing runtime of `threads` workers,
+/// serving until `stopped`, then sending `done`.
+///
+/// # Errors
+///
+/// The thread or its runtime cannot be started, or the runtime cannot take the listener.
+pub(super) fn grpc(
+    listener: std::net::TcpListener,
+    app: Arc<App>,
+    stopped: watch::Receiver<bool>,
+    threads: usize,
+    done: tokio::sync::oneshot::Sender<()>,
+) -> std::io::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .thread_name("ratewarden-grpc")
+        .enable_all()
+        .build()?;
+    let listener = {
+        let _entered = runtime.enter();
+        tokio::net::TcpListener::from_std(listener)?
+    };
+    std::thread::Builder::new()
+        .name("ratewarden-grpc".into())
+        .spawn(move || {
+            runtime.block_on(envoy::serve(listener, app, stopped));
+            // Calls still running when the listener stopped are dropped with the runtime.
+            runtime.shutdown_background();
+            let _ = done.send(());
+        })?;
     Ok(())
 }

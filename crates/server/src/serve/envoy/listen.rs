@@ -1,5 +1,5 @@
-//! The gRPC listener: Envoy's rate limit service served on one runtime (every worker runs
-//! one on the shared socket, as the HTTP listeners do).
+//! The gRPC listener: Envoy's rate limit service, served on the work-stealing runtime
+//! `workers::grpc` starts for it (each call a task, so one Envoy connection uses every core).
 
 use std::sync::Arc;
 
@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use super::grpc::Rls;
 use crate::serve::app::App;
 
-/// Envoy's rate limit service on one runtime, until `stop`.
+/// Envoy's rate limit service on the current runtime, until `stop`.
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     app: Arc<App>,
