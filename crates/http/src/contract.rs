@@ -14,7 +14,6 @@ pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-l
 pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
 /// The legacy `X-RateLimit-Reset`.
 pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
-use sfv::{Integer, KeyRef, ListSerializer, StringRef};
 
 /// The problem type of a caller over its quota (429).
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
@@ -77,60 +76,17 @@ pub fn retry_after_secs(ns: u64) -> u64 {
     ns.div_ceil(NANOS_PER_SEC).max(1)
 }
 
-/// Structured Field integers stop at 15 digits.
-fn sf_int(n: u64) -> Integer {
-    Integer::try_from(n.min(999_999_999_999_999)).unwrap_or(Integer::constant(0))
-}
-
-fn key(name: &'static str) -> &'static KeyRef {
-    KeyRef::constant(name)
-}
-
-/// `RateLimit-Policy`: each policy's quota, window and unit.
-fn policy_field(policies: &[PolicyState<'_>]) -> Option<String> {
-    let mut list = ListSerializer::new();
-    for p in policies {
-        let Ok(name) = StringRef::from_str(p.name) else {
-            continue;
-        };
-        let item = list
-            .bare_item(name)
-            .parameter(key("q"), sf_int(p.decision.limit));
-        let item = match p.unit.and_then(|u| StringRef::from_str(u).ok()) {
-            Some(unit) => item.parameter(key("qu"), unit),
-            None => item,
-        };
-        // The item is complete once its parameters are written.
-        let _ = match p.window_secs {
-            Some(w) => item.parameter(key("w"), sf_int(w.max(1))),
-            None => item,
-        };
-    }
-    list.finish()
-}
-
-/// `RateLimit`: what each policy has left, and within how many seconds.
-fn state_field(policies: &[PolicyState<'_>]) -> Option<String> {
-    let mut list = ListSerializer::new();
-    for p in policies {
-        let Ok(name) = StringRef::from_str(p.name) else {
-            continue;
-        };
-        let t = p.decision.reset_after_ns.div_ceil(NANOS_PER_SEC);
-        let _ = list
-            .bare_item(name)
-            .parameter(key("r"), sf_int(p.decision.remaining))
-            .parameter(key("t"), sf_int(t));
-    }
-    list.finish()
+/// `n` in decimal, in a string exactly as long as its digits (see [`crate::fields`]).
+fn int_string(n: u64) -> String {
+    itoa::Buffer::new().format(n).to_owned()
 }
 
 fn rate_limit_headers(policies: &[PolicyState<'_>], legacy: bool) -> Vec<(HeaderName, String)> {
-    let mut headers = Vec::new();
-    if let Some(v) = policy_field(policies) {
+    let mut headers = Vec::with_capacity(if legacy { 6 } else { 3 });
+    if let Some(v) = crate::fields::policy_field(policies) {
         headers.push((RATELIMIT_POLICY, v));
     }
-    if let Some(v) = state_field(policies) {
+    if let Some(v) = crate::fields::state_field(policies) {
         headers.push((RATELIMIT, v));
     }
     // The legacy trio describes one limit: the one closest to exhaustion.
@@ -138,10 +94,10 @@ fn rate_limit_headers(policies: &[PolicyState<'_>], legacy: bool) -> Vec<(Header
         .then(|| policies.iter().min_by_key(|p| p.decision.remaining))
         .flatten()
     {
-        headers.push((X_RATELIMIT_LIMIT, p.decision.limit.to_string()));
-        headers.push((X_RATELIMIT_REMAINING, p.decision.remaining.to_string()));
+        headers.push((X_RATELIMIT_LIMIT, int_string(p.decision.limit)));
+        headers.push((X_RATELIMIT_REMAINING, int_string(p.decision.remaining)));
         let reset = p.decision.reset_after_ns.div_ceil(NANOS_PER_SEC);
-        headers.push((X_RATELIMIT_RESET, reset.to_string()));
+        headers.push((X_RATELIMIT_RESET, int_string(reset)));
     }
     headers
 }
@@ -190,7 +146,7 @@ pub fn limited(
     legacy: bool,
 ) -> Response {
     let mut headers = vec![
-        (RETRY_AFTER, retry_after_secs(retry_after_ns).to_string()),
+        (RETRY_AFTER, int_string(retry_after_secs(retry_after_ns))),
         (CACHE_CONTROL, "no-store".to_owned()),
     ];
     if sensitive {
@@ -227,7 +183,7 @@ pub fn unavailable(retry_after_ns: u64, detail: &str) -> Response {
     Response {
         status: 503,
         headers: vec![
-            (RETRY_AFTER, retry_after_secs(retry_after_ns).to_string()),
+            (RETRY_AFTER, int_string(retry_after_secs(retry_after_ns))),
             (CACHE_CONTROL, "no-store".to_owned()),
             (CONTENT_TYPE, "application/problem+json".to_owned()),
         ],

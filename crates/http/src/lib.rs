@@ -15,6 +15,7 @@
 //! they are and a new name can never fail to convert.
 
 mod contract;
+mod fields;
 
 pub use contract::{
     allowed_headers, limited, retry_after_secs, unavailable, PolicyState, Response, CACHE_CONTROL,
