@@ -21,6 +21,10 @@ impl<S: BuildHasher> Store for MemoryStore<Limit, S> {
     }
 
     fn decide_all(&self, checks: &[Check<'_>], now: u64) -> Result<Vec<Decision>, Infallible> {
+        // The common case, one rule, without the vector of layers.
+        if let [c] = checks {
+            return Ok(vec![MemoryStore::decide(self, c.limit, c.key, now, c.cost)]);
+        }
         let layers: Vec<(&Limit, &str, u64)> =
             checks.iter().map(|c| (c.limit, c.key, c.cost)).collect();
         Ok(MemoryStore::decide_all(self, &layers, now))

@@ -50,6 +50,11 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
     /// deadlock), every limit is checked, and only then is each charged. Keys within one
     /// call should be distinct.
     pub fn decide_all(&self, layers: &[(&A, &str, u64)], now: u64) -> Vec<Decision> {
+        // One layer is one decision: no lock ordering, and the state visited once (check
+        // and charge in one step) rather than peeked and then charged.
+        if let [(limit, key, cost)] = *layers {
+            return vec![self.decide(limit, key, now, cost)];
+        }
         let hashes: Vec<u64> = layers.iter().map(|(_, key, _)| self.hash(key)).collect();
         let mut order: Vec<usize> = hashes.iter().map(|&h| self.shard_of(h)).collect();
         order.sort_unstable();
