@@ -124,3 +124,45 @@ fn nanos(d: Duration) -> u64 {
         .saturating_mul(1_000_000_000)
         .saturating_add(u64::from(d.subsec_nanos()))
 }
+
+/// A clock that reads tokio's time: under a test's paused time
+/// (`tokio::time::pause`) it moves only when tokio's does, so refills and queue delays line
+/// up with `tokio::time::advance` and no test sleeps for them. Services keep [`RealClock`].
+/// With the `tokio` feature; the server and the tower layer re-export it.
+///
+/// # Examples
+///
+/// ```
+/// use ratewarden_core::{Clock, TokioClock};
+///
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() {
+/// let clock = TokioClock::new(1_000);
+/// tokio::time::advance(std::time::Duration::from_millis(1)).await;
+/// assert_eq!(clock.now(), 1_000 + 1_000_000);
+/// # }
+/// ```
+#[cfg(feature = "tokio")]
+#[derive(Debug)]
+pub struct TokioClock {
+    base_ns: u64,
+    start: tokio::time::Instant,
+}
+
+#[cfg(feature = "tokio")]
+impl TokioClock {
+    /// A clock reading `base_ns` now (nanoseconds since the Unix epoch, as every clock).
+    pub fn new(base_ns: u64) -> Self {
+        Self {
+            base_ns,
+            start: tokio::time::Instant::now(),
+        }
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Clock for TokioClock {
+    fn now(&self) -> u64 {
+        self.base_ns.saturating_add(nanos(self.start.elapsed()))
+    }
+}

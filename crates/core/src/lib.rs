@@ -51,6 +51,8 @@ pub use algorithm::{
     Algorithm, CalendarUnit, Concurrency, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Quota,
     SlidingLog, SlidingWindow, TokenBucket,
 };
+#[cfg(feature = "tokio")]
+pub use clock::TokioClock;
 pub use clock::{Clock, ManualClock, RealClock};
 pub use decision::{Decision, Outcome};
 pub use error::Error;

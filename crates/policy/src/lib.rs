@@ -24,8 +24,8 @@ pub use config::{
     MIN_STORE_BYTES,
 };
 pub use engine::{
-    api_key_digest, fingerprint, rollout_bucket, DescriptorStatus, DescriptorVerdict, Engine,
-    GrantId, Identity, Owner, ReleaseError, Request, RequestDescriptor, RequestError, RuleOutcome,
-    RuleStats, SettleError, Verdict,
+    api_key_digest, fingerprint, rollout_bucket, Answer, DescriptorStatus, DescriptorVerdict,
+    Engine, GrantId, Identity, Jitter, Owner, ReleaseError, Request, RequestDescriptor,
+    RequestError, RuleOutcome, RuleStats, SettleError, Verdict,
 };
 pub use ip::{client_ip, IpGrouping, PrefixError, TrustedProxies};

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, StatusCode};
-use ratewarden_http::PolicyState;
 use ratewarden_policy::{GrantId, Verdict};
 
 /// A refused request: what the contract answers, and why, for a [`RejectHook`] to render
@@ -70,49 +69,26 @@ pub(crate) enum Answer {
     Stop(Rejection),
 }
 
-/// The answer to `verdict`, as the server's gateway gives it.
-pub(crate) fn answer(verdict: &Verdict, legacy: bool) -> Answer {
-    let shown: Vec<PolicyState<'_>> = verdict
-        .shown()
-        .map(|o| {
-            let rule = &verdict.rules[o.rule];
-            PolicyState::of(&rule.name, &rule.limit, &o.decision)
-        })
-        .collect();
-    let retry = verdict.retry_after_ns.unwrap_or(1_000_000_000);
-    let violated: Vec<String> = verdict
-        .violated()
-        .map(|o| verdict.rules[o.rule].name.clone())
-        .collect();
-    if verdict.unavailable {
-        return Answer::Stop(Rejection {
-            status: StatusCode::SERVICE_UNAVAILABLE,
-            retry_after: Duration::from_nanos(retry),
-            violated,
-            sensitive: false,
-            contract: ratewarden_http::unavailable(
-                retry,
-                "a rate limit this request needs cannot be checked right now",
-            ),
-        });
-    }
-    if !verdict.allowed {
-        let sensitive = verdict.sensitive();
-        let names: Vec<&str> = violated.iter().map(String::as_str).collect();
-        let contract = ratewarden_http::limited(&shown, &names, retry, sensitive, legacy);
-        return Answer::Stop(Rejection {
-            status: StatusCode::TOO_MANY_REQUESTS,
-            retry_after: Duration::from_nanos(retry),
-            violated,
-            sensitive,
+/// The answer to `verdict`, as the server's gateway gives it (the same translation,
+/// [`Verdict::answer`]), a refusal telling the client to come back in `retry_ns`.
+pub(crate) fn answer(verdict: &Verdict, legacy: bool, retry_ns: u64) -> Answer {
+    match verdict.answer(legacy, retry_ns) {
+        ratewarden_policy::Answer::Go { headers, delay } => Answer::Go {
+            headers,
+            delay,
+            reservation: verdict.reservation,
+            permit: verdict.permit,
+        },
+        ratewarden_policy::Answer::Stop(contract) => Answer::Stop(Rejection {
+            status: StatusCode::from_u16(contract.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS),
+            retry_after: Duration::from_nanos(retry_ns),
+            violated: verdict
+                .violated()
+                .map(|o| verdict.rules[o.rule].name.clone())
+                .collect(),
+            sensitive: !verdict.unavailable && verdict.sensitive(),
             contract,
-        });
-    }
-    Answer::Go {
-        headers: ratewarden_http::allowed_headers(&shown, legacy),
-        delay: Duration::from_nanos(verdict.delay_ns()),
-        reservation: verdict.reservation,
-        permit: verdict.permit,
+        }),
     }
 }
 

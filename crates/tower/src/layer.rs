@@ -3,17 +3,18 @@
 use std::collections::HashSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
 use http::request::Parts;
 use ratewarden_core::{AsyncStore, Clock, RealClock};
 use ratewarden_memory::{MemoryStore, StoreConfig};
 use ratewarden_policy::envoy::EnvoyConfig;
-use ratewarden_policy::{Config, Engine, KeySources, ServerSettings, StoreSettings};
+use ratewarden_policy::{Config, Engine, Jitter, KeySources, ServerSettings, StoreSettings};
 use tower_layer::Layer;
 
 use crate::answer::RejectHook;
 use crate::keyed::KeyedLimit;
-use crate::limits::{ConfigLimits, KeyedLimits, Limits};
+use crate::limits::{EngineLimits, Limits, Source};
 use crate::{BuildError, RateLimit, Rejection};
 
 /// Finds the client's address in a request.
@@ -26,6 +27,9 @@ pub(crate) struct Settings {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) peer: PeerFn,
     pub(crate) hook: Option<RejectHook>,
+    /// Spreads a refusal's `Retry-After` by up to `retry_after_jitter`.
+    pub(crate) jitter: Arc<Jitter>,
+    pub(crate) retry_after_jitter: Duration,
 }
 
 /// A [`Layer`] deciding every request on the policy engine before the inner service sees it.
@@ -56,20 +60,22 @@ fn peer_from_extensions(request: &Parts) -> Option<IpAddr> {
 }
 
 impl RateLimitLayer {
-    fn new(limits: Arc<dyn Limits>) -> Self {
+    fn new(limits: Arc<dyn Limits>, retry_after_jitter: Duration) -> Self {
         Self {
             settings: Arc::new(Settings {
                 limits,
                 clock: Arc::new(RealClock::new()),
                 peer: Arc::new(peer_from_extensions),
                 hook: None,
+                jitter: Arc::new(Jitter::new()),
+                retry_after_jitter,
             }),
         }
     }
 
     /// A layer deciding `config`'s rules on `store`: exactly what the gateway runs with the
     /// same file (its `[server]` and `[store]` sections are not used here, except
-    /// `legacy_headers`).
+    /// `legacy_headers` and `retry_after_jitter`).
     ///
     /// # Examples
     ///
@@ -94,9 +100,19 @@ impl RateLimitLayer {
 
     /// A layer deciding the rules of `engine`, which may be shared (a reload of it reaches
     /// the layer at once).
+    ///
+    /// `[server] legacy_headers` and `retry_after_jitter` are read once, here: a reload
+    /// that changes them reaches the layer when it is built again.
     pub fn from_engine<St: AsyncStore + 'static>(engine: Arc<Engine<St>>) -> Self {
-        let legacy = engine.config().server.legacy_headers;
-        Self::new(Arc::new(ConfigLimits { engine, legacy }))
+        let server = &engine.config().server;
+        let (legacy, jitter) = (server.legacy_headers, server.retry_after_jitter);
+        Self::new(
+            Arc::new(EngineLimits {
+                engine,
+                source: Source::Rules { legacy },
+            }),
+            jitter,
+        )
     }
 
     /// A builder of limits written in code.
@@ -130,6 +146,14 @@ impl RateLimitLayer {
         F: Fn(&Parts) -> Option<IpAddr> + Send + Sync + 'static,
     {
         self.settings().peer = Arc::new(peer);
+        self
+    }
+
+    /// Adds up to `up_to` at random to every refusal's `Retry-After` (never less), so that
+    /// clients refused together do not all come back together; `[server]
+    /// retry_after_jitter` of a config, zero (none) for limits written in code.
+    pub fn retry_after_jitter(mut self, up_to: Duration) -> Self {
+        self.settings().retry_after_jitter = up_to;
         self
     }
 
@@ -211,9 +235,12 @@ impl Builder {
             rules: self.limits.iter().map(KeyedLimit::rule).collect(),
         };
         let engine = Arc::new(Engine::with_envoy(config, EnvoyConfig::default(), store));
-        Ok(RateLimitLayer::new(Arc::new(KeyedLimits {
-            engine,
-            limits: self.limits,
-        })))
+        Ok(RateLimitLayer::new(
+            Arc::new(EngineLimits {
+                engine,
+                source: Source::Keyed(self.limits),
+            }),
+            Duration::ZERO,
+        ))
     }
 }

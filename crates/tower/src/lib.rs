@@ -47,7 +47,6 @@
 
 mod answer;
 mod body;
-mod clock;
 mod error;
 mod grpc;
 mod keyed;
@@ -59,10 +58,10 @@ mod service;
 
 pub use answer::{RejectHook, Rejection};
 pub use body::LimitBody;
-pub use clock::TokioClock;
 pub use error::BuildError;
 pub use keyed::{header, KeyedLimit};
 pub use layer::{Builder, RateLimitLayer};
+pub use ratewarden_core::TokioClock;
 pub use reservation::Reservation;
 pub use service::{RateLimit, ResponseFuture};
 

@@ -55,88 +55,115 @@ pub(crate) trait Limits: Send + Sync + 'static {
     fn legacy(&self) -> bool;
 }
 
-/// The rules of a `ratewarden-policy` config, decided as the gateway decides them.
-pub(crate) struct ConfigLimits<St> {
+/// The engine behind a layer, and where its requests' limits come from.
+pub(crate) struct EngineLimits<St> {
     pub(crate) engine: Arc<Engine<St>>,
-    /// `[server] legacy_headers`, read once: the config is not cloned per request.
-    pub(crate) legacy: bool,
+    pub(crate) source: Source,
 }
 
-/// Limits written in code: the rules of an engine of their own, in the same order, decided
-/// by [`Engine::decide_keyed`] on the keys their closures build.
-pub(crate) struct KeyedLimits<St> {
-    pub(crate) engine: Arc<Engine<St>>,
-    pub(crate) limits: Vec<KeyedLimit>,
+/// Where a request's limits come from.
+pub(crate) enum Source {
+    /// The rules of a `ratewarden-policy` config, decided as the gateway decides them;
+    /// `[server] legacy_headers` read once (the config is not cloned per request).
+    Rules { legacy: bool },
+    /// Limits written in code: the rules of an engine of their own, in the same order,
+    /// decided by [`Engine::decide_keyed`] on the keys their closures build.
+    Keyed(Vec<KeyedLimit>),
 }
 
-fn settle<'a, St: AsyncStore + 'static>(
-    engine: &'a Engine<St>,
-    id: GrantId,
-    owner: &'a Verdict,
-    actual: u64,
-    now: u64,
-) -> BoxFuture<'a, Result<(), SettleError>> {
-    // The verdict that carried the id, kept in this process: the id alone claims nothing.
-    Box::pin(engine.settle(id, Owner::Verdict(owner), actual, now))
+impl<St: AsyncStore + 'static> EngineLimits<St> {
+    /// The verdict on a request as the gateway decides it: normalized path, headers, host.
+    async fn decide_rules(
+        &self,
+        request: &Parts,
+        peer: IpAddr,
+        now: u64,
+    ) -> Result<Verdict, Unreadable> {
+        // What is matched is one spelling of the path, as at the gateway (issue 12).
+        let path =
+            ratewarden_policy::path::normalize(request.uri.path()).map_err(|e| Unreadable {
+                status: StatusCode::BAD_REQUEST,
+                detail: e.to_string(),
+            })?;
+        let headers: Vec<(&str, &str)> = request
+            .headers
+            .iter()
+            .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)))
+            .collect();
+        let host = request
+            .headers
+            .get(http::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .or_else(|| request.uri.authority().map(http::uri::Authority::as_str));
+        let engine_request = ratewarden_policy::Request {
+            peer,
+            method: request.method.as_str(),
+            path: &path,
+            host,
+            headers: &headers,
+            cost: None,
+            api_key: None,
+            tenant: None,
+        };
+        self.engine
+            .decide(&engine_request, now)
+            .await
+            .map_err(|e| Unreadable {
+                status: if e.is_malformed() {
+                    StatusCode::BAD_REQUEST
+                } else {
+                    StatusCode::UNPROCESSABLE_ENTITY
+                },
+                detail: e.to_string(),
+            })
+    }
+
+    /// The verdict on a request under limits written in code; `None` when none applies.
+    async fn decide_keyed(
+        &self,
+        limits: &[KeyedLimit],
+        request: &Parts,
+        now: u64,
+    ) -> Result<Option<Verdict>, Unreadable> {
+        let mut keys: Vec<(usize, String, u64)> = Vec::with_capacity(limits.len());
+        for (i, limit) in limits.iter().enumerate() {
+            let key = match &limit.key {
+                Some(key) => match key(request) {
+                    Some(key) => key,
+                    None => continue,
+                },
+                None => "*".to_owned(),
+            };
+            let cost = match &limit.cost {
+                Some(cost) => cost(request).map_err(|reason| Unreadable {
+                    status: StatusCode::BAD_REQUEST,
+                    detail: format!("limit `{}`: {reason}", limit.name),
+                })?,
+                None => 1,
+            };
+            // The engine's rules are the limits, in order (it is never reloaded).
+            keys.push((i, key, cost));
+        }
+        if keys.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(self.engine.decide_keyed(&keys, now).await))
+    }
 }
 
-fn release<St: AsyncStore + 'static>(
-    engine: Arc<Engine<St>>,
-    id: GrantId,
-    owner: Arc<Verdict>,
-    now: u64,
-) -> BoxFuture<'static, ()> {
-    Box::pin(async move {
-        let _ = engine.release(id, Owner::Verdict(&owner), now).await;
-    })
-}
-
-impl<St: AsyncStore + 'static> Limits for ConfigLimits<St> {
+impl<St: AsyncStore + 'static> Limits for EngineLimits<St> {
     fn decide<'a>(
         &'a self,
         request: &'a Parts,
         peer: IpAddr,
         now: u64,
     ) -> BoxFuture<'a, Result<Option<Verdict>, Unreadable>> {
-        Box::pin(async move {
-            // What is matched is one spelling of the path, as at the gateway (issue 12).
-            let path =
-                ratewarden_policy::path::normalize(request.uri.path()).map_err(|e| Unreadable {
-                    status: StatusCode::BAD_REQUEST,
-                    detail: e.to_string(),
-                })?;
-            let headers: Vec<(&str, &str)> = request
-                .headers
-                .iter()
-                .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)))
-                .collect();
-            let host = request
-                .headers
-                .get(http::header::HOST)
-                .and_then(|h| h.to_str().ok())
-                .or_else(|| request.uri.authority().map(http::uri::Authority::as_str));
-            let engine_request = ratewarden_policy::Request {
-                peer,
-                method: request.method.as_str(),
-                path: &path,
-                host,
-                headers: &headers,
-                cost: None,
-                api_key: None,
-                tenant: None,
-            };
-            match self.engine.decide(&engine_request, now).await {
-                Ok(verdict) => Ok(Some(verdict)),
-                Err(e) => Err(Unreadable {
-                    status: if e.is_malformed() {
-                        StatusCode::BAD_REQUEST
-                    } else {
-                        StatusCode::UNPROCESSABLE_ENTITY
-                    },
-                    detail: e.to_string(),
-                }),
+        match &self.source {
+            Source::Rules { .. } => {
+                Box::pin(async move { self.decide_rules(request, peer, now).await.map(Some) })
             }
-        })
+            Source::Keyed(limits) => Box::pin(self.decide_keyed(limits, request, now)),
+        }
     }
 
     fn settle<'a>(
@@ -146,7 +173,8 @@ impl<St: AsyncStore + 'static> Limits for ConfigLimits<St> {
         actual: u64,
         now: u64,
     ) -> BoxFuture<'a, Result<(), SettleError>> {
-        settle(&self.engine, id, owner, actual, now)
+        // The verdict that carried the id, kept in this process: the id alone claims nothing.
+        Box::pin(self.engine.settle(id, Owner::Verdict(owner), actual, now))
     }
 
     fn release(
@@ -155,68 +183,12 @@ impl<St: AsyncStore + 'static> Limits for ConfigLimits<St> {
         owner: Arc<Verdict>,
         now: u64,
     ) -> BoxFuture<'static, ()> {
-        release(Arc::clone(&self.engine), id, owner, now)
-    }
-
-    fn legacy(&self) -> bool {
-        self.legacy
-    }
-}
-
-impl<St: AsyncStore + 'static> Limits for KeyedLimits<St> {
-    fn decide<'a>(
-        &'a self,
-        request: &'a Parts,
-        _peer: IpAddr,
-        now: u64,
-    ) -> BoxFuture<'a, Result<Option<Verdict>, Unreadable>> {
         Box::pin(async move {
-            let mut keys: Vec<(usize, String, u64)> = Vec::with_capacity(self.limits.len());
-            for (i, limit) in self.limits.iter().enumerate() {
-                let key = match &limit.key {
-                    Some(key) => match key(request) {
-                        Some(key) => key,
-                        None => continue,
-                    },
-                    None => "*".to_owned(),
-                };
-                let cost = match &limit.cost {
-                    Some(cost) => cost(request).map_err(|reason| Unreadable {
-                        status: StatusCode::BAD_REQUEST,
-                        detail: format!("limit `{}`: {reason}", limit.name),
-                    })?,
-                    None => 1,
-                };
-                // The engine's rules are the limits, in order (it is never reloaded).
-                keys.push((i, key, cost));
-            }
-            if keys.is_empty() {
-                return Ok(None);
-            }
-            Ok(Some(self.engine.decide_keyed(&keys, now).await))
+            let _ = self.engine.release(id, Owner::Verdict(&owner), now).await;
         })
     }
 
-    fn settle<'a>(
-        &'a self,
-        id: GrantId,
-        owner: &'a Verdict,
-        actual: u64,
-        now: u64,
-    ) -> BoxFuture<'a, Result<(), SettleError>> {
-        settle(&self.engine, id, owner, actual, now)
-    }
-
-    fn release(
-        self: Arc<Self>,
-        id: GrantId,
-        owner: Arc<Verdict>,
-        now: u64,
-    ) -> BoxFuture<'static, ()> {
-        release(Arc::clone(&self.engine), id, owner, now)
-    }
-
     fn legacy(&self) -> bool {
-        false
+        matches!(self.source, Source::Rules { legacy: true })
     }
 }

@@ -138,7 +138,10 @@ fn prepare(
         }
     };
     let limits = &settings.limits;
-    match answer::answer(&verdict, limits.legacy()) {
+    let retry = settings
+        .jitter
+        .apply(verdict.retry_ns(), settings.retry_after_jitter);
+    match answer::answer(&verdict, limits.legacy(), retry) {
         Answer::Stop(rejection) => Prepared::Stop(refuse(settings, &rejection, grpc)),
         Answer::Go {
             headers,

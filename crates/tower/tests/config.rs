@@ -266,3 +266,67 @@ window = "1h"
     assert_eq!(status(from(None)).await, StatusCode::OK);
     assert_eq!(status(from(None)).await, StatusCode::TOO_MANY_REQUESTS);
 }
+
+/// `[server] retry_after_jitter`, as the gateway reads it: Retry-After spread over the
+/// exact wait and up to the jitter more, never less.
+#[tokio::test(start_paused = true)]
+async fn retry_after_jitter_spreads_clients_out_but_never_sends_them_early() {
+    let toml = r#"
+[server]
+retry_after_jitter = "3s"
+
+[[limit]]
+name = "per-user"
+key = ["header:x-user"]
+algorithm = "fixed-window"
+limit = 1
+window = "10s"
+"#;
+    let app = router(layer(toml));
+    let mut seen = std::collections::BTreeSet::new();
+    for i in 0..60 {
+        let response = app.clone().oneshot(get_as("ada")).await.unwrap();
+        if i == 0 {
+            assert_eq!(response.status(), StatusCode::OK);
+            continue;
+        }
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        let retry: u64 = header(&response, "retry-after").unwrap().parse().unwrap();
+        assert!((10..=13).contains(&retry), "{retry}");
+        seen.insert(retry);
+    }
+    assert!(seen.len() >= 3, "spread out: {seen:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn limits_written_in_code_take_their_jitter_from_the_layer() {
+    use ratewarden_core::FixedWindow;
+    use ratewarden_tower::{header as read_header, KeyedLimit};
+    let per_user = KeyedLimit::new(
+        "per-user",
+        FixedWindow::new(1, Duration::from_secs(10)).unwrap(),
+    )
+    .key(|request| read_header(request, "x-user"));
+    let layer = RateLimitLayer::builder()
+        .limit(per_user)
+        .build()
+        .unwrap()
+        .clock(Arc::new(TokioClock::new(BASE)));
+    let exact = router(layer.clone());
+    let spread = router(layer.retry_after_jitter(Duration::from_secs(3)));
+    exact.clone().oneshot(get_as("ada")).await.unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..40 {
+        let response = exact.clone().oneshot(get_as("ada")).await.unwrap();
+        assert_eq!(
+            header(&response, "retry-after"),
+            Some("10"),
+            "no jitter by default"
+        );
+        let response = spread.clone().oneshot(get_as("ada")).await.unwrap();
+        let retry: u64 = header(&response, "retry-after").unwrap().parse().unwrap();
+        assert!((10..=13).contains(&retry), "{retry}");
+        seen.insert(retry);
+    }
+    assert!(seen.len() >= 3, "spread out: {seen:?}");
+}

@@ -6,6 +6,7 @@
 //! store call all or nothing, rollout and shadow, the failure policy with the engine's one
 //! local store, `local_first`, per-rule counters.
 
+mod answer;
 mod charge;
 mod counters;
 mod decide;
@@ -24,6 +25,7 @@ mod rules;
 mod settle;
 mod verdict;
 
+pub use answer::{Answer, Jitter};
 pub use counters::RuleStats;
 pub use descriptors::{DescriptorStatus, DescriptorVerdict, RequestDescriptor};
 pub use error::{ReleaseError, RequestError, SettleError};

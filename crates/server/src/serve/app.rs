@@ -1,48 +1,20 @@
 //! What every listener shares: the engine, the clock, the settings, metrics and shedding.
 
-use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use super::store::AnyStore;
 use ratewarden_core::Clock;
-use ratewarden_http::PolicyState;
 use ratewarden_policy::envoy::EnvoyConfig;
 use ratewarden_policy::{
-    ConfigError, ConfigErrors, Engine, ServerSettings, StoreSettings, Verdict,
+    ConfigError, ConfigErrors, Engine, Jitter, ServerSettings, StoreSettings, Verdict,
 };
 use tokio::sync::watch;
 
 use super::metrics::Metrics;
 use super::shed::Shedder;
-
-/// A clock that reads tokio's time: under a test's paused time it moves only when tokio's
-/// does, so queue delays and refills line up with `tokio::time::advance`.
-#[derive(Debug)]
-pub struct TokioClock {
-    base_ns: u64,
-    start: tokio::time::Instant,
-}
-
-impl TokioClock {
-    /// A clock reading `base_ns` now.
-    pub fn new(base_ns: u64) -> Self {
-        Self {
-            base_ns,
-            start: tokio::time::Instant::now(),
-        }
-    }
-}
-
-impl Clock for TokioClock {
-    fn now(&self) -> u64 {
-        let elapsed = u64::try_from(self.start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-        self.base_ns.saturating_add(elapsed)
-    }
-}
 
 pub(crate) struct App {
     pub(crate) engine: Arc<Engine<AnyStore>>,
@@ -57,8 +29,7 @@ pub(crate) struct App {
     /// Where the envoyproxy/ratelimit configs (in the engine) came from.
     envoy_path: Option<PathBuf>,
     ready: AtomicBool,
-    jitter: RandomState,
-    jitter_seq: AtomicU64,
+    jitter: Jitter,
 }
 
 /// A reload put in force.
@@ -70,16 +41,8 @@ pub(crate) struct Reloaded {
     pub(crate) needing_restart: Vec<&'static str>,
 }
 
-/// What to do with a decided request.
-pub(crate) enum Answer {
-    /// Serve it, after `delay` (a queueing rule), adding `headers` to the response.
-    Go {
-        headers: Vec<(http::HeaderName, String)>,
-        delay: Duration,
-    },
-    /// Answer this instead (429 or 503).
-    Stop(ratewarden_http::Response),
-}
+/// What to do with a decided request: the contract's answer, as every door gives it.
+pub(crate) use ratewarden_policy::Answer;
 
 impl App {
     pub(crate) fn new(
@@ -105,8 +68,7 @@ impl App {
             config_path,
             envoy_path,
             ready: AtomicBool::new(false),
-            jitter: RandomState::new(),
-            jitter_seq: AtomicU64::new(0),
+            jitter: Jitter::new(),
         })
     }
 
@@ -185,54 +147,22 @@ impl App {
         })
     }
 
-    /// Decides what to do with a verdict: the contract's 429 or 503, or go on with the
-    /// RateLimit fields (and a queueing rule's delay).
+    /// Decides what to do with a verdict: the contract's 429 or 503 (its `Retry-After`
+    /// spread by `[server] retry_after_jitter`), or go on with the RateLimit fields (and a
+    /// queueing rule's delay).
     pub(crate) fn answer(&self, verdict: &Verdict) -> Answer {
-        let legacy = self.settings().legacy_headers;
-        let shown: Vec<PolicyState<'_>> = verdict
-            .shown()
-            .map(|o| {
-                let rule = &verdict.rules[o.rule];
-                PolicyState::of(&rule.name, &rule.limit, &o.decision)
-            })
-            .collect();
-        let retry = self.jittered(verdict.retry_after_ns.unwrap_or(1_000_000_000));
-        if verdict.unavailable {
-            return Answer::Stop(ratewarden_http::unavailable(
-                retry,
-                "a rate limit this request needs cannot be checked right now",
-            ));
-        }
-        if !verdict.allowed {
-            let violated: Vec<&str> = verdict
-                .violated()
-                .map(|o| verdict.rules[o.rule].name.as_str())
-                .collect();
-            return Answer::Stop(ratewarden_http::limited(
-                &shown,
-                &violated,
-                retry,
-                verdict.sensitive(),
-                legacy,
-            ));
-        }
-        Answer::Go {
-            headers: ratewarden_http::allowed_headers(&shown, legacy),
-            delay: Duration::from_nanos(verdict.delay_ns()),
-        }
+        let settings = self.settings();
+        let retry = self
+            .jitter
+            .apply(verdict.retry_ns(), settings.retry_after_jitter);
+        verdict.answer(settings.legacy_headers, retry)
     }
 
     /// `retry_ns` plus up to `[server] retry_after_jitter` at random, so clients throttled
     /// together do not all come back together. Only ever later, never earlier.
     pub(crate) fn jittered(&self, retry_ns: u64) -> u64 {
-        let jitter =
-            u64::try_from(self.settings().retry_after_jitter.as_nanos()).unwrap_or(u64::MAX);
-        if jitter == 0 {
-            return retry_ns;
-        }
-        let seq = self.jitter_seq.fetch_add(1, Ordering::Relaxed);
-        let random = self.jitter.hash_one(seq);
-        retry_ns.saturating_add(random % jitter.saturating_add(1))
+        self.jitter
+            .apply(retry_ns, self.settings().retry_after_jitter)
     }
 }
 

@@ -23,7 +23,8 @@ mod start;
 mod store;
 mod workers;
 
-pub use app::TokioClock;
+/// Moved to core, beside the other clocks; this path stays.
+pub use ratewarden_core::TokioClock;
 pub use run::main;
 pub use running::Running;
 pub use start::{start, Options};

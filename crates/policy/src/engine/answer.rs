@@ -1,0 +1,114 @@
+//! A verdict as the HTTP contract answers it: the one translation every HTTP front door
+//! (the gateway, the decision API, the tower layer) uses, so that they cannot drift.
+
+use std::hash::{BuildHasher, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use ratewarden_core::NANOS_PER_SEC;
+use ratewarden_http::PolicyState;
+
+use super::Verdict;
+
+/// What to do with a decided request, in the HTTP contract's terms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// Serve it, after `delay` (a queueing rule), adding `headers` (the RateLimit fields)
+    /// to the response.
+    Go {
+        /// The headers for the response.
+        headers: Vec<(http::HeaderName, String)>,
+        /// How long a queueing rule holds the request first.
+        delay: Duration,
+    },
+    /// Answer this instead: the contract's 429 (over a limit; bare for a sensitive rule)
+    /// or 503 (a `closed` rule's store is down).
+    Stop(ratewarden_http::Response),
+}
+
+impl Verdict {
+    /// The policies whose numbers the client is shown, for the RateLimit fields.
+    pub fn shown_policies(&self) -> Vec<PolicyState<'_>> {
+        self.shown()
+            .map(|o| {
+                let rule = &self.rules[o.rule];
+                PolicyState::of(&rule.name, &rule.limit, &o.decision)
+            })
+            .collect()
+    }
+
+    /// How long a refused client should wait: the longest retry among the rules that said
+    /// no, or a second when none can say (a store failure).
+    pub fn retry_ns(&self) -> u64 {
+        self.retry_after_ns.unwrap_or(NANOS_PER_SEC)
+    }
+
+    /// The contract's answer to this verdict, `retry_after_ns` being what a refusal's
+    /// `Retry-After` says ([`Verdict::retry_ns`], maybe [`Jitter`]ed) and `legacy` whether
+    /// the `X-RateLimit-*` trio is added.
+    pub fn answer(&self, legacy: bool, retry_after_ns: u64) -> Answer {
+        if self.unavailable {
+            return Answer::Stop(ratewarden_http::unavailable(
+                retry_after_ns,
+                "a rate limit this request needs cannot be checked right now",
+            ));
+        }
+        let shown = self.shown_policies();
+        if !self.allowed {
+            let violated: Vec<&str> = self
+                .violated()
+                .map(|o| self.rules[o.rule].name.as_str())
+                .collect();
+            return Answer::Stop(ratewarden_http::limited(
+                &shown,
+                &violated,
+                retry_after_ns,
+                self.sensitive(),
+                legacy,
+            ));
+        }
+        Answer::Go {
+            headers: ratewarden_http::allowed_headers(&shown, legacy),
+            delay: Duration::from_nanos(self.delay_ns()),
+        }
+    }
+}
+
+/// Spreads `Retry-After` so that clients throttled together do not all come back
+/// together (`[server] retry_after_jitter`): adds up to a bound at random, never less than
+/// nothing, so no client is told to come back early.
+#[derive(Debug, Default)]
+pub struct Jitter {
+    random: RandomState,
+    seq: AtomicU64,
+}
+
+impl Jitter {
+    /// A jitter with its own random seed.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `retry_ns` plus a random amount in `0..=up_to`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewarden_policy::Jitter;
+    /// use std::time::Duration;
+    ///
+    /// let jitter = Jitter::new();
+    /// assert_eq!(jitter.apply(5, Duration::ZERO), 5);
+    /// let spread = jitter.apply(1_000, Duration::from_nanos(10));
+    /// assert!((1_000..=1_010).contains(&spread));
+    /// ```
+    pub fn apply(&self, retry_ns: u64, up_to: Duration) -> u64 {
+        let up_to = u64::try_from(up_to.as_nanos()).unwrap_or(u64::MAX);
+        if up_to == 0 {
+            return retry_ns;
+        }
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let random = self.random.hash_one(seq);
+        retry_ns.saturating_add(random % up_to.saturating_add(1))
+    }
+}
