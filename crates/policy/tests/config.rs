@@ -437,3 +437,31 @@ max_connections_per_client = 2
     );
     assert!(wrong("max_headers_bytes = 9000").contains("did you mean `max_header_bytes`?"));
 }
+
+/// Requests are matched on their normalized path: a rule path that normalization changes
+/// could never match, and used to load silently.
+#[test]
+fn a_match_path_that_no_normalized_request_can_have_is_refused() {
+    let rule = "name = \"k\"\nkey = [\"ip\"]\nalgorithm = \"gcra\"\nrate = \"5/s\"\nburst = 5\n";
+    for (path, says) in [
+        ("/a//b", "where it is `/a/b`; write that"),
+        ("/api/./v1/*", "where it is `/api/v1/*`; write that"),
+        ("/%6Cogin", "where it is `/login`"),
+        ("/a%2Fb", "can never match: an encoded `/` (`%2F`)"),
+        ("login", "can never match: a path must start with `/`"),
+    ] {
+        let e = errors(&format!("{rule}[limit.match]\npath = \"{path}\""));
+        assert!(e.contains("test.toml:1:1: limit `k`: `match.path"), "{e}");
+        assert!(e.contains(says), "{path}: {e}");
+    }
+    for fine in ["/a/b", "/api/*", "*", "/"] {
+        let text = format!("[[limit]]\n{rule}[limit.match]\npath = \"{fine}\"\n");
+        assert!(parse("test.toml", &text).is_ok(), "{fine}");
+    }
+    let critical = "[server]\ncritical = [{ path = \"/pay//now\" }]\n";
+    let e = parse("test.toml", critical).unwrap_err().to_string();
+    assert!(
+        e.contains("`[server] critical`: `match.path = \"/pay//now\"`"),
+        "{e}"
+    );
+}

@@ -38,6 +38,9 @@ pub(super) fn rule(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -
     if matches.domain.is_none() && key.contains(&KeyPart::Descriptor) {
         refuse("the `descriptor` key part needs `match.domain` (and usually `match.descriptor`)");
     }
+    if let Some(problem) = path_problem(&matches) {
+        refuse(&problem);
+    }
 
     if errors.found.len() > failures {
         return None;
@@ -185,6 +188,28 @@ fn on_store_failure(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>)
             errors.at(Some(given.span()), rule, message);
             OnStoreFailure::Open
         }
+    }
+}
+
+/// What is wrong with a `match.path`, if anything: requests are matched on their
+/// normalized path (`crate::path::normalize`: `//`, dot segments and needless
+/// percent-encoding removed), so a path that normalization changes could never match.
+pub(super) fn path_problem(m: &Match) -> Option<String> {
+    let path = m.path.as_deref()?;
+    let (base, star) = match path.strip_suffix('*') {
+        Some(base) => (base, "*"),
+        None => (path, ""),
+    };
+    if base.is_empty() && !star.is_empty() {
+        // `*`: every path.
+        return None;
+    }
+    match crate::path::normalize(base) {
+        Err(e) => Some(format!("`match.path = {path:?}` can never match: {}", e.reason)),
+        Ok(normal) if normal != base => Some(format!(
+            "`match.path = {path:?}` can never match: requests are matched on their normalized path, where it is `{normal}{star}`; write that"
+        )),
+        Ok(_) => None,
     }
 }
 

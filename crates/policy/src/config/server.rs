@@ -6,7 +6,7 @@ use toml::Spanned;
 
 use super::error::Errors;
 use super::raw::RawServer;
-use super::rule::match_of;
+use super::rule::{match_of, path_problem};
 use super::{Bounds, ServerSettings, MIN_HEADER_BYTES};
 
 pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> ServerSettings {
@@ -87,6 +87,12 @@ pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> Server
             ),
         );
     }
+    let critical: Vec<_> = raw.critical.into_iter().map(match_of).collect();
+    for m in &critical {
+        if let Some(problem) = path_problem(m) {
+            errors.at(None, None, format!("`[server] critical`: {problem}"));
+        }
+    }
     ServerSettings {
         listen,
         api,
@@ -98,7 +104,7 @@ pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> Server
         max_in_flight,
         queue_timeout,
         critical_reserve,
-        critical: raw.critical.into_iter().map(match_of).collect(),
+        critical,
         shutdown_grace,
         max_body,
         bounds,

@@ -205,6 +205,22 @@ impl ServerSettings {
 }
 
 impl StoreSettings {
+    /// An in-memory store's config under these bounds (`max_keys`, `max_bytes`), full
+    /// stores doing `when_full`: the main store when `kind` is memory, and the engine's
+    /// in-process buckets (local fallback, fail-open guard, `local_first`) whatever the
+    /// kind, so that `[store]` bounds every map a client's keys can grow.
+    pub fn memory_config(
+        &self,
+        when_full: ratewarden_memory::WhenFull,
+    ) -> ratewarden_memory::StoreConfig {
+        ratewarden_memory::StoreConfig {
+            max_keys: self.max_keys,
+            max_bytes: self.max_bytes,
+            when_full,
+            ..ratewarden_memory::StoreConfig::default()
+        }
+    }
+
     /// The fields that differ in `next`, as `[store] field`: the store is built once, at
     /// start, so a reload names every one of them rather than ignore it.
     pub fn needing_restart(&self, next: &StoreSettings) -> Vec<&'static str> {

@@ -38,7 +38,7 @@ pub use verdict::{RuleOutcome, Verdict};
 
 use std::sync::{Arc, PoisonError, RwLock};
 
-use ratewarden_memory::{MemoryStore, StoreConfig};
+use ratewarden_memory::{MemoryStore, WhenFull};
 
 use crate::envoy::EnvoyConfig;
 use crate::Config;
@@ -67,12 +67,18 @@ impl<S> Engine<S> {
     }
 
     /// An engine deciding `config`'s rules and the envoyproxy/ratelimit configs `envoy`.
+    ///
+    /// The in-process buckets (the local fallback and fail-open guard, the `local_first`
+    /// buckets) are bounded by `[store] max_keys` and `max_bytes` as the store is, and
+    /// evict the least recently used key when full: refusing a new key there would refuse
+    /// requests the store allows.
     pub fn with_envoy(config: Config, envoy: EnvoyConfig, store: S) -> Self {
+        let buckets = config.store.memory_config(WhenFull::EvictLeastRecentlyUsed);
         Self {
             rules: RwLock::new(Arc::new(RuleSet::new(config, envoy, 1))),
             store,
-            local: MemoryStore::new(StoreConfig::default()),
-            hybrid: MemoryStore::new(StoreConfig::default()),
+            local: MemoryStore::new(buckets),
+            hybrid: MemoryStore::new(buckets),
             reservations: Ledger::new(reservations::MAX_LIVE),
             permits: Ledger::new(reservations::MAX_LIVE),
         }
@@ -85,5 +91,52 @@ impl<S> Engine<S> {
 
     fn current(&self) -> Arc<RuleSet> {
         Arc::clone(&self.rules.read().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratewarden_memory::StoreConfig;
+
+    /// Keys come from clients: `[store] max_keys` bounds the engine's in-process buckets
+    /// too, not only the store (they were a million keys each whatever the config said).
+    #[test]
+    fn store_bounds_hold_for_the_in_process_buckets() {
+        let config = crate::config::parse(
+            "t.toml",
+            r#"
+[store]
+max_keys = 256
+
+[[limit]]
+name = "per-key"
+key = ["header:x-key"]
+algorithm = "gcra"
+rate = "1/s"
+burst = 2
+local_first = true
+"#,
+        )
+        .expect("a valid config");
+        let engine = Engine::new(config, MemoryStore::new(StoreConfig::default()));
+        for i in 0..5_000 {
+            let key = format!("k{i}");
+            let headers = [("x-key", key.as_str())];
+            let request = Request {
+                peer: "192.0.2.1".parse().expect("an address"),
+                method: "GET",
+                path: "/",
+                host: None,
+                headers: &headers,
+                cost: None,
+                api_key: None,
+                tenant: None,
+            };
+            let verdict = ratewarden_core::now_or_panic(engine.decide(&request, 1));
+            assert!(verdict.expect("decided").allowed);
+        }
+        let held = engine.hybrid.stats().keys;
+        assert!(held > 0 && held <= 256, "{held} keys held");
     }
 }

@@ -1,7 +1,7 @@
 //! The store a server decides on: in this process's memory, or shared in Redis.
 
 use ratewarden_core::{AsyncStore, Check, Decision, Limit, Store};
-use ratewarden_memory::{MemoryStore, StoreConfig, StoreStats, WhenFull};
+use ratewarden_memory::{MemoryStore, StoreStats, WhenFull};
 use ratewarden_policy::StoreSettings;
 use ratewarden_redis::{BreakerState, RedisError, RedisStore};
 
@@ -25,16 +25,13 @@ impl AnyStore {
     pub(crate) fn from_settings(settings: &StoreSettings) -> anyhow::Result<Self> {
         Ok(match crate::check_config::shared_store(settings)? {
             Some(redis) => AnyStore::Redis(Box::new(redis)),
-            None => AnyStore::Memory(MemoryStore::new(StoreConfig {
-                max_keys: settings.max_keys,
-                max_bytes: settings.max_bytes,
-                when_full: if settings.evict_when_full {
+            None => AnyStore::Memory(MemoryStore::new(settings.memory_config(
+                if settings.evict_when_full {
                     WhenFull::EvictLeastRecentlyUsed
                 } else {
                     WhenFull::RejectNewKeys
                 },
-                ..StoreConfig::default()
-            })),
+            ))),
         })
     }
 
