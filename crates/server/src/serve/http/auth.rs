@@ -1,0 +1,302 @@
+//! Forward-auth: `/v1/auth` (Traefik, Caddy, Envoy's HTTP `ext_authz`, HAProxy) and
+//! `/v1/auth/nginx` (nginx's `auth_request`, ingress-nginx), any method, on the decision
+//! API's listener.
+//!
+//! A proxy asks about a request before forwarding it, describing it in headers: the method,
+//! the URI, the host and the client's address, beside the client's own headers (its API key,
+//! its tenant). Those headers are believed only from `trusted_proxies`: anyone else could
+//! name their own path and address, and so choose their own budget. The answer is the
+//! gateway's: 200 with the RateLimit fields for the proxy to copy onto the response, or the
+//! contract's 429 (or 503). nginx's `auth_request` takes only 2xx, 401 and 403 (anything
+//! else is an error, a 500 to the client), so its flavour answers a limit with 403 and the
+//! same headers, and the nginx config turns that back into a 429 (`docs/front-doors.md`).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use http::header::{self, HeaderMap};
+use http::{Request, Response, StatusCode};
+use hyper::body::Incoming;
+use ratewarden_core::NANOS_PER_SEC;
+
+use super::guard;
+use crate::serve::app::{Answer, App};
+use crate::serve::forwarded;
+use crate::serve::reply::{self, Body, Problem};
+
+/// Which proxy family asks: it decides the status of a limited request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flavour {
+    /// `/v1/auth`: a limit is the contract's 429, passed on to the client as it is.
+    Plain,
+    /// `/v1/auth/nginx`: a limit is a 403 with the 429's headers and body.
+    Nginx,
+}
+
+/// Where the proxied request's URI may be named: Traefik and Caddy, then nginx.
+const URI_HEADERS: [&str; 2] = ["x-forwarded-uri", "x-original-uri"];
+/// Where its method may be named.
+const METHOD_HEADERS: [&str; 2] = ["x-forwarded-method", "x-original-method"];
+
+/// The attributes of the proxied request, as the proxy named them.
+struct Proxied<'a> {
+    method: &'a str,
+    path: std::borrow::Cow<'a, str>,
+    host: Option<&'a str>,
+}
+
+pub(crate) async fn handle(
+    app: &Arc<App>,
+    peer: SocketAddr,
+    request: Request<Incoming>,
+    flavour: Flavour,
+) -> Response<Body> {
+    let identity = app.engine.identity();
+    if !identity.trusted().contains(peer.ip()) {
+        return reply::problem(
+            StatusCode::FORBIDDEN,
+            format!(
+                "{} is not a trusted proxy (`[server] trusted_proxies`): forward-auth takes the \
+                 request's path, method and client address from headers that only a trusted \
+                 proxy may set",
+                peer.ip()
+            ),
+        );
+    }
+    let headers = request.headers();
+    let proxied = match read(headers, request.method().as_str()) {
+        Ok(proxied) => proxied,
+        Err(problem) => return problem.response(),
+    };
+    // The client's own headers, as the upstream will read them: one reading only.
+    if let Some(detail) = guard::ambiguous_identity(headers, &identity)
+        .or_else(|| guard::method_override(headers, proxied.method))
+    {
+        return reply::problem(StatusCode::BAD_REQUEST, detail);
+    }
+    let header_pairs: Vec<(&str, &str)> = headers
+        .iter()
+        .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)))
+        .collect();
+    // The proxy is the peer and trusted: the engine reads the client's address from the
+    // forwarding headers, as it does behind a load balancer.
+    let engine_request = ratewarden_policy::Request {
+        peer: peer.ip(),
+        method: proxied.method,
+        path: &proxied.path,
+        host: proxied.host,
+        headers: &header_pairs,
+        cost: None,
+        api_key: None,
+        tenant: None,
+    };
+    let critical = app
+        .settings()
+        .critical
+        .iter()
+        .any(|m| m.matches(&engine_request));
+    let Some(_slot) = app.shedder.enter(critical).await else {
+        app.metrics.shed("in_flight");
+        return reply::contract(ratewarden_http::unavailable(
+            app.jittered(NANOS_PER_SEC),
+            "the server is at capacity",
+        ));
+    };
+    let answer = match forwarded::decide(app, &engine_request).await {
+        Ok(answer) => answer,
+        Err(undecided) => return reply::problem(undecided.status, undecided.detail),
+    };
+    match answer {
+        Answer::Go { headers, delay } => {
+            if !delay.is_zero() {
+                // A queueing rule: the proxy waits for our answer, so the request waits
+                // its turn, as nginx's `limit_req burst=N` would make it.
+                tokio::time::sleep(delay).await;
+            }
+            let mut response = Response::new(reply::full(""));
+            reply::add_headers(&mut response, &headers);
+            response
+        }
+        Answer::Stop(refused) => {
+            let mut response = reply::contract(refused);
+            if flavour == Flavour::Nginx && response.status() == StatusCode::TOO_MANY_REQUESTS {
+                *response.status_mut() = StatusCode::FORBIDDEN;
+            }
+            response
+        }
+    }
+}
+
+/// Reads the proxied request's method, path and host from the forwarding headers; a 400
+/// naming the header when one is missing, unreadable or contradicted by another.
+fn read<'a>(headers: &'a HeaderMap, own_method: &'a str) -> Result<Proxied<'a>, Problem> {
+    let bad = |detail: String| Problem::new(StatusCode::BAD_REQUEST, detail);
+    let Some(uri) = named(headers, &URI_HEADERS)? else {
+        return Err(bad(
+            "the proxy named no request URI: send `X-Forwarded-Uri` (Traefik, Caddy) or \
+             `X-Original-URI` (nginx: `proxy_set_header X-Original-URI $request_uri`)"
+                .to_owned(),
+        ));
+    };
+    // Without an address to read, every client would be counted as the proxy itself.
+    if !headers.contains_key("x-forwarded-for") && !headers.contains_key(header::FORWARDED) {
+        return Err(bad(
+            "the proxy named no client address: send `X-Forwarded-For` (nginx: \
+             `proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for`) or `Forwarded`"
+                .to_owned(),
+        ));
+    }
+    let path = uri.split(['?', '#']).next().unwrap_or(uri);
+    // The spelling the gateway would forward, so that every alias of a path is decided as
+    // that path (issue 12, item 2).
+    let path = ratewarden_policy::path::normalize(path)
+        .map_err(|error| bad(format!("`{}`: {error}", uri_header(headers))))?;
+    let method = named(headers, &METHOD_HEADERS)?.unwrap_or(own_method);
+    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()) {
+        return Err(bad(format!(
+            "the proxied method must be an HTTP method such as `GET`, not `{method}`"
+        )));
+    }
+    // Caddy and Envoy keep the client's `Host`; nginx and Traefik name it apart.
+    let host = match named(headers, &["x-forwarded-host"])? {
+        Some(host) => Some(host),
+        None => named(headers, &["host"])?,
+    };
+    Ok(Proxied { method, path, host })
+}
+
+/// The one value the headers `names` give, if any: lines that disagree, within one header
+/// or across them, are refused, since a client could add one the proxy does not replace.
+fn named<'a>(headers: &'a HeaderMap, names: &[&str]) -> Result<Option<&'a str>, Problem> {
+    let mut found: Option<(&str, &str)> = None;
+    for &name in names {
+        for value in headers.get_all(name) {
+            let Ok(value) = value.to_str() else {
+                return Err(Problem::new(
+                    StatusCode::BAD_REQUEST,
+                    format!("`{name}` holds bytes that are not visible ASCII"),
+                ));
+            };
+            let value = value.trim();
+            match found {
+                Some((first, seen)) if seen != value => {
+                    return Err(Problem::new(
+                        StatusCode::BAD_REQUEST,
+                        format!(
+                            "`{first}: {seen}` and `{name}: {value}` name the request two ways; \
+                             the proxy must send one"
+                        ),
+                    ));
+                }
+                Some(_) => {}
+                None => found = Some((name, value)),
+            }
+        }
+    }
+    Ok(found.map(|(_, value)| value))
+}
+
+/// The header the URI was read from, for an error.
+fn uri_header(headers: &HeaderMap) -> &'static str {
+    URI_HEADERS
+        .into_iter()
+        .find(|name| headers.contains_key(*name))
+        .unwrap_or(URI_HEADERS[0])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn headers(lines: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in lines {
+            map.append(*name, HeaderValue::from_static(value));
+        }
+        map
+    }
+
+    #[test]
+    fn the_path_is_normalized_and_the_query_dropped() {
+        let map = headers(&[
+            ("x-forwarded-uri", "//api/./orders/../orders?page=2"),
+            ("x-forwarded-for", "203.0.113.7"),
+            ("x-forwarded-method", "POST"),
+        ]);
+        let proxied = read(&map, "GET").map_err(|p| p.detail).unwrap();
+        assert_eq!(proxied.path, "/api/orders");
+        assert_eq!(proxied.method, "POST");
+    }
+
+    #[test]
+    fn nginx_headers_are_read_and_the_own_method_is_the_default() {
+        let map = headers(&[
+            ("x-original-uri", "/login"),
+            ("x-forwarded-for", "203.0.113.7"),
+            ("x-forwarded-host", "shop.example"),
+            ("host", "ratewarden:8080"),
+        ]);
+        let proxied = read(&map, "PUT").map_err(|p| p.detail).unwrap();
+        assert_eq!(
+            (proxied.method, &*proxied.path, proxied.host),
+            ("PUT", "/login", Some("shop.example"))
+        );
+    }
+
+    #[test]
+    fn two_uris_that_disagree_are_refused_naming_both() {
+        // A client behind Traefik adding `X-Original-URI` of its own.
+        let map = headers(&[
+            ("x-forwarded-uri", "/expensive"),
+            ("x-original-uri", "/cheap"),
+            ("x-forwarded-for", "203.0.113.7"),
+        ]);
+        let problem = read(&map, "GET").err().expect("refused");
+        assert_eq!(problem.status, StatusCode::BAD_REQUEST);
+        assert!(
+            problem.detail.contains("x-forwarded-uri: /expensive"),
+            "{}",
+            problem.detail
+        );
+        assert!(
+            problem.detail.contains("x-original-uri: /cheap"),
+            "{}",
+            problem.detail
+        );
+    }
+
+    #[test]
+    fn a_missing_uri_or_client_address_is_a_400_naming_the_header() {
+        let problem = read(&headers(&[("x-forwarded-for", "203.0.113.7")]), "GET")
+            .err()
+            .expect("refused");
+        assert!(
+            problem.detail.contains("X-Original-URI"),
+            "{}",
+            problem.detail
+        );
+        let problem = read(&headers(&[("x-forwarded-uri", "/orders")]), "GET")
+            .err()
+            .expect("refused");
+        assert!(
+            problem.detail.contains("X-Forwarded-For"),
+            "{}",
+            problem.detail
+        );
+    }
+
+    #[test]
+    fn a_path_that_cannot_be_normalized_is_a_400() {
+        let map = headers(&[
+            ("x-forwarded-uri", "/a%2fb"),
+            ("x-forwarded-for", "203.0.113.7"),
+        ]);
+        let problem = read(&map, "GET").err().expect("refused");
+        assert!(
+            problem.detail.starts_with("`x-forwarded-uri`"),
+            "{}",
+            problem.detail
+        );
+    }
+}
