@@ -86,9 +86,43 @@ async fn allowed_then_limited_with_the_contract_and_nginx_gets_a_403() {
 }
 
 #[tokio::test]
+async fn envoys_http_ext_authz_names_the_path_after_its_prefix() {
+    let server = serve(r#""127.0.0.1""#, ORDERS).await;
+    // Envoy asks with the request's method, `path_prefix` + its path, and the client's
+    // headers: a client's own `X-Forwarded-Uri` does not move it to another path.
+    let envoy = |path: &'static str| async move {
+        get(
+            server.listen,
+            path,
+            &[
+                ("x-forwarded-for", "203.0.113.7"),
+                ("x-forwarded-uri", "/about"),
+                ("x-api-key", "k1"),
+            ],
+        )
+        .await
+    };
+    for path in [
+        "/v1/auth/envoy/orders?page=1",
+        "/v1/auth/envoy/orders/7",
+        "/v1/auth/envoy//orders",
+    ] {
+        let r = envoy(path).await;
+        assert_eq!(r.status, StatusCode::OK, "{path}: {}", r.body);
+        assert!(r.header("ratelimit").is_some(), "{path}");
+    }
+    let r = envoy("/v1/auth/envoy/%6Frders").await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.header("retry-after"), Some("60"));
+    assert_eq!(r.json()["violated-policies"][0], "orders");
+    // A path that is not under the prefix is not this door.
+    assert_eq!(envoy("/v1/auth/envoyx").await.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
 async fn forwarded_headers_from_an_untrusted_peer_are_refused() {
     let server = serve(r#""10.0.0.0/8""#, ORDERS).await;
-    for path in ["/v1/auth", "/v1/auth/nginx"] {
+    for path in ["/v1/auth", "/v1/auth/nginx", "/v1/auth/envoy/orders"] {
         let r = ask(server.listen, path, "/orders", "k1").await;
         assert_eq!(r.status, StatusCode::FORBIDDEN, "{path}");
         assert_eq!(r.header("content-type"), Some("application/problem+json"));

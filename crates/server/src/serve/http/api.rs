@@ -19,7 +19,7 @@ use ratewarden_policy::{GrantId, Owner, ReleaseError, SettleError};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::auth::Flavour;
+use super::auth::{Flavour, ENVOY_PREFIX};
 use crate::serve::app::{Answer, App};
 use crate::serve::reply::{self, Body, Problem};
 
@@ -203,11 +203,17 @@ pub(crate) async fn handle(
         "/v1/auth/nginx" => return super::auth::handle(app, peer, request, Flavour::Nginx).await,
         _ => {}
     }
+    if path
+        .strip_prefix(ENVOY_PREFIX)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    {
+        return super::auth::handle(app, peer, request, Flavour::Envoy).await;
+    }
     let known = matches!(path, "/v1/check" | "/v1/settle" | "/v1/release" | "/json");
     if !known {
         return reply::problem(
             StatusCode::NOT_FOUND,
-            format!("no such endpoint `{path}`; the decision API has POST /v1/check, /v1/settle and /v1/release, forward-auth at /v1/auth and /v1/auth/nginx (and POST /json, GET /healthcheck for Envoy configs)"),
+            format!("no such endpoint `{path}`; the decision API has POST /v1/check, /v1/settle and /v1/release, forward-auth at /v1/auth, /v1/auth/nginx and /v1/auth/envoy/… (and POST /json, GET /healthcheck for Envoy configs)"),
         );
     }
     if request.method() != Method::POST {

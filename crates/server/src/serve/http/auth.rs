@@ -1,6 +1,6 @@
-//! Forward-auth: `/v1/auth` (Traefik, Caddy, Envoy's HTTP `ext_authz`, HAProxy) and
-//! `/v1/auth/nginx` (nginx's `auth_request`, ingress-nginx), any method, on the decision
-//! API's listener.
+//! Forward-auth: `/v1/auth` (Traefik, Caddy, HAProxy), `/v1/auth/nginx` (nginx's
+//! `auth_request`, ingress-nginx) and `/v1/auth/envoy/…` (Envoy's HTTP `ext_authz` with
+//! `path_prefix: /v1/auth/envoy`), any method, on the decision API's listener.
 //!
 //! A proxy asks about a request before forwarding it, describing it in headers: the method,
 //! the URI, the host and the client's address, beside the client's own headers (its API key,
@@ -31,7 +31,14 @@ pub(crate) enum Flavour {
     Plain,
     /// `/v1/auth/nginx`: a limit is a 403 with the 429's headers and body.
     Nginx,
+    /// `/v1/auth/envoy/…`: Envoy's HTTP `ext_authz` asks with the request's own method and
+    /// its path after the prefix, so those are read from the request line (which a client
+    /// cannot write into) rather than from headers; a limit is the contract's 429.
+    Envoy,
 }
+
+/// The prefix Envoy's `path_prefix` puts before the proxied path.
+pub(crate) const ENVOY_PREFIX: &str = "/v1/auth/envoy";
 
 /// Where the proxied request's URI may be named: Traefik and Caddy, then nginx.
 const URI_HEADERS: [&str; 2] = ["x-forwarded-uri", "x-original-uri"];
@@ -64,7 +71,19 @@ pub(crate) async fn handle(
         );
     }
     let headers = request.headers();
-    let proxied = match read(headers, request.method().as_str()) {
+    let own_path = (flavour == Flavour::Envoy).then(|| {
+        let rest = request
+            .uri()
+            .path()
+            .strip_prefix(ENVOY_PREFIX)
+            .unwrap_or("");
+        if rest.is_empty() {
+            "/"
+        } else {
+            rest
+        }
+    });
+    let proxied = match read(headers, request.method().as_str(), own_path) {
         Ok(proxied) => proxied,
         Err(problem) => return problem.response(),
     };
@@ -127,16 +146,24 @@ pub(crate) async fn handle(
     }
 }
 
-/// Reads the proxied request's method, path and host from the forwarding headers; a 400
-/// naming the header when one is missing, unreadable or contradicted by another.
-fn read<'a>(headers: &'a HeaderMap, own_method: &'a str) -> Result<Proxied<'a>, Problem> {
+/// Reads the proxied request's method, path and host from the forwarding headers (the
+/// path and method from the request itself when `own_path` is given: Envoy's flavour); a
+/// 400 naming the header when one is missing, unreadable or contradicted by another.
+fn read<'a>(
+    headers: &'a HeaderMap,
+    own_method: &'a str,
+    own_path: Option<&'a str>,
+) -> Result<Proxied<'a>, Problem> {
     let bad = |detail: String| Problem::new(StatusCode::BAD_REQUEST, detail);
-    let Some(uri) = named(headers, &URI_HEADERS)? else {
-        return Err(bad(
-            "the proxy named no request URI: send `X-Forwarded-Uri` (Traefik, Caddy) or \
-             `X-Original-URI` (nginx: `proxy_set_header X-Original-URI $request_uri`)"
-                .to_owned(),
-        ));
+    let uri = match own_path {
+        Some(path) => path,
+        None => named(headers, &URI_HEADERS)?.ok_or_else(|| {
+            bad(
+                "the proxy named no request URI: send `X-Forwarded-Uri` (Traefik, Caddy) or \
+                 `X-Original-URI` (nginx: `proxy_set_header X-Original-URI $request_uri`)"
+                    .to_owned(),
+            )
+        })?,
     };
     // Without an address to read, every client would be counted as the proxy itself.
     if !headers.contains_key("x-forwarded-for") && !headers.contains_key(header::FORWARDED) {
@@ -149,9 +176,18 @@ fn read<'a>(headers: &'a HeaderMap, own_method: &'a str) -> Result<Proxied<'a>, 
     let path = uri.split(['?', '#']).next().unwrap_or(uri);
     // The spelling the gateway would forward, so that every alias of a path is decided as
     // that path (issue 12, item 2).
-    let path = ratewarden_policy::path::normalize(path)
-        .map_err(|error| bad(format!("`{}`: {error}", uri_header(headers))))?;
-    let method = named(headers, &METHOD_HEADERS)?.unwrap_or(own_method);
+    let path = ratewarden_policy::path::normalize(path).map_err(|error| {
+        let source = if own_path.is_some() {
+            "the path after `/v1/auth/envoy`"
+        } else {
+            uri_header(headers)
+        };
+        bad(format!("`{source}`: {error}"))
+    })?;
+    let method = match own_path {
+        Some(_) => own_method,
+        None => named(headers, &METHOD_HEADERS)?.unwrap_or(own_method),
+    };
     if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()) {
         return Err(bad(format!(
             "the proxied method must be an HTTP method such as `GET`, not `{method}`"
@@ -224,7 +260,7 @@ mod tests {
             ("x-forwarded-for", "203.0.113.7"),
             ("x-forwarded-method", "POST"),
         ]);
-        let proxied = read(&map, "GET").map_err(|p| p.detail).unwrap();
+        let proxied = read(&map, "GET", None).map_err(|p| p.detail).unwrap();
         assert_eq!(proxied.path, "/api/orders");
         assert_eq!(proxied.method, "POST");
     }
@@ -237,7 +273,7 @@ mod tests {
             ("x-forwarded-host", "shop.example"),
             ("host", "ratewarden:8080"),
         ]);
-        let proxied = read(&map, "PUT").map_err(|p| p.detail).unwrap();
+        let proxied = read(&map, "PUT", None).map_err(|p| p.detail).unwrap();
         assert_eq!(
             (proxied.method, &*proxied.path, proxied.host),
             ("PUT", "/login", Some("shop.example"))
@@ -252,7 +288,7 @@ mod tests {
             ("x-original-uri", "/cheap"),
             ("x-forwarded-for", "203.0.113.7"),
         ]);
-        let problem = read(&map, "GET").err().expect("refused");
+        let problem = read(&map, "GET", None).err().expect("refused");
         assert_eq!(problem.status, StatusCode::BAD_REQUEST);
         assert!(
             problem.detail.contains("x-forwarded-uri: /expensive"),
@@ -268,7 +304,7 @@ mod tests {
 
     #[test]
     fn a_missing_uri_or_client_address_is_a_400_naming_the_header() {
-        let problem = read(&headers(&[("x-forwarded-for", "203.0.113.7")]), "GET")
+        let problem = read(&headers(&[("x-forwarded-for", "203.0.113.7")]), "GET", None)
             .err()
             .expect("refused");
         assert!(
@@ -276,7 +312,7 @@ mod tests {
             "{}",
             problem.detail
         );
-        let problem = read(&headers(&[("x-forwarded-uri", "/orders")]), "GET")
+        let problem = read(&headers(&[("x-forwarded-uri", "/orders")]), "GET", None)
             .err()
             .expect("refused");
         assert!(
@@ -287,12 +323,30 @@ mod tests {
     }
 
     #[test]
+    fn envoys_flavour_reads_its_own_request_line_not_the_headers() {
+        // A client's own `X-Forwarded-Uri` names nothing here: the path is the request's.
+        let map = headers(&[
+            ("x-forwarded-uri", "/cheap"),
+            ("x-forwarded-method", "GET"),
+            ("x-forwarded-for", "203.0.113.7"),
+            ("host", "shop.example"),
+        ]);
+        let proxied = read(&map, "DELETE", Some("/orders/./7"))
+            .map_err(|p| p.detail)
+            .unwrap();
+        assert_eq!(
+            (proxied.method, &*proxied.path, proxied.host),
+            ("DELETE", "/orders/7", Some("shop.example"))
+        );
+    }
+
+    #[test]
     fn a_path_that_cannot_be_normalized_is_a_400() {
         let map = headers(&[
             ("x-forwarded-uri", "/a%2fb"),
             ("x-forwarded-for", "203.0.113.7"),
         ]);
-        let problem = read(&map, "GET").err().expect("refused");
+        let problem = read(&map, "GET", None).err().expect("refused");
         assert!(
             problem.detail.starts_with("`x-forwarded-uri`"),
             "{}",
