@@ -171,6 +171,19 @@ async fn a_path_alias_of_a_limited_path_is_limited() {
     )
     .await;
     assert_eq!(r.status, StatusCode::FORBIDDEN);
+    // ingress-nginx names it absolute, in `X-Original-URL`.
+    let r = get(
+        server.listen,
+        "/v1/auth/nginx",
+        &[
+            ("x-original-url", "https://shop.example//orders?page=3"),
+            ("x-original-method", "GET"),
+            ("x-forwarded-for", "203.0.113.7"),
+            ("x-api-key", "k1"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
 }
 
 #[tokio::test]

@@ -40,8 +40,10 @@ pub(crate) enum Flavour {
 /// The prefix Envoy's `path_prefix` puts before the proxied path.
 pub(crate) const ENVOY_PREFIX: &str = "/v1/auth/envoy";
 
-/// Where the proxied request's URI may be named: Traefik and Caddy, then nginx.
-const URI_HEADERS: [&str; 2] = ["x-forwarded-uri", "x-original-uri"];
+/// Where the proxied request's URI may be named: Traefik and Caddy, then nginx, then
+/// ingress-nginx (which always sends the absolute `X-Original-URL`, and `X-Original-URI`
+/// only with `auth-method`).
+const URI_HEADERS: [&str; 3] = ["x-forwarded-uri", "x-original-uri", "x-original-url"];
 /// Where its method may be named.
 const METHOD_HEADERS: [&str; 2] = ["x-forwarded-method", "x-original-method"];
 
@@ -157,10 +159,11 @@ fn read<'a>(
     let bad = |detail: String| Problem::new(StatusCode::BAD_REQUEST, detail);
     let uri = match own_path {
         Some(path) => path,
-        None => named(headers, &URI_HEADERS)?.ok_or_else(|| {
+        None => named(headers, &URI_HEADERS, target)?.ok_or_else(|| {
             bad(
-                "the proxy named no request URI: send `X-Forwarded-Uri` (Traefik, Caddy) or \
-                 `X-Original-URI` (nginx: `proxy_set_header X-Original-URI $request_uri`)"
+                "the proxy named no request URI: send `X-Forwarded-Uri` (Traefik, Caddy), \
+                 `X-Original-URI` (nginx: `proxy_set_header X-Original-URI $request_uri`) or \
+                 `X-Original-URL` (ingress-nginx)"
                     .to_owned(),
             )
         })?,
@@ -186,24 +189,33 @@ fn read<'a>(
     })?;
     let method = match own_path {
         Some(_) => own_method,
-        None => named(headers, &METHOD_HEADERS)?.unwrap_or(own_method),
+        None => named(headers, &METHOD_HEADERS, as_is)?.unwrap_or(own_method),
     };
     if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()) {
         return Err(bad(format!(
             "the proxied method must be an HTTP method such as `GET`, not `{method}`"
         )));
     }
-    // Caddy and Envoy keep the client's `Host`; nginx and Traefik name it apart.
-    let host = match named(headers, &["x-forwarded-host"])? {
+    // Caddy and Envoy keep the client's `Host`; nginx and Traefik name it apart, and
+    // ingress-nginx within `X-Original-URL`.
+    let host = match named(headers, &["x-forwarded-host"], as_is)? {
         Some(host) => Some(host),
-        None => named(headers, &["host"])?,
+        None => match named(headers, &["x-original-url"], authority)? {
+            Some(host) => Some(host),
+            None => named(headers, &["host"], as_is)?,
+        },
     };
     Ok(Proxied { method, path, host })
 }
 
-/// The one value the headers `names` give, if any: lines that disagree, within one header
-/// or across them, are refused, since a client could add one the proxy does not replace.
-fn named<'a>(headers: &'a HeaderMap, names: &[&str]) -> Result<Option<&'a str>, Problem> {
+/// The one value the headers `names` give, each line read by `convert`, if any: lines that
+/// disagree, within one header or across them, are refused, since a client could add one
+/// the proxy does not replace; a line `convert` cannot read is refused, naming it.
+fn named<'a>(
+    headers: &'a HeaderMap,
+    names: &[&str],
+    convert: fn(&str) -> Option<&str>,
+) -> Result<Option<&'a str>, Problem> {
     let mut found: Option<(&str, &str)> = None;
     for &name in names {
         for value in headers.get_all(name) {
@@ -213,7 +225,16 @@ fn named<'a>(headers: &'a HeaderMap, names: &[&str]) -> Result<Option<&'a str>, 
                     format!("`{name}` holds bytes that are not visible ASCII"),
                 ));
             };
-            let value = value.trim();
+            let Some(value) = convert(value.trim()) else {
+                return Err(Problem::new(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "`{name}: {}` is not a request target (`/path?query` or \
+                         `scheme://host/path?query`)",
+                        value.trim()
+                    ),
+                ));
+            };
             match found {
                 Some((first, seen)) if seen != value => {
                     return Err(Problem::new(
@@ -230,6 +251,32 @@ fn named<'a>(headers: &'a HeaderMap, names: &[&str]) -> Result<Option<&'a str>, 
         }
     }
     Ok(found.map(|(_, value)| value))
+}
+
+/// The request target of a URI in origin form (`/path?query`) or absolute form
+/// (`https://host/path?query`, as ingress-nginx sends `X-Original-URL`).
+fn target(uri: &str) -> Option<&str> {
+    if uri.starts_with('/') {
+        return Some(uri);
+    }
+    let rest = &uri[uri.find("://")? + 3..];
+    match rest.find(['/', '?', '#']) {
+        Some(at) if rest[at..].starts_with('/') => Some(&rest[at..]),
+        // `https://host` and `https://host?q` ask for `/`.
+        _ => Some("/"),
+    }
+}
+
+/// A header's value as it is.
+fn as_is(value: &str) -> Option<&str> {
+    Some(value)
+}
+
+/// The host of an absolute URI (`https://host:port/path`); `None` for any other form.
+fn authority(uri: &str) -> Option<&str> {
+    let rest = &uri[uri.find("://")? + 3..];
+    let host = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+    Some(host).filter(|h| !h.is_empty())
 }
 
 /// The header the URI was read from, for an error.
@@ -337,6 +384,43 @@ mod tests {
         assert_eq!(
             (proxied.method, &*proxied.path, proxied.host),
             ("DELETE", "/orders/7", Some("shop.example"))
+        );
+    }
+
+    #[test]
+    fn ingress_nginx_names_the_uri_absolute_with_its_host() {
+        let map = headers(&[
+            ("x-original-url", "https://shop.example/orders/./7?page=1"),
+            ("x-original-method", "POST"),
+            ("x-forwarded-for", "203.0.113.7"),
+            ("host", "ratewarden.svc"),
+        ]);
+        let proxied = read(&map, "GET", None).map_err(|p| p.detail).unwrap();
+        assert_eq!(
+            (proxied.method, &*proxied.path, proxied.host),
+            ("POST", "/orders/7", Some("shop.example"))
+        );
+        // With `auth-method`, ingress-nginx sends `X-Original-URI` as well: they agree.
+        let map = headers(&[
+            ("x-original-url", "http://shop.example/orders?page=1"),
+            ("x-original-uri", "/orders?page=1"),
+            ("x-forwarded-for", "203.0.113.7"),
+        ]);
+        assert_eq!(
+            read(&map, "GET", None).map_err(|p| p.detail).unwrap().path,
+            "/orders"
+        );
+        assert_eq!(target("https://shop.example"), Some("/"));
+        assert_eq!(target("orders"), None);
+        let map = headers(&[
+            ("x-original-url", "orders"),
+            ("x-forwarded-for", "203.0.113.7"),
+        ]);
+        let problem = read(&map, "GET", None).err().expect("refused");
+        assert!(
+            problem.detail.contains("not a request target"),
+            "{}",
+            problem.detail
         );
     }
 
