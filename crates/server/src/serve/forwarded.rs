@@ -7,10 +7,16 @@
 //! a rule is refused on these doors, naming it, rather than turned silently into "N per
 //! lease" (a lease is a safety net for crashed callers, not a measure of a request).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use http::StatusCode;
 use ratewarden_core::Limit;
 
 use crate::serve::app::{Answer, App};
+
+/// The rule set version whose concurrency rule was last logged as refused here (0: none;
+/// versions start at 1).
+static WARNED: AtomicU64 = AtomicU64::new(0);
 
 /// Why a proxied request was not decided: what the proxy (or its operator) must fix.
 pub(crate) struct Undecided {
@@ -27,10 +33,16 @@ pub(crate) async fn decide(
     request: &ratewarden_policy::Request<'_>,
 ) -> Result<Answer, Undecided> {
     if let Some(name) = concurrency_rule(app, request) {
-        tracing::error!(
-            rule = name,
-            "a concurrency rule applies to a forward-auth request; refused"
-        );
+        // Once per rule set: every request it matches is refused, and the log must not
+        // carry each of them.
+        let version = app.engine.version();
+        if WARNED.swap(version, Ordering::Relaxed) != version {
+            tracing::error!(
+                rule = name,
+                version,
+                "a concurrency rule applies to forward-auth requests; they are refused (500)"
+            );
+        }
         return Err(Undecided {
             status: StatusCode::INTERNAL_SERVER_ERROR,
             detail: format!(
