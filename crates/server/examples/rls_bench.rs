@@ -1,19 +1,29 @@
-//! Load for Envoy's rate limit service, for `scripts/bench-rls`: `ShouldRateLimit` calls
-//! per second and latency from N concurrent callers over one HTTP/2 connection (or
-//! `--connections C`, as an Envoy with C worker threads opens one each), as Envoy sends them; and, with `--serve-bare`, the ceiling: a tonic service answering OK without
-//! deciding anything.
+//! Load for Envoy's gRPC services, for `scripts/bench-rls` and `scripts/bench-auth`:
+//! `ShouldRateLimit` (or, with `--check`, ext_authz's `Authorization/Check`) calls per
+//! second and latency from N concurrent callers over one HTTP/2 connection (or
+//! `--connections C`, as an Envoy with C worker threads opens one each), as Envoy sends
+//! them; and, with `--serve-bare`, the ceiling: a tonic service answering OK to both
+//! without deciding anything.
 //!
 //! ```text
 //! cargo run --release -p ratewarden-server --example rls_bench -- --serve-bare 127.0.0.1:9081
 //! cargo run --release -p ratewarden-server --example rls_bench -- \
-//!     --target http://127.0.0.1:8081 --streams 64 --seconds 5
+//!     --target http://127.0.0.1:8081 --streams 64 --seconds 5 [--check]
 //! ```
 
 use std::process::ExitCode;
 use std::time::Duration;
 
+use envoy_types::ext_authz::v3::pb::{
+    Authorization, AuthorizationServer, CheckRequest, CheckResponse, HttpResponse, OkHttpResponse,
+};
+use envoy_types::pb::envoy::config::core::v3::address::Address as AddressKind;
+use envoy_types::pb::envoy::config::core::v3::{Address, SocketAddress};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, Peer};
+use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
+use envoy_types::pb::envoy::service::auth::v3::AttributeContext;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
@@ -47,6 +57,89 @@ impl RateLimitService for Bare {
     }
 }
 
+#[tonic::async_trait]
+impl Authorization for Bare {
+    async fn check(
+        &self,
+        _request: Request<CheckRequest>,
+    ) -> Result<Response<CheckResponse>, Status> {
+        Ok(Response::new(CheckResponse {
+            status: Some(Default::default()),
+            http_response: Some(HttpResponse::OkResponse(OkHttpResponse::default())),
+            ..CheckResponse::default()
+        }))
+    }
+}
+
+/// What Envoy's ext_authz sends about `GET /orders` from `client`.
+fn check_request(client: String) -> CheckRequest {
+    CheckRequest {
+        attributes: Some(AttributeContext {
+            source: Some(Peer {
+                address: Some(Address {
+                    address: Some(AddressKind::SocketAddress(SocketAddress {
+                        address: client,
+                        ..SocketAddress::default()
+                    })),
+                }),
+                ..Peer::default()
+            }),
+            request: Some(
+                envoy_types::pb::envoy::service::auth::v3::attribute_context::Request {
+                    http: Some(HttpRequest {
+                        method: "GET".to_owned(),
+                        path: "/orders".to_owned(),
+                        host: "shop.example".to_owned(),
+                        ..HttpRequest::default()
+                    }),
+                    ..Default::default()
+                },
+            ),
+            ..AttributeContext::default()
+        }),
+    }
+}
+
+/// One caller's connection: either service.
+#[derive(Clone)]
+enum Caller {
+    Rls(RateLimitServiceClient<tonic::transport::Channel>),
+    Authz(AuthorizationClient<tonic::transport::Channel>),
+}
+
+impl Caller {
+    /// The `n`th call of stream `s`: one of 10,000 clients, as the RLS calls spread.
+    async fn call(&mut self, domain: &str, s: usize, n: u64) -> bool {
+        let client = (s as u64 * 7919 + n) % 10_000;
+        match self {
+            Caller::Rls(c) => {
+                let request = RateLimitRequest {
+                    domain: domain.to_owned(),
+                    descriptors: vec![RateLimitDescriptor {
+                        entries: vec![Entry {
+                            key: "client_id".to_owned(),
+                            value: format!("c{client}"),
+                        }],
+                        ..RateLimitDescriptor::default()
+                    }],
+                    hits_addend: 0,
+                };
+                c.should_rate_limit(request).await.is_ok()
+            }
+            Caller::Authz(c) => {
+                let ip = format!(
+                    "10.{}.{}.{}",
+                    client / 65536,
+                    (client / 256) % 256,
+                    client % 256
+                );
+                let answer = c.check(check_request(ip)).await;
+                answer.is_ok_and(|r| r.get_ref().status.as_ref().is_some_and(|s| s.code == 0))
+            }
+        }
+    }
+}
+
 fn flag(args: &[String], name: &str) -> Option<String> {
     args.iter()
         .position(|a| a == name)
@@ -65,6 +158,7 @@ async fn main() -> ExitCode {
         eprintln!("bare rate limit service on {addr}");
         let served = tonic::transport::Server::builder()
             .add_service(RateLimitServiceServer::new(Bare))
+            .add_service(AuthorizationServer::new(Bare))
             .serve(addr)
             .await;
         return match served {
@@ -76,7 +170,7 @@ async fn main() -> ExitCode {
         };
     }
     let Some(target) = flag(&args, "--target") else {
-        eprintln!("usage: rls_bench --serve-bare ADDR | --target URL [--streams N] [--connections C] [--seconds S] [--domain D]");
+        eprintln!("usage: rls_bench --serve-bare ADDR | --target URL [--streams N] [--connections C] [--seconds S] [--domain D] [--check]");
         return ExitCode::from(2);
     };
     let streams: usize = flag(&args, "--streams")
@@ -90,9 +184,19 @@ async fn main() -> ExitCode {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1)
         .max(1);
+    let check = args.iter().any(|a| a == "--check");
     let mut clients = Vec::new();
     for _ in 0..connections {
-        match RateLimitServiceClient::connect(target.clone()).await {
+        let connected = if check {
+            AuthorizationClient::connect(target.clone())
+                .await
+                .map(Caller::Authz)
+        } else {
+            RateLimitServiceClient::connect(target.clone())
+                .await
+                .map(Caller::Rls)
+        };
+        match connected {
             Ok(c) => clients.push(c),
             Err(e) => {
                 eprintln!("error: cannot connect to {target}: {e}");
@@ -110,24 +214,13 @@ async fn main() -> ExitCode {
             let mut errors = 0u64;
             let mut n = 0u64;
             while Instant::now() < end {
-                let request = RateLimitRequest {
-                    domain: domain.clone(),
-                    descriptors: vec![RateLimitDescriptor {
-                        entries: vec![Entry {
-                            key: "client_id".to_owned(),
-                            value: format!("c{}", (s as u64 * 7919 + n) % 10_000),
-                        }],
-                        ..RateLimitDescriptor::default()
-                    }],
-                    hits_addend: 0,
-                };
-                n += 1;
                 let sent = Instant::now();
-                match client.should_rate_limit(request).await {
-                    Ok(_) => latencies
-                        .push(u32::try_from(sent.elapsed().as_micros()).unwrap_or(u32::MAX)),
-                    Err(_) => errors += 1,
+                if client.call(&domain, s, n).await {
+                    latencies.push(u32::try_from(sent.elapsed().as_micros()).unwrap_or(u32::MAX));
+                } else {
+                    errors += 1;
                 }
+                n += 1;
             }
             (latencies, errors)
         }));

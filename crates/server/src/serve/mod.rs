@@ -6,11 +6,13 @@
 //!
 //! The map: `start` builds the store (`store`) and the engine and binds the listeners, the
 //! first worker serving them on the caller's runtime and `workers` the rest; `http` and
-//! `envoy` are the front doors, `app` what they share; `running` is the handle `start`
+//! `envoy` are the front doors, `app` what they share (`forwarded`: what the forward-auth
+//! doors of both share); `running` is the handle `start`
 //! returns; `run` and `signals` are the command around it.
 
 mod app;
 mod envoy;
+mod forwarded;
 mod http;
 mod logs;
 mod metrics;

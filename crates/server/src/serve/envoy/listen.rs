@@ -1,26 +1,32 @@
-//! The gRPC listener: Envoy's rate limit service, served on the work-stealing runtime
+//! The gRPC listener: Envoy's rate limit service and its external authorization, served on the work-stealing runtime
 //! `workers::grpc` starts for it (each call a task, so one Envoy connection uses every core).
 
 use std::sync::Arc;
 
+use envoy_types::ext_authz::v3::pb::AuthorizationServer;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::sync::watch;
 
+use super::authz::Authz;
 use super::grpc::Rls;
 use crate::serve::app::App;
 
-/// Envoy's rate limit service on the current runtime, until `stop`.
+/// Envoy's rate limit service and `ext_authz` on the current runtime, until `stop`.
 pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     app: Arc<App>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let service = RateLimitServiceServer::new(Rls { app });
+    let rls = RateLimitServiceServer::new(Rls {
+        app: Arc::clone(&app),
+    });
+    let authz = AuthorizationServer::new(Authz { app });
     let shutdown = async move {
         let _ = stop.changed().await;
     };
     let served = tonic::transport::Server::builder()
-        .add_service(service)
+        .add_service(rls)
+        .add_service(authz)
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown,

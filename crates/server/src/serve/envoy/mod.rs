@@ -2,8 +2,11 @@
 //! (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`) and envoyproxy/ratelimit's
 //! HTTP face (`POST /json`). Both only translate between their protocol and
 //! [`Engine::decide_descriptors`](ratewarden_policy::Engine::decide_descriptors), which
-//! decides exactly as HTTP requests are decided.
+//! decides exactly as HTTP requests are decided. Beside them, external authorization
+//! (`envoy.service.auth.v3.Authorization/Check`, `authz`) decides the request itself, as
+//! the gateway would.
 
+mod authz;
 mod grpc;
 mod json;
 mod listen;

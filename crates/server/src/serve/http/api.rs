@@ -1,4 +1,5 @@
-//! The decision API: `POST /v1/check`, `/v1/settle` and `/v1/release`, JSON in and out.
+//! The decision API: `POST /v1/check`, `/v1/settle` and `/v1/release`, JSON in and out
+//! (and forward-auth, `/v1/auth`, in `auth.rs`).
 //!
 //! The shapes are documented in `docs/decision-api.md` and `docs/openapi.yaml`. A decision
 //! is always a 200 (the decision is in the body, with the status and headers the caller
@@ -18,6 +19,7 @@ use ratewarden_policy::{GrantId, Owner, ReleaseError, SettleError};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use super::auth::{Flavour, ENVOY_PREFIX};
 use crate::serve::app::{Answer, App};
 use crate::serve::reply::{self, Body, Problem};
 
@@ -195,11 +197,23 @@ pub(crate) async fn handle(
             reply::problem(StatusCode::SERVICE_UNAVAILABLE, "shutting down")
         };
     }
+    // Forward-auth takes any method: a proxy asks with the method it was given.
+    match path {
+        "/v1/auth" => return super::auth::handle(app, peer, request, Flavour::Plain).await,
+        "/v1/auth/nginx" => return super::auth::handle(app, peer, request, Flavour::Nginx).await,
+        _ => {}
+    }
+    if path
+        .strip_prefix(ENVOY_PREFIX)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    {
+        return super::auth::handle(app, peer, request, Flavour::Envoy).await;
+    }
     let known = matches!(path, "/v1/check" | "/v1/settle" | "/v1/release" | "/json");
     if !known {
         return reply::problem(
             StatusCode::NOT_FOUND,
-            format!("no such endpoint `{path}`; the decision API has POST /v1/check, /v1/settle and /v1/release (and POST /json, GET /healthcheck for Envoy configs)"),
+            format!("no such endpoint `{path}`; the decision API has POST /v1/check, /v1/settle and /v1/release, forward-auth at /v1/auth, /v1/auth/nginx and /v1/auth/envoy/… (and POST /json, GET /healthcheck for Envoy configs)"),
         );
     }
     if request.method() != Method::POST {

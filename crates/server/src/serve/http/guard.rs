@@ -65,18 +65,8 @@ pub(crate) fn refusal<B>(request: &Request<B>, identity: &Identity) -> Option<Re
             ));
         }
     }
-    for name in METHOD_OVERRIDES {
-        for value in headers.get_all(name) {
-            if !value
-                .as_bytes()
-                .eq_ignore_ascii_case(request.method().as_str().as_bytes())
-            {
-                return bad(format!(
-                    "`{name}` would make this {} another method upstream; send that method",
-                    request.method()
-                ));
-            }
-        }
+    if let Some(detail) = method_override(headers, request.method().as_str()) {
+        return bad(detail);
     }
     for name in PATH_OVERRIDES {
         if headers.contains_key(name) {
@@ -95,13 +85,38 @@ pub(crate) fn refusal<B>(request: &Request<B>, identity: &Identity) -> Option<Re
             }
         }
     }
+    if let Some(detail) = ambiguous_identity(headers, identity) {
+        return bad(detail);
+    }
+    None
+}
+
+/// Why a request's method could be read as another one upstream (a method override header
+/// naming another method than `method`), if it could.
+pub(crate) fn method_override(headers: &HeaderMap, method: &str) -> Option<String> {
+    for name in METHOD_OVERRIDES {
+        for value in headers.get_all(name) {
+            if !value.as_bytes().eq_ignore_ascii_case(method.as_bytes()) {
+                return Some(format!(
+                    "`{name}` would make this {method} another method upstream; send that method"
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// Why the headers that decide who a request is could be read two ways (a repeated line,
+/// an underscore spelling, bytes the engine cannot read), if they could: the limiter and
+/// the upstream must read the same identity.
+pub(crate) fn ambiguous_identity(headers: &HeaderMap, identity: &Identity) -> Option<String> {
     for name in headers.keys() {
         // CGI, WSGI and PHP read `x_api_key` and `x-api-key` as one variable: the upstream
         // may take the line the limiter did not count.
         if name.as_str().contains('_') {
             let dashed = name.as_str().replace('_', "-");
             if identity.decides(&dashed) {
-                return bad(format!(
+                return Some(format!(
                     "`{name}` reads as `{dashed}` to some upstreams, a header that decides who \
                      the request is; send `{dashed}` only"
                 ));
@@ -111,14 +126,14 @@ pub(crate) fn refusal<B>(request: &Request<B>, identity: &Identity) -> Option<Re
             continue;
         }
         if !LIST_HEADERS.contains(&name.as_str()) && headers.get_all(name).iter().nth(1).is_some() {
-            return bad(format!(
+            return Some(format!(
                 "the request has two `{name}` headers, which decide who it is; send one"
             ));
         }
         // The engine reads text: a value it cannot read would be decided as absent, and
         // forwarded as present.
         if headers.get_all(name).iter().any(|v| v.to_str().is_err()) {
-            return bad(format!(
+            return Some(format!(
                 "`{name}` holds bytes that are not visible ASCII; it decides who the request \
                  is, so it must be readable"
             ));

@@ -1,8 +1,10 @@
-//! The HTTP front doors: the gateway, the decision API and the admin listener, served by
-//! one accept loop (`listen`), with the gateway's upstream client in a file of its own.
+//! The HTTP front doors: the gateway, the decision API (with forward-auth, `auth`) and the
+//! admin listener, served by one accept loop (`listen`), with the gateway's upstream client
+//! in a file of its own.
 
 mod admin;
 mod api;
+mod auth;
 mod clients;
 mod gateway;
 mod guard;
@@ -10,5 +12,6 @@ mod limits;
 mod listen;
 mod upstream;
 
+pub(crate) use api::request_error_status;
 pub(crate) use listen::{bind, serve, Role};
 pub(crate) use upstream::Local;

@@ -1,0 +1,614 @@
+//! Forward-auth (`/v1/auth`, `/v1/auth/nginx`) over real sockets: first asked as a proxy
+//! asks, then behind real nginx (`auth_request`) and Caddy (`forward_auth`) processes started
+//! here, in front of a test upstream that counts what reaches it.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use http_body_util::Full;
+use ratewarden_core::ManualClock;
+use ratewarden_server::serve::Running;
+
+mod common;
+use common::{get, Reply};
+
+/// A minute's start: fixed windows are aligned to the epoch, so each starts whole here.
+const T0: u64 = 1_699_999_980_000_000_000;
+
+/// Three requests a minute per API key on `/orders` (and what is under it).
+const ORDERS: &str = r#"
+[[limit]]
+name = "orders"
+match = { path = "/orders*" }
+key = ["header:x-api-key"]
+algorithm = "fixed-window"
+limit = 3
+window = "1m"
+"#;
+
+async fn serve(trusted: &str, rules: &str) -> Running {
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"off\"\ntrusted_proxies = [{trusted}]\n{rules}"
+    );
+    common::start(common::options(&toml, Arc::new(ManualClock::new(T0)))).await
+}
+
+/// Asks `path` at `addr` as a proxy would about `GET uri` by the client with `key`.
+async fn ask(addr: SocketAddr, path: &str, uri: &str, key: &str) -> Reply {
+    get(
+        addr,
+        path,
+        &[
+            ("x-forwarded-method", "GET"),
+            ("x-forwarded-uri", uri),
+            ("x-forwarded-for", "203.0.113.7"),
+            ("x-forwarded-host", "shop.example"),
+            ("x-api-key", key),
+        ],
+    )
+    .await
+}
+
+#[tokio::test]
+async fn allowed_then_limited_with_the_contract_and_nginx_gets_a_403() {
+    let server = serve(r#""127.0.0.1""#, ORDERS).await;
+    for remaining in [2, 1, 0] {
+        let r = ask(server.listen, "/v1/auth", "/orders?page=1", "k1").await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        assert_eq!(r.header("ratelimit-policy"), Some(r#""orders";q=3;w=60"#));
+        assert_eq!(
+            r.header("ratelimit"),
+            Some(format!(r#""orders";r={remaining};t=60"#).as_str())
+        );
+    }
+    let r = ask(server.listen, "/v1/auth", "/orders", "k1").await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.header("retry-after"), Some("60"));
+    assert_eq!(r.header("ratelimit"), Some(r#""orders";r=0;t=60"#));
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    assert_eq!(r.json()["violated-policies"][0], "orders");
+    // nginx's flavour: the same decision and headers, as a 403 `auth_request` accepts.
+    let r = ask(server.listen, "/v1/auth/nginx", "/orders", "k1").await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(r.header("retry-after"), Some("60"));
+    assert_eq!(r.header("ratelimit-policy"), Some(r#""orders";q=3;w=60"#));
+    // The client's own key decides: another key has its own budget.
+    let r = ask(server.listen, "/v1/auth/nginx", "/orders", "k2").await;
+    assert_eq!(r.status, StatusCode::OK);
+    // A path no rule matches is allowed, with nothing to show.
+    let r = ask(server.listen, "/v1/auth", "/about", "k1").await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.header("ratelimit"), None);
+}
+
+#[tokio::test]
+async fn envoys_http_ext_authz_names_the_path_after_its_prefix() {
+    let server = serve(r#""127.0.0.1""#, ORDERS).await;
+    // Envoy asks with the request's method, `path_prefix` + its path, and the client's
+    // headers: a client's own `X-Forwarded-Uri` does not move it to another path.
+    let envoy = |path: &'static str| async move {
+        get(
+            server.listen,
+            path,
+            &[
+                ("x-forwarded-for", "203.0.113.7"),
+                ("x-forwarded-uri", "/about"),
+                ("x-api-key", "k1"),
+            ],
+        )
+        .await
+    };
+    for path in [
+        "/v1/auth/envoy/orders?page=1",
+        "/v1/auth/envoy/orders/7",
+        "/v1/auth/envoy//orders",
+    ] {
+        let r = envoy(path).await;
+        assert_eq!(r.status, StatusCode::OK, "{path}: {}", r.body);
+        assert!(r.header("ratelimit").is_some(), "{path}");
+    }
+    let r = envoy("/v1/auth/envoy/%6Frders").await;
+    assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.header("retry-after"), Some("60"));
+    assert_eq!(r.json()["violated-policies"][0], "orders");
+    // A path that is not under the prefix is not this door.
+    assert_eq!(envoy("/v1/auth/envoyx").await.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn forwarded_headers_from_an_untrusted_peer_are_refused() {
+    let server = serve(r#""10.0.0.0/8""#, ORDERS).await;
+    for path in ["/v1/auth", "/v1/auth/nginx", "/v1/auth/envoy/orders"] {
+        let r = ask(server.listen, path, "/orders", "k1").await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{path}");
+        assert_eq!(r.header("content-type"), Some("application/problem+json"));
+        assert!(
+            r.json()["detail"]
+                .as_str()
+                .unwrap()
+                .contains("127.0.0.1 is not a trusted proxy"),
+            "{}",
+            r.body
+        );
+    }
+    // Nothing was charged: trusted later, the key has its whole budget.
+    let server = serve(r#""127.0.0.1""#, ORDERS).await;
+    let r = ask(server.listen, "/v1/auth", "/orders", "k1").await;
+    assert_eq!(r.header("ratelimit"), Some(r#""orders";r=2;t=60"#));
+}
+
+#[tokio::test]
+async fn a_path_alias_of_a_limited_path_is_limited() {
+    let server = serve(r#""127.0.0.1""#, ORDERS).await;
+    for _ in 0..3 {
+        let r = ask(server.listen, "/v1/auth", "/orders", "k1").await;
+        assert_eq!(r.status, StatusCode::OK);
+    }
+    for alias in [
+        "//orders",
+        "/%6Frders",
+        "/x/../orders?y",
+        "/./orders/",
+        "/ORDERS",
+    ] {
+        let r = ask(server.listen, "/v1/auth", alias, "k1").await;
+        assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS, "{alias}");
+    }
+    // nginx names the URI in `X-Original-URI`: the same path, the same limit.
+    let r = get(
+        server.listen,
+        "/v1/auth/nginx",
+        &[
+            ("x-original-uri", "/orders/../orders"),
+            ("x-original-method", "GET"),
+            ("x-forwarded-for", "203.0.113.7"),
+            ("x-api-key", "k1"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    // ingress-nginx names it absolute, in `X-Original-URL`.
+    let r = get(
+        server.listen,
+        "/v1/auth/nginx",
+        &[
+            ("x-original-url", "https://shop.example//orders?page=3"),
+            ("x-original-method", "GET"),
+            ("x-forwarded-for", "203.0.113.7"),
+            ("x-api-key", "k1"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+}
+
+#[tokio::test]
+async fn a_request_the_door_cannot_read_is_a_located_400() {
+    let server = serve(r#""127.0.0.1""#, ORDERS).await;
+    // A client behind Traefik adding an `X-Original-URI` of its own to pick a cheaper path.
+    let r = get(
+        server.listen,
+        "/v1/auth",
+        &[
+            ("x-forwarded-uri", "/orders"),
+            ("x-original-uri", "/about"),
+            ("x-forwarded-for", "203.0.113.7"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.body.contains("x-original-uri: /about"), "{}", r.body);
+    // No client address: every client would share the proxy's budget.
+    let r = get(server.listen, "/v1/auth", &[("x-forwarded-uri", "/orders")]).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.body.contains("X-Forwarded-For"), "{}", r.body);
+    // A key header sent twice could be read either way upstream.
+    let r = get(
+        server.listen,
+        "/v1/auth",
+        &[
+            ("x-forwarded-uri", "/orders"),
+            ("x-forwarded-for", "203.0.113.7"),
+            ("x-api-key", "k1"),
+            ("x-api-key", "k2"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.body.contains("two `x-api-key` headers"), "{}", r.body);
+}
+
+#[tokio::test]
+async fn the_client_address_is_read_through_the_proxy() {
+    let rule = r#"
+[[limit]]
+name = "per-ip"
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 1
+window = "1m"
+"#;
+    let server = serve(r#""127.0.0.1""#, rule).await;
+    let from = |ip: &'static str| async move {
+        get(
+            server.listen,
+            "/v1/auth",
+            &[("x-forwarded-uri", "/"), ("x-forwarded-for", ip)],
+        )
+        .await
+        .status
+    };
+    assert_eq!(from("203.0.113.7").await, StatusCode::OK);
+    assert_eq!(from("203.0.113.7").await, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(from("198.51.100.4").await, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_concurrency_rule_is_refused_on_this_door_by_name() {
+    let rule = r#"
+[[limit]]
+name = "reports-in-flight"
+match = { path = "/reports" }
+key = ["ip"]
+algorithm = "concurrency"
+limit = 2
+lease = "30s"
+"#;
+    let server = serve(r#""127.0.0.1""#, &format!("{rule}{ORDERS}")).await;
+    let r = ask(server.listen, "/v1/auth", "/reports", "k1").await;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(
+        r.body
+            .contains("rule `reports-in-flight` is a concurrency limit"),
+        "{}",
+        r.body
+    );
+    // Paths it does not match are decided as usual.
+    assert_eq!(
+        ask(server.listen, "/v1/auth", "/orders", "k1").await.status,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn a_store_failure_follows_the_rules_failure_policy() {
+    // A port nothing listens on: every store call fails at once.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("redis://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let rules = format!(
+        r#"
+[store]
+kind = "redis"
+url = "{url}"
+deadline = "100ms"
+
+[[limit]]
+name = "browse"
+match = {{ path = "/browse" }}
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 100
+window = "1m"
+on_store_failure = "open"
+
+[[limit]]
+name = "pay"
+match = {{ path = "/pay" }}
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 100
+window = "1m"
+on_store_failure = "closed"
+"#
+    );
+    let server = serve(r#""127.0.0.1""#, &rules).await;
+    let r = ask(server.listen, "/v1/auth", "/browse", "k1").await;
+    assert_eq!(r.status, StatusCode::OK, "open: allowed: {}", r.body);
+    for path in ["/v1/auth", "/v1/auth/nginx"] {
+        let r = ask(server.listen, path, "/pay", "k1").await;
+        assert_eq!(
+            r.status,
+            StatusCode::SERVICE_UNAVAILABLE,
+            "closed: {path}: {}",
+            r.body
+        );
+        assert!(r.header("retry-after").is_some());
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Real proxies
+
+/// A temporary directory, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "ratewarden-{name}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        // nginx's workers run as `nobody` under root: they must reach the directory.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        Self(dir)
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A proxy process, killed when dropped however the test ends (a panic included).
+struct Proxy {
+    child: std::process::Child,
+    addr: SocketAddr,
+    log: PathBuf,
+}
+
+impl Proxy {
+    fn spawn(command: &mut std::process::Command, addr: SocketAddr, log: PathBuf) -> Self {
+        let stderr = std::fs::File::create(&log).unwrap();
+        let child = command
+            .stdout(stderr.try_clone().unwrap())
+            .stderr(stderr)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
+        Self { child, addr, log }
+    }
+
+    /// Waits until the proxy takes connections (polling the socket, never a clock).
+    async fn ready(&mut self) {
+        let up = common::eventually(|| async {
+            tokio::net::TcpStream::connect(self.addr).await.is_ok()
+        })
+        .await;
+        if !up {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            panic!("the proxy did not come up on {}:\n{log}", self.addr);
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The Debian path of a proxy's binary; `scripts/test` installs the package.
+fn binary(path: &str, package: &str) -> PathBuf {
+    let path = PathBuf::from(path);
+    assert!(
+        path.exists(),
+        "{} is missing: `apt-get install -y {package}` (scripts/test does)",
+        path.display()
+    );
+    path
+}
+
+/// A free port on 127.0.0.1 for a proxy that cannot report the one it took.
+fn free_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// An upstream answering 200 `hello`, counting the requests that reach it.
+async fn counted_upstream() -> (SocketAddr, Arc<AtomicUsize>) {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&seen);
+    let addr = common::upstream(move |_request| {
+        let counter = Arc::clone(&counter);
+        async move {
+            counter.fetch_add(1, Ordering::SeqCst);
+            Response::new(Full::new(Bytes::from_static(b"hello")))
+        }
+    })
+    .await;
+    (addr, seen)
+}
+
+/// Through `proxy`, three requests of key `k1` pass with the RateLimit fields, the fourth
+/// is a 429 with `Retry-After` and the fields, and the upstream never sees it.
+async fn client_sees_the_contract(proxy: SocketAddr, upstream_seen: &AtomicUsize) {
+    for remaining in [2, 1, 0] {
+        let r = get(proxy, "/orders/7", &[("x-api-key", "k1")]).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        assert_eq!(r.body, "hello");
+        assert_eq!(r.header("ratelimit-policy"), Some(r#""orders";q=3;w=60"#));
+        assert_eq!(
+            r.header("ratelimit"),
+            Some(format!(r#""orders";r={remaining};t=60"#).as_str())
+        );
+    }
+    assert_eq!(upstream_seen.load(Ordering::SeqCst), 3);
+    for alias in ["/orders/7", "//orders/7?x=1"] {
+        let r = get(proxy, alias, &[("x-api-key", "k1")]).await;
+        assert_eq!(
+            r.status,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{alias}: {}",
+            r.body
+        );
+        assert_eq!(r.header("retry-after"), Some("60"));
+        assert_eq!(r.header("ratelimit-policy"), Some(r#""orders";q=3;w=60"#));
+        assert_eq!(r.header("ratelimit"), Some(r#""orders";r=0;t=60"#));
+        assert!(r.body.contains("quota-exceeded"), "{}", r.body);
+    }
+    assert_eq!(
+        upstream_seen.load(Ordering::SeqCst),
+        3,
+        "a limited request went through"
+    );
+    // Another client's key has its own budget.
+    let r = get(proxy, "/orders/7", &[("x-api-key", "k2")]).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(upstream_seen.load(Ordering::SeqCst), 4);
+}
+
+/// nginx's config for `auth_request` to `/v1/auth/nginx`: the one `docs/front-doors.md`
+/// gives, with the addresses filled in.
+fn nginx_conf(
+    dir: &Path,
+    listen: SocketAddr,
+    ratewarden: SocketAddr,
+    upstream: SocketAddr,
+) -> String {
+    let dir = dir.display();
+    format!(
+        r#"daemon off;
+master_process off;
+worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log info;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+
+    upstream ratewarden {{ server {ratewarden}; keepalive 16; }}
+
+    server {{
+        listen {listen};
+
+        location / {{
+            auth_request /.ratewarden;
+            auth_request_set $ratelimit_policy $upstream_http_ratelimit_policy;
+            auth_request_set $ratelimit $upstream_http_ratelimit;
+            auth_request_set $retry_after $upstream_http_retry_after;
+            add_header RateLimit-Policy $ratelimit_policy always;
+            add_header RateLimit $ratelimit always;
+            error_page 403 = @ratelimited;
+            proxy_pass http://{upstream};
+        }}
+
+        location = /.ratewarden {{
+            internal;
+            proxy_pass http://ratewarden/v1/auth/nginx;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_pass_request_body off;
+            proxy_set_header Content-Length "";
+            proxy_set_header X-Original-URI $request_uri;
+            proxy_set_header X-Original-Method $request_method;
+            proxy_set_header X-Forwarded-Host $host;
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+        }}
+
+        location @ratelimited {{
+            add_header Retry-After $retry_after always;
+            add_header RateLimit-Policy $ratelimit_policy always;
+            add_header RateLimit $ratelimit always;
+            add_header Cache-Control no-store always;
+            default_type application/problem+json;
+            return 429 '{{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota Exceeded","status":429}}';
+        }}
+    }}
+}}
+"#
+    )
+}
+
+#[tokio::test]
+async fn nginx_auth_request_limits_in_front_of_an_upstream() {
+    let nginx = binary("/usr/sbin/nginx", "nginx");
+    let server = serve(r#""127.0.0.1""#, ORDERS).await;
+    let (upstream, seen) = counted_upstream().await;
+    let scratch = Scratch::new("nginx");
+    let listen = free_addr();
+    let conf = scratch.path().join("nginx.conf");
+    std::fs::write(
+        &conf,
+        nginx_conf(scratch.path(), listen, server.listen, upstream),
+    )
+    .unwrap();
+    let mut proxy = Proxy::spawn(
+        std::process::Command::new(nginx)
+            .arg("-p")
+            .arg(scratch.path())
+            .arg("-c")
+            .arg(&conf)
+            .arg("-e")
+            .arg(scratch.path().join("error.log")),
+        listen,
+        scratch.path().join("stderr.log"),
+    );
+    proxy.ready().await;
+    client_sees_the_contract(listen, &seen).await;
+}
+
+/// Caddy's config: `forward_auth` to `/v1/auth` written out (as the docs give it), so the
+/// RateLimit fields of an allowed answer reach the client's response; a refusal is passed
+/// on to the client as it is.
+fn caddyfile(listen: SocketAddr, ratewarden: SocketAddr, upstream: SocketAddr) -> String {
+    format!(
+        r#"{{
+    admin off
+    auto_https off
+}}
+
+http://{listen} {{
+    reverse_proxy {ratewarden} {{
+        method GET
+        rewrite /v1/auth
+        header_up X-Forwarded-Method {{method}}
+        header_up X-Forwarded-Uri {{uri}}
+        @allowed status 2xx
+        handle_response @allowed {{
+            # Caddy names the answer's headers as Go spells them (`Ratelimit-Policy`).
+            header RateLimit-Policy {{http.reverse_proxy.header.Ratelimit-Policy}}
+            header RateLimit {{http.reverse_proxy.header.Ratelimit}}
+        }}
+    }}
+    reverse_proxy {upstream}
+}}
+"#
+    )
+}
+
+#[tokio::test]
+async fn caddy_forward_auth_limits_in_front_of_an_upstream() {
+    let caddy = binary("/usr/bin/caddy", "caddy");
+    let server = serve(r#""127.0.0.1""#, ORDERS).await;
+    let (upstream, seen) = counted_upstream().await;
+    let scratch = Scratch::new("caddy");
+    let listen = free_addr();
+    let conf = scratch.path().join("Caddyfile");
+    std::fs::write(&conf, caddyfile(listen, server.listen, upstream)).unwrap();
+    let mut proxy = Proxy::spawn(
+        std::process::Command::new(caddy)
+            .args(["run", "--adapter", "caddyfile", "--config"])
+            .arg(&conf)
+            .env("HOME", scratch.path())
+            .env("XDG_DATA_HOME", scratch.path().join("data"))
+            .env("XDG_CONFIG_HOME", scratch.path().join("config")),
+        listen,
+        scratch.path().join("caddy.log"),
+    );
+    proxy.ready().await;
+    client_sees_the_contract(listen, &seen).await;
+}
