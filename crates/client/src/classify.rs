@@ -59,3 +59,39 @@ impl Attempt<'_> {
         }
     }
 }
+
+/// How a failure of the client underneath reads for retrying: a refused or unreachable
+/// connection never reached the server ([`Attempt::ConnectError`]), an elapsed timer or a
+/// timed-out socket is [`Attempt::Timeout`], anything else may have been processed
+/// ([`Attempt::OtherError`]). The whole `source()` chain is searched, since clients wrap
+/// the I/O error (hyper-util's connect error holds it).
+///
+/// # Examples
+///
+/// ```
+/// use ratewarden_client::{classify_error, Attempt};
+/// use std::io;
+///
+/// let refused = io::Error::from(io::ErrorKind::ConnectionRefused);
+/// assert!(matches!(classify_error(&refused), Attempt::ConnectError));
+/// ```
+pub fn classify_error(error: &(dyn std::error::Error + 'static)) -> Attempt<'static> {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if e.is::<tokio::time::error::Elapsed>() {
+            return Attempt::Timeout;
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            match io.kind() {
+                ConnectionRefused | AddrNotAvailable | HostUnreachable | NetworkUnreachable => {
+                    return Attempt::ConnectError
+                }
+                TimedOut => return Attempt::Timeout,
+                _ => {}
+            }
+        }
+        next = e.source();
+    }
+    Attempt::OtherError
+}

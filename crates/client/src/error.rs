@@ -67,9 +67,6 @@ pub enum Error {
         /// Why.
         reason: String,
     },
-    /// The request cannot be copied for a retry (a streaming body) and a retry was due.
-    #[error("the request's body cannot be copied for a retry")]
-    NotCloneable,
     /// The client underneath failed (after any retries).
     #[error(transparent)]
     Inner(BoxError),

@@ -18,19 +18,24 @@ mod error;
 mod fields;
 mod pacing;
 mod policy;
+#[cfg(feature = "reqwest")]
+mod reqwest;
 mod rng;
 mod stats;
 mod throttle;
+pub mod tower;
 mod window;
 
 pub use backoff::Backoff;
 pub use budget::RetryBudget;
-pub use classify::{is_repeatable, Attempt, IDEMPOTENCY_KEY};
+pub use classify::{classify_error, is_repeatable, Attempt, IDEMPOTENCY_KEY};
 pub use cubic::{AdaptiveRate, Cubic, BETA, SCALE};
 pub use error::{BoxError, Error};
 pub use fields::{quotas, retry_after, Quota};
 pub use pacing::Pacer;
 pub use policy::{origin_of, Call, Next, Policy, Settings};
+#[cfg(feature = "reqwest")]
+pub use reqwest::RetryMiddleware;
 pub use rng::SplitMix64;
 pub use stats::Stats;
 pub use throttle::AdaptiveThrottle;

@@ -123,7 +123,7 @@ struct Inner {
 ///
 /// let clock = ManualClock::new(0);
 /// let policy = Policy::new(Settings::default(), Arc::new(clock.clone()));
-/// let mut call = policy.start(&"http://api.test/x".parse()?, &Method::GET, &HeaderMap::new())?;
+/// let mut call = policy.start("http://api.test", &Method::GET, &HeaderMap::new())?;
 /// assert_eq!(policy.before_attempt(&mut call)?, Duration::ZERO);
 /// let mut headers = HeaderMap::new();
 /// headers.insert("retry-after", "2".parse()?);
@@ -202,14 +202,20 @@ impl Policy {
             .unwrap_or_else(|poison| poison.into_inner())
     }
 
-    /// Begins a request to `uri`: counts it, and lets adaptive throttling refuse it.
+    /// Begins a request to `origin` (see [`origin_of`]): counts it, and lets adaptive
+    /// throttling refuse it.
     ///
     /// # Errors
     ///
     /// [`Error::Throttled`] when throttling refuses it locally.
-    pub fn start(&self, uri: &Uri, method: &Method, headers: &HeaderMap) -> Result<Call, Error> {
+    pub fn start(
+        &self,
+        origin: impl Into<String>,
+        method: &Method,
+        headers: &HeaderMap,
+    ) -> Result<Call, Error> {
         let now = self.now();
-        let origin = origin_of(uri);
+        let origin = origin.into();
         let c = &self.inner.counters;
         Counters::bump(&c.requests, 1);
         let mut state = self.state();

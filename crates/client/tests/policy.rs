@@ -17,8 +17,8 @@ fn policy(settings: Settings) -> (Policy, ManualClock) {
     (Policy::new(settings, Arc::new(clock.clone())), clock)
 }
 
-fn uri() -> Uri {
-    URI.parse().unwrap()
+fn origin() -> String {
+    ratewarden_client::origin_of(&URI.parse::<Uri>().unwrap())
 }
 
 fn status(code: u16, headers: &HeaderMap) -> Attempt<'_> {
@@ -32,7 +32,7 @@ fn status(code: u16, headers: &HeaderMap) -> Attempt<'_> {
 fn a_post_without_an_idempotency_key_is_never_retried() {
     let (p, _) = policy(Settings::default());
     let none = HeaderMap::new();
-    let mut call = p.start(&uri(), &Method::POST, &none).unwrap();
+    let mut call = p.start(origin(), &Method::POST, &none).unwrap();
     p.before_attempt(&mut call).unwrap();
     assert_eq!(p.after_attempt(&mut call, status(503, &none)), Next::Done);
     assert_eq!(
@@ -43,7 +43,7 @@ fn a_post_without_an_idempotency_key_is_never_retried() {
 
     let mut keyed = HeaderMap::new();
     keyed.insert("idempotency-key", "k-1".parse().unwrap());
-    let mut call = p.start(&uri(), &Method::POST, &keyed).unwrap();
+    let mut call = p.start(origin(), &Method::POST, &keyed).unwrap();
     p.before_attempt(&mut call).unwrap();
     assert!(matches!(
         p.after_attempt(&mut call, status(503, &none)),
@@ -65,7 +65,7 @@ fn only_429_503_connect_errors_and_timeouts_are_retried() {
         (status(200, &none), false),
         (Attempt::OtherError, false),
     ] {
-        let mut call = p.start(&uri(), &Method::GET, &none).unwrap();
+        let mut call = p.start(origin(), &Method::GET, &none).unwrap();
         p.before_attempt(&mut call).unwrap();
         let next = p.after_attempt(&mut call, attempt);
         assert_eq!(matches!(next, Next::Retry(_)), retried, "{attempt:?}");
@@ -85,7 +85,7 @@ fn the_wait_is_the_longer_of_retry_after_and_the_backoff() {
     let (p, _) = policy(settings);
     let mut ra = HeaderMap::new();
     ra.insert("retry-after", "3".parse().unwrap());
-    let mut call = p.start(&uri(), &Method::GET, &HeaderMap::new()).unwrap();
+    let mut call = p.start(origin(), &Method::GET, &HeaderMap::new()).unwrap();
     let mut waits = Vec::new();
     for _ in 0..3 {
         p.before_attempt(&mut call).unwrap();
@@ -113,7 +113,7 @@ fn a_retry_that_would_end_past_the_deadline_is_not_made() {
     let (p, clock) = policy(settings);
     let mut ra = HeaderMap::new();
     ra.insert("retry-after", "6".parse().unwrap());
-    let mut call = p.start(&uri(), &Method::GET, &HeaderMap::new()).unwrap();
+    let mut call = p.start(origin(), &Method::GET, &HeaderMap::new()).unwrap();
     p.before_attempt(&mut call).unwrap();
     assert!(matches!(
         p.after_attempt(&mut call, status(503, &ra)),
@@ -136,11 +136,11 @@ fn pacing_that_would_hold_a_request_past_its_deadline_is_an_error() {
     let (p, _) = policy(settings);
     let mut ra = HeaderMap::new();
     ra.insert("retry-after", "5".parse().unwrap());
-    let mut post = p.start(&uri(), &Method::POST, &HeaderMap::new()).unwrap();
+    let mut post = p.start(origin(), &Method::POST, &HeaderMap::new()).unwrap();
     p.before_attempt(&mut post).unwrap();
     p.after_attempt(&mut post, status(429, &ra));
     // The origin said 5 s: a new request would wait past its 2 s deadline.
-    let mut call = p.start(&uri(), &Method::GET, &HeaderMap::new()).unwrap();
+    let mut call = p.start(origin(), &Method::GET, &HeaderMap::new()).unwrap();
     let e = p.before_attempt(&mut call).unwrap_err();
     assert!(matches!(e, Error::Deadline { attempts: 0, .. }), "{e}");
     assert!(e.to_string().contains("partner.test:8080"), "{e}");
@@ -156,7 +156,7 @@ fn the_budget_refuses_retries_past_its_share_and_counts_them() {
     let (p, _) = policy(settings);
     let none = HeaderMap::new();
     let mut calls: Vec<_> = (0..4)
-        .map(|_| p.start(&uri(), &Method::GET, &none).unwrap())
+        .map(|_| p.start(origin(), &Method::GET, &none).unwrap())
         .collect();
     let mut retried = 0;
     for call in &mut calls {
@@ -180,7 +180,7 @@ fn throttling_refuses_locally_once_the_origin_refuses_most_requests() {
     let none = HeaderMap::new();
     let mut refused = 0;
     for _ in 0..200 {
-        match p.start(&uri(), &Method::GET, &none) {
+        match p.start(origin(), &Method::GET, &none) {
             Ok(mut call) => {
                 p.before_attempt(&mut call).unwrap();
                 p.after_attempt(&mut call, status(503, &none));
@@ -203,7 +203,7 @@ fn ratelimit_fields_pace_the_next_request_to_that_origin() {
     let mut fields = HeaderMap::new();
     fields.insert("ratelimit-policy", r#""per-key";q=5;w=1"#.parse().unwrap());
     fields.insert("ratelimit", r#""per-key";r=2;t=1"#.parse().unwrap());
-    let mut call = p.start(&uri(), &Method::GET, &HeaderMap::new()).unwrap();
+    let mut call = p.start(origin(), &Method::GET, &HeaderMap::new()).unwrap();
     p.before_attempt(&mut call).unwrap();
     assert_eq!(p.after_attempt(&mut call, status(200, &fields)), Next::Done);
     let quota = p
@@ -211,7 +211,7 @@ fn ratelimit_fields_pace_the_next_request_to_that_origin() {
         .unwrap();
     assert_eq!((quota.remaining, quota.limit), (2, Some(5)));
     clock.advance(Duration::from_millis(100));
-    let mut next = p.start(&uri(), &Method::GET, &HeaderMap::new()).unwrap();
+    let mut next = p.start(origin(), &Method::GET, &HeaderMap::new()).unwrap();
     // 2 left over 1 s: 500 ms apart, 100 ms of which have passed.
     assert_eq!(
         p.before_attempt(&mut next).unwrap(),
