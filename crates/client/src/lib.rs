@@ -16,6 +16,7 @@ mod classify;
 mod cubic;
 mod error;
 mod fields;
+mod outbound;
 mod pacing;
 mod policy;
 #[cfg(feature = "reqwest")]
@@ -32,6 +33,7 @@ pub use classify::{classify_error, is_repeatable, Attempt, IDEMPOTENCY_KEY};
 pub use cubic::{AdaptiveRate, Cubic, BETA, SCALE};
 pub use error::{BoxError, Error};
 pub use fields::{quotas, retry_after, Quota};
+pub use outbound::Outbound;
 pub use pacing::Pacer;
 pub use policy::{origin_of, Call, Next, Policy, Settings};
 #[cfg(feature = "reqwest")]
