@@ -25,16 +25,19 @@ use crate::Error;
 ///
 /// ```
 /// use ratewarden_client::Outbound;
-/// use ratewarden_core::Rate;
-/// use std::time::Duration;
+/// use ratewarden_core::{ManualClock, Rate};
+/// use ratewarden_memory::MemoryStore;
+/// use std::{sync::Arc, time::Duration};
 ///
-/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// // 5 a second, waiting at most 1 s: five callers queue, the sixth is told at once.
-/// let sms = Outbound::local("sms", Rate::per_second(5)?, Duration::from_secs(1))?;
+/// // 5 a second, waiting at most 1 s: one goes, five queue, the next is told at once.
+/// let clock = Arc::new(ManualClock::new(0));
+/// let store = MemoryStore::new(Default::default());
+/// let sms = Outbound::new("sms", Rate::per_second(5)?, Duration::from_secs(1), store, clock)?;
 /// let mut waits = Vec::new();
 /// for _ in 0..6 {
-///     waits.push(sms.reserve().await?);
+///     waits.push(sms.reserve().await?); // `acquire` would also wait
 /// }
 /// assert_eq!(waits[1], Duration::from_millis(200));
 /// assert_eq!(waits[5], Duration::from_secs(1));
