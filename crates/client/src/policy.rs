@@ -323,6 +323,9 @@ impl Policy {
         let mut state = self.state();
         let mut server_wait = None;
         if let Attempt::Response { headers, .. } = attempt {
+            if retryable {
+                Counters::bump(&c.refused_answers, 1);
+            }
             server_wait = headers
                 .get(http::header::RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())

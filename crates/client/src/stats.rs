@@ -8,6 +8,7 @@ pub(crate) struct Counters {
     pub(crate) requests: AtomicU64,
     pub(crate) attempts: AtomicU64,
     pub(crate) retries: AtomicU64,
+    pub(crate) refused_answers: AtomicU64,
     pub(crate) budget_refusals: AtomicU64,
     pub(crate) throttled: AtomicU64,
     pub(crate) not_repeatable: AtomicU64,
@@ -27,6 +28,7 @@ impl Counters {
             requests: get(&self.requests),
             attempts: get(&self.attempts),
             retries: get(&self.retries),
+            refused_answers: get(&self.refused_answers),
             budget_refusals: get(&self.budget_refusals),
             throttled: get(&self.throttled),
             not_repeatable: get(&self.not_repeatable),
@@ -46,6 +48,8 @@ pub struct Stats {
     pub attempts: u64,
     /// Retries sent.
     pub retries: u64,
+    /// Attempts the server answered 429 or 503.
+    pub refused_answers: u64,
     /// Retries the budget refused (the last answer was returned instead).
     pub budget_refusals: u64,
     /// Requests adaptive throttling refused locally.

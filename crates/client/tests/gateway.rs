@@ -214,3 +214,23 @@ async fn a_refused_connection_is_retried_and_then_reported() {
         assert_eq!(p.stats().retries, 3, "{via:?}");
     }
 }
+
+#[allow(dead_code)]
+#[path = "../examples/hammer.rs"]
+mod hammer;
+
+#[tokio::test(start_paused = true)]
+async fn fifty_requests_through_a_5_per_second_gateway_draw_at_most_one_429() {
+    let clock = clock();
+    let gw = hammer::gateway(hammer::upstream().await, clock.clone()).await;
+    let p = policy(Settings::default(), &clock);
+    let start = Instant::now();
+    let tally = hammer::hammer(&format!("http://{}/orders", gw.listen), &p, 50).await;
+    assert_eq!((tally.ok, tally.other), (50, 0));
+    assert!(tally.stats.refused_answers <= 1, "{:?}", tally.stats);
+    // Paced, not rushed: 5 at once then 5 a second would be 9 s; the client is a little
+    // more careful than that, never slower than 4 a second.
+    let took = start.elapsed();
+    assert!(took >= Duration::from_secs(9), "{took:?}");
+    assert!(took <= Duration::from_millis(12_500), "{took:?}");
+}

@@ -162,14 +162,15 @@ fn three_processes_send_at_the_partners_rate_on_one_redis() {
     }
     assert_eq!(releases.len(), 3 * CALLERS * ROUNDS);
     let max = MAX_WAIT.as_nanos() as u64;
-    // The queue never hands out a slot further than the maximum wait; the process then
-    // sleeps until it, and timers and a busy machine may add a few milliseconds.
+    // The promise, exact: the queue never hands out a slot further than the maximum wait.
     assert!(
         releases.iter().all(|r| r.1 <= max),
         "a slot past the max wait"
     );
+    // The process then sleeps until its slot; the Redis round trip and timers on two cores
+    // shared with other builds add some lateness on top, which is not the queue's doing.
     let worst = releases.iter().map(|r| r.2).max().unwrap();
-    assert!(worst <= max + 50_000_000, "a caller waited {worst} ns");
+    assert!(worst <= max + 250_000_000, "a caller waited {worst} ns");
     releases.sort_unstable();
     let span = (releases.last().unwrap().0 - releases[0].0) as f64 / 1e9;
     let rate = (releases.len() - 1) as f64 / span;
