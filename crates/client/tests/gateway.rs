@@ -234,3 +234,45 @@ async fn fifty_requests_through_a_5_per_second_gateway_draw_at_most_one_429() {
     assert!(took >= Duration::from_secs(9), "{took:?}");
     assert!(took <= Duration::from_millis(12_500), "{took:?}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn clones_of_the_tower_service_share_one_budget() {
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use hyper_util::client::legacy::Client;
+    use hyper_util::rt::TokioExecutor;
+    use ratewarden_client::tower::RetryLayer;
+    use ratewarden_client::RetryBudget;
+    use tower_layer::Layer;
+    use tower_service::Service;
+
+    let clock = clock();
+    let up = upstream(clock.clone()).await;
+    let gw = gateway(&up, "", "", clock.clone()).await;
+    // A budget of exactly one retry (1 a second over 1 s, nothing earned by requests).
+    let settings = Settings {
+        budget: Some(RetryBudget::new(Duration::from_secs(1), 1, 0.0)),
+        ..no_pacing()
+    };
+    let p = policy(settings, &clock);
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let service = RetryLayer::new(p.clone()).layer(client);
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        // A clone per request, as axum and tonic make them.
+        let mut clone = service.clone();
+        let request = http::Request::get(format!("http://{}/flaky", gw.listen))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        std::future::poll_fn(|cx| clone.poll_ready(cx))
+            .await
+            .unwrap();
+        statuses.push(clone.call(request).await.unwrap().status());
+    }
+    assert_eq!(statuses, [StatusCode::SERVICE_UNAVAILABLE; 3]);
+    let stats = p.stats();
+    assert_eq!((stats.requests, stats.retries), (3, 1), "{stats:?}");
+    // The first request's second retry, and the other two clones' first ones.
+    assert_eq!(stats.budget_refusals, 3, "the clones drew on one budget");
+    assert_eq!(up.seen("/flaky"), 4);
+}

@@ -46,6 +46,7 @@ impl Upstream {
 /// - `/busy`: 503 with `Retry-After: 2` the first time, then 200;
 /// - `/busy-date`: 503 with `Retry-After` an HTTP-date 3 s ahead the first time, then 200;
 /// - `/down`: always 503 with `Retry-After: 1`;
+/// - `/flaky`: always 503, without `Retry-After`;
 /// - `/hang`: answers after an hour.
 pub async fn upstream(clock: Arc<dyn Clock>) -> Upstream {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -83,6 +84,7 @@ pub async fn upstream(clock: Arc<dyn Clock>) -> Upstream {
                             reply(503, Some(httpdate::fmt_http_date(at)))
                         }
                         ("/down", _) => reply(503, Some("1".into())),
+                        ("/flaky", _) => reply(503, None),
                         ("/hang", _) => {
                             tokio::time::sleep(Duration::from_secs(3600)).await;
                             reply(200, None)
