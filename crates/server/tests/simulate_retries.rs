@@ -15,7 +15,14 @@ fn ratewarden(args: &[&str]) -> Output {
 
 /// (strategy, attempts, amplification, in outage, succeeded %, recovery s) of the
 /// standard scenario: 15,877 requests, seed 1.
-type Row = (Strategy, u64, &'static str, &'static str, &'static str, Option<u64>);
+type Row = (
+    Strategy,
+    u64,
+    &'static str,
+    &'static str,
+    &'static str,
+    Option<u64>,
+);
 
 const PINNED: [Row; 7] = [
     (Strategy::NoRetry, 15877, "1.00", "1.00", "75.0", Some(0)),
