@@ -76,7 +76,12 @@ limit.";
 
 /// Arguments of `ratewarden simulate`.
 #[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
 pub struct SimulateArgs {
+    /// A simulation other than a trace through the algorithms.
+    #[command(subcommand)]
+    pub what: Option<SimulateWhat>,
+
     /// The trace: a file, `-` for standard input, or the built-in `figure1`.
     #[arg(long, short, default_value = "figure1", value_name = "FILE|figure1")]
     pub trace: String,
@@ -133,6 +138,118 @@ pub struct SimulateArgs {
     /// axis, passed and rejected marked apart.
     #[arg(long, value_name = "FILE")]
     pub svg: Option<PathBuf>,
+}
+
+/// The simulations besides the trace.
+#[derive(Debug, Subcommand)]
+pub enum SimulateWhat {
+    /// Retry storms: clients retrying a server through an outage, by strategy (no retry,
+    /// immediate, fixed, exponential, full jitter, + retry budget, + adaptive throttling),
+    /// with `ratewarden-client`'s own policy code.
+    #[command(after_help = RETRIES_EXAMPLES)]
+    Retries(RetriesArgs),
+}
+
+const RETRIES_EXAMPLES: &str = "\
+Examples:
+  # The standard scenario, every strategy, as a table:
+  ratewarden simulate retries
+
+  # And the picture:
+  ratewarden simulate retries --svg docs/retry-storm.svg
+
+  # A longer outage, two strategies:
+  ratewarden simulate retries --outage 30s --duration 80s --strategy immediate --strategy budget
+
+Figures: amplification = attempts / requests (over the run, and for requests made during the
+outage); peak load = the busiest second's attempts over the offered rate; succeeded = the share
+of requests that eventually got a 200; recovery = whole seconds after the outage until every
+later second's requests succeed (95%).";
+
+/// Arguments of `ratewarden simulate retries`.
+#[derive(Debug, Clone, Args)]
+pub struct RetriesArgs {
+    /// Clients, each with its own policy (budget, throttle).
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub clients: u32,
+    /// Requests a second each client makes (Poisson arrivals).
+    #[arg(long, default_value_t = 100.0, value_name = "PER_SECOND")]
+    pub rate: f64,
+    /// Requests a second the server completes.
+    #[arg(long, default_value_t = 450.0, value_name = "PER_SECOND")]
+    pub capacity: f64,
+    /// The server's longest queue, as waiting time; beyond it, 503 at once.
+    #[arg(long, default_value = "2s", value_parser = parse_duration, value_name = "DURATION")]
+    pub queue: Duration,
+    /// When the outage starts.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub outage_at: Duration,
+    /// How long the server answers only 503.
+    #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
+    pub outage: Duration,
+    /// When clients stop making new requests.
+    #[arg(long, default_value = "40s", value_parser = parse_duration, value_name = "DURATION")]
+    pub duration: Duration,
+    /// How long a client waits for an answer.
+    #[arg(long, default_value = "1s", value_parser = parse_duration, value_name = "DURATION")]
+    pub timeout: Duration,
+    /// Network time each way.
+    #[arg(long, default_value = "5ms", value_parser = parse_duration, value_name = "DURATION")]
+    pub latency: Duration,
+    /// Attempts per request (the first included) for the retrying strategies.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub attempts: u32,
+    /// The seed of arrivals and jitter.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Run only these strategies (repeat the flag); all of them by default.
+    #[arg(long, value_enum, value_name = "NAME")]
+    pub strategy: Vec<crate::simulate::retries::Strategy>,
+    /// Also draw offered load and goodput over time as an SVG picture.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
+}
+
+impl RetriesArgs {
+    /// The scenario, checked.
+    ///
+    /// # Errors
+    ///
+    /// A setting that cannot make a run, named with its value.
+    pub fn scenario(&self) -> anyhow::Result<crate::simulate::retries::Scenario> {
+        let positive = |name: &str, v: f64| {
+            if v.is_finite() && v > 0.0 {
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!(
+                    "--{name} must be a positive number of requests a second, not {v}"
+                ))
+            }
+        };
+        positive("rate", self.rate)?;
+        positive("capacity", self.capacity)?;
+        anyhow::ensure!(self.clients > 0, "--clients must be at least 1");
+        anyhow::ensure!(self.attempts > 0, "--attempts must be at least 1");
+        anyhow::ensure!(!self.timeout.is_zero(), "--timeout must be longer than 0s");
+        anyhow::ensure!(
+            self.duration <= Duration::from_secs(24 * 3600),
+            "--duration {:?} is longer than a day",
+            self.duration
+        );
+        Ok(crate::simulate::retries::Scenario {
+            clients: self.clients,
+            rate: self.rate,
+            capacity: self.capacity,
+            queue: self.queue,
+            outage_at: self.outage_at,
+            outage: self.outage,
+            duration: self.duration,
+            timeout: self.timeout,
+            latency: self.latency,
+            attempts: self.attempts,
+            seed: self.seed,
+        })
+    }
 }
 
 /// Arguments of `ratewarden serve`.

@@ -7,6 +7,7 @@
 mod lineup;
 mod output;
 mod plot;
+pub mod retries;
 mod trace;
 
 use std::collections::HashMap;
@@ -18,7 +19,7 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use ratewarden_core::{Algorithm, Decision, LimitState, Outcome};
 
-use crate::cli::{Format, SimulateArgs};
+use crate::cli::{Format, SimulateArgs, SimulateWhat};
 pub use lineup::{lineup, Lineup};
 pub use output::{Jsonl, Sink, Summary, Table};
 pub use plot::Plot;
@@ -145,6 +146,11 @@ pub fn run<R: BufRead>(
 ///
 /// Bad arguments, an unreadable trace, or an unwritable SVG file.
 pub fn main(args: SimulateArgs) -> anyhow::Result<ExitCode> {
+    if let Some(what) = args.what {
+        return match what {
+            SimulateWhat::Retries(args) => retries::main(args),
+        };
+    }
     let lineup = lineup(&args)?;
     for note in &lineup.notes {
         eprintln!("note: {note}");

@@ -1,0 +1,383 @@
+//! The policy core both middlewares share: one decision per attempt, no I/O, no sleeping.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use http::{HeaderMap, Method, Uri};
+use ratewarden_core::{Clock, RealClock};
+
+use crate::stats::Counters;
+use crate::{
+    is_repeatable, quotas, retry_after, AdaptiveRate, AdaptiveThrottle, Attempt, Backoff, Error,
+    Pacer, Quota, RetryBudget, SplitMix64, Stats,
+};
+
+/// How a client retries and paces.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Attempts per request, the first included (1: never retry).
+    pub max_attempts: u32,
+    /// The wait between attempts (waits are `max(Retry-After, backoff)`).
+    pub backoff: Backoff,
+    /// The most a request may take over all its attempts and waits.
+    pub deadline: Option<Duration>,
+    /// The retry budget shared by every request of the client (`None`: unlimited retries,
+    /// up to `max_attempts` each).
+    pub budget: Option<RetryBudget>,
+    /// Adaptive throttling per origin (`None`: off).
+    pub throttle: Option<AdaptiveThrottle>,
+    /// AWS-style adaptive rate per origin.
+    pub adaptive_rate: bool,
+    /// Spread what the rate limit fields say is left over the time left.
+    pub pacing: bool,
+    /// The seed of the jitter (and throttling) draws.
+    pub seed: u64,
+}
+
+impl Default for Settings {
+    /// 4 attempts, 100 ms to 20 s full jitter, a 30 s deadline, the 20% + 10/s budget,
+    /// pacing on, no throttling, no adaptive rate.
+    fn default() -> Self {
+        Self {
+            max_attempts: 4,
+            backoff: Backoff::default(),
+            deadline: Some(Duration::from_secs(30)),
+            budget: Some(RetryBudget::default()),
+            throttle: None,
+            adaptive_rate: false,
+            pacing: true,
+            seed: 0x5EED,
+        }
+    }
+}
+
+/// What to do after an attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// Hand the caller this attempt's outcome.
+    Done,
+    /// Wait this long, then try again.
+    Retry(Duration),
+}
+
+/// One request's progress through its attempts.
+#[derive(Debug, Clone)]
+pub struct Call {
+    origin: String,
+    started: u64,
+    attempts: u32,
+    repeatable: bool,
+}
+
+impl Call {
+    /// The origin (`scheme://host:port`) the request goes to.
+    pub fn origin(&self) -> &str {
+        &self.origin
+    }
+
+    /// Attempts begun so far.
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+}
+
+#[derive(Debug, Default)]
+struct PerOrigin {
+    throttle: Option<AdaptiveThrottle>,
+    rate: AdaptiveRate,
+}
+
+#[derive(Debug)]
+struct State {
+    rng: SplitMix64,
+    budget: Option<RetryBudget>,
+    pacer: Pacer,
+    origins: HashMap<String, PerOrigin>,
+}
+
+struct Inner {
+    settings: Settings,
+    clock: Arc<dyn Clock>,
+    state: Mutex<State>,
+    counters: Counters,
+}
+
+/// The retry and pacing policy of one client: its budget, per-origin pacing, throttling and
+/// adaptive rate, and counters. Clones share all of it (one budget per client, however many
+/// handles).
+///
+/// The middlewares call [`start`](Self::start), then per attempt
+/// [`before_attempt`](Self::before_attempt) (hold the request that long) and
+/// [`after_attempt`](Self::after_attempt) (done, or wait and retry). The same calls drive
+/// `ratewarden simulate retries` on a simulated clock.
+///
+/// # Examples
+///
+/// ```
+/// use http::{HeaderMap, Method, StatusCode};
+/// use ratewarden_client::{Attempt, Next, Policy, Settings};
+/// use ratewarden_core::ManualClock;
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// let clock = ManualClock::new(0);
+/// let policy = Policy::new(Settings::default(), Arc::new(clock.clone()));
+/// let mut call = policy.start("http://api.test", &Method::GET, &HeaderMap::new())?;
+/// assert_eq!(policy.before_attempt(&mut call)?, Duration::ZERO);
+/// let mut headers = HeaderMap::new();
+/// headers.insert("retry-after", "2".parse()?);
+/// let next = policy.after_attempt(&mut call, Attempt::Response { status: StatusCode::TOO_MANY_REQUESTS, headers: &headers });
+/// assert!(matches!(next, Next::Retry(wait) if wait >= Duration::from_secs(2)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct Policy {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Policy")
+            .field("settings", &self.inner.settings)
+            .field("stats", &self.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for Policy {
+    /// The default settings on the real clock.
+    fn default() -> Self {
+        Self::new(Settings::default(), Arc::new(RealClock::new()))
+    }
+}
+
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// `scheme://authority` of `uri`: what pacing and throttling are kept per.
+pub fn origin_of(uri: &Uri) -> String {
+    format!(
+        "{}://{}",
+        uri.scheme_str().unwrap_or("http"),
+        uri.authority().map_or("", |a| a.as_str())
+    )
+}
+
+impl Policy {
+    /// A policy with `settings`, reading time from `clock`.
+    pub fn new(settings: Settings, clock: Arc<dyn Clock>) -> Self {
+        let state = State {
+            rng: SplitMix64::new(settings.seed),
+            budget: settings.budget.clone(),
+            pacer: Pacer::default(),
+            origins: HashMap::new(),
+        };
+        Self {
+            inner: Arc::new(Inner {
+                settings,
+                clock,
+                state: Mutex::new(state),
+                counters: Counters::default(),
+            }),
+        }
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &Settings {
+        &self.inner.settings
+    }
+
+    /// The current time on the policy's clock.
+    pub fn now(&self) -> u64 {
+        self.inner.clock.now()
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // The state holds counts and times only: a panic elsewhere cannot leave it unusable.
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// Begins a request to `origin` (see [`origin_of`]): counts it, and lets adaptive
+    /// throttling refuse it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Throttled`] when throttling refuses it locally.
+    pub fn start(
+        &self,
+        origin: impl Into<String>,
+        method: &Method,
+        headers: &HeaderMap,
+    ) -> Result<Call, Error> {
+        let now = self.now();
+        let origin = origin.into();
+        let c = &self.inner.counters;
+        Counters::bump(&c.requests, 1);
+        let mut state = self.state();
+        let State {
+            rng,
+            budget,
+            origins,
+            ..
+        } = &mut *state;
+        if let Some(budget) = budget {
+            budget.deposit(now);
+        }
+        if let Some(template) = &self.inner.settings.throttle {
+            let entry = origins.entry(origin.clone()).or_default();
+            let throttle = entry.throttle.get_or_insert_with(|| template.clone());
+            if !throttle.admit(now, rng) {
+                Counters::bump(&c.throttled, 1);
+                let accept_probability = 1.0 - throttle.reject_probability(now);
+                return Err(Error::Throttled {
+                    origin,
+                    accept_probability,
+                });
+            }
+        }
+        Ok(Call {
+            origin,
+            started: now,
+            attempts: 0,
+            repeatable: is_repeatable(method, headers),
+        })
+    }
+
+    /// Begins an attempt of `call`: how long to hold it first (pacing, a `Retry-After`, the
+    /// adaptive rate).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Deadline`] when the hold would end past the call's deadline.
+    pub fn before_attempt(&self, call: &mut Call) -> Result<Duration, Error> {
+        let now = self.now();
+        let settings = &self.inner.settings;
+        let mut state = self.state();
+        let mut hold = Duration::ZERO;
+        if settings.pacing {
+            hold = state.pacer.reserve(&call.origin, now);
+        }
+        if settings.adaptive_rate {
+            let rate = &mut state.origins.entry(call.origin.clone()).or_default().rate;
+            hold = hold.max(rate.acquire(now));
+        }
+        drop(state);
+        if let Some(deadline) = settings.deadline {
+            if now.saturating_add(ns(hold)) > call.started.saturating_add(ns(deadline)) {
+                Counters::bump(&self.inner.counters.deadline_give_ups, 1);
+                return Err(Error::Deadline {
+                    origin: call.origin.clone(),
+                    deadline,
+                    attempts: call.attempts,
+                });
+            }
+        }
+        let c = &self.inner.counters;
+        if !hold.is_zero() {
+            Counters::bump(&c.paced, 1);
+            Counters::bump(&c.pacing_ns, ns(hold));
+        }
+        call.attempts += 1;
+        Counters::bump(&c.attempts, 1);
+        if call.attempts > 1 {
+            Counters::bump(&c.retries, 1);
+        }
+        Ok(hold)
+    }
+
+    /// The time `call` has left before its deadline (`None`: no deadline); an attempt in
+    /// flight should be cut off after it.
+    pub fn time_left(&self, call: &Call) -> Option<Duration> {
+        let deadline = self.inner.settings.deadline?;
+        let end = call.started.saturating_add(ns(deadline));
+        Some(Duration::from_nanos(end.saturating_sub(self.now())))
+    }
+
+    /// The deadline error for `call` (an attempt outlived it).
+    pub fn deadline_error(&self, call: &Call) -> Error {
+        Counters::bump(&self.inner.counters.deadline_give_ups, 1);
+        Error::Deadline {
+            origin: call.origin.clone(),
+            deadline: self.inner.settings.deadline.unwrap_or_default(),
+            attempts: call.attempts,
+        }
+    }
+
+    /// Takes in how an attempt of `call` ended, and says whether to retry it and after how
+    /// long.
+    ///
+    /// Rate limit fields and `Retry-After` feed pacing whatever the status (a malformed
+    /// one is ignored: the response still reaches the caller). A retry needs a retryable
+    /// outcome (429, 503, a connect error, a timeout), a repeatable request, an attempt
+    /// left, time before the deadline and a retry in the budget.
+    pub fn after_attempt(&self, call: &mut Call, attempt: Attempt<'_>) -> Next {
+        let now = self.now();
+        let settings = &self.inner.settings;
+        let c = &self.inner.counters;
+        let retryable = attempt.is_retryable();
+        let mut state = self.state();
+        let mut server_wait = None;
+        if let Attempt::Response { headers, .. } = attempt {
+            if retryable {
+                Counters::bump(&c.refused_answers, 1);
+            }
+            server_wait = headers
+                .get(http::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| retry_after(v, now).ok());
+            let quotas = quotas(headers, now).unwrap_or_default();
+            if settings.pacing {
+                state.pacer.observe(&call.origin, &quotas, server_wait, now);
+            }
+        }
+        if settings.throttle.is_some() || settings.adaptive_rate {
+            let origin = state.origins.entry(call.origin.clone()).or_default();
+            if let Some(throttle) = &mut origin.throttle {
+                throttle.record(now, !retryable);
+            }
+            if settings.adaptive_rate {
+                origin.rate.observe(now, retryable);
+            }
+        }
+        if !retryable {
+            return Next::Done;
+        }
+        if !call.repeatable {
+            Counters::bump(&c.not_repeatable, 1);
+            return Next::Done;
+        }
+        if call.attempts >= settings.max_attempts {
+            return Next::Done;
+        }
+        let backoff = settings.backoff.wait(call.attempts, &mut state.rng);
+        let wait = backoff.max(server_wait.unwrap_or_default());
+        if let Some(deadline) = settings.deadline {
+            if now.saturating_add(ns(wait)) >= call.started.saturating_add(ns(deadline)) {
+                Counters::bump(&c.deadline_give_ups, 1);
+                return Next::Done;
+            }
+        }
+        if let Some(budget) = &mut state.budget {
+            if !budget.withdraw(now) {
+                Counters::bump(&c.budget_refusals, 1);
+                return Next::Done;
+            }
+        }
+        Next::Retry(wait)
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> Stats {
+        self.inner.counters.snapshot()
+    }
+
+    /// The quota `origin` last reported for `policy` (`None`: the legacy fields).
+    pub fn quota(&self, origin: &str, policy: Option<&str>) -> Option<Quota> {
+        self.state().pacer.quota(origin, policy).cloned()
+    }
+}
