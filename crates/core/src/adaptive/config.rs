@@ -65,9 +65,9 @@ impl Strategy {
     /// starting at `now`; `seed` drives the jitter of re-probes.
     pub fn build(&self, window: WindowConfig, now: u64, seed: u64) -> Box<dyn Controller> {
         match *self {
-            Strategy::Aimd(c) => Box::new(Windowed::new(Aimd::new(c), window)),
-            Strategy::Vegas(c) => Box::new(Windowed::new(Vegas::new(c, seed), window)),
-            Strategy::Gradient2(c) => Box::new(Windowed::new(Gradient2::new(c), window)),
+            Strategy::Aimd(c) => Box::new(Windowed::new(Aimd::new(c), window, now)),
+            Strategy::Vegas(c) => Box::new(Windowed::new(Vegas::new(c, seed), window, now)),
+            Strategy::Gradient2(c) => Box::new(Windowed::new(Gradient2::new(c), window, now)),
             Strategy::Gradient(c) => Box::new(Gradient::new(c, window.min_rtt_ns, now, seed)),
         }
     }

@@ -37,7 +37,7 @@ pub use aimd::{Aimd, AimdConfig};
 pub use config::{Strategy, WindowConfig};
 pub use gradient::{Gradient, GradientConfig};
 pub use gradient2::{Gradient2, Gradient2Config};
-pub use limiter::{AdaptiveLimiter, Criticality, Shed};
+pub use limiter::{AdaptiveLimiter, Completion, Criticality, Shed, Ticket};
 pub use vegas::{Vegas, VegasConfig};
 pub use window::{Aggregate, WindowUpdate, Windowed};
 

@@ -23,13 +23,14 @@ pub trait WindowUpdate: std::fmt::Debug + Send {
 
 /// Wraps a per-window controller: samples under `min_rtt` are ignored (a cache hit or an
 /// error page says nothing of the upstream's queue), and the controller is updated once a
-/// window holds at least `min_samples` samples and spans at least `min_time`. One sample
-/// is noise; a window's average is a measurement.
+/// window holds at least `min_samples` samples and at least `min_time` has passed since the
+/// last update (or the start). One sample is noise; a window's average is a measurement.
 #[derive(Debug)]
 pub struct Windowed<C> {
     inner: C,
     config: super::WindowConfig,
-    start: Option<u64>,
+    /// When the window began: the last update, or the start.
+    start: u64,
     count: u64,
     sum: u128,
     max_in_flight: u64,
@@ -37,12 +38,12 @@ pub struct Windowed<C> {
 }
 
 impl<C: WindowUpdate> Windowed<C> {
-    /// `inner`, updated once per window of `config`.
-    pub fn new(inner: C, config: super::WindowConfig) -> Self {
+    /// `inner`, updated once per window of `config`, the first window starting at `now`.
+    pub fn new(inner: C, config: super::WindowConfig, now: u64) -> Self {
         Self {
             inner,
             config,
-            start: None,
+            start: now,
             count: 0,
             sum: 0,
             max_in_flight: 0,
@@ -62,13 +63,12 @@ impl<C: WindowUpdate> Controller for Windowed<C> {
         if sample.rtt_ns < self.config.min_rtt_ns && !sample.dropped {
             return self.inner.limit();
         }
-        let start = *self.start.get_or_insert(now);
         self.count += 1;
         self.sum += u128::from(sample.rtt_ns);
         self.max_in_flight = self.max_in_flight.max(sample.in_flight);
         self.dropped |= sample.dropped;
         if self.count < u64::from(self.config.min_samples)
-            || now.saturating_sub(start) < self.config.min_time_ns
+            || now.saturating_sub(self.start) < self.config.min_time_ns
         {
             return self.inner.limit();
         }
@@ -77,7 +77,7 @@ impl<C: WindowUpdate> Controller for Windowed<C> {
             max_in_flight: self.max_in_flight,
             dropped: self.dropped,
         };
-        self.start = None;
+        self.start = now;
         self.count = 0;
         self.sum = 0;
         self.max_in_flight = 0;
@@ -108,7 +108,7 @@ mod tests {
             max: 100,
             ..AimdConfig::default()
         });
-        let mut w = Windowed::new(aimd, config);
+        let mut w = Windowed::new(aimd, config, 0);
         let busy = |rtt| Sample {
             rtt_ns: rtt,
             in_flight: 10,

@@ -6,6 +6,7 @@
 //! store call all or nothing, rollout and shadow, the failure policy with the engine's one
 //! local store, `local_first`, per-rule counters.
 
+mod adaptive;
 mod charge;
 mod counters;
 mod decide;
@@ -24,6 +25,7 @@ mod rules;
 mod settle;
 mod verdict;
 
+pub use adaptive::{AdaptiveState, CRITICALITY_HEADER};
 pub use counters::RuleStats;
 pub use descriptors::{DescriptorStatus, DescriptorVerdict, RequestDescriptor};
 pub use error::{ReleaseError, RequestError, SettleError};
@@ -56,6 +58,8 @@ pub struct Engine<S> {
     reservations: Ledger,
     /// Concurrency units held until their release.
     permits: Ledger,
+    /// The limiters of adaptive concurrency rules, by key.
+    adaptive: adaptive::Limiters,
 }
 
 impl<S> Engine<S> {
@@ -73,6 +77,7 @@ impl<S> Engine<S> {
             hybrid: MemoryStore::new(StoreConfig::default()),
             reservations: Ledger::new(reservations::MAX_LIVE),
             permits: Ledger::new(reservations::MAX_LIVE),
+            adaptive: adaptive::Limiters::new(adaptive::MAX_LIMITERS),
         }
     }
 
