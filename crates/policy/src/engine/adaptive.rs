@@ -8,6 +8,7 @@
 //! one is never dropped (the permits ledger bounds how many can be busy).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use ratewarden_core::adaptive::{AdaptiveLimiter, Completion, Criticality, Shed, Ticket};
@@ -37,6 +38,8 @@ const SHED_RETRY_NS: u64 = NANOS_PER_SEC;
 pub(super) struct Limiters {
     inner: Mutex<Inner>,
     cap: usize,
+    /// Requests shed, by class (lowest first, as [`Criticality::ALL`]).
+    shed: [AtomicU64; 3],
 }
 
 #[derive(Default)]
@@ -62,6 +65,7 @@ impl Limiters {
         Self {
             inner: Mutex::new(Inner::default()),
             cap: cap.max(1),
+            shed: Default::default(),
         }
     }
 
@@ -209,7 +213,10 @@ impl<S: AsyncStore> Engine<S> {
                     Decision::new(Outcome::Allowed, cap, remaining, 0)
                 }
                 Err(_) => {
-                    shed |= a.enforced;
+                    if a.enforced {
+                        shed = true;
+                        self.adaptive.shed[class as usize].fetch_add(1, Ordering::Relaxed);
+                    }
                     let outcome = Outcome::Limited {
                         retry_after_ns: SHED_RETRY_NS,
                     };
@@ -357,6 +364,11 @@ impl<S> Engine<S> {
     /// most `max` of them (keys come from clients: a metrics page shows a bounded set).
     pub fn adaptive_states(&self, max: usize) -> Vec<AdaptiveState> {
         self.adaptive.states(max)
+    }
+
+    /// Requests adaptive rules shed since the start, per class, lowest class first.
+    pub fn adaptive_shed(&self) -> [(Criticality, u64); 3] {
+        Criticality::ALL.map(|c| (c, self.adaptive.shed[c as usize].load(Ordering::Relaxed)))
     }
 
     /// The class the engine gives `request` under the rules in force (see

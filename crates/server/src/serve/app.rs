@@ -203,6 +203,15 @@ impl App {
                 "a rate limit this request needs cannot be checked right now",
             ));
         }
+        if verdict.shed() {
+            // An adaptive concurrency rule: the upstream is at what it can take. Shed as
+            // the in-flight cap sheds, a 503 the client is not at fault for.
+            self.metrics.shed("adaptive");
+            return Answer::Stop(ratewarden_http::unavailable(
+                retry,
+                "the upstream is at its concurrency limit",
+            ));
+        }
         if !verdict.allowed {
             let violated: Vec<&str> = verdict
                 .violated()

@@ -14,6 +14,7 @@ mod envoy;
 mod http;
 mod logs;
 mod metrics;
+mod metrics_adaptive;
 mod reply;
 mod run;
 mod running;
