@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{options, start};
-use http::{Request, Response, StatusCode};
+use http::{Request, Response};
 use http_body_util::{BodyExt, Full};
 use ratewarden_core::RealClock;
 use tokio::sync::Semaphore;
