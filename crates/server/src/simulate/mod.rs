@@ -5,6 +5,8 @@
 //! the lesson's Figure 1 as an SVG picture.
 
 mod lineup;
+pub mod load;
+mod load_plot;
 mod output;
 mod plot;
 mod trace;
@@ -145,6 +147,9 @@ pub fn run<R: BufRead>(
 ///
 /// Bad arguments, an unreadable trace, or an unwritable SVG file.
 pub fn main(args: SimulateArgs) -> anyhow::Result<ExitCode> {
+    if let Some(crate::cli::SimulateWhat::Load(load)) = &args.what {
+        return load::main(load);
+    }
     let lineup = lineup(&args)?;
     for note in &lineup.notes {
         eprintln!("note: {note}");
