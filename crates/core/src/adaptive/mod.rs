@@ -27,6 +27,7 @@
 
 mod aimd;
 mod config;
+mod fair_queue;
 mod gradient;
 mod gradient2;
 mod limiter;
@@ -35,6 +36,7 @@ mod window;
 
 pub use aimd::{Aimd, AimdConfig};
 pub use config::{Strategy, WindowConfig};
+pub use fair_queue::{FairQueue, FairQueueConfig, Refused};
 pub use gradient::{Gradient, GradientConfig};
 pub use gradient2::{Gradient2, Gradient2Config};
 pub use limiter::{AdaptiveLimiter, Completion, Criticality, Shed, Ticket};
