@@ -252,7 +252,7 @@ fn a_request_refused_by_another_rule_gives_its_place_back() {
 fn critical_requests_take_the_reserve_and_sheddable_ones_are_shed_first() {
     // Limit 10, reserve 0.1: sheddable up to 8, default 9, critical 10.
     let toml = format!(
-        "[server]\ntrusted_proxies = [\"10.0.0.0/8\"]\n[[server.critical]]\npath = \"/checkout\"\n\n{}",
+        "[server]\ntrusted_proxies = [\"10.0.0.0/8\"]\n[[server.critical]]\npath = \"/checkout\"\n[[server.sheddable]]\npath = \"/prefetch/*\"\n\n{}",
         pinned(10, "0.1")
     );
     let engine = engine(&toml);
@@ -280,6 +280,9 @@ fn critical_requests_take_the_reserve_and_sheddable_ones_are_shed_first() {
     let checkout = request("198.51.100.1", "/checkout", &[]);
     assert_eq!(engine.criticality(&checkout), Criticality::Critical);
     assert!(!decide(&engine, &checkout, NOW).allowed, "10 of 10 taken");
+    // A sheddable route is sheddable; a client cannot raise it.
+    let prefetch = request("198.51.100.1", "/prefetch/feed", &claims);
+    assert_eq!(engine.criticality(&prefetch), Criticality::Sheddable);
     // A critical route may still lower itself.
     let lowered = request("198.51.100.1", "/checkout", &sheddable);
     assert_eq!(engine.criticality(&lowered), Criticality::Sheddable);

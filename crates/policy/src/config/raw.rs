@@ -31,6 +31,8 @@ pub(super) struct RawServer {
     pub(super) critical_reserve: Option<Spanned<i64>>,
     #[serde(default)]
     pub(super) critical: Vec<RawMatch>,
+    #[serde(default)]
+    pub(super) sheddable: Vec<RawMatch>,
     pub(super) shutdown_grace: Option<Spanned<String>>,
     pub(super) max_body: Option<Spanned<i64>>,
     pub(super) header_read_timeout: Option<Spanned<String>>,

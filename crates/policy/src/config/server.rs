@@ -99,6 +99,7 @@ pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> Server
         queue_timeout,
         critical_reserve,
         critical: raw.critical.into_iter().map(match_of).collect(),
+        sheddable: raw.sheddable.into_iter().map(match_of).collect(),
         shutdown_grace,
         max_body,
         bounds,

@@ -149,16 +149,14 @@ fn seed(key: &str) -> u64 {
 }
 
 /// The class of `request`: its `x-criticality` header when it lowers the class or comes
-/// from a trusted proxy; else critical for a `[server] critical` route; else default.
+/// from a trusted proxy; else critical for a `[server] critical` route, sheddable for a
+/// `[server] sheddable` one; else default.
 pub(super) fn criticality(set: &RuleSet, request: &Request<'_>) -> Criticality {
-    let by_route = if set
-        .config
-        .server
-        .critical
-        .iter()
-        .any(|m| m.matches(request))
-    {
+    let server = &set.config.server;
+    let by_route = if server.critical.iter().any(|m| m.matches(request)) {
         Criticality::Critical
+    } else if server.sheddable.iter().any(|m| m.matches(request)) {
+        Criticality::Sheddable
     } else {
         Criticality::Default
     };
