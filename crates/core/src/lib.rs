@@ -33,6 +33,7 @@
 //! ```
 #![doc = include_str!("../../../docs/algorithms.md")]
 
+pub mod adaptive;
 pub mod algorithm;
 mod clock;
 #[cfg(feature = "conformance")]

@@ -19,13 +19,14 @@ mod ip;
 pub mod path;
 
 pub use config::{
-    Bounds, Config, ConfigError, ConfigErrors, Cost, KeyPart, KeySources, Match, Mode,
+    Adaptive, Bounds, Config, ConfigError, ConfigErrors, Cost, KeyPart, KeySources, Match, Mode,
     OnStoreFailure, Rule, ServerSettings, StoreKind, StoreSettings, MIN_HEADER_BYTES,
     MIN_STORE_BYTES,
 };
 pub use engine::{
-    api_key_digest, fingerprint, rollout_bucket, Answer, DescriptorStatus, DescriptorVerdict,
-    Engine, GrantId, Identity, Jitter, Owner, ReleaseError, Request, RequestDescriptor,
-    RequestError, RuleOutcome, RuleStats, SettleError, Verdict,
+    api_key_digest, fingerprint, rollout_bucket, AdaptiveState, Answer, DescriptorStatus,
+    DescriptorVerdict, Engine, GrantId, Identity, Jitter, Owner, ReleaseError, Request,
+    RequestDescriptor, RequestError, RuleOutcome, RuleStats, SettleError, Verdict,
+    CRITICALITY_HEADER,
 };
 pub use ip::{client_ip, IpGrouping, PrefixError, TrustedProxies};

@@ -148,6 +148,47 @@ pub enum SimulateWhat {
     /// with `ratewarden-client`'s own policy code.
     #[command(after_help = RETRIES_EXAMPLES)]
     Retries(RetriesArgs),
+    /// Overload an upstream of fixed capacity, with and without an adaptive concurrency
+    /// limit in front of it, under a manual clock: the same numbers every run.
+    #[command(after_help = LOAD_EXAMPLES)]
+    Load(LoadArgs),
+}
+
+const LOAD_EXAMPLES: &str = "\
+Examples:
+  # 0.5x, 1.4x, 3x, then 0.5x the upstream's capacity, 5 s each, Gradient2 against no limit:
+  ratewarden simulate load --scenario spike --svg spike.svg
+
+  # Another strategy, another upstream:
+  ratewarden simulate load --strategy vegas --workers 16 --service 50ms
+
+The upstream serves `--workers` requests at a time, each for `--service`; the others wait in
+its queue, first come first served, so latency grows with the queue. Arrivals are evenly
+spaced. Printed per phase: goodput (answers a second, and against capacity), p50 and p99
+latency, shed requests, and the limit at the end.";
+
+/// Arguments of `ratewarden simulate load`.
+#[derive(Debug, Clone, Args)]
+pub struct LoadArgs {
+    /// The offered load over time.
+    #[arg(long, value_enum, default_value_t = Scenario::Spike)]
+    pub scenario: Scenario,
+
+    /// The adaptive strategy in front of the upstream.
+    #[arg(long, value_enum, default_value_t = LoadStrategy::Gradient2)]
+    pub strategy: LoadStrategy,
+
+    /// Requests the upstream serves at once.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub workers: u64,
+
+    /// How long the upstream takes to serve one request.
+    #[arg(long, default_value = "100ms", value_parser = parse_duration, value_name = "DURATION")]
+    pub service: Duration,
+
+    /// Also draw the limit, in-flight, latency and goodput over time as an SVG picture.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<PathBuf>,
 }
 
 const RETRIES_EXAMPLES: &str = "\
@@ -250,6 +291,28 @@ impl RetriesArgs {
             seed: self.seed,
         })
     }
+}
+
+/// Offered load over time, as multiples of the upstream's capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    /// 0.5x, 1.4x, 3x, 0.5x; 5 s each.
+    Spike,
+    /// 0.5x, then 1.4x for 15 s.
+    Steady,
+}
+
+/// The strategies `simulate load` can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LoadStrategy {
+    /// Netflix's Gradient2.
+    Gradient2,
+    /// Netflix's Vegas.
+    Vegas,
+    /// Additive increase, multiplicative decrease.
+    Aimd,
+    /// Envoy's gradient controller.
+    Gradient,
 }
 
 /// Arguments of `ratewarden serve`.

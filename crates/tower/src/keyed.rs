@@ -159,6 +159,7 @@ impl KeyedLimit {
             },
             sensitive: self.sensitive,
             local_first: false,
+            adaptive: None,
         }
     }
 }

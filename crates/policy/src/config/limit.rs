@@ -129,7 +129,13 @@ fn algorithm(
     rule: Option<&str>,
     errors: &mut Errors<'_>,
 ) -> Option<AlgorithmKind> {
-    let names = || AlgorithmKind::ALL.map(|k| k.as_str());
+    let names = || {
+        AlgorithmKind::ALL
+            .map(|k| k.as_str())
+            .into_iter()
+            .chain([super::adaptive::ADAPTIVE_CONCURRENCY])
+            .collect::<Vec<_>>()
+    };
     let Some(a) = &raw.algorithm else {
         let message = format!("`algorithm` is missing; one of: {}", names().join(", "));
         errors.at(Some(span.clone()), rule, message);

@@ -18,6 +18,7 @@
 //! `[[limit]]`; `server.rs` (with `bounds.rs`) and `store.rs` for the sections), collecting every error with its
 //! file, line, column and rule rather than stopping at the first.
 
+mod adaptive;
 mod bounds;
 mod error;
 mod key;
@@ -30,6 +31,7 @@ mod settings;
 mod store;
 mod validate;
 
+pub use adaptive::{Adaptive, ADAPTIVE_CONCURRENCY};
 pub use bounds::{Bounds, MIN_HEADER_BYTES};
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{Cost, KeyPart, Match, Mode, OnStoreFailure, Rule};

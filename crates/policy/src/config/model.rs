@@ -142,4 +142,8 @@ pub struct Rule {
     /// and a request it refuses never reaches the shared store (it would refuse it too:
     /// it sees all this process's admitted requests, and more).
     pub local_first: bool,
+    /// For `algorithm = "adaptive-concurrency"`: the controller that learns the limit (then
+    /// `limit` is a concurrency limit at its ceiling, and the rule is decided in this
+    /// process, never in the store).
+    pub adaptive: Option<crate::config::Adaptive>,
 }

@@ -31,6 +31,8 @@ pub(super) struct RawServer {
     pub(super) critical_reserve: Option<Spanned<i64>>,
     #[serde(default)]
     pub(super) critical: Vec<RawMatch>,
+    #[serde(default)]
+    pub(super) sheddable: Vec<RawMatch>,
     pub(super) shutdown_grace: Option<Spanned<String>>,
     pub(super) max_body: Option<Spanned<i64>>,
     pub(super) header_read_timeout: Option<Spanned<String>>,
@@ -118,4 +120,71 @@ pub(super) struct RawLimit {
     pub(super) local_divide_by: Option<Spanned<i64>>,
     pub(super) ipv4_prefix: Option<Spanned<i64>>,
     pub(super) ipv6_prefix: Option<Spanned<i64>>,
+    pub(super) strategy: Option<Spanned<String>>,
+    pub(super) adaptive: Option<RawAdaptive>,
+}
+
+/// A number that may be written whole or with decimals (`smoothing = 0.2`, `reserve = 0`).
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawNumber {
+    Int(i64),
+    Float(f64),
+}
+
+/// `[limit.adaptive]`: an adaptive concurrency rule's parameters.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAdaptive {
+    pub(super) initial: Option<Spanned<i64>>,
+    pub(super) min: Option<Spanned<i64>>,
+    pub(super) max: Option<Spanned<i64>>,
+    pub(super) backoff: Option<Spanned<RawNumber>>,
+    pub(super) timeout: Option<Spanned<String>>,
+    pub(super) probe_multiplier: Option<Spanned<i64>>,
+    pub(super) smoothing: Option<Spanned<RawNumber>>,
+    pub(super) queue_size: Option<Spanned<i64>>,
+    pub(super) long_window: Option<Spanned<i64>>,
+    pub(super) tolerance: Option<Spanned<RawNumber>>,
+    pub(super) interval: Option<Spanned<String>>,
+    pub(super) percentile: Option<Spanned<RawNumber>>,
+    pub(super) buffer: Option<Spanned<RawNumber>>,
+    pub(super) min_rtt_interval: Option<Spanned<String>>,
+    pub(super) jitter: Option<Spanned<RawNumber>>,
+    pub(super) request_count: Option<Spanned<i64>>,
+    pub(super) window: Option<Spanned<String>>,
+    pub(super) window_samples: Option<Spanned<i64>>,
+    pub(super) min_rtt: Option<Spanned<String>>,
+    pub(super) reserve: Option<Spanned<RawNumber>>,
+}
+
+impl RawAdaptive {
+    /// The parameters given, by name.
+    pub(super) fn given(&self) -> Vec<&'static str> {
+        [
+            ("initial", self.initial.is_some()),
+            ("min", self.min.is_some()),
+            ("max", self.max.is_some()),
+            ("backoff", self.backoff.is_some()),
+            ("timeout", self.timeout.is_some()),
+            ("probe_multiplier", self.probe_multiplier.is_some()),
+            ("smoothing", self.smoothing.is_some()),
+            ("queue_size", self.queue_size.is_some()),
+            ("long_window", self.long_window.is_some()),
+            ("tolerance", self.tolerance.is_some()),
+            ("interval", self.interval.is_some()),
+            ("percentile", self.percentile.is_some()),
+            ("buffer", self.buffer.is_some()),
+            ("min_rtt_interval", self.min_rtt_interval.is_some()),
+            ("jitter", self.jitter.is_some()),
+            ("request_count", self.request_count.is_some()),
+            ("window", self.window.is_some()),
+            ("window_samples", self.window_samples.is_some()),
+            ("min_rtt", self.min_rtt.is_some()),
+            ("reserve", self.reserve.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(name, given)| given.then_some(name))
+        .collect()
+    }
 }

@@ -5,6 +5,7 @@ use std::ops::Range;
 
 use toml::Spanned;
 
+use super::adaptive::{adaptive, ADAPTIVE_CONCURRENCY};
 use super::error::Errors;
 use super::key::key;
 use super::limit::{divided, limit};
@@ -21,7 +22,25 @@ pub(super) fn rule(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -
     let shown = name.escape_debug().to_string();
     let rule = Some(shown.as_str());
 
-    let limit = limit(&raw, &span, rule, errors);
+    let is_adaptive = raw
+        .algorithm
+        .as_ref()
+        .is_some_and(|a| a.get_ref().trim() == ADAPTIVE_CONCURRENCY);
+    let (limit, adaptive) = if is_adaptive {
+        adaptive(&raw, &span, rule, errors)
+    } else {
+        for (field, given) in [
+            ("strategy", raw.strategy.is_some()),
+            ("adaptive", raw.adaptive.is_some()),
+        ] {
+            if given {
+                let message =
+                    format!("`{field}` applies only to `algorithm = \"{ADAPTIVE_CONCURRENCY}\"`");
+                errors.at(Some(span.clone()), rule, message);
+            }
+        }
+        (limit(&raw, &span, rule, errors), None)
+    };
     let key = key(&raw, &span, rule, errors);
     let cost = cost(&raw, rule, errors);
     let settle_within = errors.duration(raw.settle.as_ref(), "`settle`", rule, false);
@@ -62,6 +81,7 @@ pub(super) fn rule(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -
         on_store_failure,
         sensitive: raw.sensitive.unwrap_or(false),
         local_first: raw.local_first.unwrap_or(false),
+        adaptive,
     })
 }
 

@@ -88,9 +88,12 @@ pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> Server
         );
     }
     let critical: Vec<_> = raw.critical.into_iter().map(match_of).collect();
-    for m in &critical {
-        if let Some(problem) = path_problem(m) {
-            errors.at(None, None, format!("`[server] critical`: {problem}"));
+    let sheddable: Vec<_> = raw.sheddable.into_iter().map(match_of).collect();
+    for (field, matches) in [("critical", &critical), ("sheddable", &sheddable)] {
+        for m in matches {
+            if let Some(problem) = path_problem(m) {
+                errors.at(None, None, format!("`[server] {field}`: {problem}"));
+            }
         }
     }
     ServerSettings {
@@ -105,6 +108,7 @@ pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> Server
         queue_timeout,
         critical_reserve,
         critical,
+        sheddable,
         shutdown_grace,
         max_body,
         bounds,

@@ -117,6 +117,9 @@ pub struct ServerSettings {
     pub critical_reserve: usize,
     /// The critical routes.
     pub critical: Vec<Match>,
+    /// The sheddable routes: the first an adaptive concurrency rule refuses (prefetch,
+    /// batch work).
+    pub sheddable: Vec<Match>,
     /// How long shutdown waits for requests in flight.
     pub shutdown_grace: Duration,
     /// The largest decision API request body, in bytes.
@@ -140,6 +143,7 @@ impl Default for ServerSettings {
             queue_timeout: Duration::from_millis(100),
             critical_reserve: 1_000,
             critical: Vec::new(),
+            sheddable: Vec::new(),
             shutdown_grace: Duration::from_secs(30),
             max_body: 64 * 1024,
             bounds: Bounds::default(),
@@ -170,7 +174,7 @@ impl ServerSettings {
     /// Read at start: the listeners and the upstream, shedding (`max_in_flight`,
     /// `critical_reserve`, `queue_timeout`), `shutdown_grace`, and the bounds set on a
     /// connection or on the upstream's pool ([`Bounds::needing_restart`]). Read per request,
-    /// so changed by a reload: `legacy_headers`, `retry_after_jitter`, `critical`,
+    /// so changed by a reload: `legacy_headers`, `retry_after_jitter`, `critical`, `sheddable`,
     /// `max_body`, and the body and upstream response timeouts.
     pub fn needing_restart(&self, next: &ServerSettings) -> Vec<&'static str> {
         let mut changed: Vec<&'static str> = [

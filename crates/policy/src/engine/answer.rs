@@ -53,6 +53,14 @@ impl Verdict {
                 "a rate limit this request needs cannot be checked right now",
             ));
         }
+        if self.shed() {
+            // An adaptive concurrency rule: the upstream is at what it can take. Shed as
+            // the in-flight cap sheds, a 503 the client is not at fault for.
+            return Answer::Stop(ratewarden_http::unavailable(
+                retry_after_ns,
+                "the upstream is at its concurrency limit",
+            ));
+        }
         let shown = self.shown_policies();
         if !self.allowed {
             let violated: Vec<&str> = self

@@ -321,6 +321,7 @@ fn charge_of(rule: &Rule, a: &Applying) -> Charge {
         key: a.key.clone(),
         cost: a.cost,
         max_cost,
+        ticket: None,
     }
 }
 

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use ratewarden_core::AsyncStore;
 
+use super::adaptive::criticality;
 use super::charge::Applying;
 use super::keys::{build_key, cost_of, enforces};
 use super::request::client_of;
@@ -46,12 +47,14 @@ impl<S: AsyncStore> Engine<S> {
                 enforced,
             });
         }
+        let class = criticality(&set, request);
         let charged = self
-            .charge(
+            .charge_adaptive(
                 Some(&set),
                 &set.rules,
                 |i| Some(&*set.counters[i]),
-                &applying,
+                applying,
+                class,
                 set.version,
                 now,
             )

@@ -303,5 +303,6 @@ fn envoy_rule(name: String, domain: &str, limit: Limit, shadow: bool) -> Rule {
         on_store_failure: OnStoreFailure::Closed,
         sensitive: false,
         local_first: false,
+        adaptive: None,
     }
 }

@@ -40,7 +40,12 @@ fn hex(bytes: &[u8]) -> String {
 /// assert_eq!(ratewarden_policy::fingerprint(rule).len(), 8);
 /// ```
 pub fn fingerprint(rule: &Rule) -> String {
-    let text = format!("{:?}|{:?}", rule.limit, rule.cost);
+    let mut text = format!("{:?}|{:?}", rule.limit, rule.cost);
+    // Only adaptive rules add theirs: every other rule keeps the fingerprint (and the
+    // counters and keys) it had.
+    if let Some(adaptive) = &rule.adaptive {
+        text.push_str(&format!("|{adaptive:?}"));
+    }
     hex(&sha256(text.as_bytes())[..4])
 }
 

@@ -47,11 +47,12 @@ impl<S: AsyncStore> Engine<S> {
             })
             .collect();
         let charged = self
-            .charge(
+            .charge_adaptive(
                 None,
                 &set.rules,
                 |i| Some(&*set.counters[i]),
-                &applying,
+                applying,
+                ratewarden_core::adaptive::Criticality::Default,
                 set.version,
                 now,
             )

@@ -6,6 +6,7 @@
 //! store call all or nothing, rollout and shadow, the failure policy with the engine's one
 //! local store, `local_first`, per-rule counters.
 
+mod adaptive;
 mod answer;
 mod charge;
 mod counters;
@@ -25,6 +26,7 @@ mod rules;
 mod settle;
 mod verdict;
 
+pub use adaptive::{AdaptiveState, CRITICALITY_HEADER};
 pub use answer::{Answer, Jitter};
 pub use counters::RuleStats;
 pub use descriptors::{DescriptorStatus, DescriptorVerdict, RequestDescriptor};
@@ -58,6 +60,8 @@ pub struct Engine<S> {
     reservations: Ledger,
     /// Concurrency units held until their release.
     permits: Ledger,
+    /// The limiters of adaptive concurrency rules, by key.
+    adaptive: adaptive::Limiters,
 }
 
 impl<S> Engine<S> {
@@ -81,6 +85,7 @@ impl<S> Engine<S> {
             hybrid: MemoryStore::new(buckets),
             reservations: Ledger::new(reservations::MAX_LIVE),
             permits: Ledger::new(reservations::MAX_LIVE),
+            adaptive: adaptive::Limiters::new(adaptive::MAX_LIMITERS),
         }
     }
 

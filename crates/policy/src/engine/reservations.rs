@@ -67,6 +67,9 @@ pub(super) struct Charge {
     pub(super) cost: u64,
     /// The most one request may cost under the rule (its `max_cost`, at most its burst).
     pub(super) max_cost: u64,
+    /// For an adaptive rule: its place in the rule's in-process limiter (given back there,
+    /// not to the store).
+    pub(super) ticket: Option<ratewarden_core::adaptive::Ticket>,
 }
 
 /// What a reservation or a permit holds.
@@ -152,6 +155,26 @@ impl Ledger {
                 }
             },
             _ => Err(unknown),
+        }
+    }
+
+    /// Adds `charges` to live grant `id`, which then lapses at `expires` if that is
+    /// sooner; `Err` when the grant is not live.
+    pub(super) fn attach(
+        &self,
+        id: GrantId,
+        charges: Vec<Charge>,
+        expires: u64,
+        now: u64,
+    ) -> Result<(), ()> {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        match inner.live.get_mut(&id) {
+            Some(grant) if grant.expires > now => {
+                grant.charges.extend(charges);
+                grant.expires = grant.expires.min(expires);
+                Ok(())
+            }
+            _ => Err(()),
         }
     }
 

@@ -77,25 +77,6 @@ impl<S: AsyncStore> Engine<S> {
         owner: Owner<'_>,
         now: u64,
     ) -> Result<(), ReleaseError> {
-        let held = self.permits.take(
-            id,
-            now,
-            |grant| match stranger(grant, grant.issuer.as_ref(), id, owner) {
-                Some(rule) => Err(ReleaseError::NotOwner {
-                    rule: rule.to_owned(),
-                }),
-                None => Ok(()),
-            },
-            ReleaseError::Unknown,
-        )?;
-        for charge in &held.charges {
-            let delta = i64::try_from(charge.cost).unwrap_or(i64::MAX);
-            // A failing store loses the release; the lease lets the units go in the end.
-            let _ = self
-                .store
-                .settle(&charge.limit, &charge.key, now, -delta)
-                .await;
-        }
-        Ok(())
+        self.give_back(id, owner, None, now).await
     }
 }

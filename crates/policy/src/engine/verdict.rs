@@ -67,9 +67,17 @@ impl Verdict {
     /// are not sensitive. Shadow rules are not the client's business, and sensitive ones
     /// must not reveal capacity.
     pub fn shown(&self) -> impl Iterator<Item = &RuleOutcome> {
-        self.outcomes
-            .iter()
-            .filter(|o| o.enforced && !self.rules[o.rule].sensitive)
+        // An adaptive rule's numbers are the upstream's capacity: not the client's business.
+        self.outcomes.iter().filter(|o| {
+            o.enforced && !self.rules[o.rule].sensitive && self.rules[o.rule].adaptive.is_none()
+        })
+    }
+
+    /// Whether an adaptive concurrency rule shed the request: the upstream is at the
+    /// limit it can take, so the answer is a 503, not a 429 (the client did nothing wrong).
+    pub fn shed(&self) -> bool {
+        self.violated()
+            .any(|o| self.rules[o.rule].adaptive.is_some())
     }
 
     /// Whether a rule that rejected the request is sensitive: answer a bare 429.

@@ -155,6 +155,10 @@ impl App {
         let retry = self
             .jitter
             .apply(verdict.retry_ns(), settings.retry_after_jitter);
+        if verdict.shed() && !verdict.unavailable {
+            // An adaptive concurrency rule: the upstream is at what it can take.
+            self.metrics.shed("adaptive");
+        }
         verdict.answer(settings.legacy_headers, retry)
     }
 

@@ -207,6 +207,7 @@ impl Collector for EngineCollector {
             }
         }
         StoreFigures::of(self.engine.store()).encode(&mut encoder)?;
+        super::metrics_adaptive::encode(&self.engine, &mut encoder)?;
         let version = ConstGauge::new(self.engine.version() as i64);
         version.encode(encoder.encode_descriptor(
             "config_version",
@@ -238,7 +239,8 @@ impl Metrics {
         let shed = Family::<ReasonLabels, Counter>::default();
         registry.register(
             "shed",
-            "Requests answered 503 before any rule, to protect the server",
+            "Requests answered 503 to protect the server or its upstream, by reason: \
+             connections, in_flight (before any rule), adaptive (an adaptive concurrency rule)",
             shed.clone(),
         );
         let reloads = Family::<ResultLabels, Counter>::default();

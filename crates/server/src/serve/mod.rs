@@ -16,6 +16,7 @@ mod forwarded;
 mod http;
 mod logs;
 mod metrics;
+mod metrics_adaptive;
 mod reply;
 mod run;
 mod running;

@@ -5,6 +5,8 @@
 //! the lesson's Figure 1 as an SVG picture.
 
 mod lineup;
+pub mod load;
+mod load_plot;
 mod output;
 mod plot;
 pub mod retries;
@@ -149,6 +151,7 @@ pub fn main(args: SimulateArgs) -> anyhow::Result<ExitCode> {
     if let Some(what) = args.what {
         return match what {
             SimulateWhat::Retries(args) => retries::main(args),
+            SimulateWhat::Load(load) => load::main(&load),
         };
     }
     let lineup = lineup(&args)?;

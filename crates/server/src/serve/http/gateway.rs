@@ -11,6 +11,7 @@ use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use ratewarden_core::adaptive::Completion;
 use ratewarden_core::{DisplayDuration, NANOS_PER_SEC};
 use ratewarden_policy::{Bounds, Identity};
 
@@ -26,6 +27,9 @@ use crate::serve::reply::{self, Body, Holding};
 struct PermitGuard {
     app: Arc<App>,
     held: Option<(ratewarden_policy::GrantId, ratewarden_policy::Verdict)>,
+    /// How the upstream answered, once it has: what adaptive rules learn from. `None`
+    /// (the client went away first, or its own body was too slow) teaches them nothing.
+    completion: Option<Completion>,
 }
 
 impl Drop for PermitGuard {
@@ -34,9 +38,14 @@ impl Drop for PermitGuard {
             return;
         };
         let app = Arc::clone(&self.app);
+        let completion = self.completion;
         let release = async move {
             let owner = ratewarden_policy::Owner::Verdict(&verdict);
-            let _ = app.engine.release(id, owner, app.clock.now()).await;
+            let now = app.clock.now();
+            let _ = match completion {
+                Some(c) => app.engine.release_with(id, owner, c, now).await,
+                None => app.engine.release(id, owner, now).await,
+            };
         };
         // A store that answers at once (in memory) releases here; one a network away
         // releases on a task of its own. Outside a runtime the lease lets the permit go.
@@ -114,16 +123,34 @@ pub(crate) async fn handle(
         Answer::Stop(response) => return reply::contract(response),
         Answer::Go { headers, delay } => (headers, delay),
     };
-    let permit = PermitGuard {
+    let mut permit = PermitGuard {
         app: Arc::clone(app),
         held: verdict.permit.map(|id| (id, verdict)),
+        completion: None,
     };
     if !delay.is_zero() {
         // A queueing rule: wait our turn, as nginx's `limit_req burst=N` does. A client that
         // goes away meanwhile drops this future, and with it the permit and the place.
         tokio::time::sleep(delay).await;
     }
-    let response = match forward(upstream, &identity, &bounds, peer, &path, request).await {
+    let sent = app.clock.now();
+    let forwarded = forward(upstream, &identity, &bounds, peer, &path, request).await;
+    // The round trip is to the response head, as the upstream's own latency; a 5xx, a
+    // timeout or a failed connection is a drop: the upstream is failing, which is what an
+    // adaptive limit must back off from. A client too slow with its own body is neither.
+    let rtt_ns = Some(app.clock.now().saturating_sub(sent));
+    permit.completion = match &forwarded {
+        Ok(response) => Some(Completion {
+            rtt_ns,
+            dropped: response.status().is_server_error(),
+        }),
+        Err(Failed::Client(error)) if limits::too_slow(error).is_some() => None,
+        Err(_) => Some(Completion {
+            rtt_ns,
+            dropped: true,
+        }),
+    };
+    let response = match forwarded {
         Ok(response) => response,
         Err(Failed::Timeout) => {
             tracing::warn!("the upstream did not answer in time");

@@ -1,0 +1,159 @@
+//! Adaptive concurrency through the gateway, on real sockets: past the learnt limit a
+//! request is shed with a 503 `temporary-reduced-capacity` and a Retry-After, and the limit
+//! learns from the upstream's answers (a 5xx or a timeout is a drop).
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use common::{eventually, get, options, start};
+use http::{Response, StatusCode};
+use http_body_util::Full;
+use ratewarden_core::RealClock;
+use tokio::sync::Semaphore;
+
+/// An upstream: `/slow` waits for the gate, `/fail` answers 500, `/hang` never answers,
+/// anything else 200 at once.
+struct Upstream {
+    addr: SocketAddr,
+    gate: Arc<Semaphore>,
+    arrived: Arc<AtomicUsize>,
+}
+
+async fn upstream() -> Upstream {
+    let gate = Arc::new(Semaphore::new(0));
+    let arrived = Arc::new(AtomicUsize::new(0));
+    let (g, a) = (Arc::clone(&gate), Arc::clone(&arrived));
+    let addr = common::upstream(move |request| {
+        let (gate, arrived) = (Arc::clone(&g), Arc::clone(&a));
+        async move {
+            let status = match request.uri().path() {
+                "/slow" => {
+                    arrived.fetch_add(1, Ordering::SeqCst);
+                    gate.acquire().await.unwrap().forget();
+                    StatusCode::OK
+                }
+                "/fail" => StatusCode::INTERNAL_SERVER_ERROR,
+                "/hang" => {
+                    std::future::pending::<()>().await;
+                    StatusCode::OK
+                }
+                _ => StatusCode::OK,
+            };
+            Response::builder()
+                .status(status)
+                .body(Full::new(Bytes::from_static(b"ok")))
+                .unwrap()
+        }
+    })
+    .await;
+    Upstream {
+        addr,
+        gate,
+        arrived,
+    }
+}
+
+fn config(upstream: SocketAddr, adaptive: &str) -> String {
+    format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+upstream = "http://{upstream}"
+upstream_response_timeout = "300ms"
+
+[[limit]]
+name = "up"
+key = ["global"]
+algorithm = "adaptive-concurrency"
+strategy = "aimd"
+
+[limit.adaptive]
+{adaptive}
+"#
+    )
+}
+
+/// The value of `ratewarden_adaptive_limit` for rule `up`, from `/metrics`.
+async fn learnt(admin: SocketAddr) -> Option<u64> {
+    let metrics = get(admin, "/metrics", &[]).await.body;
+    metrics
+        .lines()
+        .find(|l| l.starts_with("ratewarden_adaptive_limit{") && l.contains("rule=\"up\""))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[tokio::test]
+async fn past_the_limit_the_gateway_sheds_with_a_503_and_retry_after() {
+    let up = upstream().await;
+    let toml = config(up.addr, "initial = 1\nmin = 1\nmax = 1\nreserve = 0\n");
+    let server = start(options(&toml, Arc::new(RealClock::new()))).await;
+    let listen = server.listen;
+    let slow = tokio::spawn(async move { get(listen, "/slow", &[]).await.status });
+    assert!(eventually(|| async { up.arrived.load(Ordering::SeqCst) == 1 }).await);
+
+    let shed = get(listen, "/", &[]).await;
+    assert_eq!(shed.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(shed.header("retry-after").is_some(), "{:?}", shed.headers);
+    assert!(
+        shed.body.contains("temporary-reduced-capacity"),
+        "{}",
+        shed.body
+    );
+    // The upstream's capacity is not shown to clients.
+    assert!(shed.header("ratelimit").is_none());
+
+    up.gate.add_permits(1);
+    assert_eq!(slow.await.unwrap(), StatusCode::OK);
+    let after = get(listen, "/", &[]).await;
+    assert_eq!(after.status, StatusCode::OK);
+    assert!(after.header("ratelimit").is_none(), "{:?}", after.headers);
+
+    let admin = server.admin.unwrap();
+    let metrics = get(admin, "/metrics", &[]).await.body;
+    assert!(
+        metrics.contains("ratewarden_adaptive_shed_total{class=\"default\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("ratewarden_shed_total{reason=\"adaptive\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn the_limit_backs_off_on_an_upstream_5xx_or_timeout() {
+    let up = upstream().await;
+    // Every answer is a window, so each one moves the limit.
+    let toml = config(
+        up.addr,
+        "initial = 10\nmin = 1\nmax = 20\nwindow = \"1ns\"\nwindow_samples = 1\nmin_rtt = \"0s\"\n",
+    );
+    let server = start(options(&toml, Arc::new(RealClock::new()))).await;
+    let admin = server.admin.unwrap();
+    assert_eq!(
+        get(server.listen, "/fail", &[]).await.status,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    // ⌊10 · 0.9⌋ = 9; the permit is released as the response ends, just after it is read.
+    assert!(eventually(|| async { learnt(admin).await == Some(9) }).await);
+    assert_eq!(
+        get(server.listen, "/hang", &[]).await.status,
+        StatusCode::GATEWAY_TIMEOUT
+    );
+    // ⌊9 · 0.9⌋ = 8.
+    assert!(eventually(|| async { learnt(admin).await == Some(8) }).await);
+    // A success with one in flight of 8 (1 · 2 < 8): the limit was not used, no growth;
+    // so the next drop takes it from 8, not 9.
+    assert_eq!(get(server.listen, "/", &[]).await.status, StatusCode::OK);
+    assert_eq!(
+        get(server.listen, "/fail", &[]).await.status,
+        StatusCode::INTERNAL_SERVER_ERROR
+    );
+    assert!(eventually(|| async { learnt(admin).await == Some(7) }).await);
+    drop(up);
+}
