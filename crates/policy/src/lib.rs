@@ -28,4 +28,8 @@ pub use engine::{
     GrantId, Identity, Owner, ReleaseError, Request, RequestDescriptor, RequestError, RuleOutcome,
     RuleStats, SettleError, Verdict,
 };
+pub use engine::{
+    outcome_words, Explanation, Finding, KeyState, KeyStateError, Offender, RuleExplanation,
+    RuleTop, TopKeys, TopReport,
+};
 pub use ip::{client_ip, IpGrouping, PrefixError, TrustedProxies};
