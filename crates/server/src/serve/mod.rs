@@ -14,6 +14,7 @@ mod envoy;
 mod http;
 mod logs;
 mod metrics;
+mod operator;
 mod reply;
 mod run;
 mod running;
@@ -24,6 +25,7 @@ mod store;
 mod workers;
 
 pub use app::TokioClock;
+pub(crate) use http::CheckBody;
 pub use run::main;
 pub use running::Running;
 pub use start::{start, Options};

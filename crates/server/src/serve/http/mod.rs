@@ -4,11 +4,14 @@
 mod admin;
 mod api;
 mod clients;
+mod dashboard;
 mod gateway;
 mod guard;
 mod limits;
 mod listen;
+mod operator;
 mod upstream;
 
+pub(crate) use api::CheckBody;
 pub(crate) use listen::{bind, serve, Role};
 pub(crate) use upstream::Local;
