@@ -39,7 +39,7 @@ pub(crate) fn asset(path: &str) -> Option<Response<Body>> {
         "content-security-policy",
         HeaderValue::from_static(
             "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; \
-             img-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+             img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
         ),
     );
     headers.insert(

@@ -56,8 +56,8 @@ function offenders(title, report) {
       el("span", { text: o.count.toFixed(1) }),
     ]));
   }
-  if (!list.firstChild) list.appendChild(el("li", { class: "muted", text: "none" }));
-  return el("div", {}, [el("h3", { text: title }), list]);
+  const shown = list.firstChild ? list : el("p", { class: "muted none", text: "none" });
+  return el("div", {}, [el("h3", { text: title }), shown]);
 }
 
 function count(label, cls, value) {
