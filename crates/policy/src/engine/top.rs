@@ -78,6 +78,8 @@ struct Summary {
 #[derive(Debug)]
 struct Slot {
     key: String,
+    /// The key's hash, kept so that taking the slot over does not hash the old key again.
+    hash: u64,
     /// In [`ONE`]s; 0 for a free slot.
     count: u64,
     /// In [`ONE`]s: how much of `count` may belong to the keys it replaced.
@@ -138,6 +140,7 @@ impl TopKeys {
             summary.slots = (0..self.capacity)
                 .map(|_| Slot {
                     key: String::with_capacity(KEY_ROOM),
+                    hash: 0,
                     count: 0,
                     error: 0,
                 })
@@ -212,7 +215,7 @@ impl Summary {
             slot.error >>= shift;
             if slot.count == 0 {
                 // Decayed away: the slot is free again.
-                let hash = self.hash(&self.slots[i].key);
+                let hash = slot.hash;
                 if let Ok(entry) = self.index.find_entry(hash, |&j| j == i) {
                     entry.remove();
                 }
@@ -231,12 +234,20 @@ impl Summary {
             return;
         }
         // A free slot if there is one, else the lightest (Space-Saving's replacement).
-        let Some(i) = (0..self.slots.len()).min_by_key(|&i| self.slots[i].count) else {
+        let mut i = 0;
+        for (j, slot) in self.slots.iter().enumerate() {
+            if slot.count < self.slots[i].count {
+                i = j;
+            }
+            if slot.count == 0 {
+                break;
+            }
+        }
+        let Some(slot) = self.slots.get(i) else {
             return;
         };
-        let min = self.slots[i].count;
+        let (min, old) = (slot.count, slot.hash);
         if min > 0 {
-            let old = self.hash(&self.slots[i].key);
             if let Ok(entry) = self.index.find_entry(old, |&j| j == i) {
                 entry.remove();
             }
@@ -244,11 +255,11 @@ impl Summary {
         let slot = &mut self.slots[i];
         slot.key.clear();
         slot.key.push_str(key);
+        slot.hash = hash;
         slot.count = min.saturating_add(ONE);
         slot.error = min;
-        let (slots, hasher) = (&self.slots, &self.hasher);
-        self.index
-            .insert_unique(hash, i, |&j| hasher.hash_one(&slots[j].key));
+        let slots = &self.slots;
+        self.index.insert_unique(hash, i, |&j| slots[j].hash);
     }
 }
 
