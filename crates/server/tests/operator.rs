@@ -301,3 +301,61 @@ fn the_explain_command_prints_every_rule_and_why() {
     assert_eq!(out.status.code(), Some(1));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test]
+async fn a_reset_clears_the_key_in_redis_and_in_the_hybrid_bucket() {
+    let redis = ratewarden_redis::testing::Server::start();
+    let toml = format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+
+[store]
+kind = "redis"
+url = "{url}"
+deadline = "2s"
+
+[[limit]]
+name = "per-key"
+key = ["api_key"]
+algorithm = "fixed-window"
+limit = 2
+window = "1h"
+local_first = true
+"#,
+        url = redis.url()
+    );
+    let running = common::start(common::options(&toml, Arc::new(ManualClock::new(T0)))).await;
+    let (api, admin) = (running.listen, running.admin.unwrap());
+    let check = || async move {
+        let body = r#"{"ip": "203.0.113.7", "api_key": "customer"}"#;
+        common::post(api, "/v1/check", body).await.json()["allowed"] == true
+    };
+    assert_eq!(futures_of(4, check).await, [true, true, false, false]);
+    let digest = api_key_digest("customer");
+    let path = format!("/v1/keys?rule=per-key&key={}", digest.replace(':', "%3A"));
+    let state = common::get(admin, &path, &[]).await.json();
+    assert_eq!(state["limited"], true, "{state}");
+    let stored = state["stored_key"].as_str().unwrap().to_owned();
+    // Its Redis key: the stored key with the parts as its hash tag.
+    let (rule, parts) = stored.split_once('|').unwrap();
+    let prefix = ratewarden_core::shared_store::KEY_PREFIX;
+    let redis_key = format!("{prefix}{rule}|{{{parts}}}");
+    assert_eq!(
+        redis.cli(&["EXISTS", &redis_key]).trim(),
+        "1",
+        "{redis_key}"
+    );
+    let body = format!(r#"{{"rule": "per-key", "key": "{digest}"}}"#);
+    let reset = common::post(admin, "/v1/keys/reset", &body).await.json();
+    assert_eq!(reset["cleared"], true, "{reset}");
+    // Gone from Redis...
+    assert_eq!(
+        redis.cli(&["EXISTS", &redis_key]).trim(),
+        "0",
+        "{redis_key}"
+    );
+    // ...and from this process's own bucket, which would refuse the key without asking.
+    assert_eq!(futures_of(3, check).await, [true, true, false]);
+}
