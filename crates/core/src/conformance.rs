@@ -26,6 +26,7 @@ pub fn run_all<S: Store>(new_store: impl Fn() -> S) {
     settle_carries_a_debt(&new_store());
     concurrency_permits_and_leases(&new_store());
     idle_keys_decide_as_fresh(&new_store());
+    clear_forgets_a_key(&new_store());
 }
 
 fn ok<T, E: Debug>(scenario: &str, result: Result<T, E>) -> T {
@@ -327,5 +328,42 @@ pub fn idle_keys_decide_as_fresh<S: Store>(store: &S) {
         let fresh = limit.peek(&LimitState::default(), later, 1);
         let got = ok("idle", store.decide(&limit, &key, later, 1));
         assert_eq!(got, fresh, "idle: {} after its reset", limit.kind());
+    }
+}
+
+/// A cleared key decides as a key never seen, at once (an operator's reset), and only that
+/// key is cleared; clearing a key never seen says so.
+pub fn clear_forgets_a_key<S: Store>(store: &S) {
+    for limit in every_limit() {
+        let key = format!("clear|{}", limit.kind());
+        let other = format!("clear-other|{}", limit.kind());
+        let now = 30 * NANOS_PER_SEC;
+        for _ in 0..20 {
+            ok("clear", store.decide(&limit, &key, now, 1));
+            ok("clear", store.decide(&limit, &other, now, 1));
+        }
+        assert!(
+            ok("clear", store.clear(&key)),
+            "clear: {} held no state",
+            limit.kind()
+        );
+        let fresh = limit.peek(&LimitState::default(), now, 1);
+        assert_eq!(
+            ok("clear", store.peek(&limit, &key, now, 1)),
+            fresh,
+            "clear: {} after a reset",
+            limit.kind()
+        );
+        assert_ne!(
+            ok("clear", store.peek(&limit, &other, now, 1)),
+            fresh,
+            "clear: {} cleared another key too",
+            limit.kind()
+        );
+        assert!(
+            !ok("clear", store.clear(&key)),
+            "clear: {} cleared twice",
+            limit.kind()
+        );
     }
 }

@@ -58,6 +58,10 @@ pub trait Store {
 
     /// Gives back permit `id` of `key`; false if it was not held (released, or lapsed).
     fn release(&self, limit: &Limit, key: &str, id: u64) -> Result<bool, Self::Error>;
+
+    /// Forgets `key`'s state, as if it had never been seen (an operator's reset); true if
+    /// there was one.
+    fn clear(&self, key: &str) -> Result<bool, Self::Error>;
 }
 
 /// The store interface as the policy engine uses it: every call may wait (a shared store is
@@ -100,6 +104,9 @@ pub trait AsyncStore: Send + Sync {
         now: u64,
         delta: i64,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+
+    /// [`Store::clear`], awaited.
+    fn clear(&self, key: &str) -> impl Future<Output = Result<bool, Self::Error>> + Send;
 
     /// Whether the state lives outside this process, shared with a fleet (and so may fail).
     /// The engine then also keeps, in process, what each `on_store_failure = "open"` or
@@ -149,6 +156,10 @@ impl<S: Store + Sync + Send> AsyncStore for S {
         delta: i64,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send {
         std::future::ready(Store::settle(self, limit, key, now, delta))
+    }
+
+    fn clear(&self, key: &str) -> impl Future<Output = Result<bool, Self::Error>> + Send {
+        std::future::ready(Store::clear(self, key))
     }
 }
 

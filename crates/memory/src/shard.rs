@@ -176,6 +176,22 @@ impl<St> Shard<St> {
         i
     }
 
+    /// Removes the state of `key` (of hash `hash`); false when it held none.
+    pub(crate) fn remove_key(
+        &mut self,
+        hash: u64,
+        key: &str,
+        rehash: &impl Fn(&str) -> u64,
+    ) -> bool {
+        match self.find(hash, key) {
+            Some(i) => {
+                self.remove(i, rehash);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Removes slot `i`, moving the last slot into its place.
     fn remove(&mut self, i: usize, rehash: &impl Fn(&str) -> u64) {
         let hash = rehash(self.slots[i].key.as_str());

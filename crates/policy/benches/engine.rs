@@ -16,7 +16,7 @@ use criterion::Criterion;
 use ratewarden_core::{now_or_panic, Clock, Limit, RealClock};
 use ratewarden_memory::{MemoryStore, StoreConfig};
 use ratewarden_policy::config::parse;
-use ratewarden_policy::{Engine, Request};
+use ratewarden_policy::{Engine, Request, TopKeys};
 
 const CONFIG: &str = r#"
 [[limit]]
@@ -40,6 +40,25 @@ algorithm = "quota"
 limit = 1_000_000_000_000
 period = "month"
 timezone = "UTC"
+"#;
+
+/// One request a day per key, enforced and in shadow: after the first, every request is
+/// rejected and would have been.
+const LIMITED: &str = r#"
+[[limit]]
+name = "per-key"
+key = ["api_key"]
+algorithm = "fixed-window"
+limit = 1
+window = "1d"
+
+[[limit]]
+name = "per-ip-shadow"
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 1
+window = "1d"
+mode = "shadow"
 "#;
 
 /// Distinct clients: enough that keys spread over the shards, few enough to stay cached.
@@ -100,6 +119,54 @@ fn main() {
                 (&limits[2], &keys[i][2], 1),
             ];
             black_box(store.decide_all(&layers, clock.now()).len())
+        })
+    });
+    group.finish();
+
+    // The path the top-offenders summary is fed on: every request over its limit, one
+    // enforced rule rejecting and one shadow rule that would have.
+    let limited = Engine::new(
+        parse("bench.toml", LIMITED).expect("the limited bench config is valid"),
+        MemoryStore::new(StoreConfig::default()),
+    );
+    let mut group = criterion.benchmark_group("limited");
+    let mut i = 0usize;
+    group.bench_function("engine decide, rejected", |b| {
+        b.iter(|| {
+            i = (i + 1) % CLIENTS;
+            let headers = [("authorization", tokens[i].as_str())];
+            let request = Request {
+                peer: peers[i],
+                method: "GET",
+                path: "/orders",
+                host: Some("api.example.com"),
+                headers: &headers,
+                cost: None,
+                api_key: None,
+                tenant: None,
+            };
+            black_box(now_or_panic(limited.decide(&request, clock.now())).map(|v| v.allowed))
+        })
+    });
+    // What feeding the top offenders adds to a rejected decision (twice per decision here:
+    // the enforced rule's summary and the shadow rule's), in the same run.
+    let top = TopKeys::default();
+    let ids: Vec<String> = keys.iter().map(|k| k[1].clone()).collect();
+    for id in &ids[..50] {
+        top.record(id, 0);
+    }
+    let mut i = 0usize;
+    group.bench_function("top record, tracked key", |b| {
+        b.iter(|| {
+            i = (i + 1) % 50;
+            top.record(black_box(&ids[i]), 0);
+        })
+    });
+    let mut i = 0usize;
+    group.bench_function("top record, untracked key (a slot taken over)", |b| {
+        b.iter(|| {
+            i = (i + 1) % CLIENTS;
+            top.record(black_box(&ids[i]), 0);
         })
     });
     group.finish();

@@ -29,4 +29,8 @@ pub use engine::{
     RequestDescriptor, RequestError, RuleOutcome, RuleStats, SettleError, Verdict,
     CRITICALITY_HEADER,
 };
+pub use engine::{
+    outcome_words, Explanation, Finding, KeyState, KeyStateError, Offender, RuleExplanation,
+    RuleTop, TopKeys, TopReport,
+};
 pub use ip::{client_ip, IpGrouping, PrefixError, TrustedProxies};

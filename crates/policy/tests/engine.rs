@@ -307,6 +307,9 @@ impl Store for Down {
     fn release(&self, _: &Limit, _: &str, _: u64) -> Result<bool, Unreachable> {
         Err(Unreachable)
     }
+    fn clear(&self, _: &str) -> Result<bool, Unreachable> {
+        Err(Unreachable)
+    }
 }
 
 #[test]
@@ -643,6 +646,10 @@ impl Store for Counting {
         self.count();
         Store::release(&self.inner, l, k, id)
     }
+    fn clear(&self, k: &str) -> Result<bool, Self::Error> {
+        self.count();
+        Store::clear(&self.inner, k)
+    }
 }
 
 #[test]
@@ -815,6 +822,10 @@ impl AsyncStore for Flaky {
         self.decide_all(&[], now).await?;
         Store::settle(&*self.state, l, k, now, d).unwrap_or_else(|never| match never {});
         Ok(())
+    }
+    async fn clear(&self, k: &str) -> Result<bool, Unreachable> {
+        self.decide_all(&[], 0).await?;
+        Ok(Store::clear(&*self.state, k).unwrap_or_else(|never| match never {}))
     }
 }
 

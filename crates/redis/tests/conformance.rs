@@ -96,6 +96,10 @@ impl Store for Blocking {
         self.runtime
             .block_on(self.store.release(limit, key, now, id))
     }
+
+    fn clear(&self, key: &str) -> Result<bool, RedisError> {
+        self.runtime.block_on(AsyncStore::clear(&self.store, key))
+    }
 }
 
 #[test]

@@ -160,7 +160,8 @@ fn bounds(b: &Bounds) -> Vec<String> {
     lines
 }
 
-fn row(rule: &Rule) -> [String; 6] {
+/// A rule as the table shows it: name, applies to, key, algorithm, mode, store down.
+pub(crate) fn row(rule: &Rule) -> [String; 6] {
     let m = &rule.matches;
     let mut applies: Vec<String> = Vec::new();
     if let Some(method) = &m.method {

@@ -31,7 +31,30 @@ pub enum Command {
         /// The config file, such as `examples/ratewarden.toml`.
         file: PathBuf,
     },
+    /// Show what every rule would do with one request, and why (matched or not and which
+    /// `match` field failed, the key, its state, the decision), charging nothing. On a
+    /// shared store the state is the live one; in memory every key is new.
+    #[command(after_help = EXPLAIN_EXAMPLES)]
+    Explain {
+        /// The config file, such as `examples/ratewarden.toml`.
+        #[arg(long, short, value_name = "FILE")]
+        config: PathBuf,
+        /// The request, as the decision API's `POST /v1/check` takes it (JSON).
+        #[arg(long, short, value_name = "JSON")]
+        request: String,
+        /// Print the admin API's JSON (`POST /v1/explain`) instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
+
+const EXPLAIN_EXAMPLES: &str = "\
+Examples:
+  ratewarden explain --config examples/ratewarden.toml \\
+    --request '{\"ip\": \"203.0.113.7\", \"method\": \"POST\", \"path\": \"/login\"}'
+
+  # Against a running server's live state, on its admin listener:
+  curl -s --json '{\"ip\": \"203.0.113.7\", \"api_key\": \"k1\"}' localhost:9090/v1/explain";
 
 const SERVE_EXAMPLES: &str = "\
 Examples:

@@ -3,5 +3,6 @@
 
 pub mod check_config;
 pub mod cli;
+pub mod explain;
 pub mod serve;
 pub mod simulate;

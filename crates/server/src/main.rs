@@ -15,6 +15,11 @@ fn main() -> ExitCode {
         Command::Serve(args) => ratewarden_server::serve::main(args),
         Command::Simulate(args) => ratewarden_server::simulate::main(*args),
         Command::CheckConfig { file } => ratewarden_server::check_config::main(&file),
+        Command::Explain {
+            config,
+            request,
+            json,
+        } => ratewarden_server::explain::main(&config, &request, json),
     };
     match result {
         Ok(code) => code,

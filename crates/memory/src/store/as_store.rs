@@ -52,4 +52,8 @@ impl<S: BuildHasher> Store for MemoryStore<Limit, S> {
     fn release(&self, limit: &Limit, key: &str, id: u64) -> Result<bool, Infallible> {
         Ok(MemoryStore::release(self, limit, key, id))
     }
+
+    fn clear(&self, key: &str) -> Result<bool, Infallible> {
+        Ok(MemoryStore::clear(self, key))
+    }
 }

@@ -24,6 +24,16 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         dropped
     }
 
+    /// Forgets the state of `key` (the support engineer's "unblock this customer"): its
+    /// next request is decided as a new key's. Permits it held are forgotten with it.
+    /// Returns whether it held a state.
+    pub fn clear(&self, key: &str) -> bool {
+        let rehash = |k: &str| self.hash(k);
+        let hash = self.hash(key);
+        self.lock(self.shard_of(hash))
+            .remove_key(hash, key, &rehash)
+    }
+
     /// Keys held now.
     pub fn len(&self) -> usize {
         (0..self.shards.len()).map(|i| self.lock(i).len()).sum()

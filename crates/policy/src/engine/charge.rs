@@ -198,8 +198,12 @@ impl<S: AsyncStore> Engine<S> {
                 (true, false) if allowed => &c.allowed,
                 // Not charged: another rule rejected the request.
                 (true, false) => &c.skipped,
-                (true, true) => &c.rejected,
+                (true, true) => {
+                    c.top_limited.record(&o.key, now);
+                    &c.rejected
+                }
                 (false, true) => {
+                    c.top_shadow.record(&o.key, now);
                     tracing::info!(
                         rule = %rules[o.rule].name,
                         key = %o.key,

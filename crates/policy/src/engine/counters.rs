@@ -1,6 +1,9 @@
-//! What each rule did: the per-rule counters behind `ratewarden_decisions_total`.
+//! What each rule did: the per-rule counters behind `ratewarden_decisions_total`, and its
+//! top offenders.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::top::TopKeys;
 
 /// What one rule did since its rule set came into force.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -24,6 +27,10 @@ pub(super) struct Counters {
     pub(super) skipped: AtomicU64,
     pub(super) would_have_rejected: AtomicU64,
     pub(super) store_failures: AtomicU64,
+    /// The keys it rejected most (enforcing), decayed: the dashboard's top offenders.
+    pub(super) top_limited: TopKeys,
+    /// The keys it would have rejected most (shadow, outside a rollout's share).
+    pub(super) top_shadow: TopKeys,
 }
 
 impl Counters {

@@ -75,7 +75,7 @@ pub(super) fn build_key(
 /// The request's API key: the caller's own `api_key`, else the bearer token or the
 /// configured header. Both headers carrying different keys is an error, as is either one
 /// repeated: the upstream may authenticate the other one.
-fn api_key<'a>(
+pub(super) fn api_key<'a>(
     rule: &Rule,
     sources: &KeySources,
     request: &Request<'a>,

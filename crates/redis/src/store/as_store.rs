@@ -58,6 +58,17 @@ impl AsyncStore for RedisStore {
             .await
             .map(drop)
     }
+
+    async fn clear(&self, key: &str) -> Result<bool, RedisError> {
+        let redis_key = self.redis_key(key);
+        self.guarded(async {
+            let mut connection = self.connection().await?;
+            let removed: u64 =
+                Self::query(&mut connection, redis::cmd("DEL").arg(&redis_key)).await?;
+            Ok(removed > 0)
+        })
+        .await
+    }
 }
 
 impl RedisStore {

@@ -14,6 +14,7 @@ use ratewarden_policy::{
 use tokio::sync::watch;
 
 use super::metrics::Metrics;
+use super::operator::{Operator, ReloadRecord};
 use super::shed::Shedder;
 
 pub(crate) struct App {
@@ -25,6 +26,8 @@ pub(crate) struct App {
     started: (ServerSettings, StoreSettings),
     pub(crate) metrics: Metrics,
     pub(crate) shedder: Arc<Shedder>,
+    /// The dashboard's samples and the last reload's result.
+    pub(crate) operator: Operator,
     config_path: Option<PathBuf>,
     /// Where the envoyproxy/ratelimit configs (in the engine) came from.
     envoy_path: Option<PathBuf>,
@@ -53,7 +56,7 @@ impl App {
         clock: Arc<dyn Clock>,
         envoy_path: Option<PathBuf>,
     ) -> anyhow::Result<Self> {
-        let metrics = Metrics::new(Arc::clone(&engine));
+        let metrics = Metrics::new(Arc::clone(&engine), Arc::clone(&clock));
         Ok(Self {
             engine,
             clock,
@@ -65,6 +68,7 @@ impl App {
             started: (settings.clone(), store),
             settings: RwLock::new(Arc::new(settings)),
             metrics,
+            operator: Operator::default(),
             config_path,
             envoy_path,
             ready: AtomicBool::new(false),
@@ -96,6 +100,23 @@ impl App {
     /// neither changes. The `[server]` fields read per request change with it; those read
     /// at start (and all of `[store]`) are named in the answer and the log, not applied.
     pub(crate) async fn reload(&self) -> Result<Reloaded, ConfigErrors> {
+        let result = self.reload_files().await;
+        self.operator.reloaded(ReloadRecord {
+            at_ns: self.clock.now(),
+            version: self.engine.version(),
+            errors: match &result {
+                Ok(_) => Vec::new(),
+                Err(errors) => errors.0.iter().map(ToString::to_string).collect(),
+            },
+            needing_restart: match &result {
+                Ok(reloaded) => reloaded.needing_restart.clone(),
+                Err(_) => Vec::new(),
+            },
+        });
+        result
+    }
+
+    async fn reload_files(&self) -> Result<Reloaded, ConfigErrors> {
         let (config_path, envoy_path) = (self.config_path.clone(), self.envoy_path.clone());
         let loaded = tokio::task::spawn_blocking(move || load(config_path, envoy_path)).await;
         let loaded = loaded.unwrap_or_else(|error| {

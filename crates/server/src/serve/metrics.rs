@@ -12,6 +12,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use ratewarden_core::Clock;
 use ratewarden_memory::StoreStats;
 use ratewarden_policy::{Engine, OnStoreFailure};
 use ratewarden_redis::BreakerState;
@@ -21,6 +22,19 @@ struct RuleLabels {
     rule: String,
     outcome: &'static str,
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OffenderLabels {
+    rule: String,
+    /// `limited` or `shadow`.
+    kind: &'static str,
+    rank: u8,
+    key: String,
+}
+
+/// Offenders per rule and kind in `ratewarden_top_offender`: the cardinality stays at most
+/// rules × 2 × this, whoever is sending.
+const TOP_GAUGED: usize = 3;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
@@ -152,6 +166,8 @@ pub(crate) struct Metrics {
 /// metric of its own: `decisions`, `keys` and `config_version`.
 struct EngineCollector {
     engine: Arc<Engine<AnyStore>>,
+    /// For the top offenders' decay.
+    clock: Arc<dyn Clock>,
 }
 
 impl fmt::Debug for EngineCollector {
@@ -206,6 +222,30 @@ impl Collector for EngineCollector {
                 }
             }
         }
+        {
+            let mut family = encoder.encode_descriptor(
+                "top_offender",
+                "The keys each rule rejected most (kind=limited) or would have rejected most \
+                 (kind=shadow), the top 3 per rule and kind: decayed hits, halved every \
+                 minute (Space-Saving, at most 1% of the rule's recent hits too high). API \
+                 keys appear as their digest. All of them: GET /v1/top on this listener",
+                None,
+                prometheus_client::metrics::MetricType::Gauge,
+            )?;
+            for top in self.engine.top_all(self.clock.now()) {
+                for (kind, report) in [("limited", &top.limited), ("shadow", &top.shadow)] {
+                    for (rank, offender) in report.keys.iter().take(TOP_GAUGED).enumerate() {
+                        let labels = OffenderLabels {
+                            rule: top.rule.clone(),
+                            kind,
+                            rank: rank as u8 + 1,
+                            key: offender.key.clone(),
+                        };
+                        ConstGauge::new(offender.count).encode(family.encode_family(&labels)?)?;
+                    }
+                }
+            }
+        }
         StoreFigures::of(self.engine.store()).encode(&mut encoder)?;
         super::metrics_adaptive::encode(&self.engine, &mut encoder)?;
         let version = ConstGauge::new(self.engine.version() as i64);
@@ -220,9 +260,9 @@ impl Collector for EngineCollector {
 }
 
 impl Metrics {
-    pub(crate) fn new(engine: Arc<Engine<AnyStore>>) -> Self {
+    pub(crate) fn new(engine: Arc<Engine<AnyStore>>, clock: Arc<dyn Clock>) -> Self {
         let mut registry = Registry::with_prefix("ratewarden");
-        registry.register_collector(Box::new(EngineCollector { engine }));
+        registry.register_collector(Box::new(EngineCollector { engine, clock }));
         // 1 µs to about 4 s.
         let decision_seconds = Histogram::new(exponential_buckets(1e-6, 4.0, 12));
         registry.register(
@@ -267,6 +307,16 @@ impl Metrics {
 
     pub(crate) fn shed(&self, reason: &'static str) {
         self.shed.get_or_create(&ReasonLabels { reason }).inc();
+    }
+
+    /// Requests shed so far, by reason (`in_flight`, `connections`).
+    pub(crate) fn shed_counts(&self) -> [(&'static str, u64); 2] {
+        ["in_flight", "connections"].map(|reason| {
+            (
+                reason,
+                self.shed.get_or_create(&ReasonLabels { reason }).get(),
+            )
+        })
     }
 
     pub(crate) fn reloaded(&self, ok: bool) {

@@ -17,6 +17,7 @@ mod http;
 mod logs;
 mod metrics;
 mod metrics_adaptive;
+mod operator;
 mod reply;
 mod run;
 mod running;
@@ -26,6 +27,7 @@ mod start;
 mod store;
 mod workers;
 
+pub(crate) use http::CheckBody;
 /// Moved to core, beside the other clocks; this path stays.
 pub use ratewarden_core::TokioClock;
 pub use run::main;

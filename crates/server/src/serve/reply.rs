@@ -61,6 +61,7 @@ pub(crate) fn problem(status: StatusCode, detail: impl Into<String>) -> Response
 }
 
 /// A request that cannot be served, for the problem+json answer built at the end.
+#[derive(Debug)]
 pub(crate) struct Problem {
     pub(crate) status: StatusCode,
     pub(crate) detail: String,

@@ -12,6 +12,7 @@ use tokio::task::JoinSet;
 
 use super::app::{self, App};
 use super::http::{self, Role};
+use super::operator;
 use super::running::Running;
 use super::store::AnyStore;
 use super::workers;
@@ -132,6 +133,7 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
         &settings.bounds,
     )?);
     workers::spawn(&mut tasks, listeners, &app, &local, &stopped, grace)?;
+    tasks.spawn(operator::sample(Arc::clone(&app), stopped.clone()));
     tasks.spawn(app::sweep(Arc::clone(&app), stopped));
     tracing::info!(
         listen = %listen_addr,

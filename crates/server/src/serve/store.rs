@@ -133,4 +133,11 @@ impl AsyncStore for AnyStore {
             AnyStore::Redis(r) => Ok(r.settle(limit, key, now, delta).await?),
         }
     }
+
+    async fn clear(&self, key: &str) -> Result<bool, StoreError> {
+        match self {
+            AnyStore::Memory(m) => Ok(m.clear(key)),
+            AnyStore::Redis(r) => Ok(r.clear(key).await?),
+        }
+    }
 }

@@ -1,5 +1,8 @@
-//! The admin listener: `/metrics`, `/live`, `/ready`, and `POST /reload`.
+//! The admin listener: `/metrics`, `/live`, `/ready`, `POST /reload`, and the operator's
+//! view: the dashboard at `/` (`dashboard.rs`), `/v1/top`, `/v1/explain`, `/v1/keys` and
+//! `/v1/keys/reset` (`operator.rs`).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use http::header::{HeaderValue, CONTENT_TYPE, HOST, ORIGIN};
@@ -7,12 +10,21 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use serde_json::json;
 
+use super::{dashboard, operator};
 use crate::serve::app::App;
 use crate::serve::reply::{self, Body};
 
-pub(crate) async fn handle(app: &Arc<App>, request: Request<Incoming>) -> Response<Body> {
+pub(crate) async fn handle(
+    app: &Arc<App>,
+    peer: SocketAddr,
+    request: Request<Incoming>,
+) -> Response<Body> {
     let method = request.method().clone();
-    match (&method, request.uri().path()) {
+    let path = request.uri().path().to_owned();
+    if is_operator(&path) {
+        return operator_view(app, peer, request).await;
+    }
+    match (&method, path.as_str()) {
         (&Method::GET, "/metrics") => {
             app.metrics.in_flight.set(app.shedder.in_flight() as i64);
             let mut response = Response::new(reply::full(app.metrics.encode()));
@@ -38,7 +50,7 @@ pub(crate) async fn handle(app: &Arc<App>, request: Request<Incoming>) -> Respon
                 )
             }
         }
-        (&Method::POST, "/reload") => match reload_refusal(&request) {
+        (&Method::POST, "/reload") => match post_refusal(&request, "/reload") {
             Some(refused) => refused,
             None => reload(app).await,
         },
@@ -50,7 +62,76 @@ pub(crate) async fn handle(app: &Arc<App>, request: Request<Incoming>) -> Respon
         }
         (_, path) => reply::problem(
             StatusCode::NOT_FOUND,
-            format!("no such endpoint `{path}`; the admin listener has /metrics, /live, /ready and POST /reload"),
+            format!("no such endpoint `{path}`; the admin listener has the dashboard at /, /metrics, /live, /ready, POST /reload, /v1/dashboard, /v1/top, POST /v1/explain, /v1/keys and POST /v1/keys/reset"),
+        ),
+    }
+}
+
+/// The dashboard and the operator's endpoints: what shows or changes limiter state.
+fn is_operator(path: &str) -> bool {
+    matches!(
+        path,
+        "/" | "/dashboard.js"
+            | "/dashboard.css"
+            | "/v1/dashboard"
+            | "/v1/top"
+            | "/v1/explain"
+            | "/v1/keys"
+            | "/v1/keys/reset"
+    )
+}
+
+async fn operator_view(
+    app: &Arc<App>,
+    peer: SocketAddr,
+    request: Request<Incoming>,
+) -> Response<Body> {
+    // Keys, addresses and resets are not for other sites: a page whose name was rebound
+    // to this address reaches it with its own name in `Host`, which is refused here.
+    let host = request
+        .headers()
+        .get(HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if !host.is_empty() && !is_address(host) {
+        return reply::problem(
+            StatusCode::FORBIDDEN,
+            format!(
+                "the admin listener's operator view answers requests addressed to an IP \
+                 address or localhost, not `{host}`"
+            ),
+        );
+    }
+    let path = request.uri().path().to_owned();
+    let query = request.uri().query().map(str::to_owned);
+    let method = request.method().clone();
+    match (&method, path.as_str()) {
+        (&Method::GET, "/" | "/dashboard.js" | "/dashboard.css") => dashboard::asset(&path)
+            .unwrap_or_else(|| {
+                reply::problem(StatusCode::NOT_FOUND, format!("no such page `{path}`"))
+            }),
+        (&Method::GET, "/v1/dashboard") => dashboard::answer(app),
+        (&Method::GET, "/v1/top") => operator::answer(operator::top(app, query.as_deref())),
+        (&Method::GET, "/v1/keys") => {
+            operator::answer(operator::key_state(app, query.as_deref()).await)
+        }
+        (&Method::POST, "/v1/explain" | "/v1/keys/reset") => {
+            if let Some(refused) = post_refusal(&request, &path) {
+                return refused;
+            }
+            if path == "/v1/explain" {
+                operator::answer(operator::explain(app, peer, request).await)
+            } else {
+                operator::answer(operator::reset(app, peer, request).await)
+            }
+        }
+        (_, "/v1/explain" | "/v1/keys/reset") => reply::problem(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("`{path}` takes POST"),
+        ),
+        _ => reply::problem(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("`{path}` takes GET"),
         ),
     }
 }
@@ -96,7 +177,7 @@ const RELOAD_HEADER: &str = "x-ratewarden-reload";
 /// The answer refusing a `/reload` a web page could have sent (issue 12, "Smaller"): a browser on the
 /// operator's machine may POST `text/plain` cross-origin without asking, and a page whose
 /// domain was rebound to 127.0.0.1 is "same-origin" with us.
-fn reload_refusal<B>(request: &Request<B>) -> Option<Response<Body>> {
+fn post_refusal<B>(request: &Request<B>, path: &str) -> Option<Response<Body>> {
     let headers = request.headers();
     let json = headers
         .get(CONTENT_TYPE)
@@ -107,7 +188,7 @@ fn reload_refusal<B>(request: &Request<B>) -> Option<Response<Body>> {
         return Some(reply::problem(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             format!(
-                "`/reload` takes `Content-Type: application/json` (or a `{RELOAD_HEADER}` header), \
+                "`{path}` takes `Content-Type: application/json` (or a `{RELOAD_HEADER}` header), \
                  so that a web page cannot send it"
             ),
         ));
@@ -124,7 +205,7 @@ fn reload_refusal<B>(request: &Request<B>) -> Option<Response<Body>> {
         if !origin_host.eq_ignore_ascii_case(host) || !is_address(host) {
             return Some(reply::problem(
                 StatusCode::FORBIDDEN,
-                format!("`/reload` is not for web pages (`Origin: {origin}`, `Host: {host}`)"),
+                format!("`{path}` is not for web pages (`Origin: {origin}`, `Host: {host}`)"),
             ));
         }
     }

@@ -393,6 +393,45 @@ fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Problem> {
     })
 }
 
+/// A `/v1/check` body read and checked exactly as `/v1/check` reads it: what `explain`
+/// (the command and the admin listener's `POST /v1/explain`) takes.
+pub(crate) struct CheckBody(Check);
+
+/// A [`CheckBody`]'s request, its defaults applied.
+pub(crate) struct CheckRequest<'a> {
+    resolved: Resolved<'a>,
+    cost: Option<u64>,
+}
+
+impl CheckBody {
+    /// The body, or the 4xx `/v1/check` would answer it with.
+    pub(crate) fn parse(body: &[u8]) -> Result<Self, Problem> {
+        let check: Check = parse(body)?;
+        if let Some(cost) = check.cost.filter(|&c| c > MAX_COST) {
+            return Err(Problem::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("`cost` is {cost}; it must be at most {MAX_COST}"),
+            ));
+        }
+        Ok(Self(check))
+    }
+
+    /// Its fields checked, with `peer` the client when it names no `ip`.
+    pub(crate) fn resolve(&self, peer: SocketAddr) -> Result<CheckRequest<'_>, Problem> {
+        Ok(CheckRequest {
+            resolved: subject!(self.0).resolve(peer)?,
+            cost: self.0.cost,
+        })
+    }
+}
+
+impl CheckRequest<'_> {
+    /// What the engine is asked.
+    pub(crate) fn request(&self) -> ratewarden_policy::Request<'_> {
+        self.resolved.request(self.cost)
+    }
+}
+
 fn too_costly(cost: u64) -> Response<Body> {
     reply::problem(
         StatusCode::UNPROCESSABLE_ENTITY,

@@ -127,7 +127,7 @@ async fn route(
     let response = match role {
         Role::Gateway => super::gateway::handle(app, local, peer, request).await,
         Role::Api => super::api::handle(app, peer, request).await,
-        Role::Admin => super::admin::handle(app, request).await,
+        Role::Admin => super::admin::handle(app, peer, request).await,
     };
     app.metrics
         .responded(role.as_str(), response.status().as_u16());

@@ -6,12 +6,15 @@ mod admin;
 mod api;
 mod auth;
 mod clients;
+mod dashboard;
 mod gateway;
 mod guard;
 mod limits;
 mod listen;
+mod operator;
 mod upstream;
 
 pub(crate) use api::request_error_status;
+pub(crate) use api::CheckBody;
 pub(crate) use listen::{bind, serve, Role};
 pub(crate) use upstream::Local;
