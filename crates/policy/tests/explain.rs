@@ -340,3 +340,48 @@ fn a_keys_state_is_read_and_reset_by_its_parts() {
         KeyStateError::EmptyKey
     );
 }
+
+/// An adaptive rule is decided on its limiter in this process, not on the store: `explain`
+/// reads the limiter (a new key as a new limiter would start), and takes nothing.
+#[test]
+fn an_adaptive_rule_is_explained_from_its_limiter() {
+    let config = parse(
+        "t.toml",
+        r#"
+[[limit]]
+name = "upstream"
+key = ["global"]
+algorithm = "adaptive-concurrency"
+strategy = "aimd"
+
+[limit.adaptive]
+min = 2
+max = 50
+"#,
+    )
+    .unwrap();
+    let engine = Engine::new(config, MemoryStore::new(StoreConfig::default()));
+    let get = request("GET", "/", &[]);
+    let first = now_or_panic(engine.explain(&get, NOW));
+    let (_, enforced, decision) = applies(&first, "upstream");
+    assert!(enforced && decision.is_allowed(), "{decision:?}");
+    assert!(
+        decision.limit >= 2 && decision.limit <= 50,
+        "the limiter's limit, not the store's placeholder: {decision:?}"
+    );
+    assert_eq!(decision.remaining, decision.limit - 1);
+    // Holding the whole limit: the next request would be shed.
+    let mut held = Vec::new();
+    for _ in 0..decision.limit {
+        let verdict = now_or_panic(engine.decide(&get, NOW)).unwrap();
+        assert!(verdict.allowed);
+        held.push(verdict);
+    }
+    let full = now_or_panic(engine.explain(&get, NOW));
+    let (_, _, decision) = applies(&full, "upstream");
+    assert!(!decision.is_allowed(), "{decision:?}");
+    assert!(!full.allowed);
+    // Explaining took nothing: the limiter still holds exactly what the requests took.
+    let states = engine.adaptive_states(10);
+    assert_eq!(states[0].in_flight, decision.limit, "{states:?}");
+}

@@ -196,7 +196,11 @@ pub(crate) fn row(rule: &Rule) -> [String; 6] {
         applies.join(" ")
     };
     let key: Vec<String> = rule.key.iter().map(ToString::to_string).collect();
-    let mut algorithm = describe(&rule.limit);
+    // An adaptive rule's `limit` is only its starting place: the limit moves.
+    let mut algorithm = match &rule.adaptive {
+        Some(adaptive) => format!("adaptive-concurrency ({})", adaptive.strategy.name()),
+        None => describe(&rule.limit),
+    };
     match &rule.cost {
         Cost::Fixed(1) => {}
         Cost::Fixed(n) => algorithm.push_str(&format!(", cost {n}")),

@@ -103,6 +103,46 @@ impl Limiters {
         }
     }
 
+    /// What `acquire` would answer for `key` in `class`, taking nothing: `(cap, in
+    /// flight)`, a key without a limiter yet answered as a new one would be.
+    pub(super) fn peek(
+        &self,
+        key: &str,
+        config: &Adaptive,
+        class: Criticality,
+        now: u64,
+    ) -> (u64, u64) {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        match inner.map.get(key) {
+            Some(limiter) => (limiter.cap(class), limiter.in_flight()),
+            None => {
+                let controller = config.strategy.build(config.window, now, seed(key));
+                let limiter =
+                    AdaptiveLimiter::new(controller, config.reserve_permille, config.lease_ns);
+                (limiter.cap(class), 0)
+            }
+        }
+    }
+
+    /// What an adaptive rule would decide for `key`, taking nothing (for `explain`).
+    pub(super) fn peek_decision(
+        &self,
+        key: &str,
+        config: &Adaptive,
+        class: Criticality,
+        now: u64,
+    ) -> Decision {
+        let (cap, in_flight) = self.peek(key, config, class, now);
+        if in_flight < cap {
+            Decision::new(Outcome::Allowed, cap, cap - in_flight - 1, 0)
+        } else {
+            let outcome = Outcome::Limited {
+                retry_after_ns: SHED_RETRY_NS,
+            };
+            Decision::new(outcome, cap, 0, SHED_RETRY_NS)
+        }
+    }
+
     fn states(&self, max: usize) -> Vec<AdaptiveState> {
         let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let mut states: Vec<AdaptiveState> = inner

@@ -122,6 +122,7 @@ impl<S: AsyncStore> Engine<S> {
     pub async fn explain(&self, request: &Request<'_>, now: u64) -> Explanation {
         let set = self.current();
         let client = client_of(request, &set.config.trusted_proxies);
+        let class = super::adaptive::criticality(&set, request);
         let mut rules = Vec::with_capacity(set.rules.len());
         for (i, rule) in set.rules.iter().enumerate() {
             let finding = match mismatch(&rule.matches, request) {
@@ -132,7 +133,7 @@ impl<S: AsyncStore> Engine<S> {
                         &set.prefixes[i],
                         &set.config.keys,
                         request,
-                        client,
+                        (client, class),
                         now,
                     )
                     .await
@@ -162,7 +163,7 @@ impl<S: AsyncStore> Engine<S> {
         prefix: &str,
         sources: &KeySources,
         request: &Request<'_>,
-        client: std::net::IpAddr,
+        (client, class): (std::net::IpAddr, ratewarden_core::adaptive::Criticality),
         now: u64,
     ) -> Finding {
         let key = match build_key(prefix, rule, sources, request, client) {
@@ -186,11 +187,15 @@ impl<S: AsyncStore> Engine<S> {
                 }
             }
         };
-        let decision = self
-            .store
-            .peek(&rule.limit, &key, now, cost)
-            .await
-            .map_err(|e| e.to_string());
+        // An adaptive rule is decided in this process, on its limiter, not on the store.
+        let decision = match &rule.adaptive {
+            Some(config) => Ok(self.adaptive.peek_decision(&key, config, class, now)),
+            None => self
+                .store
+                .peek(&rule.limit, &key, now, cost)
+                .await
+                .map_err(|e| e.to_string()),
+        };
         Finding::Applies {
             enforced: enforces(rule, &key),
             key,
