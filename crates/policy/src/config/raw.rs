@@ -30,9 +30,9 @@ pub(super) struct RawServer {
     pub(super) queue_timeout: Option<Spanned<String>>,
     pub(super) critical_reserve: Option<Spanned<i64>>,
     #[serde(default)]
-    pub(super) critical: Vec<RawMatch>,
+    pub(super) critical: Vec<Spanned<RawMatch>>,
     #[serde(default)]
-    pub(super) sheddable: Vec<RawMatch>,
+    pub(super) sheddable: Vec<Spanned<RawMatch>>,
     pub(super) shutdown_grace: Option<Spanned<String>>,
     pub(super) max_body: Option<Spanned<i64>>,
     pub(super) header_read_timeout: Option<Spanned<String>>,

@@ -5,9 +5,9 @@ use std::net::SocketAddr;
 use toml::Spanned;
 
 use super::error::Errors;
-use super::raw::RawServer;
+use super::raw::{RawMatch, RawServer};
 use super::rule::{match_of, path_problem};
-use super::{Bounds, ServerSettings, MIN_HEADER_BYTES};
+use super::{Bounds, Match, ServerSettings, MIN_HEADER_BYTES};
 
 pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> ServerSettings {
     let defaults = ServerSettings::default();
@@ -87,15 +87,22 @@ pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> Server
             ),
         );
     }
-    let critical: Vec<_> = raw.critical.into_iter().map(match_of).collect();
-    let sheddable: Vec<_> = raw.sheddable.into_iter().map(match_of).collect();
-    for (field, matches) in [("critical", &critical), ("sheddable", &sheddable)] {
-        for m in matches {
-            if let Some(problem) = path_problem(m) {
-                errors.at(None, None, format!("`[server] {field}`: {problem}"));
-            }
-        }
-    }
+    // Each route checked where it is written: a path no normalized request can have.
+    let mut routes = |field: &str, given: Vec<Spanned<RawMatch>>| -> Vec<Match> {
+        given
+            .into_iter()
+            .map(|m| {
+                let span = m.span();
+                let m = match_of(m.into_inner());
+                if let Some(problem) = path_problem(&m) {
+                    errors.at(Some(span), None, format!("`[server] {field}`: {problem}"));
+                }
+                m
+            })
+            .collect()
+    };
+    let critical = routes("critical", raw.critical);
+    let sheddable = routes("sheddable", raw.sheddable);
     ServerSettings {
         listen,
         api,
