@@ -19,9 +19,6 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
-use axum::routing::get;
-use axum::Router;
 use bytes::Bytes;
 use criterion::{Criterion, Throughput};
 use governor::{Quota, RateLimiter};
@@ -29,45 +26,16 @@ use http::{Request, StatusCode};
 use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
-use ratewarden_core::{Gcra, Rate};
-use ratewarden_tower::{header, KeyedLimit, RateLimitLayer};
 use tower::ServiceExt;
 
-const USERS: usize = 1024;
+#[path = "common/mod.rs"]
+mod common;
+use common::{bare, layered, request, BURST, USERS};
+
 const CONNECTIONS: usize = 32;
-const BURST: u32 = 100_000_000;
 
 fn users() -> Arc<Vec<String>> {
     Arc::new((0..USERS).map(|i| format!("user-{i}")).collect())
-}
-
-fn bare() -> Router {
-    Router::new().route("/", get(|| async { "hello" }))
-}
-
-fn layered() -> Router {
-    let per_user = KeyedLimit::new(
-        "per-user",
-        Gcra::new(
-            Rate::new(1, Duration::from_secs(60)).expect("1 a minute"),
-            u64::from(BURST),
-        )
-        .expect("a burst"),
-    )
-    .key(|request| header(request, "x-user"));
-    bare().layer(
-        RateLimitLayer::builder()
-            .limit(per_user)
-            .build()
-            .expect("one limit"),
-    )
-}
-
-fn request(user: &str) -> Request<Body> {
-    Request::get("/")
-        .header("x-user", user)
-        .body(Body::empty())
-        .expect("a request")
 }
 
 fn in_process(c: &mut Criterion) {

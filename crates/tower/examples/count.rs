@@ -6,48 +6,14 @@
 //! usage: count CASE N   (CASE: none, bare, layered, governor)
 
 use std::num::NonZeroU32;
-use std::time::Duration;
 
-use axum::body::Body;
-use axum::routing::get;
-use axum::Router;
 use governor::{Quota, RateLimiter};
-use http::{Request, StatusCode};
-use ratewarden_core::{Gcra, Rate};
-use ratewarden_tower::{header, KeyedLimit, RateLimitLayer};
+use http::StatusCode;
 use tower::ServiceExt;
 
-const USERS: usize = 1024;
-const BURST: u32 = 100_000_000;
-
-fn bare() -> Router {
-    Router::new().route("/", get(|| async { "hello" }))
-}
-
-fn layered() -> Router {
-    let per_user = KeyedLimit::new(
-        "per-user",
-        Gcra::new(
-            Rate::new(1, Duration::from_secs(60)).expect("1 a minute"),
-            u64::from(BURST),
-        )
-        .expect("a burst"),
-    )
-    .key(|request| header(request, "x-user"));
-    bare().layer(
-        RateLimitLayer::builder()
-            .limit(per_user)
-            .build()
-            .expect("one limit"),
-    )
-}
-
-fn request(user: &str) -> Request<Body> {
-    Request::get("/")
-        .header("x-user", user)
-        .body(Body::empty())
-        .expect("a request")
-}
+#[path = "../benches/common/mod.rs"]
+mod common;
+use common::{bare, layered, request, BURST, USERS};
 
 fn main() {
     let mut args = std::env::args().skip(1);
