@@ -34,8 +34,16 @@ fn sf_string_len(name: &str) -> Option<usize> {
     Some(len)
 }
 
-fn push_sf_string(out: &mut String, name: &str) {
+/// Writes `name` as an sf-string whose length [`sf_string_len`] gave as `len`.
+fn push_sf_string(out: &mut String, name: &str, len: usize) {
     out.push('"');
+    if len == name.len() + 2 {
+        // Nothing to escape (the common case: rule names are plain): one copy, without
+        // the search for quotes and backslashes.
+        out.push_str(name);
+        out.push('"');
+        return;
+    }
     let mut rest = name;
     while let Some(at) = rest.find(['"', '\\']) {
         out.push_str(&rest[..at]);
@@ -92,20 +100,23 @@ fn list<'p, const N: usize>(
     }
     len += (members - 1) * 2;
     let mut out = String::with_capacity(len);
-    for p in policies.iter().filter(|p| sf_string_len(p.name).is_some()) {
+    for p in policies {
+        let Some(name) = sf_string_len(p.name) else {
+            continue;
+        };
         if !out.is_empty() {
             out.push_str(", ");
         }
-        push_sf_string(&mut out, p.name);
+        push_sf_string(&mut out, p.name, name);
         let (ints, unit) = params(p);
         for (i, int) in ints.iter().enumerate() {
             if let Some(int) = int {
                 int.push(&mut out);
             }
             if i == 0 {
-                if let Some(unit) = unit.filter(|u| sf_string_len(u).is_some()) {
+                if let Some((unit, len)) = unit.and_then(|u| Some((u, sf_string_len(u)?))) {
                     out.push_str(";qu=");
-                    push_sf_string(&mut out, unit);
+                    push_sf_string(&mut out, unit, len);
                 }
             }
         }
@@ -154,9 +165,17 @@ mod tests {
     #[test]
     fn quotes_and_backslashes_are_escaped_in_place() {
         let mut out = String::new();
-        push_sf_string(&mut out, r#"a"b\c""#);
+        let len = sf_string_len(r#"a"b\c""#).expect("visible ASCII");
+        push_sf_string(&mut out, r#"a"b\c""#, len);
         assert_eq!(out, r#""a\"b\\c\"""#);
-        assert_eq!(sf_string_len(r#"a"b\c""#), Some(out.len()));
+        assert_eq!(len, out.len());
+        let mut plain = String::new();
+        push_sf_string(
+            &mut plain,
+            "per-user",
+            sf_string_len("per-user").expect("plain"),
+        );
+        assert_eq!(plain, r#""per-user""#);
         assert_eq!(sf_string_len("caf\u{e9}"), None);
         assert_eq!(sf_string_len("tab\there"), None);
     }

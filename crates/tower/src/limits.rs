@@ -2,6 +2,7 @@
 //! type whatever the store (memory, Redis, Redis Cluster): how a request's limits are found
 //! (the rules of a config, or limits written in code), and settles and releases.
 
+use std::borrow::Cow;
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
@@ -125,30 +126,48 @@ impl<St: AsyncStore + 'static> EngineLimits<St> {
         request: &Parts,
         now: u64,
     ) -> Result<Option<Verdict>, Unreadable> {
-        let mut keys: Vec<(usize, String, u64)> = Vec::with_capacity(limits.len());
+        // The engine's rules are the limits, in order (it is never reloaded).
+        if let [limit] = limits {
+            // One limit, the usual layer: no vector of keys.
+            let Some((key, cost)) = key_and_cost(limit, request)? else {
+                return Ok(None);
+            };
+            return Ok(Some(self.engine.decide_keyed(&[(0, key, cost)], now).await));
+        }
+        let mut keys = Vec::with_capacity(limits.len());
         for (i, limit) in limits.iter().enumerate() {
-            let key = match &limit.key {
-                Some(key) => match key(request) {
-                    Some(key) => key,
-                    None => continue,
-                },
-                None => "*".to_owned(),
-            };
-            let cost = match &limit.cost {
-                Some(cost) => cost(request).map_err(|reason| Unreadable {
-                    status: StatusCode::BAD_REQUEST,
-                    detail: format!("limit `{}`: {reason}", limit.name),
-                })?,
-                None => 1,
-            };
-            // The engine's rules are the limits, in order (it is never reloaded).
-            keys.push((i, key, cost));
+            if let Some((key, cost)) = key_and_cost(limit, request)? {
+                keys.push((i, key, cost));
+            }
         }
         if keys.is_empty() {
             return Ok(None);
         }
         Ok(Some(self.engine.decide_keyed(&keys, now).await))
     }
+}
+
+/// A request's key and cost under `limit`; `None` when its key closure finds no key (the
+/// limit does not apply).
+fn key_and_cost(
+    limit: &KeyedLimit,
+    request: &Parts,
+) -> Result<Option<(Cow<'static, str>, u64)>, Unreadable> {
+    let key = match &limit.key {
+        Some(key) => match key(request) {
+            Some(key) => Cow::Owned(key),
+            None => return Ok(None),
+        },
+        None => Cow::Borrowed("*"),
+    };
+    let cost = match &limit.cost {
+        Some(cost) => cost(request).map_err(|reason| Unreadable {
+            status: StatusCode::BAD_REQUEST,
+            detail: format!("limit `{}`: {reason}", limit.name),
+        })?,
+        None => 1,
+    };
+    Ok(Some((key, cost)))
 }
 
 impl<St: AsyncStore + 'static> Limits for EngineLimits<St> {

@@ -51,6 +51,16 @@ impl<S: AsyncStore> Engine<S> {
         version: u64,
         now: u64,
     ) -> Charged {
+        if let [a] = applying {
+            if a.enforced
+                && !rules[a.rule].local_first
+                && !(self.store.is_shared() && guards(&rules[a.rule]))
+            {
+                return self
+                    .charge_one(issuer, rules, counters, a, version, now)
+                    .await;
+            }
+        }
         let mut enforced: Vec<&Applying> = applying.iter().filter(|a| a.enforced).collect();
         // Hybrid rules first: their in-process bucket has seen a subset of what the store
         // has, so when it says no the store would too, and the round trip is saved.
@@ -120,19 +130,15 @@ impl<S: AsyncStore> Engine<S> {
                     .iter()
                     .enumerate()
                     .map(|(i, a)| {
-                        let rule = &rules[a.rule];
-                        if let Some(c) = counters(a.rule) {
-                            Counters::bump(&c.store_failures);
-                        }
-                        tracing::warn!(rule = %rule.name, %error, policy = ?rule.on_store_failure, "store failed");
                         if guarded.get(i).copied().unwrap_or(false) {
                             // Decided (and charged) here already.
                             if let Some(decision) = guard.next() {
+                                failed(&rules[a.rule], counters(a.rule), &error);
                                 return decision;
                             }
                         }
                         let (decision, closed) =
-                            self.on_store_failure(rule, &a.key, a.cost, now);
+                            self.store_failed(rules, &counters, a, &error, now);
                         unavailable |= closed;
                         decision
                     })
@@ -191,6 +197,95 @@ impl<S: AsyncStore> Engine<S> {
                 store_failed: failed,
             });
         }
+        self.finish(
+            issuer,
+            rules,
+            counters,
+            applying,
+            outcomes,
+            allowed,
+            unavailable,
+            version,
+            now,
+        )
+    }
+
+    /// [`charge`](Self::charge) for the common case: one enforced rule, decided by the
+    /// store alone (no in-process bucket before it, no guard beside it). The same decision
+    /// in one store call, without the vectors the general path sorts its rules into (four
+    /// allocations a request, a tenth of the tower layer's cost).
+    async fn charge_one<'c>(
+        &self,
+        issuer: Option<&Arc<RuleSet>>,
+        rules: &[Rule],
+        counters: impl Fn(usize) -> Option<&'c Counters>,
+        a: &Applying,
+        version: u64,
+        now: u64,
+    ) -> Charged {
+        let rule = &rules[a.rule];
+        let (decision, store_failed, unavailable) =
+            match self.store.decide(&rule.limit, &a.key, now, a.cost).await {
+                Ok(decision) => (decision, false, false),
+                Err(error) => {
+                    let (decision, closed) = self.store_failed(rules, &counters, a, &error, now);
+                    (decision, true, closed)
+                }
+            };
+        let allowed = decision.is_allowed();
+        if allowed && !store_failed && self.store.is_shared() {
+            self.record_locally(rules, &[a], now);
+        }
+        let outcomes = vec![RuleOutcome {
+            rule: a.rule,
+            key: a.key.clone(),
+            decision,
+            enforced: true,
+            store_failed,
+        }];
+        self.finish(
+            issuer,
+            rules,
+            counters,
+            std::slice::from_ref(a),
+            outcomes,
+            allowed,
+            unavailable,
+            version,
+            now,
+        )
+    }
+
+    /// The decision of enforced rule `a` when its store failed: by the rule's failure
+    /// policy, and whether that closed it (a 503). Counted and logged.
+    fn store_failed<'c, E: std::fmt::Display>(
+        &self,
+        rules: &[Rule],
+        counters: &impl Fn(usize) -> Option<&'c Counters>,
+        a: &Applying,
+        error: &E,
+        now: u64,
+    ) -> (Decision, bool) {
+        let rule = &rules[a.rule];
+        failed(rule, counters(a.rule), error);
+        self.on_store_failure(rule, &a.key, a.cost, now)
+    }
+
+    /// What every decision ends with: the outcomes in rule order, the per-rule counters,
+    /// the retry time, and an allowed request's reservation and permit.
+    #[allow(clippy::too_many_arguments)]
+    fn finish<'c>(
+        &self,
+        issuer: Option<&Arc<RuleSet>>,
+        rules: &[Rule],
+        counters: impl Fn(usize) -> Option<&'c Counters>,
+        applying: &[Applying],
+        mut outcomes: Vec<RuleOutcome>,
+        allowed: bool,
+        unavailable: bool,
+        version: u64,
+        now: u64,
+    ) -> Charged {
         outcomes.sort_by_key(|o| o.rule);
         for o in &outcomes {
             let Some(c) = counters(o.rule) else { continue };
@@ -327,6 +422,14 @@ fn charge_of(rule: &Rule, a: &Applying) -> Charge {
         max_cost,
         ticket: None,
     }
+}
+
+/// Counts and logs a store failure under `rule`.
+fn failed<E: std::fmt::Display>(rule: &Rule, counters: Option<&Counters>, error: &E) {
+    if let Some(c) = counters {
+        Counters::bump(&c.store_failures);
+    }
+    tracing::warn!(rule = %rule.name, %error, policy = ?rule.on_store_failure, "store failed");
 }
 
 fn check<'r>(rules: &'r [Rule], a: &'r Applying) -> Check<'r> {
