@@ -1,7 +1,7 @@
 //! The headers and bodies of the rate limiting contract.
 
 pub use http::header::{CACHE_CONTROL, CONTENT_TYPE, RETRY_AFTER};
-use http::HeaderName;
+use http::{HeaderName, HeaderValue};
 use ratewarden_core::{Decision, NANOS_PER_SEC};
 
 /// `RateLimit` (draft-ietf-httpapi-ratelimit-headers): each policy's remaining quota.
@@ -32,6 +32,10 @@ pub struct PolicyState<'a> {
     pub window_secs: Option<u64>,
     /// The quota unit, when not requests (`concurrent-requests` for in-flight limits).
     pub unit: Option<&'a str>,
+    /// This policy's `RateLimit-Policy` value rendered in advance, for these very numbers
+    /// ([`RenderedPolicy::value`](crate::RenderedPolicy::value)): sent as it is when this
+    /// policy is the only one an allowed response shows. `None` renders it.
+    pub policy: Option<&'a HeaderValue>,
 }
 
 impl<'a> PolicyState<'a> {
@@ -44,6 +48,16 @@ impl<'a> PolicyState<'a> {
             window_secs: crate::window_secs(limit),
             unit: matches!(limit, ratewarden_core::Limit::Concurrency(_))
                 .then_some("concurrent-requests"),
+            policy: None,
+        }
+    }
+
+    /// The same, with its `RateLimit-Policy` value taken from `rendered` when it was
+    /// rendered for these numbers (see [`RenderedPolicy`](crate::RenderedPolicy)).
+    pub fn rendered(self, rendered: &'a crate::RenderedPolicy) -> Self {
+        Self {
+            policy: rendered.value(&self),
+            ..self
         }
     }
 }
@@ -81,6 +95,22 @@ fn int_string(n: u64) -> String {
     itoa::Buffer::new().format(n).to_owned()
 }
 
+/// The legacy trio's numbers, when `legacy`: they describe one limit, the one closest to
+/// exhaustion.
+fn legacy_trio(policies: &[PolicyState<'_>], legacy: bool) -> Option<[(HeaderName, u64); 3]> {
+    let p = legacy
+        .then(|| policies.iter().min_by_key(|p| p.decision.remaining))
+        .flatten()?;
+    Some([
+        (X_RATELIMIT_LIMIT, p.decision.limit),
+        (X_RATELIMIT_REMAINING, p.decision.remaining),
+        (
+            X_RATELIMIT_RESET,
+            p.decision.reset_after_ns.div_ceil(NANOS_PER_SEC),
+        ),
+    ])
+}
+
 fn rate_limit_headers(policies: &[PolicyState<'_>], legacy: bool) -> Vec<(HeaderName, String)> {
     let mut headers = Vec::with_capacity(if legacy { 6 } else { 3 });
     if let Some(v) = crate::fields::policy_field(policies) {
@@ -89,15 +119,8 @@ fn rate_limit_headers(policies: &[PolicyState<'_>], legacy: bool) -> Vec<(Header
     if let Some(v) = crate::fields::state_field(policies) {
         headers.push((RATELIMIT, v));
     }
-    // The legacy trio describes one limit: the one closest to exhaustion.
-    if let Some(p) = legacy
-        .then(|| policies.iter().min_by_key(|p| p.decision.remaining))
-        .flatten()
-    {
-        headers.push((X_RATELIMIT_LIMIT, int_string(p.decision.limit)));
-        headers.push((X_RATELIMIT_REMAINING, int_string(p.decision.remaining)));
-        let reset = p.decision.reset_after_ns.div_ceil(NANOS_PER_SEC);
-        headers.push((X_RATELIMIT_RESET, int_string(reset)));
+    for (name, n) in legacy_trio(policies, legacy).into_iter().flatten() {
+        headers.push((name, int_string(n)));
     }
     headers
 }
@@ -105,10 +128,35 @@ fn rate_limit_headers(policies: &[PolicyState<'_>], legacy: bool) -> Vec<(Header
 /// The headers to add to an allowed response: each policy's `RateLimit-Policy` and
 /// `RateLimit`, and the legacy trio when `legacy`. Per-client values must not be replayed
 /// to other clients by a shared cache, hence `Cache-Control: private`.
-pub fn allowed_headers(policies: &[PolicyState<'_>], legacy: bool) -> Vec<(HeaderName, String)> {
-    let mut headers = rate_limit_headers(policies, legacy);
+///
+/// As header values, ready to append: a policy's pre-rendered `RateLimit-Policy`
+/// ([`PolicyState::policy`]) is shared, not copied, and the rest are made from their
+/// strings without a copy.
+pub fn allowed_headers(
+    policies: &[PolicyState<'_>],
+    legacy: bool,
+) -> Vec<(HeaderName, HeaderValue)> {
+    let mut headers = Vec::with_capacity(if legacy { 6 } else { 3 });
+    let policy = match policies {
+        [PolicyState {
+            policy: Some(value),
+            ..
+        }] => Some((*value).clone()),
+        _ => crate::fields::policy_field(policies).and_then(|v| HeaderValue::try_from(v).ok()),
+    };
+    if let Some(v) = policy {
+        headers.push((RATELIMIT_POLICY, v));
+    }
+    if let Some(v) =
+        crate::fields::state_field(policies).and_then(|v| HeaderValue::try_from(v).ok())
+    {
+        headers.push((RATELIMIT, v));
+    }
+    for (name, n) in legacy_trio(policies, legacy).into_iter().flatten() {
+        headers.push((name, HeaderValue::from(n)));
+    }
     if !headers.is_empty() {
-        headers.push((CACHE_CONTROL, "private".to_owned()));
+        headers.push((CACHE_CONTROL, HeaderValue::from_static("private")));
     }
     headers
 }
@@ -129,7 +177,7 @@ pub fn allowed_headers(policies: &[PolicyState<'_>], legacy: bool) -> Vec<(Heade
 /// let mut state = Default::default();
 /// for _ in 0..5 { gcra.decide(&mut state, 0, 1); }
 /// let no = gcra.decide(&mut state, 0, 1);
-/// let policy = PolicyState { name: "per-key", decision: &no, window_secs: Some(1), unit: None };
+/// let policy = PolicyState { name: "per-key", decision: &no, window_secs: Some(1), unit: None, policy: None };
 /// let retry = no.retry_after_ns().unwrap_or(0);
 /// let response = limited(&[policy], &["per-key"], retry, false, false);
 /// assert_eq!(response.status, 429);

@@ -16,6 +16,7 @@
 
 mod contract;
 mod fields;
+mod rendered;
 
 pub use contract::{
     allowed_headers, limited, retry_after_secs, unavailable, PolicyState, Response, CACHE_CONTROL,
@@ -24,3 +25,4 @@ pub use contract::{
 };
 /// Moved to core, where Envoy's units need it too; this path stays.
 pub use ratewarden_core::window_secs;
+pub use rendered::RenderedPolicy;

@@ -9,11 +9,12 @@ use ratewarden_http::{
 };
 use std::time::Duration;
 
-fn header<'a>(headers: &'a [(http::HeaderName, String)], name: &str) -> Option<&'a str> {
+/// A header's value, from an answer's (`String`) or an allowed response's (`HeaderValue`).
+fn header<'a, V: AsRef<[u8]>>(headers: &'a [(http::HeaderName, V)], name: &str) -> Option<&'a str> {
     headers
         .iter()
         .find(|(n, _)| n == name)
-        .map(|(_, v)| v.as_str())
+        .and_then(|(_, v)| std::str::from_utf8(v.as_ref()).ok())
 }
 
 /// Valid Structured Field lists, as a client would parse them.
@@ -42,6 +43,7 @@ fn a_429_carries_retry_after_ratelimit_fields_no_store_and_a_problem() {
         decision: &sixth,
         window_secs: window_secs(&limit),
         unit: None,
+        policy: None,
     };
     let response = limited(
         &[policy],
@@ -91,18 +93,21 @@ fn several_policies_make_one_list_each_with_its_window_and_unit() {
             decision: &a,
             window_secs: window_secs(&minute),
             unit: None,
+            policy: None,
         },
         PolicyState {
             name: "monthly",
             decision: &b,
             window_secs: window_secs(&month),
             unit: None,
+            policy: None,
         },
         PolicyState {
             name: "in-flight",
             decision: &c,
             window_secs: window_secs(&inflight),
             unit: Some("concurrent-requests"),
+            policy: None,
         },
     ];
     let h = allowed_headers(&policies, false);
@@ -129,6 +134,7 @@ fn a_sensitive_rule_answers_a_bare_429() {
         decision: &sixth,
         window_secs: window_secs(&limit),
         unit: None,
+        policy: None,
     };
     let response = limited(&[policy], &["login"], 200_000_000, true, true);
     assert_eq!(response.status, 429);
@@ -153,12 +159,14 @@ fn legacy_headers_describe_the_policy_closest_to_exhaustion() {
             decision: &roomy,
             window_secs: window_secs(&wide),
             unit: None,
+            policy: None,
         },
         PolicyState {
             name: "per-key",
             decision: &sixth,
             window_secs: window_secs(&limit),
             unit: None,
+            policy: None,
         },
     ];
     let h = allowed_headers(&policies, true);

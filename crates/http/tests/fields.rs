@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 use ratewarden_core::{Decision, Outcome};
-use ratewarden_http::{allowed_headers, PolicyState, RATELIMIT, RATELIMIT_POLICY};
+use ratewarden_http::{allowed_headers, PolicyState, RenderedPolicy, RATELIMIT, RATELIMIT_POLICY};
 use sfv::{Integer, KeyRef, ListSerializer, StringRef};
 
 fn sf_int(n: u64) -> Integer {
@@ -43,13 +43,13 @@ fn reference(policies: &[PolicyState<'_>]) -> (Option<String>, Option<String>) {
 }
 
 fn value<'a>(
-    headers: &'a [(http::HeaderName, String)],
+    headers: &'a [(http::HeaderName, http::HeaderValue)],
     name: &http::HeaderName,
 ) -> Option<&'a str> {
     headers
         .iter()
         .find(|(n, _)| n == name)
-        .map(|(_, v)| v.as_str())
+        .and_then(|(_, v)| v.to_str().ok())
 }
 
 /// Names from printable ASCII with the escaped characters made likely, and now and then a
@@ -104,10 +104,21 @@ proptest! {
                 decision,
                 window_secs: *window,
                 unit: *unit,
+                policy: None,
             })
             .collect();
         let headers = allowed_headers(&policies, false);
         let (policy, state) = reference(&policies);
+        // Rendered once and reused, each policy alone says what rendering it says.
+        for p in &policies {
+            let rendered = RenderedPolicy::default();
+            for _ in 0..2 {
+                let alone = [p.rendered(&rendered)];
+                let cached = allowed_headers(&alone, false);
+                let (expected, _) = reference(&alone);
+                prop_assert_eq!(value(&cached, &RATELIMIT_POLICY), expected.as_deref());
+            }
+        }
         prop_assert_eq!(value(&headers, &RATELIMIT_POLICY), policy.as_deref());
         prop_assert_eq!(value(&headers, &RATELIMIT), state.as_deref());
         for field in [&RATELIMIT_POLICY, &RATELIMIT] {

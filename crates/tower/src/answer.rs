@@ -60,7 +60,7 @@ pub type RejectHook = Arc<dyn Fn(&Rejection) -> http::Response<Bytes> + Send + S
 pub(crate) enum Answer {
     /// Serve it, after `delay` (a queueing rule), adding `headers` to the response.
     Go {
-        headers: Vec<(HeaderName, String)>,
+        headers: Vec<(HeaderName, HeaderValue)>,
         delay: Duration,
         reservation: Option<GrantId>,
         permit: Option<GrantId>,

@@ -160,6 +160,7 @@ impl KeyedLimit {
             sensitive: self.sensitive,
             local_first: false,
             adaptive: None,
+            rendered: Default::default(),
         }
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::header::CACHE_CONTROL;
 use http::request::Parts;
-use http::{HeaderName, Request, Response};
+use http::{HeaderName, HeaderValue, Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
@@ -97,10 +97,7 @@ where
                 if name == CACHE_CONTROL && head.headers.contains_key(CACHE_CONTROL) {
                     continue;
                 }
-                // From the `String` itself: no copy.
-                if let Ok(value) = http::HeaderValue::try_from(value) {
-                    head.headers.append(name, value);
-                }
+                head.headers.append(name, value);
             }
             Ok(Response::from_parts(head, LimitBody::inner(body, permit)))
         })
@@ -109,7 +106,11 @@ where
 
 /// What an allowed request goes on with: the headers for its response, its queueing delay
 /// and its permit.
-type Go = (Vec<(HeaderName, String)>, Duration, Option<PermitGuard>);
+type Go = (
+    Vec<(HeaderName, HeaderValue)>,
+    Duration,
+    Option<PermitGuard>,
+);
 
 /// A request prepared to go on, or the answer that stops it.
 enum Prepared {

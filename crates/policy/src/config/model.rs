@@ -146,4 +146,8 @@ pub struct Rule {
     /// `limit` is a concurrency limit at its ceiling, and the rule is decided in this
     /// process, never in the store).
     pub adaptive: Option<crate::config::Adaptive>,
+    /// Not configuration: its `RateLimit-Policy` value, rendered by the first response that
+    /// shows it and shared by the rest (`RenderedPolicy::default()` when building a rule;
+    /// a clone starts empty, and rules compare equal whatever it holds).
+    pub rendered: ratewarden_http::RenderedPolicy,
 }

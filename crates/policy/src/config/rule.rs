@@ -82,6 +82,7 @@ pub(super) fn rule(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -
         sensitive: raw.sensitive.unwrap_or(false),
         local_first: raw.local_first.unwrap_or(false),
         adaptive,
+        rendered: Default::default(),
     })
 }
 

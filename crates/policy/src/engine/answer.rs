@@ -16,8 +16,8 @@ pub enum Answer {
     /// Serve it, after `delay` (a queueing rule), adding `headers` (the RateLimit fields)
     /// to the response.
     Go {
-        /// The headers for the response.
-        headers: Vec<(http::HeaderName, String)>,
+        /// The headers for the response, ready to append.
+        headers: Vec<(http::HeaderName, http::HeaderValue)>,
         /// How long a queueing rule holds the request first.
         delay: Duration,
     },
@@ -32,7 +32,7 @@ impl Verdict {
         self.shown()
             .map(|o| {
                 let rule = &self.rules[o.rule];
-                PolicyState::of(&rule.name, &rule.limit, &o.decision)
+                PolicyState::of(&rule.name, &rule.limit, &o.decision).rendered(&rule.rendered)
             })
             .collect()
     }

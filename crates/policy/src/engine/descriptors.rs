@@ -304,5 +304,6 @@ fn envoy_rule(name: String, domain: &str, limit: Limit, shadow: bool) -> Rule {
         sensitive: false,
         local_first: false,
         adaptive: None,
+        rendered: Default::default(),
     }
 }

@@ -31,6 +31,18 @@ pub(crate) fn contract(answer: ratewarden_http::Response) -> Response<Body> {
     response
 }
 
+/// Appends header lines made ready by the contract (an allowed request's RateLimit fields).
+pub(crate) fn append_headers<B>(
+    response: &mut Response<B>,
+    headers: Vec<(HeaderName, HeaderValue)>,
+) {
+    let map = response.headers_mut();
+    map.reserve(headers.len());
+    for (name, value) in headers {
+        map.append(name, value);
+    }
+}
+
 /// Adds header lines, skipping any value that cannot be a header (none of ours).
 pub(crate) fn add_headers<B>(response: &mut Response<B>, headers: &[(HeaderName, String)]) {
     for (name, value) in headers {

@@ -169,13 +169,14 @@ async fn check(app: &App, request: &CheckRequest) -> Result<CheckResponse, Statu
 }
 
 /// Header lines as Envoy's header options (appended, as the gateway appends them).
-fn options(headers: &[(HeaderName, String)]) -> Vec<HeaderValueOption> {
+fn options<V: AsRef<[u8]>>(headers: &[(HeaderName, V)]) -> Vec<HeaderValueOption> {
     headers
         .iter()
         .map(|(name, value)| HeaderValueOption {
             header: Some(HeaderValue {
                 key: name.as_str().to_owned(),
-                value: value.clone(),
+                // Ours are visible ASCII.
+                value: String::from_utf8_lossy(value.as_ref()).into_owned(),
                 ..HeaderValue::default()
             }),
             ..HeaderValueOption::default()

@@ -129,7 +129,7 @@ fn response(app: &App, verdict: &Verdict) -> RateLimitResponse {
             .unwrap_or(NANOS_PER_SEC);
         headers.push((
             ratewarden_http::RETRY_AFTER,
-            ratewarden_http::retry_after_secs(app.jittered(retry)).to_string(),
+            http::HeaderValue::from(ratewarden_http::retry_after_secs(app.jittered(retry))),
         ));
     }
     RateLimitResponse {
@@ -147,7 +147,8 @@ fn response(app: &App, verdict: &Verdict) -> RateLimitResponse {
             .into_iter()
             .map(|(key, value)| HeaderValue {
                 key: key.as_str().to_owned(),
-                value,
+                // Ours are visible ASCII.
+                value: String::from_utf8_lossy(value.as_bytes()).into_owned(),
                 ..HeaderValue::default()
             })
             .collect(),

@@ -483,11 +483,24 @@ async fn decide(app: &App, peer: SocketAddr, check: Check) -> Response<Body> {
         })
         .collect();
     let name = |o: &ratewarden_policy::RuleOutcome| verdict.rules[o.rule].name.as_str();
-    let (status, headers, body, delay_ms) = match &answer {
-        Answer::Go { headers, delay } => (200, headers, None, ms_duration(*delay)),
+    let (status, headers, body, delay_ms): (_, Vec<(&str, &str)>, _, _) = match &answer {
+        Answer::Go { headers, delay } => (
+            200,
+            headers
+                .iter()
+                // Ours are visible ASCII.
+                .map(|(n, v)| (n.as_str(), v.to_str().unwrap_or_default()))
+                .collect(),
+            None,
+            ms_duration(*delay),
+        ),
         Answer::Stop(response) => (
             response.status,
-            &response.headers,
+            response
+                .headers
+                .iter()
+                .map(|(n, v)| (n.as_str(), v.as_str()))
+                .collect(),
             Some(response.body.as_str()).filter(|b| !b.is_empty()),
             0,
         ),
@@ -503,10 +516,7 @@ async fn decide(app: &App, peer: SocketAddr, check: Check) -> Response<Body> {
         reservation: verdict.reservation.map(|id| id.to_string()),
         permit: verdict.permit.map(|id| id.to_string()),
         config_version: verdict.version,
-        headers: headers
-            .iter()
-            .map(|(n, v)| (n.as_str(), v.as_str()))
-            .collect(),
+        headers,
         body,
     };
     match serde_json::to_vec(&out) {

@@ -135,7 +135,7 @@ pub(crate) async fn handle(
                 tokio::time::sleep(delay).await;
             }
             let mut response = Response::new(reply::full(""));
-            reply::add_headers(&mut response, &headers);
+            reply::append_headers(&mut response, headers);
             response
         }
         Answer::Stop(refused) => {

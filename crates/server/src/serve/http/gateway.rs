@@ -192,7 +192,7 @@ pub(crate) async fn handle(
     );
     let body = Holding::new(body.boxed(), (permit, slot));
     let mut response = Response::from_parts(parts, body.boxed());
-    reply::add_headers(&mut response, &headers);
+    reply::append_headers(&mut response, headers);
     response
 }
 
