@@ -20,8 +20,8 @@ pub mod path;
 
 pub use config::{
     Adaptive, Bounds, Config, ConfigError, ConfigErrors, Cost, KeyPart, KeySources, Match, Mode,
-    OnStoreFailure, Rule, ServerSettings, StoreKind, StoreSettings, MIN_HEADER_BYTES,
-    MIN_STORE_BYTES,
+    OnStoreFailure, Queue, Rule, ServerSettings, StoreKind, StoreSettings, MAX_WEIGHT,
+    MIN_HEADER_BYTES, MIN_STORE_BYTES,
 };
 pub use engine::{
     api_key_digest, fingerprint, rollout_bucket, AdaptiveState, Answer, DescriptorStatus,
@@ -29,6 +29,7 @@ pub use engine::{
     RequestDescriptor, RequestError, RuleOutcome, RuleStats, SettleError, Verdict,
     CRITICALITY_HEADER,
 };
+pub use engine::{QueueState, ShedReason, Timer, WaitStats, WAIT_BUCKETS_NS};
 pub use engine::{
     outcome_words, Explanation, Finding, KeyState, KeyStateError, Offender, RuleExplanation,
     RuleTop, TopKeys, TopReport,

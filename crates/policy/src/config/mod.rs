@@ -19,6 +19,7 @@
 //! file, line, column and rule rather than stopping at the first.
 
 mod adaptive;
+mod queue;
 mod bounds;
 mod error;
 mod key;
@@ -32,6 +33,7 @@ mod store;
 mod validate;
 
 pub use adaptive::{Adaptive, ADAPTIVE_CONCURRENCY};
+pub use queue::{Queue, MAX_WEIGHT};
 pub use bounds::{Bounds, MIN_HEADER_BYTES};
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{Cost, KeyPart, Match, Mode, OnStoreFailure, Rule};
