@@ -29,9 +29,9 @@ pub use engine::{
     RequestDescriptor, RequestError, RuleOutcome, RuleStats, SettleError, Verdict,
     CRITICALITY_HEADER,
 };
-pub use engine::{QueueState, ShedReason, Timer, WaitStats, WAIT_BUCKETS_NS};
 pub use engine::{
     outcome_words, Explanation, Finding, KeyState, KeyStateError, Offender, RuleExplanation,
     RuleTop, TopKeys, TopReport,
 };
+pub use engine::{QueueState, ShedReason, Timer, WaitStats, WAIT_BUCKETS_NS};
 pub use ip::{client_ip, IpGrouping, PrefixError, TrustedProxies};

@@ -127,9 +127,15 @@ fn past_the_limit_a_request_waits_and_a_release_lets_it_in() {
     assert!(let_in.allowed && let_in.permit.is_some());
     let queues = engine.adaptive_queues();
     assert_eq!(queues.len(), 1);
-    assert_eq!((queues[0].rule.as_str(), queues[0].class), ("up", Criticality::Default));
+    assert_eq!(
+        (queues[0].rule.as_str(), queues[0].class),
+        ("up", Criticality::Default)
+    );
     assert_eq!(queues[0].waiting, 0);
-    assert_eq!((queues[0].waits.count, queues[0].waits.sum_ns), (1, 30 * MS));
+    assert_eq!(
+        (queues[0].waits.count, queues[0].waits.sum_ns),
+        (1, 30 * MS)
+    );
     let bucket = WAIT_BUCKETS_NS.iter().position(|&b| 30 * MS <= b).unwrap();
     assert_eq!(queues[0].waits.buckets[bucket], 1);
     // The one let in holds the place: it is released as any other.
@@ -266,8 +272,11 @@ fn weights_give_a_tenant_more_turns() {
         1,
         &format!("queues = 2\nhand = 1\nmax_wait = \"1s\"\n[limit.queue.weights]\n\"{b}\" = 2\n"),
     ));
-    let config = parse("a.toml", &queued(1, &format!("[limit.queue.weights]\n\"{b}\" = 2\n")))
-        .unwrap();
+    let config = parse(
+        "a.toml",
+        &queued(1, &format!("[limit.queue.weights]\n\"{b}\" = 2\n")),
+    )
+    .unwrap();
     let queue = config.rules[0].adaptive.clone().unwrap().queue.unwrap();
     assert_eq!((queue.weight(&b), queue.weight(&a)), (2, 1));
     let timer = ManualTimer::new();
@@ -289,10 +298,12 @@ fn weights_give_a_tenant_more_turns() {
         release(&engine, &holder, timer.now());
         let i = waiters
             .iter_mut()
-            .position(|(_, w)| poll(w).is_some_and(|v| {
-                holder = v;
-                true
-            }))
+            .position(|(_, w)| {
+                poll(w).is_some_and(|v| {
+                    holder = v;
+                    true
+                })
+            })
             .expect("each release lets one in");
         order.push(waiters.remove(i).0);
     }
@@ -322,11 +333,19 @@ fn a_client_that_goes_away_leaves_the_queue() {
     let mut granted_then_gone: Pending<'_> = Box::pin(engine.decide_waiting(&r, &timer));
     assert!(poll(&mut granted_then_gone).is_none());
     release(&engine, &second, timer.now());
-    assert_eq!(engine.adaptive_states(1)[0].in_flight, 1, "granted to the waiter");
+    assert_eq!(
+        engine.adaptive_states(1)[0].in_flight,
+        1,
+        "granted to the waiter"
+    );
     drop(granted_then_gone);
     let state = &engine.adaptive_states(1)[0];
     assert_eq!((state.in_flight, state.waiting), (0, 0));
-    assert!(now_or_panic(engine.decide_waiting(&r, &timer)).unwrap().allowed);
+    assert!(
+        now_or_panic(engine.decide_waiting(&r, &timer))
+            .unwrap()
+            .allowed
+    );
 }
 
 #[test]
@@ -445,7 +464,12 @@ fn queues_are_validated_with_located_errors() {
     let queue = config.rules[0].adaptive.clone().unwrap().queue.unwrap();
     assert_eq!(queue.key, ratewarden_policy::KeyPart::Tenant);
     assert_eq!(
-        (queue.shape.queues, queue.shape.hand, queue.shape.queue_length, queue.shape.max_wait_ns),
+        (
+            queue.shape.queues,
+            queue.shape.hand,
+            queue.shape.queue_length,
+            queue.shape.max_wait_ns
+        ),
         (64, 8, 50, 1_000_000_000)
     );
 }

@@ -193,7 +193,11 @@ async fn with_a_queue_the_excess_waits_its_turn_and_a_client_gone_leaves_the_que
     up.gate.add_permits(2);
     assert_eq!(slow.await.unwrap(), StatusCode::OK);
     assert_eq!(queued.await.unwrap(), StatusCode::OK);
-    assert_eq!(up.arrived.load(Ordering::SeqCst), 2, "the one gone never reached it");
+    assert_eq!(
+        up.arrived.load(Ordering::SeqCst),
+        2,
+        "the one gone never reached it"
+    );
     assert_eq!(metric(admin, waiting).await, Some(0.0));
     let let_in = "ratewarden_adaptive_queue_wait_seconds_count{rule=\"up\",class=\"default\"}";
     assert_eq!(metric(admin, let_in).await, Some(1.0));

@@ -222,8 +222,8 @@ async fn a_light_tenant_keeps_its_latency_and_every_request_beside_a_heavy_one()
     let served_before = served.load(Ordering::SeqCst);
     let began = Instant::now();
     let (alone, beside) = tokio::join!(light(alone.listen), light(shared.listen));
-    let goodput = (served.load(Ordering::SeqCst) - served_before) as f64
-        / began.elapsed().as_secs_f64();
+    let goodput =
+        (served.load(Ordering::SeqCst) - served_before) as f64 / began.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     let (heavy_ok, heavy_shed) = heavy_load.await.unwrap();
 
@@ -241,7 +241,10 @@ async fn a_light_tenant_keeps_its_latency_and_every_request_beside_a_heavy_one()
     );
     let mut failed: Vec<u16> = beside.iter().filter(|d| d.0 != 200).map(|d| d.0).collect();
     failed.dedup();
-    assert!(failed.is_empty(), "the light tenant lost requests: {failed:?}");
+    assert!(
+        failed.is_empty(),
+        "the light tenant lost requests: {failed:?}"
+    );
     assert!(alone.iter().all(|d| d.0 == 200));
     assert!(
         ratio <= 1.25,

@@ -81,8 +81,7 @@ where
             let decided = settings.limits.decide(&parts, peer, &timer).await;
             // One call of the inner service, below: each await point holding its future
             // would make this future larger, and every request allocates it.
-            let (headers, delay, mut permit) = match prepare(&settings, decided, &mut parts, grpc)
-            {
+            let (headers, delay, mut permit) = match prepare(&settings, decided, &mut parts, grpc) {
                 Prepared::Go(go) => go,
                 Prepared::Stop(answer) => return Ok(answer.map(LimitBody::full)),
             };

@@ -29,7 +29,10 @@ const RULE: &str = "[[limit]]\nname = \"inner\"\nkey = [\"global\"]\nalgorithm =
 /// layer deciding `toml`'s rules on `engine`.
 fn app(toml: &str) -> (Router, Arc<Engine<MemoryStore>>) {
     let config = ratewarden_policy::config::parse("a.toml", toml).unwrap();
-    let engine = Arc::new(Engine::new(config, MemoryStore::new(StoreConfig::default())));
+    let engine = Arc::new(Engine::new(
+        config,
+        MemoryStore::new(StoreConfig::default()),
+    ));
     let layer =
         RateLimitLayer::from_engine(Arc::clone(&engine)).clock(Arc::new(TokioClock::new(BASE)));
     let workers = Arc::new(Semaphore::new(WORKERS));
@@ -132,7 +135,10 @@ async fn past_the_limit_the_layer_sheds_and_with_a_queue_the_excess_waits() {
     // With one: all six, two at a time, in three rounds of the service.
     let (router, engine) = app(&format!("{pinned}[limit.queue]\nmax_wait = \"1s\"\n"));
     let (statuses, took) = burst(router).await;
-    assert!(statuses.iter().all(|s| *s == StatusCode::OK), "{statuses:?}");
+    assert!(
+        statuses.iter().all(|s| *s == StatusCode::OK),
+        "{statuses:?}"
+    );
     assert!(took >= SERVICE * 3 && took < SERVICE * 4, "{took:?}");
     let queues = engine.adaptive_queues();
     assert_eq!(queues[0].waits.count, 4);
@@ -155,8 +161,7 @@ async fn a_caller_that_goes_away_leaves_the_layers_queue() {
     };
     tokio::task::yield_now().await;
     // A caller that gives up after 10 ms: its future is dropped while it waits.
-    let gave_up =
-        tokio::time::timeout(Duration::from_millis(10), status(&app, "/work", "b")).await;
+    let gave_up = tokio::time::timeout(Duration::from_millis(10), status(&app, "/work", "b")).await;
     assert!(gave_up.is_err());
     assert_eq!(engine.adaptive_states(1)[0].waiting, 0, "it left the queue");
     let next = {

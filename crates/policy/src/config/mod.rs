@@ -19,12 +19,12 @@
 //! file, line, column and rule rather than stopping at the first.
 
 mod adaptive;
-mod queue;
 mod bounds;
 mod error;
 mod key;
 mod limit;
 mod model;
+mod queue;
 mod raw;
 mod rule;
 mod server;
@@ -33,9 +33,9 @@ mod store;
 mod validate;
 
 pub use adaptive::{Adaptive, ADAPTIVE_CONCURRENCY};
-pub use queue::{Queue, MAX_WEIGHT};
 pub use bounds::{Bounds, MIN_HEADER_BYTES};
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{Cost, KeyPart, Match, Mode, OnStoreFailure, Rule};
+pub use queue::{Queue, MAX_WEIGHT};
 pub use settings::{Config, KeySources, ServerSettings, StoreKind, StoreSettings, MIN_STORE_BYTES};
 pub use validate::{load, parse};

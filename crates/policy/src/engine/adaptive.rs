@@ -427,7 +427,10 @@ impl Limiters {
         waiting
             .into_iter()
             .map(|((rule, class), n)| QueueState {
-                waits: waits.get(&(rule.clone(), class)).cloned().unwrap_or_default(),
+                waits: waits
+                    .get(&(rule.clone(), class))
+                    .cloned()
+                    .unwrap_or_default(),
                 rule,
                 class,
                 waiting: n,
@@ -763,7 +766,11 @@ impl<S> Engine<S> {
             .into_iter()
             .flat_map(|c| {
                 ShedReason::ALL.into_iter().enumerate().map(move |(i, r)| {
-                    (c, r, self.adaptive.shed[c as usize][i].load(Ordering::Relaxed))
+                    (
+                        c,
+                        r,
+                        self.adaptive.shed[c as usize][i].load(Ordering::Relaxed),
+                    )
                 })
             })
             .collect()

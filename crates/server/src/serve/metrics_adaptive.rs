@@ -121,12 +121,9 @@ pub(super) fn encode(
             .collect();
         let counted: u64 = w.buckets.iter().sum();
         buckets.push((f64::MAX, w.count.saturating_sub(counted)));
-        family.encode_family(&labels)?.encode_histogram::<QueueLabels>(
-            w.sum_ns as f64 / 1e9,
-            w.count,
-            &buckets,
-            None,
-        )?;
+        family
+            .encode_family(&labels)?
+            .encode_histogram::<QueueLabels>(w.sum_ns as f64 / 1e9, w.count, &buckets, None)?;
     }
     Ok(())
 }
