@@ -20,8 +20,8 @@ pub mod path;
 
 pub use config::{
     Adaptive, Bounds, Config, ConfigError, ConfigErrors, Cost, KeyPart, KeySources, Match, Mode,
-    OnStoreFailure, Rule, ServerSettings, StoreKind, StoreSettings, MIN_HEADER_BYTES,
-    MIN_STORE_BYTES,
+    OnStoreFailure, Queue, Rule, ServerSettings, StoreKind, StoreSettings, MAX_WEIGHT,
+    MIN_HEADER_BYTES, MIN_STORE_BYTES,
 };
 pub use engine::{
     api_key_digest, fingerprint, rollout_bucket, AdaptiveState, Answer, DescriptorStatus,
@@ -33,4 +33,5 @@ pub use engine::{
     outcome_words, Explanation, Finding, KeyState, KeyStateError, Offender, RuleExplanation,
     RuleTop, TopKeys, TopReport,
 };
+pub use engine::{QueueState, ShedReason, Timer, WaitStats, WAIT_BUCKETS_NS};
 pub use ip::{client_ip, IpGrouping, PrefixError, TrustedProxies};

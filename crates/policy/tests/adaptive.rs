@@ -29,7 +29,7 @@ fn an_adaptive_rule_takes_its_strategy_and_parameters_with_published_defaults() 
         &format!("{RULE}strategy = \"vegas\"\n[limit.adaptive]\nmax = 300\nwindow = \"100ms\"\nreserve = 0.2\n"),
     )
     .unwrap();
-    let adaptive = config.rules[0].adaptive.unwrap();
+    let adaptive = config.rules[0].adaptive.clone().unwrap();
     let Strategy::Vegas(vegas) = adaptive.strategy else {
         panic!("{adaptive:?}")
     };
@@ -48,7 +48,7 @@ fn an_adaptive_rule_takes_its_strategy_and_parameters_with_published_defaults() 
 
     // No strategy: Gradient2, Netflix's defaults.
     let config = parse("a.toml", RULE).unwrap();
-    let Strategy::Gradient2(g) = config.rules[0].adaptive.unwrap().strategy else {
+    let Strategy::Gradient2(g) = config.rules[0].adaptive.clone().unwrap().strategy else {
         panic!()
     };
     assert_eq!(

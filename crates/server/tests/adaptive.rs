@@ -116,7 +116,7 @@ async fn past_the_limit_the_gateway_sheds_with_a_503_and_retry_after() {
     let admin = server.admin.unwrap();
     let metrics = get(admin, "/metrics", &[]).await.body;
     assert!(
-        metrics.contains("ratewarden_adaptive_shed_total{class=\"default\"} 1"),
+        metrics.contains("ratewarden_adaptive_shed_total{class=\"default\",reason=\"limit\"} 1"),
         "{metrics}"
     );
     assert!(
@@ -156,4 +156,54 @@ async fn the_limit_backs_off_on_an_upstream_5xx_or_timeout() {
     );
     assert!(eventually(|| async { learnt(admin).await == Some(7) }).await);
     drop(up);
+}
+
+/// The value of a `/metrics` line that starts with `prefix`.
+async fn metric(admin: SocketAddr, prefix: &str) -> Option<f64> {
+    let metrics = get(admin, "/metrics", &[]).await.body;
+    metrics
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[tokio::test]
+async fn with_a_queue_the_excess_waits_its_turn_and_a_client_gone_leaves_the_queue() {
+    let up = upstream().await;
+    let toml = format!(
+        "{}\n[limit.queue]\nmax_wait = \"30s\"\n",
+        config(up.addr, "initial = 1\nmin = 1\nmax = 1\nreserve = 0\n")
+    );
+    let server = start(options(&toml, Arc::new(RealClock::new()))).await;
+    let (listen, admin) = (server.listen, server.admin.unwrap());
+    let waiting = "ratewarden_adaptive_queue_waiting{rule=\"up\",class=\"default\"}";
+    let slow = tokio::spawn(async move { get(listen, "/slow", &[]).await.status });
+    assert!(eventually(|| async { up.arrived.load(Ordering::SeqCst) == 1 }).await);
+
+    // Past the limit: it waits instead of a 503.
+    let queued = tokio::spawn(async move { get(listen, "/slow", &[]).await.status });
+    assert!(eventually(|| async { metric(admin, waiting).await == Some(1.0) }).await);
+    // Its client goes away while it waits: it leaves the queue, and the place the first
+    // one frees does not go to it.
+    let gone = tokio::spawn(async move { get(listen, "/", &[("x-tenant-id", "gone")]).await });
+    assert!(eventually(|| async { metric(admin, waiting).await == Some(2.0) }).await);
+    gone.abort();
+    assert!(eventually(|| async { metric(admin, waiting).await == Some(1.0) }).await);
+
+    up.gate.add_permits(2);
+    assert_eq!(slow.await.unwrap(), StatusCode::OK);
+    assert_eq!(queued.await.unwrap(), StatusCode::OK);
+    assert_eq!(
+        up.arrived.load(Ordering::SeqCst),
+        2,
+        "the one gone never reached it"
+    );
+    assert_eq!(metric(admin, waiting).await, Some(0.0));
+    let let_in = "ratewarden_adaptive_queue_wait_seconds_count{rule=\"up\",class=\"default\"}";
+    assert_eq!(metric(admin, let_in).await, Some(1.0));
+    let metrics = get(admin, "/metrics", &[]).await.body;
+    assert!(
+        metrics.contains("ratewarden_adaptive_shed_total{class=\"default\",reason=\"limit\"} 0"),
+        "{metrics}"
+    );
 }

@@ -55,6 +55,7 @@ mod limits;
 mod permit;
 mod reservation;
 mod service;
+mod timer;
 
 pub use answer::{RejectHook, Rejection};
 pub use body::LimitBody;

@@ -10,8 +10,9 @@ use std::sync::Arc;
 
 use http::request::Parts;
 use http::StatusCode;
+use ratewarden_core::adaptive::Completion;
 use ratewarden_core::AsyncStore;
-use ratewarden_policy::{Engine, GrantId, Owner, SettleError, Verdict};
+use ratewarden_policy::{Engine, GrantId, Owner, SettleError, Timer, Verdict};
 
 use crate::keyed::KeyedLimit;
 
@@ -26,12 +27,14 @@ pub(crate) struct Unreadable {
 
 /// Deciding, settling and releasing, whatever the store.
 pub(crate) trait Limits: Send + Sync + 'static {
-    /// The verdict on `request` from `peer` at `now`; `None` when no limit applies.
+    /// The verdict on `request` from `peer` at `timer`'s now (a request an adaptive rule
+    /// with a queue has no place for waits its turn on `timer`); `None` when no limit
+    /// applies.
     fn decide<'a>(
         &'a self,
         request: &'a Parts,
         peer: IpAddr,
-        now: u64,
+        timer: &'a dyn Timer,
     ) -> BoxFuture<'a, Result<Option<Verdict>, Unreadable>>;
 
     /// Settles reservation `id` at `actual`.
@@ -44,11 +47,12 @@ pub(crate) trait Limits: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<(), SettleError>>;
 
     /// Releases permit `id` (a lapsed or unknown permit is no error here: the lease let
-    /// it go).
+    /// it go), telling its adaptive rules how the request went when it is known.
     fn release(
         self: Arc<Self>,
         id: GrantId,
         owner: Arc<Verdict>,
+        completion: Option<Completion>,
         now: u64,
     ) -> BoxFuture<'static, ()>;
 
@@ -78,7 +82,7 @@ impl<St: AsyncStore + 'static> EngineLimits<St> {
         &self,
         request: &Parts,
         peer: IpAddr,
-        now: u64,
+        timer: &dyn Timer,
     ) -> Result<Verdict, Unreadable> {
         // What is matched is one spelling of the path, as at the gateway (issue 12).
         let path =
@@ -106,8 +110,9 @@ impl<St: AsyncStore + 'static> EngineLimits<St> {
             api_key: None,
             tenant: None,
         };
+        // A layer holds the request as the gateway does: it may wait in a rule's queue.
         self.engine
-            .decide(&engine_request, now)
+            .decide_waiting(&engine_request, timer)
             .await
             .map_err(|e| Unreadable {
                 status: if e.is_malformed() {
@@ -175,13 +180,13 @@ impl<St: AsyncStore + 'static> Limits for EngineLimits<St> {
         &'a self,
         request: &'a Parts,
         peer: IpAddr,
-        now: u64,
+        timer: &'a dyn Timer,
     ) -> BoxFuture<'a, Result<Option<Verdict>, Unreadable>> {
         match &self.source {
             Source::Rules { .. } => {
-                Box::pin(async move { self.decide_rules(request, peer, now).await.map(Some) })
+                Box::pin(async move { self.decide_rules(request, peer, timer).await.map(Some) })
             }
-            Source::Keyed(limits) => Box::pin(self.decide_keyed(limits, request, now)),
+            Source::Keyed(limits) => Box::pin(self.decide_keyed(limits, request, timer.now())),
         }
     }
 
@@ -200,10 +205,15 @@ impl<St: AsyncStore + 'static> Limits for EngineLimits<St> {
         self: Arc<Self>,
         id: GrantId,
         owner: Arc<Verdict>,
+        completion: Option<Completion>,
         now: u64,
     ) -> BoxFuture<'static, ()> {
         Box::pin(async move {
-            let _ = self.engine.release(id, Owner::Verdict(&owner), now).await;
+            let owner = Owner::Verdict(&owner);
+            let _ = match completion {
+                Some(c) => self.engine.release_with(id, owner, c, now).await,
+                None => self.engine.release(id, owner, now).await,
+            };
         })
     }
 

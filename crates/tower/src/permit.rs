@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use ratewarden_core::adaptive::Completion;
 use ratewarden_core::Clock;
 use ratewarden_policy::{GrantId, Verdict};
 
@@ -16,6 +17,9 @@ pub(crate) struct PermitGuard {
     pub(crate) id: Option<GrantId>,
     /// The verdict that carried the id: what proves the release is the holder's.
     pub(crate) owner: Arc<Verdict>,
+    /// How the inner service answered, once it has: what adaptive rules learn from.
+    /// `None` (the caller went away before the answer) teaches them nothing.
+    pub(crate) completion: Option<Completion>,
 }
 
 impl Drop for PermitGuard {
@@ -23,8 +27,9 @@ impl Drop for PermitGuard {
         let Some(id) = self.id.take() else {
             return;
         };
+        let owner = Arc::clone(&self.owner);
         let release =
-            Arc::clone(&self.limits).release(id, Arc::clone(&self.owner), self.clock.now());
+            Arc::clone(&self.limits).release(id, owner, self.completion, self.clock.now());
         // A store that answers at once (in memory) releases here, before the next request
         // can be decided; one a network away releases on a task of its own. Outside a
         // runtime the lease lets the permit go.

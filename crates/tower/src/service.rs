@@ -17,7 +17,9 @@ use crate::answer::{self, Answer, Rejection};
 use crate::layer::{unknown_peer, Settings};
 use crate::limits::Unreadable;
 use crate::permit::PermitGuard;
+use crate::timer::ClockTimer;
 use crate::{grpc, LimitBody, Reservation};
+use ratewarden_core::adaptive::Completion;
 use ratewarden_policy::Verdict;
 
 /// The future of a [`RateLimit`] call.
@@ -75,13 +77,11 @@ where
         let grpc = grpc::is_grpc(&parts);
         let peer = (settings.peer)(&parts).unwrap_or_else(unknown_peer);
         Box::pin(async move {
-            let decided = settings
-                .limits
-                .decide(&parts, peer, settings.clock.now())
-                .await;
+            let timer = ClockTimer(&*settings.clock);
+            let decided = settings.limits.decide(&parts, peer, &timer).await;
             // One call of the inner service, below: each await point holding its future
             // would make this future larger, and every request allocates it.
-            let (headers, delay, permit) = match prepare(&settings, decided, &mut parts, grpc) {
+            let (headers, delay, mut permit) = match prepare(&settings, decided, &mut parts, grpc) {
                 Prepared::Go(go) => go,
                 Prepared::Stop(answer) => return Ok(answer.map(LimitBody::full)),
             };
@@ -90,8 +90,20 @@ where
                 // timer is large, and rarely needed.
                 Box::pin(tokio::time::sleep(delay)).await;
             }
-            let response = inner.call(Request::from_parts(parts, body)).await?;
-            let (mut head, body) = response.into_parts();
+            let sent = settings.clock.now();
+            let response = inner.call(Request::from_parts(parts, body)).await;
+            // The round trip is to the inner service's answer, as the gateway's is to the
+            // upstream's response head; an error or a 5xx is a drop: the service is
+            // failing, which is what an adaptive limit must back off from.
+            if let Some(permit) = permit.as_mut() {
+                permit.completion = Some(Completion {
+                    rtt_ns: Some(settings.clock.now().saturating_sub(sent)),
+                    dropped: response
+                        .as_ref()
+                        .map_or(true, |r| r.status().is_server_error()),
+                });
+            }
+            let (mut head, body) = response?.into_parts();
             for (name, value) in headers {
                 // The service's own caching policy wins over the layer's `private`.
                 if name == CACHE_CONTROL && head.headers.contains_key(CACHE_CONTROL) {
@@ -167,6 +179,7 @@ fn prepare(
                 limits: Arc::clone(limits),
                 clock: Arc::clone(&settings.clock),
                 id: Some(id),
+                completion: None,
             });
             Prepared::Go((headers, delay, permit))
         }

@@ -222,6 +222,30 @@ impl<T> FairQueue<T> {
         None
     }
 
+    /// The shape it was made with.
+    pub fn config(&self) -> FairQueueConfig {
+        self.config
+    }
+
+    /// Takes out every request `gone` says is gone (its client went away), keeping the
+    /// order of the rest; returns how many were taken out.
+    pub fn remove_where(&mut self, mut gone: impl FnMut(&T) -> bool) -> usize {
+        let mut removed = 0;
+        for lane in &mut self.lanes {
+            let before = lane.items.len();
+            lane.items.retain(|w| !gone(&w.item));
+            removed += before - lane.items.len();
+            if lane.items.is_empty() {
+                lane.deficit = 0;
+                lane.granted = false;
+            }
+        }
+        self.len -= removed;
+        let lanes = &self.lanes;
+        self.active.retain(|&l| !lanes[l].items.is_empty());
+        removed
+    }
+
     /// Takes out every request that has waited `max_wait` by `now` (to be answered 503).
     pub fn expire(&mut self, now: u64) -> Vec<T> {
         let mut expired = Vec::new();
@@ -306,6 +330,19 @@ mod tests {
         assert_eq!(q.pop(106), Some(((0, 1), 96)));
         assert_eq!(q.pop(106), Some(((1, 0), 86)));
         assert!(q.is_empty() && q.pop(106).is_none());
+    }
+
+    #[test]
+    fn a_request_taken_out_leaves_its_lane_and_the_round() {
+        let mut q = queue(2, 1, 5);
+        q.push(0, 1, (0, 0), 0).unwrap();
+        q.push(1, 1, (1, 0), 0).unwrap();
+        q.push(1, 1, (1, 1), 0).unwrap();
+        assert_eq!(q.remove_where(|&(flow, _)| flow == 0), 1);
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.pop(1).map(|(item, _)| item), Some((1, 0)));
+        assert_eq!(q.remove_where(|_| true), 1);
+        assert!(q.is_empty() && q.pop(1).is_none());
     }
 
     #[test]

@@ -167,6 +167,13 @@ impl AdaptiveLimiter {
         }
     }
 
+    /// Whether a request of `class` would be let in at `now` (places that lapsed by then
+    /// are counted out first).
+    pub fn has_room(&mut self, class: Criticality, now: u64) -> bool {
+        self.expire(now);
+        self.in_flight() < self.cap(class)
+    }
+
     /// Lets a request of `class` in at `now` if its class has room.
     ///
     /// # Errors

@@ -31,8 +31,8 @@ pub const ADAPTIVE_CONCURRENCY: &str = "adaptive-concurrency";
 /// The strategies' names, the recommended one first.
 const STRATEGIES: [&str; 4] = ["gradient2", "vegas", "aimd", "gradient"];
 
-/// An adaptive concurrency rule's controller, window and reserve.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// An adaptive concurrency rule's controller, window, reserve and queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Adaptive {
     /// The controller and its parameters.
     pub strategy: Strategy,
@@ -43,6 +43,8 @@ pub struct Adaptive {
     pub reserve_permille: u64,
     /// How long a place is held at most if never released, in nanoseconds.
     pub lease_ns: u64,
+    /// Where the excess waits (`[limit.queue]`); `None`: it is refused at once.
+    pub queue: Option<super::Queue>,
 }
 
 /// The rule's ceiling (a concurrency limit at the strategy's max, which is what decisions
@@ -267,6 +269,7 @@ pub(super) fn adaptive(
                 window,
                 reserve_permille,
                 lease_ns,
+                queue: None,
             }),
         ),
         Err(e) => {

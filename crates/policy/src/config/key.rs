@@ -24,22 +24,7 @@ pub(super) fn key(
     let mut key = Vec::new();
     for part in &raw.key {
         let text = part.get_ref().trim();
-        let parsed = match text {
-            "ip" => Some(KeyPart::Ip(grouping)),
-            "api_key" => Some(KeyPart::ApiKey),
-            "tenant" => Some(KeyPart::Tenant),
-            "route" => Some(KeyPart::Route),
-            "global" => Some(KeyPart::Global),
-            "descriptor" => Some(KeyPart::Descriptor),
-            _ => match text.split_once(':') {
-                Some(("header", name)) if !name.trim().is_empty() => {
-                    Some(KeyPart::Header(name.trim().to_ascii_lowercase()))
-                }
-                Some(("literal", value)) => Some(KeyPart::Literal(value.to_owned())),
-                _ => None,
-            },
-        };
-        match parsed {
+        match key_part(text, grouping) {
             Some(p) => key.push(p),
             None => {
                 let hint = did_you_mean(text, ["ip", "api_key", "tenant", "route", "global"]);
@@ -52,8 +37,27 @@ pub(super) fn key(
     key
 }
 
+/// One key part as written (`ip`, `header:x-api-key`), `None` when it is no part.
+pub(super) fn key_part(text: &str, grouping: IpGrouping) -> Option<KeyPart> {
+    match text {
+        "ip" => Some(KeyPart::Ip(grouping)),
+        "api_key" => Some(KeyPart::ApiKey),
+        "tenant" => Some(KeyPart::Tenant),
+        "route" => Some(KeyPart::Route),
+        "global" => Some(KeyPart::Global),
+        "descriptor" => Some(KeyPart::Descriptor),
+        _ => match text.split_once(':') {
+            Some(("header", name)) if !name.trim().is_empty() => {
+                Some(KeyPart::Header(name.trim().to_ascii_lowercase()))
+            }
+            Some(("literal", value)) => Some(KeyPart::Literal(value.to_owned())),
+            _ => None,
+        },
+    }
+}
+
 /// How the `ip` part groups addresses (`ipv4_prefix`, `ipv6_prefix`).
-fn grouping(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>) -> IpGrouping {
+pub(super) fn grouping(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>) -> IpGrouping {
     let mut prefix = |v: &Option<Spanned<i64>>, default: u8, most: u8| -> u8 {
         let Some(p) = v else { return default };
         match u8::try_from(*p.get_ref()) {

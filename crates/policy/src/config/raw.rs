@@ -122,6 +122,20 @@ pub(super) struct RawLimit {
     pub(super) ipv6_prefix: Option<Spanned<i64>>,
     pub(super) strategy: Option<Spanned<String>>,
     pub(super) adaptive: Option<RawAdaptive>,
+    pub(super) queue: Option<Spanned<RawQueue>>,
+}
+
+/// `[limit.queue]`: where an adaptive rule's excess waits, and how it is shared.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawQueue {
+    pub(super) key: Option<Spanned<String>>,
+    pub(super) max_wait: Option<Spanned<String>>,
+    pub(super) queues: Option<Spanned<i64>>,
+    pub(super) hand: Option<Spanned<i64>>,
+    pub(super) queue_length: Option<Spanned<i64>>,
+    #[serde(default)]
+    pub(super) weights: std::collections::BTreeMap<String, Spanned<i64>>,
 }
 
 /// A number that may be written whole or with decimals (`smoothing = 0.2`, `reserve = 0`).

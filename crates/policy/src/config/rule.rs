@@ -26,9 +26,12 @@ pub(super) fn rule(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -
         .algorithm
         .as_ref()
         .is_some_and(|a| a.get_ref().trim() == ADAPTIVE_CONCURRENCY);
-    let (limit, adaptive) = if is_adaptive {
+    let (limit, mut adaptive) = if is_adaptive {
         adaptive(&raw, &span, rule, errors)
     } else {
+        if let Some(q) = &raw.queue {
+            super::queue::stray(q.span(), rule, errors);
+        }
         for (field, given) in [
             ("strategy", raw.strategy.is_some()),
             ("adaptive", raw.adaptive.is_some()),
@@ -42,6 +45,20 @@ pub(super) fn rule(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -
         (limit(&raw, &span, rule, errors), None)
     };
     let key = key(&raw, &span, rule, errors);
+    if let (Some(raw_queue), true) = (&raw.queue, is_adaptive) {
+        // The queue's `ip` groups addresses as the rule's own key does.
+        let grouping = key
+            .iter()
+            .find_map(|p| match p {
+                KeyPart::Ip(g) => Some(*g),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let queue = super::queue::queue(raw_queue, grouping, rule, errors);
+        if let Some(a) = adaptive.as_mut() {
+            a.queue = queue;
+        }
+    }
     let cost = cost(&raw, rule, errors);
     let settle_within = errors.duration(raw.settle.as_ref(), "`settle`", rule, false);
     let mode = mode(&raw, rule, errors);

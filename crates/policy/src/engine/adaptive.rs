@@ -7,11 +7,14 @@
 //! past the cap, an idle limiter (nothing in flight) is dropped, oldest first, and a busy
 //! one is never dropped (the permits ledger bounds how many can be busy).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::Waker;
 
-use ratewarden_core::adaptive::{AdaptiveLimiter, Completion, Criticality, Shed, Ticket};
+use ratewarden_core::adaptive::{
+    AdaptiveLimiter, Completion, Criticality, FairQueue, FairQueueConfig, Ticket,
+};
 use ratewarden_core::{AsyncStore, Decision, Outcome, NANOS_PER_SEC};
 
 use super::charge::{Applying, Charged};
@@ -19,6 +22,7 @@ use super::counters::Counters;
 use super::owner::{stranger, Owner};
 use super::reservations::{Charge, Grant, GrantId};
 use super::rules::RuleSet;
+use super::waiting::{Timer, Turn, Wait};
 use super::{Engine, ReleaseError, Request, RuleOutcome};
 use crate::config::Adaptive;
 use crate::Rule;
@@ -38,15 +42,66 @@ const SHED_RETRY_NS: u64 = NANOS_PER_SEC;
 pub(super) struct Limiters {
     inner: Mutex<Inner>,
     cap: usize,
-    /// Requests shed, by class (lowest first, as [`Criticality::ALL`]).
-    shed: [AtomicU64; 3],
+    /// Requests shed, by class (lowest first, as [`Criticality::ALL`]) and reason (as
+    /// [`ShedReason::ALL`]).
+    shed: [[AtomicU64; 3]; 3],
+    /// How long dispatched waiters waited, by rule name and class. Rule names come from
+    /// the config, not from clients: the map is as small as the rules.
+    waits: Mutex<BTreeMap<(String, Criticality), WaitStats>>,
 }
 
 #[derive(Default)]
 struct Inner {
-    map: HashMap<String, AdaptiveLimiter>,
+    map: HashMap<String, Entry>,
     /// Keys in creation order, for eviction.
     order: VecDeque<String>,
+}
+
+/// One rule key's limiter and the requests waiting for a place under it.
+struct Entry {
+    limiter: AdaptiveLimiter,
+    /// Waiters by class (lowest first): made on first use, dropped once empty, so a key
+    /// nobody waits on holds no lanes.
+    waiting: [Option<FairQueue<Arc<Turn>>>; 3],
+}
+
+impl Entry {
+    fn waiters(&self) -> usize {
+        self.waiting.iter().flatten().map(FairQueue::len).sum()
+    }
+
+    fn is_idle(&self) -> bool {
+        self.limiter.is_idle() && self.waiters() == 0
+    }
+
+    /// Lets waiters in while their class has room, critical ones first, each class's
+    /// waiters in their fair order; the wakers of those let in, to wake once the lock is
+    /// let go, and how long each waited.
+    fn dispatch(&mut self, now: u64) -> (Vec<Waker>, Vec<(Criticality, u64)>) {
+        let mut wakers = Vec::new();
+        let mut waited = Vec::new();
+        for class in Criticality::ALL.into_iter().rev() {
+            let slot = &mut self.waiting[class as usize];
+            while let Some(queue) = slot.as_mut() {
+                if queue.is_empty() {
+                    *slot = None;
+                    break;
+                }
+                if !self.limiter.has_room(class, now) {
+                    break;
+                }
+                let Some((turn, wait_ns)) = queue.pop(now) else {
+                    break;
+                };
+                // `has_room` just said yes at the same `now`.
+                if let Ok(ticket) = self.limiter.acquire(class, now) {
+                    wakers.extend(turn.grant(ticket));
+                    waited.push((class, wait_ns));
+                }
+            }
+        }
+        (wakers, waited)
+    }
 }
 
 /// One adaptive limiter's numbers, for metrics.
@@ -58,6 +113,107 @@ pub struct AdaptiveState {
     pub limit: u64,
     /// Requests in flight.
     pub in_flight: u64,
+    /// Requests waiting in its queue.
+    pub waiting: u64,
+}
+
+/// Why an adaptive rule shed a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ShedReason {
+    /// The limit was reached and the request could not wait: the rule has no queue, the
+    /// front door cannot hold a request, or a sheddable one found the queue past its share.
+    Limit,
+    /// Every lane of its flow's hand was full.
+    QueueFull,
+    /// It waited `max_wait` without a place.
+    WaitedTooLong,
+}
+
+impl ShedReason {
+    /// Every reason, in the order counters keep them.
+    pub const ALL: [ShedReason; 3] = [
+        ShedReason::Limit,
+        ShedReason::QueueFull,
+        ShedReason::WaitedTooLong,
+    ];
+
+    /// The reason as metrics label it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShedReason::Limit => "limit",
+            ShedReason::QueueFull => "queue_full",
+            ShedReason::WaitedTooLong => "waited_too_long",
+        }
+    }
+}
+
+/// The upper bounds of the wait-time buckets, in nanoseconds (1 ms to 10 s).
+pub const WAIT_BUCKETS_NS: [u64; 10] = [
+    1_000_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    10_000_000_000,
+];
+
+/// How long dispatched waiters waited: a histogram over [`WAIT_BUCKETS_NS`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WaitStats {
+    /// Waiters dispatched.
+    pub count: u64,
+    /// Their waits added up, in nanoseconds.
+    pub sum_ns: u64,
+    /// Waiters whose wait was at most each bound of [`WAIT_BUCKETS_NS`] (not cumulative).
+    pub buckets: [u64; 10],
+}
+
+/// Waiting requests of one rule and class, for metrics.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueState {
+    /// The rule's name.
+    pub rule: String,
+    /// The waiters' class.
+    pub class: Criticality,
+    /// How many wait now (over all the rule's keys).
+    pub waiting: u64,
+    /// How long those dispatched so far waited.
+    pub waits: WaitStats,
+}
+
+/// What became of a request at an adaptive rule.
+pub(super) enum Entered {
+    /// It holds a place.
+    Let(Ticket),
+    /// It waits for its turn.
+    Wait(Arc<Turn>),
+    /// It is refused.
+    Shed(ShedReason),
+}
+
+/// Why a waiter leaves before its turn came through `Wait`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Leaving {
+    /// Its deadline passed: a place granted meanwhile is kept.
+    TimedOut,
+    /// Its client went away: a place granted meanwhile is given back.
+    Gone,
+}
+
+/// The rule name of a key `rule@fingerprint|value`.
+fn rule_of(key: &str) -> &str {
+    let head = key.split_once('|').map_or(key, |(head, _)| head);
+    head.rsplit_once('@').map_or(head, |(name, _)| name)
+}
+
+fn wake(wakers: Vec<Waker>) {
+    for waker in wakers {
+        waker.wake();
+    }
 }
 
 impl Limiters {
@@ -66,40 +222,130 @@ impl Limiters {
             inner: Mutex::new(Inner::default()),
             cap: cap.max(1),
             shed: Default::default(),
+            waits: Mutex::new(BTreeMap::new()),
         }
     }
 
-    fn acquire(
+    pub(super) fn shed(&self, class: Criticality, reason: ShedReason) {
+        let reason = ShedReason::ALL
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(0);
+        self.shed[class as usize][reason].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn record_waits(&self, key: &str, waited: &[(Criticality, u64)]) {
+        if waited.is_empty() {
+            return;
+        }
+        let mut waits = self.waits.lock().unwrap_or_else(PoisonError::into_inner);
+        for &(class, ns) in waited {
+            let stats = waits.entry((rule_of(key).to_owned(), class)).or_default();
+            stats.count += 1;
+            stats.sum_ns = stats.sum_ns.saturating_add(ns);
+            if let Some(i) = WAIT_BUCKETS_NS.iter().position(|&b| ns <= b) {
+                stats.buckets[i] += 1;
+            }
+        }
+    }
+
+    /// Lets a request of `class` in under `key`, or queues it when the rule has a queue and
+    /// `flow` (its flow's hash and weight) is given, or refuses it; with the class's cap.
+    fn enter(
         &self,
         key: &str,
         config: &Adaptive,
         class: Criticality,
         now: u64,
-    ) -> (u64, Result<Ticket, Shed>) {
+        flow: Option<(u64, u64)>,
+    ) -> (u64, Entered) {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         if !inner.map.contains_key(key) {
             inner.evict(self.cap);
             let controller = config.strategy.build(config.window, now, seed(key));
             let limiter =
                 AdaptiveLimiter::new(controller, config.reserve_permille, config.lease_ns);
-            inner.map.insert(key.to_owned(), limiter);
+            let entry = Entry {
+                limiter,
+                waiting: Default::default(),
+            };
+            inner.map.insert(key.to_owned(), entry);
             inner.order.push_back(key.to_owned());
         }
-        let Some(limiter) = inner.map.get_mut(key) else {
+        let Some(entry) = inner.map.get_mut(key) else {
             unreachable!("inserted above")
         };
-        let taken = limiter.acquire(class, now);
-        (limiter.cap(class), taken)
+        // Places that lapsed go to those already waiting before a newcomer.
+        let (wakers, waited) = entry.dispatch(now);
+        let cap = entry.limiter.cap(class);
+        let entered = match (entry.limiter.acquire(class, now), &config.queue, flow) {
+            (Ok(ticket), _, _) => Entered::Let(ticket),
+            (Err(_), Some(queue), Some((hash, weight))) => {
+                join(entry, queue.shape, class, hash, weight, now)
+            }
+            (Err(_), _, _) => Entered::Shed(ShedReason::Limit),
+        };
+        drop(inner);
+        self.record_waits(key, &waited);
+        wake(wakers);
+        (cap, entered)
     }
 
     fn release(&self, key: &str, ticket: Ticket, now: u64, completion: Option<Completion>) {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         // An evicted limiter held nothing: there is nothing to give back.
-        if let Some(limiter) = inner.map.get_mut(key) {
-            match completion {
-                Some(c) => limiter.release(ticket, now, c),
-                None => limiter.forget(ticket, now),
-            };
+        let Some(entry) = inner.map.get_mut(key) else {
+            return;
+        };
+        match completion {
+            Some(c) => entry.limiter.release(ticket, now, c),
+            None => entry.limiter.forget(ticket, now),
+        };
+        let (wakers, waited) = entry.dispatch(now);
+        drop(inner);
+        self.record_waits(key, &waited);
+        wake(wakers);
+    }
+
+    /// A waiter of `class` under `key` leaves its queue: the place granted meanwhile, if
+    /// any, is kept (`TimedOut`: returned) or given back (`Gone`, and the next waiter
+    /// dispatched).
+    pub(super) fn leave(
+        &self,
+        key: &str,
+        class: Criticality,
+        turn: &Arc<Turn>,
+        now: u64,
+        leaving: Leaving,
+    ) -> Option<Ticket> {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        // Under the lock no dispatch can grant it between these two steps.
+        let granted = turn.end();
+        let entry = inner.map.get_mut(key)?;
+        match (granted, leaving) {
+            (Some(ticket), Leaving::TimedOut) => Some(ticket),
+            (Some(ticket), Leaving::Gone) => {
+                entry.limiter.forget(ticket, now);
+                let (wakers, waited) = entry.dispatch(now);
+                drop(inner);
+                self.record_waits(key, &waited);
+                wake(wakers);
+                None
+            }
+            (None, _) => {
+                let slot = &mut entry.waiting[class as usize];
+                if let Some(queue) = slot.as_mut() {
+                    queue.remove_where(|t| Arc::ptr_eq(t, turn));
+                    if queue.is_empty() {
+                        *slot = None;
+                    }
+                }
+                if leaving == Leaving::TimedOut {
+                    drop(inner);
+                    self.shed(class, ShedReason::WaitedTooLong);
+                }
+                None
+            }
         }
     }
 
@@ -114,7 +360,7 @@ impl Limiters {
     ) -> (u64, u64) {
         let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         match inner.map.get(key) {
-            Some(limiter) => (limiter.cap(class), limiter.in_flight()),
+            Some(entry) => (entry.limiter.cap(class), entry.limiter.in_flight()),
             None => {
                 let controller = config.strategy.build(config.window, now, seed(key));
                 let limiter =
@@ -148,16 +394,81 @@ impl Limiters {
         let mut states: Vec<AdaptiveState> = inner
             .map
             .iter()
-            .map(|(key, l)| AdaptiveState {
+            .map(|(key, e)| AdaptiveState {
                 key: key.clone(),
-                limit: l.limit(),
-                in_flight: l.in_flight(),
+                limit: e.limiter.limit(),
+                in_flight: e.limiter.in_flight(),
+                waiting: e.waiters() as u64,
             })
             .collect();
         // The busiest first, then by key: a stable, bounded set for a metrics page.
         states.sort_by(|a, b| b.in_flight.cmp(&a.in_flight).then(a.key.cmp(&b.key)));
         states.truncate(max);
         states
+    }
+
+    fn queues(&self) -> Vec<QueueState> {
+        let mut waiting: BTreeMap<(String, Criticality), u64> = BTreeMap::new();
+        {
+            let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+            for (key, entry) in &inner.map {
+                for class in Criticality::ALL {
+                    if let Some(queue) = &entry.waiting[class as usize] {
+                        *waiting.entry((rule_of(key).to_owned(), class)).or_default() +=
+                            queue.len() as u64;
+                    }
+                }
+            }
+        }
+        let waits = self.waits.lock().unwrap_or_else(PoisonError::into_inner);
+        for k in waits.keys() {
+            waiting.entry(k.clone()).or_default();
+        }
+        waiting
+            .into_iter()
+            .map(|((rule, class), n)| QueueState {
+                waits: waits
+                    .get(&(rule.clone(), class))
+                    .cloned()
+                    .unwrap_or_default(),
+                rule,
+                class,
+                waiting: n,
+            })
+            .collect()
+    }
+}
+
+/// Queues a request its class has no room for, unless its flow's lanes are full or it is
+/// sheddable and the queue is past its share.
+fn join(
+    entry: &mut Entry,
+    shape: FairQueueConfig,
+    class: Criticality,
+    hash: u64,
+    weight: u64,
+    now: u64,
+) -> Entered {
+    // Sheddable requests may wait only while fewer than one lane's worth wait in all: past
+    // that the queue is for the others, and a sheddable request is refused at once.
+    if class == Criticality::Sheddable && entry.waiters() >= shape.queue_length as usize {
+        return Entered::Shed(ShedReason::Limit);
+    }
+    let slot = &mut entry.waiting[class as usize];
+    if slot.is_none() {
+        // The shape was validated with the config; a bad one refuses rather than panics.
+        let Ok(queue) = FairQueue::new(shape) else {
+            return Entered::Shed(ShedReason::Limit);
+        };
+        *slot = Some(queue);
+    }
+    let Some(queue) = slot.as_mut() else {
+        return Entered::Shed(ShedReason::Limit);
+    };
+    let turn = Arc::new(Turn::default());
+    match queue.push(hash, weight, Arc::clone(&turn), now) {
+        Ok(()) => Entered::Wait(turn),
+        Err(_) => Entered::Shed(ShedReason::QueueFull),
     }
 }
 
@@ -172,7 +483,7 @@ impl Inner {
                 return;
             };
             match self.map.get(&oldest) {
-                Some(l) if !l.is_idle() => self.order.push_back(oldest),
+                Some(e) if !e.is_idle() => self.order.push_back(oldest),
                 _ => {
                     self.map.remove(&oldest);
                 }
@@ -181,8 +492,9 @@ impl Inner {
     }
 }
 
-/// A seed for a key's jitter: FNV-1a, so the same key replays the same.
-fn seed(key: &str) -> u64 {
+/// A seed for a key's jitter, and a flow's hash in a fair queue: FNV-1a, so the same key
+/// replays the same.
+pub(super) fn seed(key: &str) -> u64 {
     key.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
@@ -215,8 +527,10 @@ pub(super) fn criticality(set: &RuleSet, request: &Request<'_>) -> Criticality {
 impl<S: AsyncStore> Engine<S> {
     /// Decides `applying` as [`charge`](Engine::charge) does, with its adaptive rules
     /// first: in this process, a request its class may not fit into is shed before the
-    /// store is asked; one let in holds a place that its permit gives back.
-    // `charge`'s arguments and the request's class: a struct would only rename them.
+    /// store is asked (or, with a `timer` and a rule with a queue, waits its turn); one let
+    /// in holds a place that its permit gives back.
+    // `charge`'s arguments, the request's class and the timer: a struct would only rename
+    // them.
     #[allow(clippy::too_many_arguments)]
     pub(super) async fn charge_adaptive<'c>(
         &self,
@@ -226,7 +540,8 @@ impl<S: AsyncStore> Engine<S> {
         applying: Vec<Applying>,
         class: Criticality,
         version: u64,
-        now: u64,
+        mut now: u64,
+        timer: Option<&dyn Timer>,
     ) -> Charged {
         if !applying.iter().any(|a| rules[a.rule].adaptive.is_some()) {
             return self
@@ -243,17 +558,50 @@ impl<S: AsyncStore> Engine<S> {
             let Some(config) = &rules[a.rule].adaptive else {
                 continue;
             };
-            let (cap, result) = self.adaptive.acquire(&a.key, config, class, now);
+            // Only an enforced rule, at a front door that can hold the request, queues it.
+            // Once another rule has shed the request, waiting here would be in vain.
+            let flow = match (timer, &config.queue, &a.flow) {
+                (Some(_), Some(queue), Some(flow)) if a.enforced && !shed => {
+                    Some((seed(flow), queue.weight(flow)))
+                }
+                _ => None,
+            };
+            let (cap, entered) = self.adaptive.enter(&a.key, config, class, now, flow);
+            let result = match (entered, timer, &config.queue) {
+                (Entered::Let(ticket), _, _) => Ok(ticket),
+                (Entered::Wait(turn), Some(timer), Some(queue)) => {
+                    let waited = Wait {
+                        limiters: &self.adaptive,
+                        key: &a.key,
+                        class,
+                        turn,
+                        timer,
+                        deadline: timer.sleep(queue.shape.max_wait_ns),
+                        done: false,
+                    }
+                    .await;
+                    // The store's rules are decided when the wait is over.
+                    now = timer.now();
+                    waited.map_err(|_| ())
+                }
+                // A queue without a timer cannot happen: `flow` needs one.
+                (Entered::Wait(_), _, _) => Err(()),
+                (Entered::Shed(reason), _, _) => {
+                    if a.enforced {
+                        self.adaptive.shed(class, reason);
+                    }
+                    Err(())
+                }
+            };
             let decision = match result {
                 Ok(ticket) => {
                     taken.push((a, ticket));
                     let remaining = cap.saturating_sub(ticket.in_flight);
                     Decision::new(Outcome::Allowed, cap, remaining, 0)
                 }
-                Err(_) => {
+                Err(()) => {
                     if a.enforced {
                         shed = true;
-                        self.adaptive.shed[class as usize].fetch_add(1, Ordering::Relaxed);
                     }
                     let outcome = Outcome::Limited {
                         retry_after_ns: SHED_RETRY_NS,
@@ -406,7 +754,32 @@ impl<S> Engine<S> {
 
     /// Requests adaptive rules shed since the start, per class, lowest class first.
     pub fn adaptive_shed(&self) -> [(Criticality, u64); 3] {
-        Criticality::ALL.map(|c| (c, self.adaptive.shed[c as usize].load(Ordering::Relaxed)))
+        Criticality::ALL.map(|c| {
+            let by_reason = &self.adaptive.shed[c as usize];
+            (c, by_reason.iter().map(|n| n.load(Ordering::Relaxed)).sum())
+        })
+    }
+
+    /// Requests adaptive rules shed since the start, per class and reason.
+    pub fn adaptive_shed_reasons(&self) -> Vec<(Criticality, ShedReason, u64)> {
+        Criticality::ALL
+            .into_iter()
+            .flat_map(|c| {
+                ShedReason::ALL.into_iter().enumerate().map(move |(i, r)| {
+                    (
+                        c,
+                        r,
+                        self.adaptive.shed[c as usize][i].load(Ordering::Relaxed),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// The requests waiting in adaptive rules' queues and how long those let in waited,
+    /// per rule and class (rules that never queued are left out).
+    pub fn adaptive_queues(&self) -> Vec<QueueState> {
+        self.adaptive.queues()
     }
 
     /// The class the engine gives `request` under the rules in force (see

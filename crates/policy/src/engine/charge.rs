@@ -25,6 +25,9 @@ pub(super) struct Applying {
     pub(super) cost: u64,
     /// Whether it may reject (not shadow, and the key inside a rollout's share).
     pub(super) enforced: bool,
+    /// For an adaptive rule with a queue: the value of the queue's key part (`tenant`),
+    /// whose flow the request waits in ("" without it).
+    pub(super) flow: Option<String>,
 }
 
 /// What the path decided.

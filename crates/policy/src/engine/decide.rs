@@ -6,8 +6,9 @@ use ratewarden_core::AsyncStore;
 
 use super::adaptive::criticality;
 use super::charge::Applying;
-use super::keys::{build_key, cost_of, enforces};
+use super::keys::{build_key, cost_of, enforces, push_part};
 use super::request::client_of;
+use super::waiting::Timer;
 use super::{Engine, Request, RequestError, Verdict};
 
 impl<S: AsyncStore> Engine<S> {
@@ -24,6 +25,33 @@ impl<S: AsyncStore> Engine<S> {
     /// a header a matching rule keys on (or reads its cost from) sent more than once; a
     /// bearer token and the configured API-key header that disagree.
     pub async fn decide(&self, request: &Request<'_>, now: u64) -> Result<Verdict, RequestError> {
+        self.decide_at(request, now, None).await
+    }
+
+    /// Decides `request` as [`decide`](Engine::decide) does, except that a request an
+    /// adaptive rule with a queue (`[limit.queue]`) has no place for waits its turn, fairly
+    /// across the queue's key, for up to the queue's `max_wait`, on `timer`'s clock; past
+    /// it, or with its lanes full, it is shed as without a queue. For front doors that can
+    /// hold a request (the gateway, the tower layer). Dropping the future while it waits
+    /// takes the request out of the queue.
+    ///
+    /// # Errors
+    ///
+    /// As [`decide`](Engine::decide).
+    pub async fn decide_waiting(
+        &self,
+        request: &Request<'_>,
+        timer: &dyn Timer,
+    ) -> Result<Verdict, RequestError> {
+        self.decide_at(request, timer.now(), Some(timer)).await
+    }
+
+    async fn decide_at(
+        &self,
+        request: &Request<'_>,
+        now: u64,
+        timer: Option<&dyn Timer>,
+    ) -> Result<Verdict, RequestError> {
         let set = self.current();
         let client = client_of(request, &set.config.trusted_proxies);
         let mut applying = Vec::new();
@@ -40,11 +68,25 @@ impl<S: AsyncStore> Engine<S> {
                 None => cost_of(rule, request)?,
             };
             let enforced = enforces(rule, &key);
+            // Only a front door that can hold the request needs whose turn it would be.
+            let flow = match (timer, rule.adaptive.as_ref().and_then(|a| a.queue.as_ref())) {
+                (Some(_), Some(queue)) => {
+                    let mut flow = String::new();
+                    let sources = &set.config.keys;
+                    if !push_part(&mut flow, &queue.key, rule, sources, request, client)? {
+                        // Without the part, the request waits in the flow of those without.
+                        flow.clear();
+                    }
+                    Some(flow)
+                }
+                _ => None,
+            };
             applying.push(Applying {
                 rule: i,
                 key,
                 cost,
                 enforced,
+                flow,
             });
         }
         let class = criticality(&set, request);
@@ -57,6 +99,7 @@ impl<S: AsyncStore> Engine<S> {
                 class,
                 set.version,
                 now,
+                timer,
             )
             .await;
         Ok(Verdict {

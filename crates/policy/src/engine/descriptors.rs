@@ -168,6 +168,7 @@ impl<S: AsyncStore> Engine<S> {
                 key,
                 cost,
                 enforced,
+                flow: None,
             });
             rules.push(rule);
             owners.push(owner);

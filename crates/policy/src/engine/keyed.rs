@@ -43,6 +43,7 @@ impl<S: AsyncStore> Engine<S> {
                     enforced: enforces(rule, &key),
                     key,
                     cost,
+                    flow: None,
                 })
             })
             .collect();
@@ -55,6 +56,7 @@ impl<S: AsyncStore> Engine<S> {
                 ratewarden_core::adaptive::Criticality::Default,
                 set.version,
                 now,
+                None,
             )
             .await;
         Verdict {

@@ -17,6 +17,26 @@ pub(super) fn build_key(
     request: &Request<'_>,
     client: IpAddr,
 ) -> Result<Option<String>, RequestError> {
+    let mut key = prefix.to_owned();
+    for part in &rule.key {
+        key.push('|');
+        if !push_part(&mut key, part, rule, sources, request, client)? {
+            return Ok(None);
+        }
+    }
+    Ok(Some(key))
+}
+
+/// Appends `part`'s value for `request` to `key`; false when the request lacks it, an error
+/// when a header it is read from is ambiguous.
+pub(super) fn push_part(
+    key: &mut String,
+    part: &KeyPart,
+    rule: &Rule,
+    sources: &KeySources,
+    request: &Request<'_>,
+    client: IpAddr,
+) -> Result<bool, RequestError> {
     let repeated = |header: &str| RequestError::RepeatedHeader {
         rule: rule.name.clone(),
         header: header.to_owned(),
@@ -26,50 +46,46 @@ pub(super) fn build_key(
             .single_header(name)
             .map_err(|Repeated| repeated(name))
     };
-    let mut key = prefix.to_owned();
-    for part in &rule.key {
-        key.push('|');
-        match part {
-            KeyPart::Ip(grouping) => key.push_str(&grouping.key(client).to_string()),
-            KeyPart::Header(name) => {
-                let Some(value) = single(name)?.filter(|v| !v.is_empty()) else {
-                    return Ok(None);
-                };
-                key.push_str(&bounded_part(value));
-            }
-            KeyPart::ApiKey => {
-                let Some(token) = api_key(rule, sources, request)? else {
-                    return Ok(None);
-                };
-                key.push_str(&api_key_digest(token));
-            }
-            KeyPart::Tenant => {
-                let tenant = match request.tenant {
-                    Some(tenant) => Some(tenant),
-                    None => single(&sources.tenant_header)?,
-                };
-                let Some(tenant) = tenant.filter(|v| !v.is_empty()) else {
-                    return Ok(None);
-                };
-                key.push_str(&bounded_part(tenant));
-            }
-            KeyPart::Route => {
-                key.push_str(&request.method.to_ascii_uppercase());
-                key.push(' ');
-                // The aliases the rule matches as one path share one budget too.
-                if rule.matches.path_exact {
-                    key.push_str(&bounded_part(request.path));
-                } else {
-                    key.push_str(&bounded_part(&crate::path::fold(request.path)));
-                }
-            }
-            KeyPart::Global => key.push('*'),
-            // Descriptors come over Envoy's protocol, never with an HTTP request.
-            KeyPart::Descriptor => return Ok(None),
-            KeyPart::Literal(text) => key.push_str(text),
+    match part {
+        KeyPart::Ip(grouping) => key.push_str(&grouping.key(client).to_string()),
+        KeyPart::Header(name) => {
+            let Some(value) = single(name)?.filter(|v| !v.is_empty()) else {
+                return Ok(false);
+            };
+            key.push_str(&bounded_part(value));
         }
+        KeyPart::ApiKey => {
+            let Some(token) = api_key(rule, sources, request)? else {
+                return Ok(false);
+            };
+            key.push_str(&api_key_digest(token));
+        }
+        KeyPart::Tenant => {
+            let tenant = match request.tenant {
+                Some(tenant) => Some(tenant),
+                None => single(&sources.tenant_header)?,
+            };
+            let Some(tenant) = tenant.filter(|v| !v.is_empty()) else {
+                return Ok(false);
+            };
+            key.push_str(&bounded_part(tenant));
+        }
+        KeyPart::Route => {
+            key.push_str(&request.method.to_ascii_uppercase());
+            key.push(' ');
+            // The aliases the rule matches as one path share one budget too.
+            if rule.matches.path_exact {
+                key.push_str(&bounded_part(request.path));
+            } else {
+                key.push_str(&bounded_part(&crate::path::fold(request.path)));
+            }
+        }
+        KeyPart::Global => key.push('*'),
+        // Descriptors come over Envoy's protocol, never with an HTTP request.
+        KeyPart::Descriptor => return Ok(false),
+        KeyPart::Literal(text) => key.push_str(text),
     }
-    Ok(Some(key))
+    Ok(true)
 }
 
 /// The request's API key: the caller's own `api_key`, else the bearer token or the

@@ -28,8 +28,11 @@ mod rules;
 mod settle;
 mod top;
 mod verdict;
+mod waiting;
 
-pub use adaptive::{AdaptiveState, CRITICALITY_HEADER};
+pub use adaptive::{
+    AdaptiveState, QueueState, ShedReason, WaitStats, CRITICALITY_HEADER, WAIT_BUCKETS_NS,
+};
 pub use answer::{Answer, Jitter};
 pub use counters::RuleStats;
 pub use descriptors::{DescriptorStatus, DescriptorVerdict, RequestDescriptor};
@@ -43,6 +46,7 @@ pub use request::Request;
 pub use reservations::GrantId;
 pub use top::{Offender, RuleTop, TopKeys, TopReport};
 pub use verdict::{RuleOutcome, Verdict};
+pub use waiting::Timer;
 
 use std::sync::{Arc, PoisonError, RwLock};
 

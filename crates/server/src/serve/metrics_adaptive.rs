@@ -1,5 +1,6 @@
 //! `/metrics` for adaptive concurrency rules: the learnt limit and the in-flight count per
-//! rule and key (a bounded set: keys come from clients), and requests shed per class.
+//! rule and key (a bounded set: keys come from clients), requests shed per class and reason,
+//! and their queues: how many wait and how long those let in waited, per rule and class.
 
 use std::fmt;
 
@@ -7,7 +8,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetri
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
-use ratewarden_policy::Engine;
+use ratewarden_policy::{Engine, WAIT_BUCKETS_NS};
 
 use super::store::AnyStore;
 
@@ -21,7 +22,14 @@ struct KeyLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ClassLabels {
+struct ShedLabels {
+    class: &'static str,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct QueueLabels {
+    rule: String,
     class: &'static str,
 }
 
@@ -63,15 +71,59 @@ pub(super) fn encode(
     }
     let mut family = encoder.encode_descriptor(
         "adaptive_shed",
-        "Requests adaptive rules shed (503), per criticality class",
+        "Requests adaptive rules shed (503), per criticality class and reason (limit: no \
+         room and no queue to wait in; queue_full: its lanes were full; waited_too_long: \
+         past the queue's max_wait)",
         None,
         MetricType::Counter,
     )?;
-    for (class, count) in engine.adaptive_shed() {
-        let labels = ClassLabels {
+    for (class, reason, count) in engine.adaptive_shed_reasons() {
+        let labels = ShedLabels {
             class: class.as_str(),
+            reason: reason.as_str(),
         };
         ConstCounter::new(count).encode(family.encode_family(&labels)?)?;
+    }
+    let queues = engine.adaptive_queues();
+    if queues.is_empty() {
+        return Ok(());
+    }
+    let mut family = encoder.encode_descriptor(
+        "adaptive_queue_waiting",
+        "Requests waiting in an adaptive rule's queue, per rule and class",
+        None,
+        MetricType::Gauge,
+    )?;
+    for q in &queues {
+        let labels = QueueLabels {
+            rule: q.rule.clone(),
+            class: q.class.as_str(),
+        };
+        let gauge = ConstGauge::new(i64::try_from(q.waiting).unwrap_or(i64::MAX));
+        gauge.encode(family.encode_family(&labels)?)?;
+    }
+    let mut family = encoder.encode_descriptor(
+        "adaptive_queue_wait_seconds",
+        "How long requests an adaptive rule's queue let in had waited, per rule and class",
+        None,
+        MetricType::Histogram,
+    )?;
+    for q in &queues {
+        let labels = QueueLabels {
+            rule: q.rule.clone(),
+            class: q.class.as_str(),
+        };
+        let w = &q.waits;
+        let mut buckets: Vec<(f64, u64)> = WAIT_BUCKETS_NS
+            .iter()
+            .zip(w.buckets)
+            .map(|(&bound, n)| (bound as f64 / 1e9, n))
+            .collect();
+        let counted: u64 = w.buckets.iter().sum();
+        buckets.push((f64::MAX, w.count.saturating_sub(counted)));
+        family
+            .encode_family(&labels)?
+            .encode_histogram::<QueueLabels>(w.sum_ns as f64 / 1e9, w.count, &buckets, None)?;
     }
     Ok(())
 }

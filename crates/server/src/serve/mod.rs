@@ -25,6 +25,7 @@ mod shed;
 mod signals;
 mod start;
 mod store;
+mod timer;
 mod workers;
 
 pub(crate) use http::CheckBody;

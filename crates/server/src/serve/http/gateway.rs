@@ -20,6 +20,7 @@ use super::limits::{self, Paced};
 use super::upstream::{Local, Upstream};
 use crate::serve::app::{Answer, App};
 use crate::serve::reply::{self, Body, Holding};
+use crate::serve::timer::ClockTimer;
 
 /// Releases an allowed request's concurrency permit when dropped: when its response has
 /// been sent, or the client went away. It keeps the verdict that carried the permit: the
@@ -110,7 +111,11 @@ pub(crate) async fn handle(
         ));
     };
     let started = app.clock.now();
-    let verdict = match app.engine.decide(&engine_request, started).await {
+    // The gateway can hold a request: past an adaptive rule's limit it may wait its turn
+    // in the rule's queue. A client that goes away meanwhile drops this future, which takes
+    // it out of the queue.
+    let timer = ClockTimer(Arc::clone(&app.clock));
+    let verdict = match app.engine.decide_waiting(&engine_request, &timer).await {
         Ok(verdict) => verdict,
         // A request the rules cannot read one way (a repeated key header, conflicting key
         // sources, a cost that is not a number): the client's fault, and one meaning.

@@ -1,0 +1,137 @@
+//! A request waiting in an adaptive rule's fair queue: its turn (what a release hands it),
+//! the future that waits for it, and the timer a front door lends the engine to wait with.
+//!
+//! The engine has no runtime of its own: a front door that can hold a request (the
+//! gateway, the tower layer) passes a [`Timer`]; one that cannot (the decision API,
+//! forward-auth) decides without one, and a full limit refuses at once as before.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+use ratewarden_core::adaptive::{Criticality, Ticket};
+
+use super::adaptive::{Leaving, Limiters, ShedReason};
+
+/// A clock and a timer on it, lent to the engine by a front door that can hold a request
+/// while it waits in a queue.
+///
+/// # Examples
+///
+/// ```
+/// use std::future::Future;
+/// use std::pin::Pin;
+/// use ratewarden_policy::Timer;
+///
+/// /// Never waits: every wait ends at once (a queue's waiter is then refused).
+/// struct Impatient;
+///
+/// impl Timer for Impatient {
+///     fn now(&self) -> u64 {
+///         0
+///     }
+///     fn sleep(&self, _ns: u64) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+///         Box::pin(std::future::ready(()))
+///     }
+/// }
+/// ```
+pub trait Timer: Send + Sync {
+    /// The time now, in nanoseconds, on the clock the engine decides with.
+    fn now(&self) -> u64;
+
+    /// A future ready `ns` nanoseconds from now.
+    fn sleep(&self, ns: u64) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+}
+
+/// A waiter's turn: set by whoever dispatches it, under the limiters' lock.
+#[derive(Debug, Default)]
+pub(super) struct Turn(Mutex<TurnState>);
+
+#[derive(Debug, Default)]
+enum TurnState {
+    /// In the queue; the waker of the future waiting for it.
+    #[default]
+    Waiting,
+    Parked(Waker),
+    /// A place was taken for it.
+    Granted(Ticket),
+    /// Its ticket was handed over, or it left.
+    Over,
+}
+
+impl Turn {
+    /// Hands the waiter `ticket`; the waker to wake once the limiters' lock is let go.
+    pub(super) fn grant(&self, ticket: Ticket) -> Option<Waker> {
+        let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match std::mem::replace(&mut *state, TurnState::Granted(ticket)) {
+            TurnState::Parked(waker) => Some(waker),
+            _ => None,
+        }
+    }
+
+    /// Ends the turn: its ticket when it was granted one.
+    pub(super) fn end(&self) -> Option<Ticket> {
+        let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match std::mem::replace(&mut *state, TurnState::Over) {
+            TurnState::Granted(ticket) => Some(ticket),
+            _ => None,
+        }
+    }
+
+    /// Its ticket once granted; else parks `waker` to be woken by the grant.
+    fn poll(&self, waker: &Waker) -> Option<Ticket> {
+        let mut state = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match std::mem::replace(&mut *state, TurnState::Over) {
+            TurnState::Granted(ticket) => Some(ticket),
+            TurnState::Over => None,
+            TurnState::Waiting | TurnState::Parked(_) => {
+                *state = TurnState::Parked(waker.clone());
+                None
+            }
+        }
+    }
+}
+
+/// Waits for a turn until the deadline. Dropped before it ends (the client went away),
+/// it leaves the queue, or gives back the place it was just granted.
+pub(super) struct Wait<'a> {
+    pub(super) limiters: &'a Limiters,
+    pub(super) key: &'a str,
+    pub(super) class: Criticality,
+    pub(super) turn: Arc<Turn>,
+    pub(super) timer: &'a dyn Timer,
+    pub(super) deadline: Pin<Box<dyn Future<Output = ()> + Send>>,
+    pub(super) done: bool,
+}
+
+impl Future for Wait<'_> {
+    type Output = Result<Ticket, ShedReason>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Some(ticket) = self.turn.poll(cx.waker()) {
+            self.done = true;
+            return Poll::Ready(Ok(ticket));
+        }
+        if self.deadline.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        self.done = true;
+        let now = self.timer.now();
+        // Granted just as the deadline passed: it goes in rather than waste the place.
+        let left = self
+            .limiters
+            .leave(self.key, self.class, &self.turn, now, Leaving::TimedOut);
+        Poll::Ready(left.ok_or(ShedReason::WaitedTooLong))
+    }
+}
+
+impl Drop for Wait<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let now = self.timer.now();
+            self.limiters
+                .leave(self.key, self.class, &self.turn, now, Leaving::Gone);
+        }
+    }
+}
