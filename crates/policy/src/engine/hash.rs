@@ -18,12 +18,20 @@ fn sha256(bytes: &[u8]) -> [u8; 32] {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
     let mut text = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(text, "{b:02x}");
-    }
+    push_hex(&mut text, bytes);
     text
+}
+
+/// Appends `bytes` in lowercase hex: by table, not `core::fmt` (which cost an API-keyed
+/// decision more than the SHA-256 before it).
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    out.reserve(bytes.len() * 2);
+    for &b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
 }
 
 /// A rule's fingerprint, the part after `@` in its keys: the first 4 bytes of SHA-256 over
@@ -76,7 +84,15 @@ pub fn rollout_bucket(key: &str) -> u16 {
 /// assert_eq!(ratewarden_policy::api_key_digest("alice").len(), 4 + 16);
 /// ```
 pub fn api_key_digest(token: &str) -> String {
-    format!("key:{}", hex(&sha256(token.as_bytes())[..8]))
+    let mut out = String::with_capacity(4 + 16);
+    push_api_key_digest(&mut out, token);
+    out
+}
+
+/// Appends [`api_key_digest`]`(token)` to `out` (a key being built).
+pub(super) fn push_api_key_digest(out: &mut String, token: &str) {
+    out.push_str("key:");
+    push_hex(out, &sha256(token.as_bytes())[..8]);
 }
 
 /// A key part longer than [`MAX_PART`] bytes, stored as `#` and the first 16 bytes of its
@@ -85,8 +101,25 @@ pub(super) fn bounded_part(part: &str) -> std::borrow::Cow<'_, str> {
     if part.len() <= MAX_PART {
         return part.into();
     }
-    format!("#{}", hex(&sha256(part.as_bytes())[..16])).into()
+    let mut out = String::with_capacity(1 + 32);
+    out.push('#');
+    push_hex(&mut out, &sha256(part.as_bytes())[..16]);
+    out.into()
 }
 
 /// The longest key part stored as it is.
 pub(super) const MAX_PART: usize = 64;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_is_lowercase_two_digits_a_byte_as_fmt_writes_it() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        let by_fmt: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(hex(&bytes), by_fmt);
+        // The stored form of a key is fixed forever: SHA-256("alice"), first 8 bytes.
+        assert_eq!(api_key_digest("alice"), "key:2bd806c97f0e00af");
+    }
+}

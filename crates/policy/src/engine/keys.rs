@@ -2,7 +2,7 @@
 
 use std::net::IpAddr;
 
-use super::hash::{api_key_digest, bounded_part};
+use super::hash::{bounded_part, push_api_key_digest};
 use super::request::Repeated;
 use super::{Request, RequestError};
 use crate::config::{Cost, KeyPart, KeySources, Mode};
@@ -58,7 +58,7 @@ pub(super) fn push_part(
             let Some(token) = api_key(rule, sources, request)? else {
                 return Ok(false);
             };
-            key.push_str(&api_key_digest(token));
+            push_api_key_digest(key, token);
         }
         KeyPart::Tenant => {
             let tenant = match request.tenant {

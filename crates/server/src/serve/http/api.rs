@@ -16,7 +16,9 @@ use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use ratewarden_core::{DisplayDuration, Outcome, NANOS_PER_SEC};
 use ratewarden_policy::{GrantId, Owner, ReleaseError, SettleError};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
+
+use super::decision_json::{DecisionOut, PolicyOut};
 use serde_json::json;
 
 use super::auth::{Flavour, ENVOY_PREFIX};
@@ -519,44 +521,7 @@ async fn decide(app: &App, peer: SocketAddr, check: Check) -> Response<Body> {
         headers,
         body,
     };
-    match serde_json::to_vec(&out) {
-        Ok(bytes) => reply::json_bytes(StatusCode::OK, bytes),
-        Err(e) => reply::problem(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
-}
-
-/// The answer of `/v1/check` (see `docs/decision-api.md`).
-#[derive(Serialize)]
-struct DecisionOut<'a> {
-    allowed: bool,
-    status: u16,
-    retry_after_ms: Option<u64>,
-    delay_ms: u64,
-    policies: Vec<PolicyOut<'a>>,
-    violated_policies: Vec<&'a str>,
-    would_have_rejected: Vec<&'a str>,
-    /// 32 hex digits.
-    reservation: Option<String>,
-    /// 32 hex digits.
-    permit: Option<String>,
-    config_version: u64,
-    /// `[name, value]` pairs, in order.
-    headers: Vec<(&'a str, &'a str)>,
-    body: Option<&'a str>,
-}
-
-#[derive(Serialize)]
-struct PolicyOut<'a> {
-    name: &'a str,
-    key: &'a str,
-    outcome: &'static str,
-    enforced: bool,
-    limit: u64,
-    remaining: u64,
-    reset_after_ms: u64,
-    retry_after_ms: Option<u64>,
-    delay_ms: Option<u64>,
-    store_failed: bool,
+    reply::json_bytes(StatusCode::OK, out.to_json())
 }
 
 /// Milliseconds, rounded up so a client waiting them is never early.

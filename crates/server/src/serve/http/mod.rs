@@ -7,6 +7,7 @@ mod api;
 mod auth;
 mod clients;
 mod dashboard;
+mod decision_json;
 mod gateway;
 mod guard;
 mod limits;
