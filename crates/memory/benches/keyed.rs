@@ -16,6 +16,9 @@
 //! - **churn** (1000 per second, burst 1000): a key's state is fresh again 1 ms after its
 //!   last decision, so at a million keys our store drops most states (two sweep steps per
 //!   new key) and re-creates them on their next decision, while governor keeps every key.
+//! - **flood** (50 per second, burst 100, over 1k keys): the realistic abuse case. Each key
+//!   is asked thousands of times a second, so after its burst nearly every decision is a
+//!   rejection: this measures the rejected path, which the live cases never take.
 
 use std::cell::Cell;
 use std::hash::{BuildHasher, RandomState};
@@ -84,6 +87,14 @@ impl QuotaSpec {
         (self.period / self.count).as_nanos() as u64
     }
 }
+
+/// 50 per second, burst 100: under the benchmark's load, nearly every decision is rejected.
+const FLOOD: QuotaSpec = QuotaSpec {
+    name: "50/s burst 100",
+    count: 50,
+    period: Duration::from_secs(1),
+    burst: 100,
+};
 
 /// A keyed limiter under test: one decision for one key, at the real clock.
 ///
@@ -351,7 +362,20 @@ struct Case<'a> {
     with_limit_enum: bool,
 }
 
+/// Whether a benchmark group is selected by the filter on the command line (criterion's own
+/// filter would skip its measurements, but only after the case had filled every limiter).
+fn selected(group: &str) -> bool {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    filters.is_empty() || filters.iter().any(|f| group.contains(f.as_str()))
+}
+
 fn bench_case(c: &mut Criterion, case: &Case<'_>) {
+    if !selected(case.group) {
+        return;
+    }
     let clock = RealClock::new();
     let gcra = case.quota.gcra();
     // Room for every key with slack for uneven shards: nothing is evicted for space.
@@ -456,6 +480,18 @@ fn throughput(c: &mut Criterion, measuring: bool) {
             );
         }
     }
+    let seq = make_sequence(&thousand, Popularity::Uniform, 0x6a09_e667_f3bc_c908);
+    bench_case(
+        c,
+        &Case {
+            group: "keyed/1k-flood",
+            keys: &thousand,
+            seq: &seq,
+            quota: FLOOD,
+            threads: &both,
+            with_limit_enum: true,
+        },
+    );
     let hot = &thousand[..1];
     let hot_seq = vec![hot[0].clone(); 1024];
     bench_case(

@@ -72,7 +72,15 @@ impl Schedule {
             }
         };
         let room = self.allowance.saturating_sub(backlog);
-        let remaining = saturate(self.rate.ticks_per_cell().div(room));
+        // Less than one cell of room is none left: no division. That is every rejection of a
+        // single cell (the request would not fit), so a flood of them pays two divisions, not
+        // three.
+        let per_cell = self.rate.ticks_per_cell();
+        let remaining = if room < u128::from(per_cell.get()) {
+            0
+        } else {
+            saturate(per_cell.div(room))
+        };
         Decision::new(outcome, self.capacity, remaining, self.ns_ceil(backlog))
     }
 
@@ -86,6 +94,85 @@ impl Schedule {
             base.saturating_add(cells)
         } else {
             base.saturating_sub(cells).max(now)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    /// The decision as it was computed before rejections skipped a division: `remaining`
+    /// always divided the room left.
+    fn three_divisions(
+        s: &Schedule,
+        tat: &mut Ticks,
+        now: u64,
+        cost: u64,
+        queue: bool,
+    ) -> Decision {
+        let now = s.scaled(now);
+        let before = tat.get().saturating_sub(now);
+        let mut backlog = before;
+        let outcome = if cost > s.capacity {
+            Outcome::CostTooHigh
+        } else {
+            let after = before.saturating_add(s.cells(cost));
+            if after <= s.allowance {
+                *tat = Ticks::new(now.saturating_add(after));
+                backlog = after;
+                if queue {
+                    Outcome::Delayed {
+                        delay_ns: s.ns_ceil(before),
+                    }
+                } else {
+                    Outcome::Allowed
+                }
+            } else {
+                Outcome::Limited {
+                    retry_after_ns: s.ns_ceil(after - s.allowance),
+                }
+            }
+        };
+        let room = s.allowance.saturating_sub(backlog);
+        let remaining = saturate(s.rate.ticks_per_cell().div(room));
+        Decision::new(outcome, s.capacity, remaining, s.ns_ceil(backlog))
+    }
+
+    proptest! {
+        /// Every field a caller reads is what the three-division computation gave, on random
+        /// rates, bursts, states, times and costs, allowed and rejected alike.
+        #[test]
+        fn a_rejection_without_the_remaining_division_decides_the_same(
+            count in 1u64..2_000,
+            period_ms in 1u64..120_000,
+            capacity in 1u64..1_000,
+            tat in any::<u64>(),
+            tat_hi in prop_oneof![Just(0u64), any::<u64>()],
+            now in any::<u64>(),
+            cost in prop_oneof![0u64..3, 0u64..1_200],
+            queue in any::<bool>(),
+        ) {
+            let rate = Rate::new(count, Duration::from_millis(period_ms)).unwrap();
+            let s = Schedule::new(rate, capacity);
+            // Mostly a backlog of up to two bursts (where rejections happen), sometimes a key
+            // fresh at `now`.
+            let raw = u128::from(tat_hi) << 64 | u128::from(tat);
+            let base = s.scaled(now);
+            let per_cell = u128::from(s.rate.ticks_per_cell().get());
+            let tat = if tat_hi % 4 == 1 {
+                raw % (base + 1)
+            } else if tat_hi % 4 == 2 {
+                // Room of exactly a whole number of cells: the edge of the shortcut.
+                base + s.allowance - per_cell * (raw % u128::from(capacity.min(3) + 1))
+            } else {
+                base + raw % (2 * s.allowance + 1)
+            };
+            let (mut new, mut old) = (Ticks::new(tat), Ticks::new(tat));
+            prop_assert_eq!(s.decide(&mut new, now, cost, queue), three_divisions(&s, &mut old, now, cost, queue));
+            prop_assert_eq!(new, old);
         }
     }
 }

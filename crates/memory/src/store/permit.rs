@@ -48,7 +48,9 @@ impl<S: BuildHasher> MemoryStore<Limit, S> {
         let id = self.next_permit.fetch_add(1, Ordering::Relaxed);
         let hash = self.hash(key);
         let mut shard = self.lock(self.shard_of(hash));
-        let decision = self.update(&mut shard, limit, key, hash, now, true, |state| {
+        // A refused acquire may still have dropped lapsed permits: it is not a plain decision
+        // of its cost, so the store asks the algorithm whether the key is limited (cost 0).
+        let decision = self.update(&mut shard, limit, key, hash, now, true, 0, |state| {
             limit.acquire(state, now, cost, id)
         });
         if decision.is_allowed() {
