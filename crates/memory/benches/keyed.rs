@@ -32,8 +32,8 @@ use criterion::{BenchmarkId, Criterion, Throughput};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use hashbrown::HashTable;
 use ratewarden_core::algorithm::GcraState;
-use ratewarden_core::{Algorithm, Clock, Gcra, Limit, LimitState, Rate, RealClock};
-use ratewarden_memory::{MemoryStore, StoreConfig};
+use ratewarden_core::{Clock, Gcra, Limit, LimitState, Rate, RealClock};
+use ratewarden_memory::{MemoryStore, StoreConfig, Stored};
 
 /// Length of a pre-generated key sequence (at least the number of keys).
 const SEQUENCE: usize = 1 << 20;
@@ -105,12 +105,12 @@ trait Keyed: Sync {
 }
 
 /// Our store, with the algorithm it is generic over.
-struct Ours<A: Algorithm> {
+struct Ours<A: Stored> {
     store: MemoryStore<A>,
     limit: A,
 }
 
-impl<A: Algorithm> Ours<A> {
+impl<A: Stored> Ours<A> {
     /// A store of 64 shards (the default) holding up to `max_keys`.
     fn new(limit: A, max_keys: usize) -> Self {
         let config = StoreConfig {
@@ -126,7 +126,7 @@ impl<A: Algorithm> Ours<A> {
     }
 }
 
-impl<A: Algorithm + Sync> Keyed for Ours<A> {
+impl<A: Stored + Sync> Keyed for Ours<A> {
     #[inline]
     fn decide(&self, key: &String, clock: &RealClock) -> bool {
         self.store
@@ -344,6 +344,71 @@ fn run<L: Keyed>(
     })
 }
 
+/// The environment variable that replaces criterion's runs (each limiter measured for two
+/// seconds, one after another) by short runs alternating between the limiters: on a shared
+/// machine whose load drifts, each round's ratio compares runs a fraction of a second apart.
+const ALTERNATE: &str = "RATEWARDEN_KEYED_ALTERNATE";
+
+/// Runs one limiter on so many threads for so many decisions: the wall time, and how many
+/// were allowed.
+type Runner<'a> = dyn Fn(usize, u64) -> (Duration, u64) + 'a;
+
+/// Rounds of alternating runs, when asked for.
+fn alternate_rounds() -> Option<usize> {
+    std::env::var(ALTERNATE).ok()?.parse().ok()
+}
+
+/// Runs each limiter for about 150 ms in turn, `rounds` times, and prints each one's
+/// decisions per second and its ratio to governor's in the same round (medians, and the
+/// spread from the lowest to the highest round), as one `ALT` line per limiter.
+fn alternate(
+    group: &str,
+    threads: usize,
+    rounds: usize,
+    limiters: &[(&str, &Runner<'_>)],
+) {
+    // Calibrate each limiter alone: iterations for about 150 ms.
+    let iters: Vec<u64> = limiters
+        .iter()
+        .map(|(_, run)| {
+            let probe = 200_000;
+            let (elapsed, _) = run(threads, probe);
+            (probe as f64 * 0.15 / elapsed.as_secs_f64().max(1e-6)) as u64 + 1
+        })
+        .collect();
+    let mut rates = vec![Vec::with_capacity(rounds); limiters.len()];
+    let mut allowed = vec![0u64; limiters.len()];
+    let mut total = vec![0u64; limiters.len()];
+    for round in 0..rounds {
+        // Start each round with a different limiter, so none always runs first.
+        for k in 0..limiters.len() {
+            let k = (k + round) % limiters.len();
+            let (elapsed, a) = (limiters[k].1)(threads, iters[k]);
+            rates[k].push(iters[k] as f64 / elapsed.as_secs_f64() / 1e6);
+            allowed[k] += a;
+            total[k] += iters[k];
+        }
+    }
+    let governor = limiters.iter().position(|(name, _)| *name == "governor");
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2], v[0], v[v.len() - 1])
+    };
+    for (k, (name, _)) in limiters.iter().enumerate() {
+        let (m, lo, hi) = median(rates[k].clone());
+        let ratio = governor
+            .map(|g| {
+                let (m, lo, hi) = median((0..rounds).map(|r| rates[k][r] / rates[g][r]).collect());
+                format!("{m:.2} [{lo:.2}-{hi:.2}]")
+            })
+            .unwrap_or_default();
+        println!(
+            "ALT {group} {threads}-thread {name:<16} {m:6.2} M/s [{lo:.2}-{hi:.2}] vs governor {ratio} ({:.1}% allowed)",
+            100.0 * allowed[k] as f64 / total[k].max(1) as f64
+        );
+    }
+}
+
 /// Decides once on every key, so every limiter starts with all keys present.
 fn populate<L: Keyed>(limiter: &L, clock: &RealClock, keys: &[String]) {
     for key in keys {
@@ -369,7 +434,13 @@ fn selected(group: &str) -> bool {
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
-    filters.is_empty() || filters.iter().any(|f| group.contains(f.as_str()))
+    // Criterion reads the filter as a regular expression; alternatives (`a|b`) and plain
+    // substrings are all these runs use.
+    filters.is_empty()
+        || filters
+            .iter()
+            .flat_map(|f| f.split('|'))
+            .any(|f| group.contains(f))
 }
 
 fn bench_case(c: &mut Criterion, case: &Case<'_>) {
@@ -401,6 +472,28 @@ fn bench_case(c: &mut Criterion, case: &Case<'_>) {
         case.seq.len(),
         case.quota.name
     );
+
+    if let Some(rounds) = alternate_rounds() {
+        let run_ours = |t, n| run(&ours, &clock, case.seq, t, n);
+        let run_governor = |t, n| run(&governor, &clock, case.seq, t, n);
+        let run_baseline = |t, n| run(&baseline, &clock, case.seq, t, n);
+        let run_limit = |t, n| {
+            let ours_limit = ours_limit.as_ref().expect("only listed with the enum");
+            run(ours_limit, &clock, case.seq, t, n)
+        };
+        let mut limiters: Vec<(&str, &Runner<'_>)> = vec![
+            ("ratewarden", &run_ours),
+            ("governor", &run_governor),
+            ("baseline", &run_baseline),
+        ];
+        if ours_limit.is_some() {
+            limiters.insert(1, ("ratewarden-limit", &run_limit));
+        }
+        for &threads in case.threads {
+            alternate(case.group, threads, rounds, &limiters);
+        }
+        return;
+    }
 
     let mut group = c.benchmark_group(case.group);
     group.throughput(Throughput::Elements(1));

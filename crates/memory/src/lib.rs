@@ -15,11 +15,13 @@
 //! It implements [`ratewarden_core::Store`], and passes the same conformance suite as every
 //! other store.
 
+mod cell;
 mod config;
 mod shard;
 mod store;
 mod trace;
 
+pub use cell::{Plain, StateCell, Stored, TatWord, WordExpiry};
 pub use config::{StoreConfig, WhenFull};
 pub use store::{MemoryStore, Permit};
 

@@ -5,14 +5,30 @@ use std::hash::BuildHasher;
 use ratewarden_core::{Algorithm, Decision, Outcome};
 
 use super::room::Room;
-use super::{MemoryStore, SWEEP_STEPS};
-use crate::shard::Shard;
+use super::{MemoryStore, ShardOf, SWEEP_STEPS};
+use crate::cell::{StateCell, Stored};
 
-impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
+impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
     /// Decides a request of `cost` for `key` at `now` under `limit`, charging it if allowed.
     pub fn decide(&self, limit: &A, key: &str, now: u64, cost: u64) -> Decision {
         let hash = self.hash(key);
-        let mut shard = self.lock(self.shard_of(hash));
+        let at = self.shard_of(hash);
+        // A state held in one word is decided under the read lock, so threads on one hot
+        // key race a compare-and-swap instead of queueing for the shard. A new key, a key
+        // past the word, or any other state takes the write lock.
+        if <A::Cell as StateCell<A>>::SHARED {
+            let shard = self.read(at);
+            if let Some(i) = shard.find(hash, key) {
+                let slot = shard.slot(i);
+                if let Some((decision, state)) = slot.state.decide_shared(limit, now, cost) {
+                    let limited = refuses_one(limit, &state, now, cost, &decision);
+                    let expires = now.saturating_add(decision.reset_after_ns);
+                    slot.touch_shared(expires, limited, <A::Cell as StateCell<A>>::word_of(&state));
+                    return decision;
+                }
+            }
+        }
+        let mut shard = self.lock(at);
         self.update(&mut shard, limit, key, hash, now, true, cost, |state| {
             limit.decide(state, now, cost)
         })
@@ -21,9 +37,12 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
     /// What [`decide`](Self::decide) would answer, without charging.
     pub fn peek(&self, limit: &A, key: &str, now: u64, cost: u64) -> Decision {
         let hash = self.hash(key);
-        let shard = self.lock(self.shard_of(hash));
+        let shard = self.read(self.shard_of(hash));
         match shard.find(hash, key) {
-            Some(i) => limit.peek(&shard.slot(i).state, now, cost),
+            Some(i) => shard
+                .slot(i)
+                .state
+                .with(|state| limit.peek(state, now, cost)),
             None => match shard.traced(hash, now) {
                 Some(until) => still_limited(limit, now, until),
                 None => limit.peek(&A::State::default(), now, cost),
@@ -76,13 +95,16 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
             let g = guard_of(hash);
             let shard = &mut guards[g];
             let decision = match shard.find(hash, key) {
-                Some(i) => limit.peek(&shard.slot(i).state, now, cost),
+                Some(i) => shard
+                    .slot(i)
+                    .state
+                    .with(|state| limit.peek(state, now, cost)),
                 None => match shard.traced(hash, now) {
                     Some(until) => still_limited(limit, now, until),
                     None => {
                         let d = self.new_key_peek(shard, limit, key, now, cost, pending[g]);
                         pending[g].0 += 1;
-                        pending[g].1 += Shard::<A::State>::cost_of(key);
+                        pending[g].1 += ShardOf::<A>::cost_of(key);
                         d
                     }
                 },
@@ -107,7 +129,7 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
     /// allowed; but nothing is evicted yet, as another layer may still refuse.
     fn new_key_peek(
         &self,
-        shard: &mut Shard<A::State>,
+        shard: &mut ShardOf<A>,
         limit: &A,
         key: &str,
         now: u64,
@@ -134,7 +156,7 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
     #[allow(clippy::too_many_arguments)]
     pub(super) fn update(
         &self,
-        shard: &mut Shard<A::State>,
+        shard: &mut ShardOf<A>,
         limit: &A,
         key: &str,
         hash: u64,
@@ -145,8 +167,10 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
     ) -> Decision {
         if let Some(i) = shard.find(hash, key) {
             let slot = shard.slot_mut(i);
-            let decision = op(&mut slot.state);
-            let limited = refuses_one(limit, &slot.state, now, cost, &decision);
+            let (decision, limited) = slot.state.with_mut(|state| {
+                let decision = op(state);
+                (decision, refuses_one(limit, state, now, cost, &decision))
+            });
             slot.touch(now.saturating_add(decision.reset_after_ns), limited);
             return decision;
         }
@@ -176,7 +200,7 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         shard.counts.evicted_fresh += dropped;
         let expires = now.saturating_add(decision.reset_after_ns);
         let limited = refuses_one(limit, &state, now, cost, &decision);
-        let i = shard.insert(hash, key, state, self.per_shard, rehash);
+        let i = shard.insert(hash, key, A::Cell::new(state), self.per_shard, rehash);
         shard.slot_mut(i).touch(expires, limited);
         decision
     }

@@ -7,6 +7,7 @@ use compact_str::CompactString;
 use ratewarden_core::{Decision, Limit};
 
 use super::MemoryStore;
+use crate::cell::StateCell;
 
 impl<S: BuildHasher> MemoryStore<Limit, S> {
     /// Takes a concurrency permit of `cost` units for `key` under `limit` (a
@@ -66,7 +67,9 @@ impl<S: BuildHasher> MemoryStore<Limit, S> {
         let hash = self.hash(key);
         let mut shard = self.lock(self.shard_of(hash));
         match shard.find(hash, key) {
-            Some(i) => limit.release(&mut shard.slot_mut(i).state, id),
+            Some(i) => StateCell::<Limit>::with_mut(&mut shard.slot_mut(i).state, |state| {
+                limit.release(state, id)
+            }),
             None => false,
         }
     }
