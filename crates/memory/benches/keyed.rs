@@ -361,12 +361,7 @@ fn alternate_rounds() -> Option<usize> {
 /// Runs each limiter for about 150 ms in turn, `rounds` times, and prints each one's
 /// decisions per second and its ratio to governor's in the same round (medians, and the
 /// spread from the lowest to the highest round), as one `ALT` line per limiter.
-fn alternate(
-    group: &str,
-    threads: usize,
-    rounds: usize,
-    limiters: &[(&str, &Runner<'_>)],
-) {
+fn alternate(group: &str, threads: usize, rounds: usize, limiters: &[(&str, &Runner<'_>)]) {
     // Calibrate each limiter alone: iterations for about 150 ms.
     let iters: Vec<u64> = limiters
         .iter()
@@ -755,9 +750,9 @@ fn main() {
         .configure_from_args();
     // `cargo bench` passes `--bench`; `cargo test` runs the benchmarks once without it.
     let measuring = std::env::args().any(|a| a == "--bench");
-    // Skip the memory report under `cargo test`, and when criterion is only listing or
-    // filtering benchmarks.
-    if measuring && std::env::args().skip(1).all(|a| a.starts_with('-')) {
+    // Skip the memory report under `cargo test`, and when a filter does not ask for it
+    // (`-- memory` runs it alone).
+    if measuring && selected("memory") {
         memory_report();
     }
     throughput(&mut criterion, measuring);

@@ -17,6 +17,7 @@
 
 mod cell;
 mod config;
+mod index;
 mod shard;
 mod store;
 mod trace;

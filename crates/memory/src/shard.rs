@@ -3,9 +3,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use compact_str::CompactString;
-use hashbrown::HashTable;
 
 use crate::cell::WordExpiry;
+use crate::index::Index;
 use crate::trace::Trace;
 
 /// The "word" bit, at the bottom of a slot's meta: the state's own word is (also) its expiry
@@ -133,7 +133,7 @@ pub(crate) struct Counts {
 /// A shard's keys: slots in a vector (so a clock hand can walk them) indexed by hash.
 pub(crate) struct Shard<St> {
     slots: Vec<Slot<St>>,
-    index: HashTable<u32>,
+    index: Index,
     /// What this shard has dropped and refused, for the store's stats.
     pub(crate) counts: Counts,
     /// Keys evicted while limited, answered as limited until their time.
@@ -148,7 +148,7 @@ impl<St> Default for Shard<St> {
     fn default() -> Self {
         Self {
             slots: Vec::new(),
-            index: HashTable::new(),
+            index: Index::default(),
             counts: Counts::default(),
             trace: Trace::default(),
             key_bytes: 0,
@@ -194,9 +194,7 @@ impl<St: WordExpiry> Shard<St> {
 
     pub(crate) fn find(&self, hash: u64, key: &str) -> Option<usize> {
         let slots = &self.slots;
-        self.index
-            .find(hash, |&i| slots[i as usize].key == key)
-            .map(|&i| i as usize)
+        self.index.find(hash, |i| slots[i].key == key)
     }
 
     pub(crate) fn slot_mut(&mut self, i: usize) -> &mut Slot<St> {
@@ -209,14 +207,7 @@ impl<St: WordExpiry> Shard<St> {
 
     /// Adds a key that [`find`](Self::find) did not find, untouched (the caller
     /// [`touch`](Slot::touch)es it); the shard holds at most `most`.
-    pub(crate) fn insert(
-        &mut self,
-        hash: u64,
-        key: &str,
-        state: St,
-        most: usize,
-        rehash: impl Fn(&str) -> u64,
-    ) -> usize {
+    pub(crate) fn insert(&mut self, hash: u64, key: &str, state: St, most: usize) -> usize {
         let i = self.slots.len();
         if i == self.slots.capacity() {
             // Grow by a quarter rather than doubling, and never past the shard's share of
@@ -231,9 +222,7 @@ impl<St: WordExpiry> Shard<St> {
         };
         self.key_bytes += heap_bytes(&slot.key);
         self.slots.push(slot);
-        let slots = &self.slots;
-        self.index
-            .insert_unique(hash, i as u32, |&j| rehash(slots[j as usize].key.as_str()));
+        self.index.insert(hash, i);
         i
     }
 
@@ -256,15 +245,11 @@ impl<St: WordExpiry> Shard<St> {
     /// Removes slot `i`, moving the last slot into its place.
     fn remove(&mut self, i: usize, rehash: &impl Fn(&str) -> u64) {
         let hash = rehash(self.slots[i].key.as_str());
-        if let Ok(entry) = self.index.find_entry(hash, |&j| j as usize == i) {
-            entry.remove();
-        }
+        self.index.remove(hash, i);
         let last = self.slots.len() - 1;
         if i != last {
             let moved = rehash(self.slots[last].key.as_str());
-            if let Some(j) = self.index.find_mut(moved, |&j| j as usize == last) {
-                *j = i as u32;
-            }
+            self.index.renumber(moved, last, i);
         }
         self.key_bytes -= heap_bytes(&self.slots[i].key);
         self.slots.swap_remove(i);

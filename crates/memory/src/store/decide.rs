@@ -200,7 +200,7 @@ impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
         shard.counts.evicted_fresh += dropped;
         let expires = now.saturating_add(decision.reset_after_ns);
         let limited = refuses_one(limit, &state, now, cost, &decision);
-        let i = shard.insert(hash, key, A::Cell::new(state), self.per_shard, rehash);
+        let i = shard.insert(hash, key, A::Cell::new(state), self.per_shard);
         shard.slot_mut(i).touch(expires, limited);
         decision
     }
