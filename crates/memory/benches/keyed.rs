@@ -359,8 +359,9 @@ fn alternate_rounds() -> Option<usize> {
 }
 
 /// Runs each limiter for about 150 ms in turn, `rounds` times, and prints each one's
-/// decisions per second and its ratio to governor's in the same round (medians, and the
-/// spread from the lowest to the highest round), as one `ALT` line per limiter.
+/// decisions per second (and the wall time of one decision on one thread) and its ratio to
+/// governor's in the same round (medians, and the spread from the lowest to the highest
+/// round), as one `ALT` line per limiter.
 fn alternate(group: &str, threads: usize, rounds: usize, limiters: &[(&str, &Runner<'_>)]) {
     // Calibrate each limiter alone: iterations for about 150 ms.
     let iters: Vec<u64> = limiters
@@ -398,10 +399,61 @@ fn alternate(group: &str, threads: usize, rounds: usize, limiters: &[(&str, &Run
             })
             .unwrap_or_default();
         println!(
-            "ALT {group} {threads}-thread {name:<16} {m:6.2} M/s [{lo:.2}-{hi:.2}] vs governor {ratio} ({:.1}% allowed)",
+            "ALT {group} {threads}-thread {name:<16} {m:6.2} M/s [{lo:.2}-{hi:.2}] {:5.0} ns/decision/thread, vs governor {ratio} ({:.1}% allowed)",
+            threads as f64 * 1e3 / m,
             100.0 * allowed[k] as f64 / total[k].max(1) as f64
         );
     }
+}
+
+/// [`run`] for our store's batch API: each thread decides its slice sixteen keys at a time
+/// with `decide_many`.
+// `Instant::now` times the benchmark, as in `run`.
+#[allow(clippy::disallowed_methods)]
+fn run_batch(
+    ours: &Ours<Gcra>,
+    clock: &RealClock,
+    seq: &[String],
+    threads: usize,
+    iters: u64,
+) -> (Duration, u64) {
+    const BATCH: usize = 16;
+    let barrier = Barrier::new(threads + 1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let slice = &seq[t * seq.len() / threads..(t + 1) * seq.len() / threads];
+                let count = iters / threads as u64;
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    barrier.wait();
+                    let mut out = Vec::with_capacity(BATCH);
+                    let mut keys: Vec<&str> = Vec::with_capacity(BATCH);
+                    let (mut allowed, mut done, mut i) = (0u64, 0u64, 0);
+                    while done < count {
+                        keys.clear();
+                        while keys.len() < BATCH {
+                            keys.push(slice[i].as_str());
+                            i = if i + 1 == slice.len() { 0 } else { i + 1 };
+                        }
+                        out.clear();
+                        ours.store
+                            .decide_many(&ours.limit, &keys, clock.now(), 1, &mut out);
+                        allowed += out.iter().filter(|d| d.is_allowed()).count() as u64;
+                        done += BATCH as u64;
+                    }
+                    allowed
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let allowed = handles
+            .into_iter()
+            .map(|h| h.join().expect("benchmark thread panicked"))
+            .sum();
+        (start.elapsed(), allowed)
+    })
 }
 
 /// Decides once on every key, so every limiter starts with all keys present.
@@ -420,6 +472,8 @@ struct Case<'a> {
     quota: QuotaSpec,
     threads: &'a [usize],
     with_limit_enum: bool,
+    /// Whether to add our batch API (`decide_many`) to the alternating runs.
+    batch: bool,
 }
 
 /// Whether a benchmark group is selected by the filter on the command line (criterion's own
@@ -436,6 +490,14 @@ fn selected(group: &str) -> bool {
             .iter()
             .flat_map(|f| f.split('|'))
             .any(|f| group.contains(f))
+}
+
+/// Whether a filter on the command line names `group` (an empty filter does not).
+fn asked_for(group: &str) -> bool {
+    std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .any(|f| f.split('|').any(|f| group.contains(f)))
 }
 
 fn bench_case(c: &mut Criterion, case: &Case<'_>) {
@@ -483,6 +545,10 @@ fn bench_case(c: &mut Criterion, case: &Case<'_>) {
         ];
         if ours_limit.is_some() {
             limiters.insert(1, ("ratewarden-limit", &run_limit));
+        }
+        let run_many = |t, n| run_batch(&ours, &clock, case.seq, t, n);
+        if case.batch {
+            limiters.insert(1, ("ratewarden-batch", &run_many));
         }
         for &threads in case.threads {
             alternate(case.group, threads, rounds, &limiters);
@@ -564,6 +630,7 @@ fn throughput(c: &mut Criterion, measuring: bool) {
                     quota: LIVE,
                     threads: &both,
                     with_limit_enum: matches!(popularity, Popularity::Uniform),
+                    batch: matches!(popularity, Popularity::Uniform),
                 },
             );
         }
@@ -578,6 +645,7 @@ fn throughput(c: &mut Criterion, measuring: bool) {
             quota: FLOOD,
             threads: &both,
             with_limit_enum: true,
+            batch: false,
         },
     );
     let hot = &thousand[..1];
@@ -591,6 +659,7 @@ fn throughput(c: &mut Criterion, measuring: bool) {
             quota: LIVE,
             threads: &both,
             with_limit_enum: false,
+            batch: false,
         },
     );
     let seq = make_sequence(&million, Popularity::Uniform, 0x2545_f491_4f6c_dd1d);
@@ -603,8 +672,34 @@ fn throughput(c: &mut Criterion, measuring: bool) {
             quota: CHURN,
             threads: &both,
             with_limit_enum: false,
+            batch: false,
         },
     );
+    // Cost growth: one uniform case at four sizes, only when a filter names it (`growth`):
+    // ten million keys take gigabytes in each structure.
+    if measuring && asked_for("keyed/growth") {
+        for (n, label) in [
+            (1_000, "1k"),
+            (100_000, "100k"),
+            (1_000_000, "1M"),
+            (10_000_000, "10M"),
+        ] {
+            let keys = make_keys(n);
+            let seq = make_sequence(&keys, Popularity::Uniform, 0x243f_6a88_85a3_08d3);
+            bench_case(
+                c,
+                &Case {
+                    group: &format!("keyed/growth-{label}"),
+                    keys: &keys,
+                    seq: &seq,
+                    quota: LIVE,
+                    threads: &both,
+                    with_limit_enum: false,
+                    batch: false,
+                },
+            );
+        }
+    }
 }
 
 /// Resident bytes of this process (`/proc/self/statm`, pages of 4096 bytes).
@@ -681,7 +776,8 @@ fn memory_child(spec: &str) {
     }
 }
 
-/// Measures every structure at 1 and 10 million keys, each in a fresh child process.
+/// Measures every structure at a thousand to ten million keys, each in a fresh child
+/// process (below a million, resident bytes move by whole pages: read the allocated bytes).
 fn memory_report() {
     let exe = std::env::current_exe().expect("current exe");
     println!("\n== resident memory per key (RSS from /proc/self/statm, after - before inserting; each structure in its own process) ==");
@@ -702,7 +798,7 @@ fn memory_report() {
         std::mem::size_of::<LimitState>(),
         std::mem::size_of::<String>()
     );
-    for n in [1_000_000usize, 10_000_000] {
+    for n in [1_000usize, 100_000, 1_000_000, 10_000_000] {
         for which in ["ratewarden", "ratewarden-limit", "governor", "baseline"] {
             let out = Command::new(&exe)
                 .env(MEMORY_CHILD, format!("{which}:{n}"))

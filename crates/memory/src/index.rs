@@ -79,6 +79,16 @@ impl Index {
         }
     }
 
+    /// The slot the entry at `hash`'s own bucket names, if its tag is `hash`'s: a guess
+    /// (the key is not compared, and the entry may have been pushed along), made to start
+    /// the loads of a batch early.
+    #[inline]
+    pub(crate) fn hint(&self, hash: u64) -> Option<usize> {
+        let tag = tag(hash);
+        let entry = *self.table.get(self.home(tag << 32))?;
+        (entry >> 32 == tag && entry != EMPTY).then(|| (entry & 0xffff_ffff) as usize - 1)
+    }
+
     /// The bucket holding slot `slot` of hash `hash`.
     fn bucket_of(&self, hash: u64, slot: usize) -> Option<usize> {
         if self.table.is_empty() {

@@ -197,6 +197,21 @@ impl<St: WordExpiry> Shard<St> {
         self.index.find(hash, |i| slots[i].key == key)
     }
 
+    /// A guess at `hash`'s slot, from its index entry alone (see [`Index::hint`]).
+    #[inline]
+    pub(crate) fn hint(&self, hash: u64) -> Option<usize> {
+        self.index.hint(hash)
+    }
+
+    /// Reads slot `i`'s meta and word (if there is such a slot), so that its line is in
+    /// cache when it is decided on.
+    #[inline]
+    pub(crate) fn warm(&self, i: usize) -> u64 {
+        self.slots
+            .get(i)
+            .map_or(0, |slot| slot.meta() ^ slot.state.word().unwrap_or(0))
+    }
+
     pub(crate) fn slot_mut(&mut self, i: usize) -> &mut Slot<St> {
         &mut self.slots[i]
     }

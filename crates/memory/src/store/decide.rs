@@ -7,6 +7,7 @@ use ratewarden_core::{Algorithm, Decision, Outcome};
 use super::room::Room;
 use super::{MemoryStore, ShardOf, SWEEP_STEPS};
 use crate::cell::{StateCell, Stored};
+use crate::shard::Slot;
 
 impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
     /// Decides a request of `cost` for `key` at `now` under `limit`, charging it if allowed.
@@ -19,11 +20,7 @@ impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
         if <A::Cell as StateCell<A>>::SHARED {
             let shard = self.read(at);
             if let Some(i) = shard.find(hash, key) {
-                let slot = shard.slot(i);
-                if let Some((decision, state)) = slot.state.decide_shared(limit, now, cost) {
-                    let limited = refuses_one(limit, &state, now, cost, &decision);
-                    let expires = now.saturating_add(decision.reset_after_ns);
-                    slot.touch_shared(expires, limited, <A::Cell as StateCell<A>>::word_of(&state));
+                if let Some(decision) = self.decide_in_word(shard.slot(i), limit, now, cost) {
                     return decision;
                 }
             }
@@ -32,6 +29,23 @@ impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
         self.update(&mut shard, limit, key, hash, now, true, cost, |state| {
             limit.decide(state, now, cost)
         })
+    }
+
+    /// Decides on a slot found under the read lock, in one word: `None` when its cell
+    /// cannot (the caller takes the write lock).
+    #[inline]
+    pub(super) fn decide_in_word(
+        &self,
+        slot: &Slot<A::Cell>,
+        limit: &A,
+        now: u64,
+        cost: u64,
+    ) -> Option<Decision> {
+        let (decision, state) = slot.state.decide_shared(limit, now, cost)?;
+        let limited = refuses_one(limit, &state, now, cost, &decision);
+        let expires = now.saturating_add(decision.reset_after_ns);
+        slot.touch_shared(expires, limited, <A::Cell as StateCell<A>>::word_of(&state));
+        Some(decision)
     }
 
     /// What [`decide`](Self::decide) would answer, without charging.

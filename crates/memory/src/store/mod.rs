@@ -4,6 +4,7 @@
 //! (`as_store`).
 
 mod as_store;
+mod batch;
 mod decide;
 mod permit;
 mod room;
