@@ -15,15 +15,23 @@ pub(crate) struct Schedule {
     pub(crate) capacity: u64,
     /// `capacity` cells in scaled units: how far ahead of now the TAT may run.
     allowance: u128,
+    /// The allowance when a tick is a nanosecond and it fits in 64 bits (every rate whose
+    /// count divides its period, at any sane burst): then a decision whose numbers all fit
+    /// in 64 bits is computed in them, without 128-bit arithmetic or dividing by one.
+    narrow: Option<u64>,
 }
 
 impl Schedule {
     pub(crate) fn new(rate: Rate, capacity: u64) -> Self {
         let allowance = u128::from(capacity) * u128::from(rate.ticks_per_cell().get());
+        let narrow = (rate.ticks_per_ns().get() == 1)
+            .then(|| u64::try_from(allowance).ok())
+            .flatten();
         Self {
             rate,
             capacity,
             allowance,
+            narrow,
         }
     }
 
@@ -46,6 +54,9 @@ impl Schedule {
     /// Everything is computed from the backlog (how far the TAT runs ahead of now), once.
     #[inline]
     pub(crate) fn decide(&self, tat: &mut Ticks, now: u64, cost: u64, queue: bool) -> Decision {
+        if let Some(decision) = self.decide_narrow(tat, now, cost, queue) {
+            return decision;
+        }
         let now = self.scaled(now);
         let before = tat.get().saturating_sub(now);
         let mut backlog = before;
@@ -82,6 +93,39 @@ impl Schedule {
             saturate(per_cell.div(room))
         };
         Decision::new(outcome, self.capacity, remaining, self.ns_ceil(backlog))
+    }
+
+    /// [`decide`](Self::decide) in 64-bit nanoseconds, when a tick is a nanosecond and
+    /// every number fits (`None` otherwise, before changing anything): the same decision,
+    /// in a third of the instructions.
+    #[inline]
+    fn decide_narrow(&self, tat: &mut Ticks, now: u64, cost: u64, queue: bool) -> Option<Decision> {
+        let allowance = self.narrow?;
+        let per_cell = self.rate.ticks_per_cell();
+        let before = u64::try_from(tat.get()).ok()?.saturating_sub(now);
+        if cost > self.capacity {
+            return None;
+        }
+        let after = before.checked_add(cost.checked_mul(per_cell.get())?)?;
+        let (outcome, backlog) = if after <= allowance {
+            *tat = Ticks::new(u128::from(now.checked_add(after)?));
+            let outcome = if queue {
+                Outcome::Delayed { delay_ns: before }
+            } else {
+                Outcome::Allowed
+            };
+            (outcome, after)
+        } else {
+            let retry_after_ns = after - allowance;
+            (Outcome::Limited { retry_after_ns }, before)
+        };
+        let room = allowance.saturating_sub(backlog);
+        let remaining = if room < per_cell.get() {
+            0
+        } else {
+            per_cell.div_rem(room).0
+        };
+        Some(Decision::new(outcome, self.capacity, remaining, backlog))
     }
 
     /// Moves the TAT by `delta` cells: forward to charge (without bound: a debt), backward to
@@ -142,11 +186,16 @@ mod tests {
     }
 
     proptest! {
-        /// Every field a caller reads is what the three-division computation gave, on random
-        /// rates, bursts, states, times and costs, allowed and rejected alike.
+        #![proptest_config(ProptestConfig::with_cases(2_048))]
+
+        /// Every field a caller reads is what the three-division computation in 128 bits
+        /// gave, on random rates, bursts, states, times and costs, allowed and rejected
+        /// alike, in 64 bits or not.
         #[test]
         fn a_rejection_without_the_remaining_division_decides_the_same(
-            count in 1u64..2_000,
+            // Counts dividing the period (a tick is a nanosecond: the 64-bit path) as often
+            // as not.
+            count in prop_oneof![1u64..2_000, Just(1u64), Just(50u64), Just(1_000u64)],
             period_ms in 1u64..120_000,
             capacity in 1u64..1_000,
             tat in any::<u64>(),
