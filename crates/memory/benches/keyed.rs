@@ -6,7 +6,10 @@
 //! own, so one's freed memory cannot hide or inflate the next's).
 //!
 //! Run with `cargo bench -p ratewarden-memory --bench keyed`. Every case's limiters share a
-//! benchmark group, so the ratios come from one run.
+//! benchmark group, so the ratios come from one run. On a loaded machine, set
+//! `RATEWARDEN_KEYED_ALTERNATE=7` to alternate short runs between the limiters instead (the
+//! figures in docs/benchmarks.md); the filter `growth` adds the cost-growth cases (1k to 10M
+//! keys) and `memory` runs the memory report alone.
 //!
 //! Quotas:
 //! - **live** (the main cases): 1 per minute, burst 100 million. Every key's state stays live
