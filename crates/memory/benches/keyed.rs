@@ -6,7 +6,10 @@
 //! own, so one's freed memory cannot hide or inflate the next's).
 //!
 //! Run with `cargo bench -p ratewarden-memory --bench keyed`. Every case's limiters share a
-//! benchmark group, so the ratios come from one run.
+//! benchmark group, so the ratios come from one run. On a loaded machine, set
+//! `RATEWARDEN_KEYED_ALTERNATE=7` to alternate short runs between the limiters instead (the
+//! figures in docs/benchmarks.md); the filter `growth` adds the cost-growth cases (1k to 10M
+//! keys) and `memory` runs the memory report alone.
 //!
 //! Quotas:
 //! - **live** (the main cases): 1 per minute, burst 100 million. Every key's state stays live
@@ -16,6 +19,9 @@
 //! - **churn** (1000 per second, burst 1000): a key's state is fresh again 1 ms after its
 //!   last decision, so at a million keys our store drops most states (two sweep steps per
 //!   new key) and re-creates them on their next decision, while governor keeps every key.
+//! - **flood** (50 per second, burst 100, over 1k keys): the realistic abuse case. Each key
+//!   is asked thousands of times a second, so after its burst nearly every decision is a
+//!   rejection: this measures the rejected path, which the live cases never take.
 
 use std::cell::Cell;
 use std::hash::{BuildHasher, RandomState};
@@ -29,8 +35,8 @@ use criterion::{BenchmarkId, Criterion, Throughput};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 use hashbrown::HashTable;
 use ratewarden_core::algorithm::GcraState;
-use ratewarden_core::{Algorithm, Clock, Gcra, Limit, LimitState, Rate, RealClock};
-use ratewarden_memory::{MemoryStore, StoreConfig};
+use ratewarden_core::{Clock, Gcra, Limit, LimitState, Rate, RealClock};
+use ratewarden_memory::{MemoryStore, StoreConfig, Stored};
 
 /// Length of a pre-generated key sequence (at least the number of keys).
 const SEQUENCE: usize = 1 << 20;
@@ -85,6 +91,14 @@ impl QuotaSpec {
     }
 }
 
+/// 50 per second, burst 100: under the benchmark's load, nearly every decision is rejected.
+const FLOOD: QuotaSpec = QuotaSpec {
+    name: "50/s burst 100",
+    count: 50,
+    period: Duration::from_secs(1),
+    burst: 100,
+};
+
 /// A keyed limiter under test: one decision for one key, at the real clock.
 ///
 /// Keys are `&String` because governor's `check_key` takes `&K`; the others use `as_str()`.
@@ -94,12 +108,12 @@ trait Keyed: Sync {
 }
 
 /// Our store, with the algorithm it is generic over.
-struct Ours<A: Algorithm> {
+struct Ours<A: Stored> {
     store: MemoryStore<A>,
     limit: A,
 }
 
-impl<A: Algorithm> Ours<A> {
+impl<A: Stored> Ours<A> {
     /// A store of 64 shards (the default) holding up to `max_keys`.
     fn new(limit: A, max_keys: usize) -> Self {
         let config = StoreConfig {
@@ -115,7 +129,7 @@ impl<A: Algorithm> Ours<A> {
     }
 }
 
-impl<A: Algorithm + Sync> Keyed for Ours<A> {
+impl<A: Stored + Sync> Keyed for Ours<A> {
     #[inline]
     fn decide(&self, key: &String, clock: &RealClock) -> bool {
         self.store
@@ -333,6 +347,118 @@ fn run<L: Keyed>(
     })
 }
 
+/// The environment variable that replaces criterion's runs (each limiter measured for two
+/// seconds, one after another) by short runs alternating between the limiters: on a shared
+/// machine whose load drifts, each round's ratio compares runs a fraction of a second apart.
+const ALTERNATE: &str = "RATEWARDEN_KEYED_ALTERNATE";
+
+/// Runs one limiter on so many threads for so many decisions: the wall time, and how many
+/// were allowed.
+type Runner<'a> = dyn Fn(usize, u64) -> (Duration, u64) + 'a;
+
+/// Rounds of alternating runs, when asked for.
+fn alternate_rounds() -> Option<usize> {
+    std::env::var(ALTERNATE).ok()?.parse().ok()
+}
+
+/// Runs each limiter for about 150 ms in turn, `rounds` times, and prints each one's
+/// decisions per second (and the wall time of one decision on one thread) and its ratio to
+/// governor's in the same round (medians, and the spread from the lowest to the highest
+/// round), as one `ALT` line per limiter.
+fn alternate(group: &str, threads: usize, rounds: usize, limiters: &[(&str, &Runner<'_>)]) {
+    // Calibrate each limiter alone: iterations for about 150 ms.
+    let iters: Vec<u64> = limiters
+        .iter()
+        .map(|(_, run)| {
+            let probe = 200_000;
+            let (elapsed, _) = run(threads, probe);
+            (probe as f64 * 0.15 / elapsed.as_secs_f64().max(1e-6)) as u64 + 1
+        })
+        .collect();
+    let mut rates = vec![Vec::with_capacity(rounds); limiters.len()];
+    let mut allowed = vec![0u64; limiters.len()];
+    let mut total = vec![0u64; limiters.len()];
+    for round in 0..rounds {
+        // Start each round with a different limiter, so none always runs first.
+        for k in 0..limiters.len() {
+            let k = (k + round) % limiters.len();
+            let (elapsed, a) = (limiters[k].1)(threads, iters[k]);
+            rates[k].push(iters[k] as f64 / elapsed.as_secs_f64() / 1e6);
+            allowed[k] += a;
+            total[k] += iters[k];
+        }
+    }
+    let governor = limiters.iter().position(|(name, _)| *name == "governor");
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2], v[0], v[v.len() - 1])
+    };
+    for (k, (name, _)) in limiters.iter().enumerate() {
+        let (m, lo, hi) = median(rates[k].clone());
+        let ratio = governor
+            .map(|g| {
+                let (m, lo, hi) = median((0..rounds).map(|r| rates[k][r] / rates[g][r]).collect());
+                format!("{m:.2} [{lo:.2}-{hi:.2}]")
+            })
+            .unwrap_or_default();
+        println!(
+            "ALT {group} {threads}-thread {name:<16} {m:6.2} M/s [{lo:.2}-{hi:.2}] {:5.0} ns/decision/thread, vs governor {ratio} ({:.1}% allowed)",
+            threads as f64 * 1e3 / m,
+            100.0 * allowed[k] as f64 / total[k].max(1) as f64
+        );
+    }
+}
+
+/// [`run`] for our store's batch API: each thread decides its slice sixteen keys at a time
+/// with `decide_many`.
+// `Instant::now` times the benchmark, as in `run`.
+#[allow(clippy::disallowed_methods)]
+fn run_batch(
+    ours: &Ours<Gcra>,
+    clock: &RealClock,
+    seq: &[String],
+    threads: usize,
+    iters: u64,
+) -> (Duration, u64) {
+    const BATCH: usize = 16;
+    let barrier = Barrier::new(threads + 1);
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let slice = &seq[t * seq.len() / threads..(t + 1) * seq.len() / threads];
+                let count = iters / threads as u64;
+                let barrier = &barrier;
+                scope.spawn(move || {
+                    barrier.wait();
+                    let mut out = Vec::with_capacity(BATCH);
+                    let mut keys: Vec<&str> = Vec::with_capacity(BATCH);
+                    let (mut allowed, mut done, mut i) = (0u64, 0u64, 0);
+                    while done < count {
+                        keys.clear();
+                        while keys.len() < BATCH {
+                            keys.push(slice[i].as_str());
+                            i = if i + 1 == slice.len() { 0 } else { i + 1 };
+                        }
+                        out.clear();
+                        ours.store
+                            .decide_many(&ours.limit, &keys, clock.now(), 1, &mut out);
+                        allowed += out.iter().filter(|d| d.is_allowed()).count() as u64;
+                        done += BATCH as u64;
+                    }
+                    allowed
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let allowed = handles
+            .into_iter()
+            .map(|h| h.join().expect("benchmark thread panicked"))
+            .sum();
+        (start.elapsed(), allowed)
+    })
+}
+
 /// Decides once on every key, so every limiter starts with all keys present.
 fn populate<L: Keyed>(limiter: &L, clock: &RealClock, keys: &[String]) {
     for key in keys {
@@ -349,9 +475,38 @@ struct Case<'a> {
     quota: QuotaSpec,
     threads: &'a [usize],
     with_limit_enum: bool,
+    /// Whether to add our batch API (`decide_many`) to the alternating runs.
+    batch: bool,
+}
+
+/// Whether a benchmark group is selected by the filter on the command line (criterion's own
+/// filter would skip its measurements, but only after the case had filled every limiter).
+fn selected(group: &str) -> bool {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    // Criterion reads the filter as a regular expression; alternatives (`a|b`) and plain
+    // substrings are all these runs use.
+    filters.is_empty()
+        || filters
+            .iter()
+            .flat_map(|f| f.split('|'))
+            .any(|f| group.contains(f))
+}
+
+/// Whether a filter on the command line names `group` (an empty filter does not).
+fn asked_for(group: &str) -> bool {
+    std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .any(|f| f.split('|').any(|f| group.contains(f)))
 }
 
 fn bench_case(c: &mut Criterion, case: &Case<'_>) {
+    if !selected(case.group) {
+        return;
+    }
     let clock = RealClock::new();
     let gcra = case.quota.gcra();
     // Room for every key with slack for uneven shards: nothing is evicted for space.
@@ -377,6 +532,32 @@ fn bench_case(c: &mut Criterion, case: &Case<'_>) {
         case.seq.len(),
         case.quota.name
     );
+
+    if let Some(rounds) = alternate_rounds() {
+        let run_ours = |t, n| run(&ours, &clock, case.seq, t, n);
+        let run_governor = |t, n| run(&governor, &clock, case.seq, t, n);
+        let run_baseline = |t, n| run(&baseline, &clock, case.seq, t, n);
+        let run_limit = |t, n| {
+            let ours_limit = ours_limit.as_ref().expect("only listed with the enum");
+            run(ours_limit, &clock, case.seq, t, n)
+        };
+        let mut limiters: Vec<(&str, &Runner<'_>)> = vec![
+            ("ratewarden", &run_ours),
+            ("governor", &run_governor),
+            ("baseline", &run_baseline),
+        ];
+        if ours_limit.is_some() {
+            limiters.insert(1, ("ratewarden-limit", &run_limit));
+        }
+        let run_many = |t, n| run_batch(&ours, &clock, case.seq, t, n);
+        if case.batch {
+            limiters.insert(1, ("ratewarden-batch", &run_many));
+        }
+        for &threads in case.threads {
+            alternate(case.group, threads, rounds, &limiters);
+        }
+        return;
+    }
 
     let mut group = c.benchmark_group(case.group);
     group.throughput(Throughput::Elements(1));
@@ -452,10 +633,24 @@ fn throughput(c: &mut Criterion, measuring: bool) {
                     quota: LIVE,
                     threads: &both,
                     with_limit_enum: matches!(popularity, Popularity::Uniform),
+                    batch: matches!(popularity, Popularity::Uniform),
                 },
             );
         }
     }
+    let seq = make_sequence(&thousand, Popularity::Uniform, 0x6a09_e667_f3bc_c908);
+    bench_case(
+        c,
+        &Case {
+            group: "keyed/1k-flood",
+            keys: &thousand,
+            seq: &seq,
+            quota: FLOOD,
+            threads: &both,
+            with_limit_enum: true,
+            batch: false,
+        },
+    );
     let hot = &thousand[..1];
     let hot_seq = vec![hot[0].clone(); 1024];
     bench_case(
@@ -467,6 +662,7 @@ fn throughput(c: &mut Criterion, measuring: bool) {
             quota: LIVE,
             threads: &both,
             with_limit_enum: false,
+            batch: false,
         },
     );
     let seq = make_sequence(&million, Popularity::Uniform, 0x2545_f491_4f6c_dd1d);
@@ -479,8 +675,34 @@ fn throughput(c: &mut Criterion, measuring: bool) {
             quota: CHURN,
             threads: &both,
             with_limit_enum: false,
+            batch: false,
         },
     );
+    // Cost growth: one uniform case at four sizes, only when a filter names it (`growth`):
+    // ten million keys take gigabytes in each structure.
+    if measuring && asked_for("keyed/growth") {
+        for (n, label) in [
+            (1_000, "1k"),
+            (100_000, "100k"),
+            (1_000_000, "1M"),
+            (10_000_000, "10M"),
+        ] {
+            let keys = make_keys(n);
+            let seq = make_sequence(&keys, Popularity::Uniform, 0x243f_6a88_85a3_08d3);
+            bench_case(
+                c,
+                &Case {
+                    group: &format!("keyed/growth-{label}"),
+                    keys: &keys,
+                    seq: &seq,
+                    quota: LIVE,
+                    threads: &both,
+                    with_limit_enum: false,
+                    batch: false,
+                },
+            );
+        }
+    }
 }
 
 /// Resident bytes of this process (`/proc/self/statm`, pages of 4096 bytes).
@@ -557,7 +779,8 @@ fn memory_child(spec: &str) {
     }
 }
 
-/// Measures every structure at 1 and 10 million keys, each in a fresh child process.
+/// Measures every structure at a thousand to ten million keys, each in a fresh child
+/// process (below a million, resident bytes move by whole pages: read the allocated bytes).
 fn memory_report() {
     let exe = std::env::current_exe().expect("current exe");
     println!("\n== resident memory per key (RSS from /proc/self/statm, after - before inserting; each structure in its own process) ==");
@@ -578,7 +801,7 @@ fn memory_report() {
         std::mem::size_of::<LimitState>(),
         std::mem::size_of::<String>()
     );
-    for n in [1_000_000usize, 10_000_000] {
+    for n in [1_000usize, 100_000, 1_000_000, 10_000_000] {
         for which in ["ratewarden", "ratewarden-limit", "governor", "baseline"] {
             let out = Command::new(&exe)
                 .env(MEMORY_CHILD, format!("{which}:{n}"))
@@ -626,9 +849,9 @@ fn main() {
         .configure_from_args();
     // `cargo bench` passes `--bench`; `cargo test` runs the benchmarks once without it.
     let measuring = std::env::args().any(|a| a == "--bench");
-    // Skip the memory report under `cargo test`, and when criterion is only listing or
-    // filtering benchmarks.
-    if measuring && std::env::args().skip(1).all(|a| a.starts_with('-')) {
+    // Skip the memory report under `cargo test`, and when a filter does not ask for it
+    // (`-- memory` runs it alone).
+    if measuring && selected("memory") {
         memory_report();
     }
     throughput(&mut criterion, measuring);

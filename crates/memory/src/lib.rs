@@ -2,7 +2,10 @@
 //! process, at the speed of an in-process limiter.
 //!
 //! - **Concurrent**: keys are spread over shards, each a short critical section (one lookup,
-//!   one state transition), so threads on different keys rarely meet.
+//!   one state transition), so threads on different keys rarely meet; a GCRA key is decided
+//!   with one compare-and-swap under the shard's read lock, so threads on one hot key do not
+//!   queue ([`Stored`]). [`MemoryStore::decide_many`] decides a batch with its cache misses
+//!   overlapped.
 //! - **Layered**: [`MemoryStore::decide_all`] decides one request against several limits
 //!   (per IP, per key, per tenant, global) all or nothing.
 //! - **Bounded**: state that has returned to fresh is dropped a little with every new key (it
@@ -15,11 +18,14 @@
 //! It implements [`ratewarden_core::Store`], and passes the same conformance suite as every
 //! other store.
 
+mod cell;
 mod config;
+mod index;
 mod shard;
 mod store;
 mod trace;
 
+pub use cell::{Plain, StateCell, Stored, TatWord, WordExpiry};
 pub use config::{StoreConfig, WhenFull};
 pub use store::{MemoryStore, Permit};
 

@@ -1,18 +1,31 @@
 //! One shard: a vector of slots and a hash index into it, behind the store's per-shard lock.
 
-use compact_str::CompactString;
-use hashbrown::HashTable;
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use compact_str::CompactString;
+
+use crate::cell::WordExpiry;
+use crate::index::Index;
 use crate::trace::Trace;
 
-/// The CLOCK "referenced" bit, kept in the top bit of a slot's expiry (expiries are Unix
-/// nanoseconds, below 2^62 until the year 2116).
-const REFERENCED: u64 = 1 << 63;
-/// The "limited" bit, next to it: the slot's last decision left it refusing a request of
-/// cost 1 (spent, or in debt).
-const LIMITED: u64 = 1 << 62;
-/// The expiry's bits.
-const EXPIRES: u64 = LIMITED - 1;
+/// The "word" bit, at the bottom of a slot's meta: the state's own word is (also) its expiry
+/// in nanoseconds (GCRA at one tick per nanosecond, see [`WordExpiry`]), so a decision that
+/// only moves that word need not write the meta as well.
+const WORD: u64 = 1;
+/// The CLOCK "referenced" bit.
+const REFERENCED: u64 = 1 << 1;
+/// The "limited" bit: the slot's last decision left it refusing a request of cost 1 (spent,
+/// or in debt). Highest of the three, so that of two metas for one expiry the larger keeps
+/// it (see [`Slot::touch_shared`]).
+const LIMITED: u64 = 1 << 2;
+/// The expiry's place: above the three bits, so that comparing two metas compares their
+/// expiries first.
+const EXPIRY_SHIFT: u32 = 3;
+/// Expiries are kept in grains of 4 ns, rounded up (a state kept a few nanoseconds longer
+/// decides nothing differently), so that Unix nanoseconds fit beside the bits until 2262.
+const GRAIN_BITS: u32 = 2;
+/// The largest expiry a meta holds, in grains.
+const EXPIRES: u64 = u64::MAX >> EXPIRY_SHIFT;
 
 /// Slots a full shard's eviction looks at, at most, for one not limited: bounds the cost of
 /// a new key in a shard that holds (nearly) nothing but limited keys.
@@ -21,22 +34,70 @@ const EVICT_SCAN: usize = 64;
 /// One key's state. With a 24-byte inline key and a 32-byte state this is one cache line.
 pub(crate) struct Slot<St> {
     pub(crate) key: CompactString,
-    /// When the state turns fresh (dropping it then changes no decision), plus the
-    /// referenced and limited bits.
-    meta: u64,
+    /// When the state turns fresh (dropping it then changes no decision), above the
+    /// referenced and limited bits. Atomic so that decisions under the shard's read lock can
+    /// record themselves; with the shard to itself the store reads and writes it plainly.
+    meta: AtomicU64,
     pub(crate) state: St,
 }
 
-impl<St> Slot<St> {
+impl<St: WordExpiry> Slot<St> {
+    fn meta(&self) -> u64 {
+        self.meta.load(Ordering::Relaxed)
+    }
+
+    /// When the state turns fresh: the meta's expiry, or the state's own word when that is
+    /// later and the meta says it counts.
     fn expires(&self) -> u64 {
-        self.meta & EXPIRES
+        let meta = self.meta();
+        let recorded = (meta >> EXPIRY_SHIFT) << GRAIN_BITS;
+        match self.state.word() {
+            Some(word) if meta & WORD != 0 => recorded.max(word),
+            _ => recorded,
+        }
+    }
+
+    fn encode(expires: u64, limited: bool, word: bool) -> u64 {
+        let grains = expires.div_ceil(1 << GRAIN_BITS).min(EXPIRES);
+        grains << EXPIRY_SHIFT
+            | REFERENCED
+            | if limited { LIMITED } else { 0 }
+            | if word { WORD } else { 0 }
     }
 
     /// Records a use, the time the state will be fresh again, and whether it now refuses a
     /// request of cost 1.
     pub(crate) fn touch(&mut self, expires: u64, limited: bool) {
-        let limited = if limited { LIMITED } else { 0 };
-        self.meta = expires.min(EXPIRES) | REFERENCED | limited;
+        let word = self.state.word() == Some(expires);
+        let meta = Self::encode(expires, limited, word);
+        // A rejection usually changes nothing: leave the line clean then.
+        if *self.meta.get_mut() != meta {
+            *self.meta.get_mut() = meta;
+        }
+    }
+
+    /// [`touch`](Self::touch) for a decision made under the shard's read lock, racing
+    /// others on the same key, that published `word` as the state's new word. The states are
+    /// published in order, and a later one is fresh no sooner (a GCRA arrival time only moves
+    /// forward there), so the meta of the latest state is the largest: keeping the maximum
+    /// keeps it whatever order the threads record in. Two states fresh at the same grain keep
+    /// the limited bit if either has it, which errs on the side of keeping the key.
+    ///
+    /// Writes nothing when the meta already covers the decision: when the word is the
+    /// expiry and the meta says so (the word only grows until the shard is written), and
+    /// the bits are set. That is every decision of a GCRA key at one tick per nanosecond
+    /// once it is limited or used, so a hot key costs one compare-and-swap, not two.
+    pub(crate) fn touch_shared(&self, expires: u64, limited: bool, word: Option<u64>) {
+        let meta = self.meta();
+        let word = word == Some(expires);
+        let bits = REFERENCED | if limited { LIMITED } else { 0 };
+        if word && meta & WORD != 0 && meta & bits == bits {
+            return;
+        }
+        let new = Self::encode(expires, limited, word);
+        if meta < new {
+            self.meta.fetch_max(new, Ordering::Relaxed);
+        }
     }
 
     /// Whether the slot counts as limited at `now`: its last decision left it refusing, and
@@ -44,7 +105,7 @@ impl<St> Slot<St> {
     /// between; a full shard then keeps it a little longer than it needs to, which costs
     /// nothing but a slot, where a precise time would cost eight bytes in every slot.)
     fn is_limited(&self, now: u64) -> bool {
-        self.meta & LIMITED != 0 && self.expires() > now
+        self.meta() & LIMITED != 0 && self.expires() > now
     }
 }
 
@@ -72,7 +133,7 @@ pub(crate) struct Counts {
 /// A shard's keys: slots in a vector (so a clock hand can walk them) indexed by hash.
 pub(crate) struct Shard<St> {
     slots: Vec<Slot<St>>,
-    index: HashTable<u32>,
+    index: Index,
     /// What this shard has dropped and refused, for the store's stats.
     pub(crate) counts: Counts,
     /// Keys evicted while limited, answered as limited until their time.
@@ -87,7 +148,7 @@ impl<St> Default for Shard<St> {
     fn default() -> Self {
         Self {
             slots: Vec::new(),
-            index: HashTable::new(),
+            index: Index::default(),
             counts: Counts::default(),
             trace: Trace::default(),
             key_bytes: 0,
@@ -105,7 +166,7 @@ fn heap_bytes(key: &CompactString) -> usize {
     }
 }
 
-impl<St> Shard<St> {
+impl<St: WordExpiry> Shard<St> {
     pub(crate) fn len(&self) -> usize {
         self.slots.len()
     }
@@ -133,9 +194,22 @@ impl<St> Shard<St> {
 
     pub(crate) fn find(&self, hash: u64, key: &str) -> Option<usize> {
         let slots = &self.slots;
-        self.index
-            .find(hash, |&i| slots[i as usize].key == key)
-            .map(|&i| i as usize)
+        self.index.find(hash, |i| slots[i].key == key)
+    }
+
+    /// A guess at `hash`'s slot, from its index entry alone (see [`Index::hint`]).
+    #[inline]
+    pub(crate) fn hint(&self, hash: u64) -> Option<usize> {
+        self.index.hint(hash)
+    }
+
+    /// Reads slot `i`'s meta and word (if there is such a slot), so that its line is in
+    /// cache when it is decided on.
+    #[inline]
+    pub(crate) fn warm(&self, i: usize) -> u64 {
+        self.slots
+            .get(i)
+            .map_or(0, |slot| slot.meta() ^ slot.state.word().unwrap_or(0))
     }
 
     pub(crate) fn slot_mut(&mut self, i: usize) -> &mut Slot<St> {
@@ -148,14 +222,7 @@ impl<St> Shard<St> {
 
     /// Adds a key that [`find`](Self::find) did not find, untouched (the caller
     /// [`touch`](Slot::touch)es it); the shard holds at most `most`.
-    pub(crate) fn insert(
-        &mut self,
-        hash: u64,
-        key: &str,
-        state: St,
-        most: usize,
-        rehash: impl Fn(&str) -> u64,
-    ) -> usize {
+    pub(crate) fn insert(&mut self, hash: u64, key: &str, state: St, most: usize) -> usize {
         let i = self.slots.len();
         if i == self.slots.capacity() {
             // Grow by a quarter rather than doubling, and never past the shard's share of
@@ -165,14 +232,12 @@ impl<St> Shard<St> {
         }
         let slot = Slot {
             key: CompactString::from(key),
-            meta: 0,
+            meta: AtomicU64::new(0),
             state,
         };
         self.key_bytes += heap_bytes(&slot.key);
         self.slots.push(slot);
-        let slots = &self.slots;
-        self.index
-            .insert_unique(hash, i as u32, |&j| rehash(slots[j as usize].key.as_str()));
+        self.index.insert(hash, i);
         i
     }
 
@@ -195,15 +260,11 @@ impl<St> Shard<St> {
     /// Removes slot `i`, moving the last slot into its place.
     fn remove(&mut self, i: usize, rehash: &impl Fn(&str) -> u64) {
         let hash = rehash(self.slots[i].key.as_str());
-        if let Ok(entry) = self.index.find_entry(hash, |&j| j as usize == i) {
-            entry.remove();
-        }
+        self.index.remove(hash, i);
         let last = self.slots.len() - 1;
         if i != last {
             let moved = rehash(self.slots[last].key.as_str());
-            if let Some(j) = self.index.find_mut(moved, |&j| j as usize == last) {
-                *j = i as u32;
-            }
+            self.index.renumber(moved, last, i);
         }
         self.key_bytes -= heap_bytes(&self.slots[i].key);
         self.slots.swap_remove(i);
@@ -255,9 +316,9 @@ impl<St> Shard<St> {
                 }
                 continue;
             }
-            let slot = &mut self.slots[at];
-            if slot.meta & REFERENCED != 0 {
-                slot.meta &= !REFERENCED;
+            let meta = self.slots[at].meta.get_mut();
+            if *meta & REFERENCED != 0 {
+                *meta &= !REFERENCED;
                 not_limited.get_or_insert(at);
             } else {
                 unreferenced = Some(at);
@@ -319,23 +380,23 @@ impl<St> Shard<St> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ratewarden_core::algorithm::GcraState;
+    use crate::cell::{Plain, TatWord};
     use ratewarden_core::LimitState;
 
     #[test]
     fn a_slot_is_one_cache_line_under_limit() {
-        // Key, expiry with its two bits, state: nothing else, so a key costs no more than
+        // Key, expiry with its three bits, state: nothing else, so a key costs no more than
         // docs/benchmarks.md promises.
-        assert_eq!(std::mem::size_of::<Slot<LimitState>>(), 64);
-        assert_eq!(std::mem::size_of::<Slot<GcraState>>(), 48);
+        assert_eq!(std::mem::size_of::<Slot<Plain<LimitState>>>(), 64);
+        assert_eq!(std::mem::size_of::<Slot<TatWord>>(), 48);
     }
 
     #[test]
     fn a_limited_slot_stops_counting_as_limited_once_fresh() {
         let mut slot = Slot {
             key: CompactString::from("k"),
-            meta: 0,
-            state: (),
+            meta: AtomicU64::new(0),
+            state: Plain(()),
         };
         slot.touch(100, true);
         assert!(slot.is_limited(99));
@@ -343,6 +404,58 @@ mod tests {
         assert_eq!(slot.expires(), 100);
         slot.touch(u64::MAX, false);
         assert!(!slot.is_limited(0));
-        assert_eq!(slot.expires(), EXPIRES, "saturated below the bits");
+        assert_eq!(
+            slot.expires(),
+            EXPIRES << GRAIN_BITS,
+            "saturated below the bits"
+        );
+    }
+
+    #[test]
+    fn expiries_round_up_to_their_grain_and_last_past_2200() {
+        let mut slot = Slot {
+            key: CompactString::from("k"),
+            meta: AtomicU64::new(0),
+            state: Plain(()),
+        };
+        // 2255-03-01 in Unix nanoseconds, and one past a grain.
+        slot.touch(9_000_000_000_000_000_001, false);
+        assert_eq!(slot.expires(), 9_000_000_000_000_000_004);
+        assert!(slot.expires() > 9_000_000_000_000_000_001, "never sooner");
+    }
+
+    #[test]
+    fn a_word_that_is_its_expiry_is_followed_without_writing_the_meta() {
+        use crate::cell::StateCell;
+        use ratewarden_core::algorithm::GcraState;
+        use ratewarden_core::{Gcra, Ticks};
+        let state = |tat: u64| GcraState {
+            tat: Ticks::new(u128::from(tat)),
+        };
+        let mut slot = Slot {
+            key: CompactString::from("k"),
+            meta: AtomicU64::new(0),
+            state: <TatWord as StateCell<Gcra>>::new(state(1_000)),
+        };
+        slot.touch(1_000, false);
+        let meta = slot.meta();
+        assert_ne!(meta & WORD, 0);
+        // Another thread moved the word: the expiry follows it, the meta stays as it was.
+        slot.state = <TatWord as StateCell<Gcra>>::new(state(5_000));
+        slot.touch_shared(5_000, false, Some(5_000));
+        assert_eq!(slot.meta(), meta);
+        assert_eq!(slot.expires(), 5_000);
+        // Now limited: the bit is recorded, with the expiry.
+        slot.touch_shared(5_000, true, Some(5_000));
+        assert!(slot.is_limited(4_999));
+        // A decision published earlier but recorded later cannot pull the expiry back, nor
+        // drop the limited bit.
+        slot.touch_shared(3_000, false, Some(3_000));
+        assert!(slot.is_limited(4_999));
+        assert_eq!(slot.expires(), 5_000);
+        // A word in other ticks than nanoseconds is not the expiry: the meta holds it.
+        slot.touch(7_000, false);
+        slot.state = <TatWord as StateCell<Gcra>>::new(state(21_000));
+        assert_eq!(slot.expires(), 7_000);
     }
 }

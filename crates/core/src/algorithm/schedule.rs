@@ -15,15 +15,23 @@ pub(crate) struct Schedule {
     pub(crate) capacity: u64,
     /// `capacity` cells in scaled units: how far ahead of now the TAT may run.
     allowance: u128,
+    /// The allowance when a tick is a nanosecond and it fits in 64 bits (every rate whose
+    /// count divides its period, at any sane burst): then a decision whose numbers all fit
+    /// in 64 bits is computed in them, without 128-bit arithmetic or dividing by one.
+    narrow: Option<u64>,
 }
 
 impl Schedule {
     pub(crate) fn new(rate: Rate, capacity: u64) -> Self {
         let allowance = u128::from(capacity) * u128::from(rate.ticks_per_cell().get());
+        let narrow = (rate.ticks_per_ns().get() == 1)
+            .then(|| u64::try_from(allowance).ok())
+            .flatten();
         Self {
             rate,
             capacity,
             allowance,
+            narrow,
         }
     }
 
@@ -46,6 +54,9 @@ impl Schedule {
     /// Everything is computed from the backlog (how far the TAT runs ahead of now), once.
     #[inline]
     pub(crate) fn decide(&self, tat: &mut Ticks, now: u64, cost: u64, queue: bool) -> Decision {
+        if let Some(decision) = self.decide_narrow(tat, now, cost, queue) {
+            return decision;
+        }
         let now = self.scaled(now);
         let before = tat.get().saturating_sub(now);
         let mut backlog = before;
@@ -72,8 +83,49 @@ impl Schedule {
             }
         };
         let room = self.allowance.saturating_sub(backlog);
-        let remaining = saturate(self.rate.ticks_per_cell().div(room));
+        // Less than one cell of room is none left: no division. That is every rejection of a
+        // single cell (the request would not fit), so a flood of them pays two divisions, not
+        // three.
+        let per_cell = self.rate.ticks_per_cell();
+        let remaining = if room < u128::from(per_cell.get()) {
+            0
+        } else {
+            saturate(per_cell.div(room))
+        };
         Decision::new(outcome, self.capacity, remaining, self.ns_ceil(backlog))
+    }
+
+    /// [`decide`](Self::decide) in 64-bit nanoseconds, when a tick is a nanosecond and
+    /// every number fits (`None` otherwise, before changing anything): the same decision,
+    /// in a third of the instructions.
+    #[inline]
+    fn decide_narrow(&self, tat: &mut Ticks, now: u64, cost: u64, queue: bool) -> Option<Decision> {
+        let allowance = self.narrow?;
+        let per_cell = self.rate.ticks_per_cell();
+        let before = u64::try_from(tat.get()).ok()?.saturating_sub(now);
+        if cost > self.capacity {
+            return None;
+        }
+        let after = before.checked_add(cost.checked_mul(per_cell.get())?)?;
+        let (outcome, backlog) = if after <= allowance {
+            *tat = Ticks::new(u128::from(now.checked_add(after)?));
+            let outcome = if queue {
+                Outcome::Delayed { delay_ns: before }
+            } else {
+                Outcome::Allowed
+            };
+            (outcome, after)
+        } else {
+            let retry_after_ns = after - allowance;
+            (Outcome::Limited { retry_after_ns }, before)
+        };
+        let room = allowance.saturating_sub(backlog);
+        let remaining = if room < per_cell.get() {
+            0
+        } else {
+            per_cell.div_rem(room).0
+        };
+        Some(Decision::new(outcome, self.capacity, remaining, backlog))
     }
 
     /// Moves the TAT by `delta` cells: forward to charge (without bound: a debt), backward to
@@ -86,6 +138,90 @@ impl Schedule {
             base.saturating_add(cells)
         } else {
             base.saturating_sub(cells).max(now)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    /// The decision as it was computed before rejections skipped a division: `remaining`
+    /// always divided the room left.
+    fn three_divisions(
+        s: &Schedule,
+        tat: &mut Ticks,
+        now: u64,
+        cost: u64,
+        queue: bool,
+    ) -> Decision {
+        let now = s.scaled(now);
+        let before = tat.get().saturating_sub(now);
+        let mut backlog = before;
+        let outcome = if cost > s.capacity {
+            Outcome::CostTooHigh
+        } else {
+            let after = before.saturating_add(s.cells(cost));
+            if after <= s.allowance {
+                *tat = Ticks::new(now.saturating_add(after));
+                backlog = after;
+                if queue {
+                    Outcome::Delayed {
+                        delay_ns: s.ns_ceil(before),
+                    }
+                } else {
+                    Outcome::Allowed
+                }
+            } else {
+                Outcome::Limited {
+                    retry_after_ns: s.ns_ceil(after - s.allowance),
+                }
+            }
+        };
+        let room = s.allowance.saturating_sub(backlog);
+        let remaining = saturate(s.rate.ticks_per_cell().div(room));
+        Decision::new(outcome, s.capacity, remaining, s.ns_ceil(backlog))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_048))]
+
+        /// Every field a caller reads is what the three-division computation in 128 bits
+        /// gave, on random rates, bursts, states, times and costs, allowed and rejected
+        /// alike, in 64 bits or not.
+        #[test]
+        fn a_rejection_without_the_remaining_division_decides_the_same(
+            // Counts dividing the period (a tick is a nanosecond: the 64-bit path) as often
+            // as not.
+            count in prop_oneof![1u64..2_000, Just(1u64), Just(50u64), Just(1_000u64)],
+            period_ms in 1u64..120_000,
+            capacity in 1u64..1_000,
+            tat in any::<u64>(),
+            tat_hi in prop_oneof![Just(0u64), any::<u64>()],
+            now in any::<u64>(),
+            cost in prop_oneof![0u64..3, 0u64..1_200],
+            queue in any::<bool>(),
+        ) {
+            let rate = Rate::new(count, Duration::from_millis(period_ms)).unwrap();
+            let s = Schedule::new(rate, capacity);
+            // Mostly a backlog of up to two bursts (where rejections happen), sometimes a key
+            // fresh at `now`.
+            let raw = u128::from(tat_hi) << 64 | u128::from(tat);
+            let base = s.scaled(now);
+            let per_cell = u128::from(s.rate.ticks_per_cell().get());
+            let tat = if tat_hi % 4 == 1 {
+                raw % (base + 1)
+            } else if tat_hi % 4 == 2 {
+                // Room of exactly a whole number of cells: the edge of the shortcut.
+                base + s.allowance - per_cell * (raw % u128::from(capacity.min(3) + 1))
+            } else {
+                base + raw % (2 * s.allowance + 1)
+            };
+            let (mut new, mut old) = (Ticks::new(tat), Ticks::new(tat));
+            prop_assert_eq!(s.decide(&mut new, now, cost, queue), three_divisions(&s, &mut old, now, cost, queue));
+            prop_assert_eq!(new, old);
         }
     }
 }

@@ -5,25 +5,58 @@ use std::hash::BuildHasher;
 use ratewarden_core::{Algorithm, Decision, Outcome};
 
 use super::room::Room;
-use super::{MemoryStore, SWEEP_STEPS};
-use crate::shard::Shard;
+use super::{MemoryStore, ShardOf, SWEEP_STEPS};
+use crate::cell::{StateCell, Stored};
+use crate::shard::Slot;
 
-impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
+impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
     /// Decides a request of `cost` for `key` at `now` under `limit`, charging it if allowed.
     pub fn decide(&self, limit: &A, key: &str, now: u64, cost: u64) -> Decision {
         let hash = self.hash(key);
-        let mut shard = self.lock(self.shard_of(hash));
-        self.update(&mut shard, limit, key, hash, now, true, |state| {
+        let at = self.shard_of(hash);
+        // A state held in one word is decided under the read lock, so threads on one hot
+        // key race a compare-and-swap instead of queueing for the shard. A new key, a key
+        // past the word, or any other state takes the write lock.
+        if <A::Cell as StateCell<A>>::SHARED {
+            let shard = self.read(at);
+            if let Some(i) = shard.find(hash, key) {
+                if let Some(decision) = self.decide_in_word(shard.slot(i), limit, now, cost) {
+                    return decision;
+                }
+            }
+        }
+        let mut shard = self.lock(at);
+        self.update(&mut shard, limit, key, hash, now, true, cost, |state| {
             limit.decide(state, now, cost)
         })
+    }
+
+    /// Decides on a slot found under the read lock, in one word: `None` when its cell
+    /// cannot (the caller takes the write lock).
+    #[inline]
+    pub(super) fn decide_in_word(
+        &self,
+        slot: &Slot<A::Cell>,
+        limit: &A,
+        now: u64,
+        cost: u64,
+    ) -> Option<Decision> {
+        let (decision, state) = slot.state.decide_shared(limit, now, cost)?;
+        let limited = refuses_one(limit, &state, now, cost, &decision);
+        let expires = now.saturating_add(decision.reset_after_ns);
+        slot.touch_shared(expires, limited, <A::Cell as StateCell<A>>::word_of(&state));
+        Some(decision)
     }
 
     /// What [`decide`](Self::decide) would answer, without charging.
     pub fn peek(&self, limit: &A, key: &str, now: u64, cost: u64) -> Decision {
         let hash = self.hash(key);
-        let shard = self.lock(self.shard_of(hash));
+        let shard = self.read(self.shard_of(hash));
         match shard.find(hash, key) {
-            Some(i) => limit.peek(&shard.slot(i).state, now, cost),
+            Some(i) => shard
+                .slot(i)
+                .state
+                .with(|state| limit.peek(state, now, cost)),
             None => match shard.traced(hash, now) {
                 Some(until) => still_limited(limit, now, until),
                 None => limit.peek(&A::State::default(), now, cost),
@@ -36,7 +69,8 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
     pub fn settle(&self, limit: &A, key: &str, now: u64, delta: i64) {
         let hash = self.hash(key);
         let mut shard = self.lock(self.shard_of(hash));
-        self.update(&mut shard, limit, key, hash, now, true, |state| {
+        // Not a decision of cost 1: `update` must not read a refusal of it as one.
+        self.update(&mut shard, limit, key, hash, now, true, 0, |state| {
             limit.settle(state, now, delta);
             limit.peek(state, now, 0)
         });
@@ -75,13 +109,16 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
             let g = guard_of(hash);
             let shard = &mut guards[g];
             let decision = match shard.find(hash, key) {
-                Some(i) => limit.peek(&shard.slot(i).state, now, cost),
+                Some(i) => shard
+                    .slot(i)
+                    .state
+                    .with(|state| limit.peek(state, now, cost)),
                 None => match shard.traced(hash, now) {
                     Some(until) => still_limited(limit, now, until),
                     None => {
                         let d = self.new_key_peek(shard, limit, key, now, cost, pending[g]);
                         pending[g].0 += 1;
-                        pending[g].1 += Shard::<A::State>::cost_of(key);
+                        pending[g].1 += ShardOf::<A>::cost_of(key);
                         d
                     }
                 },
@@ -93,7 +130,7 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
             for (k, (&(limit, key, cost), &hash)) in layers.iter().zip(&hashes).enumerate() {
                 let shard = &mut guards[guard_of(hash)];
                 // Room was made (or the request refused) above: charging cannot fail now.
-                decisions[k] = self.update(shard, limit, key, hash, now, false, |state| {
+                decisions[k] = self.update(shard, limit, key, hash, now, false, cost, |state| {
                     limit.decide(state, now, cost)
                 });
             }
@@ -106,7 +143,7 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
     /// allowed; but nothing is evicted yet, as another layer may still refuse.
     fn new_key_peek(
         &self,
-        shard: &mut Shard<A::State>,
+        shard: &mut ShardOf<A>,
         limit: &A,
         key: &str,
         now: u64,
@@ -127,22 +164,27 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
     /// (a rejected request of a new key stores nothing). A key evicted while limited is
     /// answered as limited until its time, and a full shard that can make no room refuses,
     /// unless `may_refuse` is false (the charge of a layered decision already checked).
-    // Eight arguments, all of one decision: a struct for them would only be unpacked here.
+    /// `cost` is the cost `op` decides (0 when it decides none): a refused request of cost 1
+    /// then tells whether the key is limited without asking the algorithm again.
+    // Nine arguments, all of one decision: a struct for them would only be unpacked here.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn update(
         &self,
-        shard: &mut Shard<A::State>,
+        shard: &mut ShardOf<A>,
         limit: &A,
         key: &str,
         hash: u64,
         now: u64,
         may_refuse: bool,
+        cost: u64,
         op: impl FnOnce(&mut A::State) -> Decision,
     ) -> Decision {
         if let Some(i) = shard.find(hash, key) {
             let slot = shard.slot_mut(i);
-            let decision = op(&mut slot.state);
-            let limited = refuses_one(limit, &slot.state, now, &decision);
+            let (decision, limited) = slot.state.with_mut(|state| {
+                let decision = op(state);
+                (decision, refuses_one(limit, state, now, cost, &decision))
+            });
             slot.touch(now.saturating_add(decision.reset_after_ns), limited);
             return decision;
         }
@@ -171,19 +213,30 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         let dropped = shard.sweep(now, SWEEP_STEPS, &rehash);
         shard.counts.evicted_fresh += dropped;
         let expires = now.saturating_add(decision.reset_after_ns);
-        let limited = refuses_one(limit, &state, now, &decision);
-        let i = shard.insert(hash, key, state, self.per_shard, rehash);
+        let limited = refuses_one(limit, &state, now, cost, &decision);
+        let i = shard.insert(hash, key, A::Cell::new(state), self.per_shard);
         shard.slot_mut(i).touch(expires, limited);
         decision
     }
 }
 
-/// Whether a request of cost 1 is refused after `decision` left `state` so at `now`. Costs a
-/// peek only when the decision left nothing to spend, so the allowed path pays one
-/// comparison.
-fn refuses_one<A: Algorithm>(limit: &A, state: &A::State, now: u64, decision: &Decision) -> bool {
+/// Whether a request of cost 1 is refused after `decision` (of a request of `cost`) left
+/// `state` so at `now`. Costs a peek only when the decision left nothing to spend and was not
+/// itself a refusal of cost 1, so the allowed path pays one comparison and a flood of
+/// rejections none: a rejected request leaves the state unchanged, so asking again about
+/// the same cost at the same time would get the same refusal.
+fn refuses_one<A: Algorithm>(
+    limit: &A,
+    state: &A::State,
+    now: u64,
+    cost: u64,
+    decision: &Decision,
+) -> bool {
     if decision.is_allowed() && decision.remaining > 0 {
         return false;
+    }
+    if cost == 1 && matches!(decision.outcome, Outcome::Limited { .. }) {
+        return true;
     }
     // Allowed, delayed, or a limit no request fits (a fresh key fares no better): not limited.
     matches!(limit.peek(state, now, 1).outcome, Outcome::Limited { .. })
@@ -200,4 +253,61 @@ fn still_limited<A: Algorithm>(limit: &A, now: u64, until: u64) -> Decision {
         0,
         wait,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use ratewarden_core::algorithm::{
+        FixedWindow, LeakyBucket, LeakyQueue, SlidingLog, SlidingWindow, TokenBucket,
+    };
+    use ratewarden_core::{Gcra, Limit, Rate};
+    use std::time::Duration;
+
+    /// Whether a request of cost 1 is refused, as the store asked before rejections of
+    /// cost 1 were read as the answer: always the algorithm's own peek.
+    fn peeked<A: Algorithm>(limit: &A, state: &A::State, now: u64, decision: &Decision) -> bool {
+        if decision.is_allowed() && decision.remaining > 0 {
+            return false;
+        }
+        matches!(limit.peek(state, now, 1).outcome, Outcome::Limited { .. })
+    }
+
+    fn limits() -> Vec<Limit> {
+        let rate = Rate::new(5, Duration::from_secs(1)).unwrap();
+        let window = Duration::from_millis(700);
+        vec![
+            FixedWindow::new(3, window).unwrap().into(),
+            SlidingLog::new(3, window).unwrap().into(),
+            SlidingWindow::new(3, window).unwrap().into(),
+            TokenBucket::new(rate, 3).unwrap().into(),
+            LeakyBucket::new(rate, 3).unwrap().into(),
+            LeakyQueue::new(rate, 2).unwrap().into(),
+            Gcra::new(rate, 3).unwrap().into(),
+        ]
+    }
+
+    proptest! {
+        /// On random decisions of every rate algorithm, the store's answer to "is this key
+        /// limited now" is the one the algorithm's peek gives, with or without the shortcut.
+        #[test]
+        fn a_rejection_of_cost_one_marks_the_key_limited_as_the_peek_did(
+            which in 0usize..7,
+            steps in prop::collection::vec((0u64..300_000_000, 0u64..5), 1..60),
+        ) {
+            let limit = &limits()[which];
+            let mut state = Default::default();
+            let mut now = 0;
+            for (dt, cost) in steps {
+                now += dt;
+                let decision = limit.decide(&mut state, now, cost);
+                prop_assert_eq!(
+                    refuses_one(limit, &state, now, cost, &decision),
+                    peeked(limit, &state, now, &decision),
+                    "{:?} cost {} at {}", limit, cost, now
+                );
+            }
+        }
+    }
 }

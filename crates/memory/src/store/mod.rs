@@ -4,6 +4,7 @@
 //! (`as_store`).
 
 mod as_store;
+mod batch;
 mod decide;
 mod permit;
 mod room;
@@ -14,12 +15,16 @@ pub use permit::Permit;
 use std::hash::{BuildHasher, RandomState};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
-use ratewarden_core::{Algorithm, Limit};
+use ratewarden_core::Limit;
 
+use crate::cell::Stored;
 use crate::shard::Shard;
 use crate::StoreConfig;
+
+/// The shard of an algorithm's store.
+type ShardOf<A> = Shard<<A as Stored>::Cell>;
 
 /// Slots looked at by the incremental sweep each time a shard takes a new key.
 const SWEEP_STEPS: usize = 2;
@@ -33,7 +38,9 @@ const SPINS: usize = 64;
 /// store-wide counters would be one more line every core fights over.
 #[repr(align(128))]
 struct Locked<St> {
-    shard: Mutex<Shard<St>>,
+    /// Written to insert, evict and (for states not decided in one word) decide; read to
+    /// find a key and decide in one word (see [`crate::cell`]).
+    shard: RwLock<Shard<St>>,
     /// Times a thread found this shard locked and had to wait.
     contention: AtomicU64,
 }
@@ -65,8 +72,8 @@ struct Locked<St> {
 /// assert!(store.decide(&per_key, "per-key|k_other", 0, 1).is_allowed());
 /// # Ok::<(), ratewarden_core::Error>(())
 /// ```
-pub struct MemoryStore<A: Algorithm = Limit, S = RandomState> {
-    shards: Box<[Locked<A::State>]>,
+pub struct MemoryStore<A: Stored = Limit, S = RandomState> {
+    shards: Box<[Locked<A::Cell>]>,
     hasher: S,
     per_shard: usize,
     /// Each shard's share of `max_bytes`.
@@ -76,7 +83,7 @@ pub struct MemoryStore<A: Algorithm = Limit, S = RandomState> {
     _algorithm: PhantomData<fn(&A)>,
 }
 
-impl<A: Algorithm> MemoryStore<A, RandomState> {
+impl<A: Stored> MemoryStore<A, RandomState> {
     /// A store with `config`, hashing keys with the standard library's randomly seeded
     /// SipHash (keys come from clients, so the hash must resist collision floods).
     pub fn new(config: StoreConfig) -> Self {
@@ -84,7 +91,7 @@ impl<A: Algorithm> MemoryStore<A, RandomState> {
     }
 }
 
-impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
+impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
     /// A store with `config` and a hasher of your choosing.
     pub fn with_hasher(config: StoreConfig, hasher: S) -> Self {
         let shards = config.shards.clamp(1, 1 << 16).next_power_of_two();
@@ -94,7 +101,7 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         Self {
             shards: (0..shards)
                 .map(|_| Locked {
-                    shard: Mutex::new(Shard::default()),
+                    shard: RwLock::new(Shard::default()),
                     contention: AtomicU64::new(0),
                 })
                 .collect(),
@@ -122,12 +129,13 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
         (hash >> 32) as usize & (self.shards.len() - 1)
     }
 
-    fn lock(&self, shard: usize) -> MutexGuard<'_, Shard<A::State>> {
+    /// The shard to itself: to insert or evict, or to decide a state held as it is.
+    fn lock(&self, shard: usize) -> RwLockWriteGuard<'_, ShardOf<A>> {
         let locked = &self.shards[shard];
         // The critical section is tens of nanoseconds: spin a little before sleeping, as a
         // thread put to sleep costs a system call on both sides.
         for _ in 0..SPINS {
-            match locked.shard.try_lock() {
+            match locked.shard.try_write() {
                 Ok(guard) => return guard,
                 Err(TryLockError::WouldBlock) => std::hint::spin_loop(),
                 // A panic elsewhere cannot leave a state half-written: transitions are
@@ -136,6 +144,20 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
             }
         }
         locked.contention.fetch_add(1, Ordering::Relaxed);
-        locked.shard.lock().unwrap_or_else(PoisonError::into_inner)
+        locked.shard.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The shard shared with other readers: to find a key, peek, or decide in one word.
+    fn read(&self, shard: usize) -> RwLockReadGuard<'_, ShardOf<A>> {
+        let locked = &self.shards[shard];
+        for _ in 0..SPINS {
+            match locked.shard.try_read() {
+                Ok(guard) => return guard,
+                Err(TryLockError::WouldBlock) => std::hint::spin_loop(),
+                Err(TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
+            }
+        }
+        locked.contention.fetch_add(1, Ordering::Relaxed);
+        locked.shard.read().unwrap_or_else(PoisonError::into_inner)
     }
 }

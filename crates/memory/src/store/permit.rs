@@ -7,6 +7,7 @@ use compact_str::CompactString;
 use ratewarden_core::{Decision, Limit};
 
 use super::MemoryStore;
+use crate::cell::StateCell;
 
 impl<S: BuildHasher> MemoryStore<Limit, S> {
     /// Takes a concurrency permit of `cost` units for `key` under `limit` (a
@@ -48,7 +49,9 @@ impl<S: BuildHasher> MemoryStore<Limit, S> {
         let id = self.next_permit.fetch_add(1, Ordering::Relaxed);
         let hash = self.hash(key);
         let mut shard = self.lock(self.shard_of(hash));
-        let decision = self.update(&mut shard, limit, key, hash, now, true, |state| {
+        // A refused acquire may still have dropped lapsed permits: it is not a plain decision
+        // of its cost, so the store asks the algorithm whether the key is limited (cost 0).
+        let decision = self.update(&mut shard, limit, key, hash, now, true, 0, |state| {
             limit.acquire(state, now, cost, id)
         });
         if decision.is_allowed() {
@@ -64,7 +67,9 @@ impl<S: BuildHasher> MemoryStore<Limit, S> {
         let hash = self.hash(key);
         let mut shard = self.lock(self.shard_of(hash));
         match shard.find(hash, key) {
-            Some(i) => limit.release(&mut shard.slot_mut(i).state, id),
+            Some(i) => StateCell::<Limit>::with_mut(&mut shard.slot_mut(i).state, |state| {
+                limit.release(state, id)
+            }),
             None => false,
         }
     }

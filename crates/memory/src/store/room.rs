@@ -2,10 +2,11 @@
 
 use std::hash::BuildHasher;
 
-use ratewarden_core::{Algorithm, Decision, Outcome};
+use ratewarden_core::{Decision, Outcome};
 
-use super::{MemoryStore, FULL_SWEEP_STEPS};
-use crate::shard::{Evicted, Shard};
+use super::{MemoryStore, ShardOf, FULL_SWEEP_STEPS};
+use crate::cell::Stored;
+use crate::shard::Evicted;
 use crate::WhenFull;
 
 /// What a new key in a full shard asks of it.
@@ -21,24 +22,24 @@ pub(super) enum Room {
     MakeAnyway,
 }
 
-impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
+impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
     /// Makes room for a new key in a full shard (or, for [`Room::Check`], sees whether it
     /// could); the decision to answer instead when the store keeps its keys rather than
     /// evicting, or can evict none (see [`Evicted`]).
     pub(super) fn refuse_new_key(
         &self,
-        shard: &mut Shard<A::State>,
+        shard: &mut ShardOf<A>,
         limit: &A,
         key: &str,
         now: u64,
         room: Room,
     ) -> Option<Decision> {
-        let incoming = Shard::<A::State>::cost_of(key);
+        let incoming = ShardOf::<A>::cost_of(key);
         let (keys_before, bytes_before) = match room {
             Room::Check(pending) => pending,
             _ => (0, 0),
         };
-        let full = |shard: &Shard<A::State>| {
+        let full = |shard: &ShardOf<A>| {
             shard.len() + keys_before >= self.per_shard
                 || shard.bytes() + bytes_before + incoming > self.per_shard_bytes
         };
@@ -76,9 +77,9 @@ impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
     /// Evicts until the shard is no longer `full`; true when it could not (it refuses then).
     fn evict_for(
         &self,
-        shard: &mut Shard<A::State>,
+        shard: &mut ShardOf<A>,
         now: u64,
-        full: &impl Fn(&Shard<A::State>) -> bool,
+        full: &impl Fn(&ShardOf<A>) -> bool,
     ) -> bool {
         let rehash = |k: &str| self.hash(k);
         // A long key may need several slots' room; each eviction frees at least one slot.

@@ -3,12 +3,11 @@
 use std::hash::BuildHasher;
 use std::sync::atomic::Ordering;
 
-use ratewarden_core::Algorithm;
-
 use super::MemoryStore;
+use crate::cell::Stored;
 use crate::StoreStats;
 
-impl<A: Algorithm, S: BuildHasher> MemoryStore<A, S> {
+impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
     /// Drops up to `budget` fresh states, for an idle store that gets no accesses to sweep
     /// on (call it from a timer). Returns how many it dropped.
     pub fn sweep(&self, now: u64, budget: usize) -> u64 {
