@@ -1,5 +1,6 @@
 -- Ratewarden's shared store: every algorithm's transition, run atomically inside Redis with
 -- exactly the integer results of `ratewarden-core`. Loaded after bigint.lua (which defines BN)
+-- and fast.lua (FAST, the same transitions in doubles for the common case, tried first)
 -- as one Redis Function library (store.rs builds it: FUNCTION LOAD once per server, then
 -- FCALL <function> <numkeys> KEYS... ARGV...). Nothing here may touch Redis's Lua globals
 -- (math, string, table, redis) while the library loads: Redis 7 hides them then, so the
@@ -759,8 +760,28 @@ local MILLION = BN.from_int(1000000)
 -- an hour longer on Redis's clock: exact while the caller's clock lags Redis's by less.
 local CALLER_SLACK_MS = BN.from_int(3600000)
 
+-- For tests: "decide:limbs" and "peek:limbs" never take the fast path (fast.lua);
+-- "decide:fast" and "peek:fast" take it or fail saying it declined.
+local FORCED = {
+  ["decide:limbs"] = {"decide", "limbs"}, ["peek:limbs"] = {"peek", "limbs"},
+  ["decide:fast"] = {"decide", "fast"}, ["peek:fast"] = {"peek", "fast"},
+}
+
 local function run(KEYS, ARGV)
   local mode = ARGV[1]
+  -- The fast path first: one check, decided in doubles when every number is small enough.
+  if (mode == "decide" or mode == "peek") and ARGV[3] == "1" and #KEYS == 1 then
+    local reply = FAST.one(KEYS[1], ARGV, mode == "decide")
+    if reply then return reply end
+  elseif FORCED[mode] then
+    local forced = FORCED[mode]
+    mode = forced[1]
+    if forced[2] == "fast" then
+      local reply = ARGV[3] == "1" and #KEYS == 1 and FAST.one(KEYS[1], ARGV, mode == "decide")
+      if not reply then fail("the fast path declined") end
+      return reply
+    end
+  end
   if not MODES[mode] then
     fail("unknown mode '" .. tostring(mode) .. "' (decide, peek, settle, acquire or release)")
   end

@@ -1,0 +1,309 @@
+-- The fast path: one check, decide or peek, in plain Lua numbers (doubles), with exactly the
+-- results of the limb path (bigint.lua) whenever it answers at all. Loaded after bigint.lua and
+-- before store.lua, whose `run` tries it first and takes the limb path when it declines
+-- (returns nil): another mode, several checks, an algorithm without a fast path here, a number
+-- out of range, a state of another kind or unreadable (whose error the limb path reports).
+--
+-- Why it is exact: every number here is an integer below 2^52 (LIM), or the sum or difference
+-- of two such, so below 2^53 where doubles hold every integer, and floor(a / b) of two of them
+-- is exact after qr's correction. Each quantity is checked against LIM where it is made (a
+-- product computed in doubles is at least 2^52 when the true product is, since rounding is
+-- monotonic and 2^52 is a double, so the check is sound). Times in nanoseconds since the epoch
+-- (near 2^61) and ticks (times scaled by ticks_per_ns) do not fit: they are kept "wide", as two
+-- numbers h * 10^9 + l with 0 <= l < 10^9 and h < 2^52 (Redis TIME gives them so, in seconds
+-- and microseconds), and only their differences, when small, become plain numbers.
+--
+-- State strings are the limb path's, byte for byte (decimal numbers, the same layout), so old
+-- and new servers sharing one Redis read each other's keys during a rolling deploy.
+
+local FAST = {}
+do
+  local floor, find, sub, fmt, tonumber = math.floor, string.find, string.sub, string.format, tonumber
+  local LIM = 4503599627370496 -- 2^52
+  local E9 = 1000000000
+  -- |h1 - h2| up to this keeps (h1 - h2) * 10^9 + (l1 - l2) below 2^53.
+  local HSPAN = 4503600
+  -- floor(2^52 / 10^9): l * k < 2^52 for l < 10^9 and k up to this.
+  local KMAX = 4503599
+  local U64_MAX_DEC = "18446744073709551615"
+
+  -- floor(t / d) and t - floor(t / d) * d for 0 <= t < 2^53, 0 < d < 2^52.
+  local function qr(t, d)
+    local q = floor(t / d)
+    local r = t - q * d
+    if r < 0 then
+      q, r = q - 1, r + d
+    elseif r >= d then
+      q, r = q + 1, r - d
+    end
+    return q, r
+  end
+  local function ceil_div(t, d)
+    local q, r = qr(t, d)
+    if r > 0 then return q + 1 end
+    return q
+  end
+
+  -- A decimal below 2^52, or nil. (A 16-digit one may round as it is read, but never below
+  -- 2^52 when it is not: rounding is monotonic.)
+  local function num(s)
+    if type(s) ~= "string" or #s > 16 or find(s, "^%d+$") == nil then return nil end
+    local v = tonumber(s)
+    if v >= LIM then return nil end
+    return v
+  end
+  -- A decimal u64 (the limb path's bound for times) as wide h, l, or nil.
+  local function wide(s)
+    local n = #s
+    if n > 20 or find(s, "^%d+$") == nil then return nil end
+    if n == 20 and s > U64_MAX_DEC then return nil end
+    if n <= 9 then return 0, tonumber(s) end
+    return tonumber(sub(s, 1, n - 9)), tonumber(sub(s, n - 8))
+  end
+  -- The decimal digits of a wide value, as bigint's to_dec writes them.
+  local function dec_wide(h, l)
+    if h == 0 then return fmt("%.0f", l) end
+    return fmt("%.0f%09d", h, l)
+  end
+  local function dec(x) return fmt("%.0f", x) end
+  -- (h1, l1) - (h2, l2) as a plain number when it is below 2^52 in magnitude, else nil and
+  -- the sign of the difference (1 or -1).
+  local function diff(h1, l1, h2, l2)
+    local dh = h1 - h2
+    if dh > HSPAN then return nil, 1 end
+    if dh < -HSPAN then return nil, -1 end
+    local v = dh * E9 + (l1 - l2)
+    if v >= LIM then return nil, 1 end
+    if v <= -LIM then return nil, -1 end
+    return v
+  end
+  -- (h, l) + x for 0 <= x < 2^52, or nil past 2^52 * 10^9.
+  local function add_wide(h, l, x)
+    local xh, xl = qr(x, E9)
+    l = l + xl
+    if l >= E9 then l, xh = l - E9, xh + 1 end
+    h = h + xh
+    if h >= LIM then return nil end
+    return h, l
+  end
+  -- (h, l) * k for 0 < k <= KMAX (so l * k < 2^52), or nil past 2^52 * 10^9.
+  local function mul_wide(h, l, k)
+    if k == 1 then return h, l end
+    local c, r = qr(l * k, E9)
+    h = h * k
+    if h >= LIM then return nil end
+    h = h + c
+    if h >= LIM then return nil end
+    return h, r
+  end
+
+  -- Virtual scheduling (schedule.rs), shared by gcra and leaky-queue: the state is the
+  -- theoretical arrival time in ticks.
+  local function schedule(queue)
+    return function(a, cost, nh, nl, body)
+      local tpn, tpc, cap = num(a[7]), num(a[8]), num(a[9])
+      if not (tpn and tpc and cap) or tpn == 0 or tpc == 0 or cap == 0 or tpn > KMAX then return nil end
+      local allowance = cap * tpc
+      if allowance >= LIM then return nil end
+      local th, tl = 0, 0
+      if body then
+        if #body > 24 or find(body, "^%d+$") == nil then return nil end
+        local n = #body
+        if n <= 9 then
+          tl = tonumber(body)
+        else
+          th, tl = tonumber(sub(body, 1, n - 9)), tonumber(sub(body, n - 8))
+        end
+      end
+      local sh, sl = mul_wide(nh, nl, tpn)
+      if sh == nil then return nil end
+      local before, sign = diff(th, tl, sh, sl)
+      if before == nil then
+        if sign > 0 then return nil end -- a backlog of 2^52 ticks or more
+        before = 0
+      elseif before < 0 then
+        before = 0
+      end
+      local outcome, value, backlog, news, fresh = nil, 0, before, nil, 0
+      if cost > cap then
+        outcome = "cost_too_high"
+      else
+        local room = allowance - cost * tpc
+        if before <= room then
+          backlog = before + cost * tpc
+          local h, l = add_wide(sh, sl, backlog)
+          if h == nil then return nil end
+          news = dec_wide(h, l)
+          fresh = ceil_div(backlog, tpn)
+          if queue then
+            outcome, value = "delayed", ceil_div(before, tpn)
+          else
+            outcome = "allowed"
+          end
+        else
+          outcome, value = "limited", ceil_div(before - room, tpn)
+        end
+      end
+      local remaining = floor((allowance - backlog) / tpc)
+      if backlog > allowance then remaining = 0 end
+      return outcome, value, cap, remaining, ceil_div(backlog, tpn), news, fresh
+    end
+  end
+
+  -- The token bucket (token_bucket.rs), and the leaky bucket that is the same bucket: the
+  -- state is the ticks spent and the time they were counted at.
+  local function bucket(a, cost, nh, nl, body)
+    local tpn, tpc, burst = num(a[7]), num(a[8]), num(a[9])
+    if not (tpn and tpc and burst) or tpn == 0 or tpc == 0 or burst == 0 then return nil end
+    local capacity = burst * tpc
+    if capacity >= LIM then return nil end
+    local spent, lh, ll = 0, 0, 0
+    if body then
+      local comma = find(body, ",", 1, true)
+      if comma == nil then return nil end
+      spent = num(sub(body, 1, comma - 1))
+      if spent == nil or spent >= LIM then return nil end
+      lh, ll = wide(sub(body, comma + 1))
+      if lh == nil then return nil end
+    end
+    -- The ticks spent at now: refilled by (now - last) * ticks_per_ns, saturating at zero.
+    local sp = spent
+    local elapsed, sign = diff(nh, nl, lh, ll)
+    if elapsed == nil then
+      if sign > 0 then sp = 0 end -- 2^52 ns or more of refill, at least one tick a ns
+    elseif elapsed > 0 then
+      local refill = elapsed * tpn
+      if refill >= sp then sp = 0 else sp = sp - refill end
+    end
+    local outcome, value, news, fresh = nil, 0, nil, 0
+    local held = sp
+    if cost > burst then
+      outcome = "cost_too_high"
+    else
+      local after = sp + cost * tpc
+      if after <= capacity then
+        outcome, held = "allowed", after
+        local mh, ml = lh, ll
+        if elapsed == nil and sign > 0 or elapsed and elapsed > 0 then mh, ml = nh, nl end
+        news = dec(after) .. "," .. dec_wide(mh, ml)
+        fresh = ceil_div(after, tpn)
+      else
+        outcome, value = "limited", ceil_div(after - capacity, tpn)
+      end
+    end
+    local remaining = 0
+    if held < capacity then remaining = floor((capacity - held) / tpc) end
+    return outcome, value, burst, remaining, ceil_div(held, tpn), news, fresh
+  end
+
+  -- The window holding now: its index and how far into it now is, for windows of whole
+  -- seconds or whole divisions of a second; nil for other windows.
+  local function window_of(nh, nl, w)
+    if w % E9 == 0 then
+      local index, into = qr(nh, w / E9)
+      return index, into * E9 + nl
+    end
+    if E9 % w == 0 then
+      local per = E9 / w
+      local base = nh * per
+      if base >= LIM then return nil end
+      local q, into = qr(nl, w)
+      return base + q, into
+    end
+    return nil
+  end
+
+  -- The fixed window (fixed_window.rs): the state is the window's index and its count.
+  local function fixed_window(a, cost, nh, nl, body)
+    local limit, w = num(a[7]), num(a[8])
+    if not (limit and w) or limit == 0 or w == 0 or w >= LIM then return nil end
+    local index, into = window_of(nh, nl, w)
+    if index == nil then return nil end
+    local count = 0
+    if body then
+      local comma = find(body, ",", 1, true)
+      if comma == nil then return nil end
+      local sw, sc = num(sub(body, 1, comma - 1)), num(sub(body, comma + 1))
+      if sw == nil or sc == nil then return nil end
+      if sw == index then
+        if sc >= LIM then return nil end
+        count = sc
+      end
+    end
+    local ends_in = w - into
+    local outcome, value, news, fresh = nil, 0, nil, 0
+    if cost > limit then
+      outcome = "cost_too_high"
+    elseif count + cost <= limit then
+      count = count + cost
+      outcome = "allowed"
+      -- A count of zero is a fresh state: the key is deleted (fresh_in 0), as the limb path does.
+      news = dec(index) .. "," .. dec(count)
+      if count > 0 then fresh = ends_in end
+    else
+      outcome, value = "limited", ends_in
+    end
+    local reset = ends_in
+    if count == 0 then reset = 0 end
+    local remaining = 0
+    if count < limit then remaining = limit - count end
+    return outcome, value, limit, remaining, reset, news, fresh
+  end
+
+  -- By algorithm: the transition (of FCALL's arguments, whose parameters start at the 7th),
+  -- its number of parameters as sent, the number of arguments, and its state's prefix.
+  local ALGOS = {
+    ["gcra"] = {schedule(false), "3", 9},
+    ["leaky-queue"] = {schedule(true), "3", 9},
+    ["token-bucket"] = {bucket, "3", 9},
+    ["leaky-bucket"] = {bucket, "3", 9},
+    ["fixed-window"] = {fixed_window, "2", 8},
+  }
+  for kind, f in pairs(ALGOS) do f[4] = kind .. ":" end
+
+  -- With the caller's time, keys live an hour longer on Redis's clock (see store.lua).
+  local CALLER_SLACK_MS = 3600000
+
+  -- The reply to a call of one check in mode decide (`write`) or peek, or nil to take the
+  -- limb path. Reads nothing it does not need, and writes only once the decision is made.
+  function FAST.one(key, argv, write)
+    local f = ALGOS[argv[4]]
+    if f == nil or argv[6] ~= f[2] or #argv ~= f[3] then return nil end
+    local cost = num(argv[5])
+    if cost == nil then return nil end
+    local nh, nl
+    local callers_time = argv[2] ~= ""
+    if callers_time then
+      nh, nl = wide(argv[2])
+      if nh == nil then return nil end
+    else
+      local t = redis.call("TIME")
+      nh, nl = tonumber(t[1]), tonumber(t[2]) * 1000
+    end
+    local v = redis.pcall("GET", key)
+    local body = nil
+    if v then
+      if type(v) ~= "string" then return nil end
+      local prefix = f[4]
+      if sub(v, 1, #prefix) ~= prefix then return nil end
+      body = sub(v, #prefix + 1)
+    end
+    local outcome, value, limit, remaining, reset, news, fresh =
+      f[1](argv, cost, nh, nl, body)
+    if outcome == nil then return nil end
+    -- Decision::new: a zero delay is allowed, and remaining is capped at the limit.
+    if outcome == "delayed" and value == 0 then outcome = "allowed" end
+    if outcome == "allowed" or outcome == "cost_too_high" then value = 0 end
+    if remaining > limit then remaining = limit end
+    if write and news then
+      if fresh == 0 then
+        redis.call("DEL", key)
+      else
+        local ms = ceil_div(fresh, 1000000) + 1
+        if callers_time then ms = ms + CALLER_SLACK_MS end
+        redis.call("SET", key, f[4] .. news, "PX", dec(ms))
+      end
+    end
+    return {dec_wide(nh, nl), outcome, dec(value), dec(limit), dec(remaining), dec(reset)}
+  end
+end
