@@ -18,7 +18,8 @@
 
 local FAST = {}
 do
-  local floor, find, sub, fmt, tonumber = math.floor, string.find, string.sub, string.format, tonumber
+  local floor, find, sub, byte = math.floor, string.find, string.sub, string.byte
+  local fmt, tonumber = string.format, tonumber
   local LIM = 4503599627370496 -- 2^52
   local E9 = 1000000000
   -- |h1 - h2| up to this keeps (h1 - h2) * 10^9 + (l1 - l2) below 2^53.
@@ -26,6 +27,7 @@ do
   -- floor(2^52 / 10^9): l * k < 2^52 for l < 10^9 and k up to this.
   local KMAX = 4503599
   local U64_MAX_DEC = "18446744073709551615"
+  local PAD = {"00000", "0000", "000", "00", "0", ""}
 
   -- floor(t / d) and t - floor(t / d) * d for 0 <= t < 2^53, 0 < d < 2^52.
   local function qr(t, d)
@@ -46,11 +48,25 @@ do
 
   -- A decimal below 2^52, or nil. (A 16-digit one may round as it is read, but never below
   -- 2^52 when it is not: rounding is monotonic.)
-  local function num(s)
+  local function read(s)
     if type(s) ~= "string" or #s > 16 or find(s, "^%d+$") == nil then return nil end
     local v = tonumber(s)
     if v >= LIM then return nil end
     return v
+  end
+  -- `read` of an argument, remembered (false: not one): a server sees the same few costs and
+  -- parameters over and over, and a table look-up of an interned string is cheaper than the
+  -- pattern match. At most 4,096 are kept.
+  local NUMS, kept = {}, 0
+  local function num(s)
+    local v = NUMS[s]
+    if v == nil then
+      v = read(s) or false
+      if kept < 4096 and type(s) == "string" then
+        NUMS[s], kept = v, kept + 1
+      end
+    end
+    return v or nil
   end
   -- A decimal u64 (the limb path's bound for times) as wide h, l, or nil.
   local function wide(s)
@@ -134,7 +150,7 @@ do
           local h, l = add_wide(sh, sl, backlog)
           if h == nil then return nil end
           news = dec_wide(h, l)
-          fresh = ceil_div(backlog, tpn)
+          fresh = nil -- the reset below: ns_ceil of the backlog
           if queue then
             outcome, value = "delayed", ceil_div(before, tpn)
           else
@@ -146,7 +162,8 @@ do
       end
       local remaining = floor((allowance - backlog) / tpc)
       if backlog > allowance then remaining = 0 end
-      return outcome, value, cap, remaining, ceil_div(backlog, tpn), news, fresh
+      local reset = ceil_div(backlog, tpn)
+      return outcome, value, cap, remaining, reset, news, fresh or reset
     end
   end
 
@@ -161,7 +178,7 @@ do
     if body then
       local comma = find(body, ",", 1, true)
       if comma == nil then return nil end
-      spent = num(sub(body, 1, comma - 1))
+      spent = read(sub(body, 1, comma - 1))
       if spent == nil or spent >= LIM then return nil end
       lh, ll = wide(sub(body, comma + 1))
       if lh == nil then return nil end
@@ -223,7 +240,7 @@ do
     if body then
       local comma = find(body, ",", 1, true)
       if comma == nil then return nil end
-      local sw, sc = num(sub(body, 1, comma - 1)), num(sub(body, comma + 1))
+      local sw, sc = read(sub(body, 1, comma - 1)), read(sub(body, comma + 1))
       if sw == nil or sc == nil then return nil end
       if sw == index then
         if sc >= LIM then return nil end
@@ -271,14 +288,21 @@ do
     if f == nil or argv[6] ~= f[2] or #argv ~= f[3] then return nil end
     local cost = num(argv[5])
     if cost == nil then return nil end
-    local nh, nl
+    -- now, wide, and as the reply's decimal digits.
+    local nh, nl, now
     local callers_time = argv[2] ~= ""
     if callers_time then
-      nh, nl = wide(argv[2])
+      now = argv[2]
+      nh, nl = wide(now)
       if nh == nil then return nil end
+      -- Leading zeros: the limb path replies without them.
+      if byte(now, 1) == 48 and #now > 1 then now = dec_wide(nh, nl) end
     else
       local t = redis.call("TIME")
-      nh, nl = tonumber(t[1]), tonumber(t[2]) * 1000
+      local s, us = t[1], t[2]
+      nh, nl = tonumber(s), tonumber(us) * 1000
+      -- Seconds, then the microseconds in 6 digits, then 000 (Redis TIME: 0 <= us < 10^6).
+      now = s .. PAD[#us] .. us .. "000"
     end
     local v = redis.pcall("GET", key)
     local body = nil
@@ -301,9 +325,13 @@ do
       else
         local ms = ceil_div(fresh, 1000000) + 1
         if callers_time then ms = ms + CALLER_SLACK_MS end
-        redis.call("SET", key, f[4] .. news, "PX", dec(ms))
+        -- Redis writes a small number's digits itself (%.17g); larger ones are written here.
+        if ms >= 1000000000 then ms = dec(ms) end
+        redis.call("SET", key, f[4] .. news, "PX", ms)
       end
     end
-    return {dec_wide(nh, nl), outcome, dec(value), dec(limit), dec(remaining), dec(reset)}
+    -- Numbers (all below 2^52) go back as integer replies, which the store reads as it reads
+    -- decimal strings: no formatting here.
+    return {now, outcome, value, limit, remaining, reset}
   end
 end
