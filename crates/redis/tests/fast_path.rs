@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use ratewarden_core::conformance::Rng;
 use ratewarden_core::{
-    Algorithm, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Limit, Rate, TokenBucket,
+    Algorithm, CalendarUnit, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Limit, Quota, Rate,
+    TokenBucket,
 };
 use ratewarden_redis::testing::Server;
 use ratewarden_redis::{RedisConfig, RedisStore};
@@ -155,12 +156,20 @@ fn random_limit(rng: &mut Rng) -> Limit {
         _ => LIM + rng.below(3),
     };
     let (r, window) = (rate(count, period), Duration::from_nanos(period));
-    match rng.below(5) {
+    let unit = [
+        CalendarUnit::Second,
+        CalendarUnit::Hour,
+        CalendarUnit::Day,
+        CalendarUnit::Month,
+        CalendarUnit::Year,
+    ][rng.below(5) as usize];
+    match rng.below(6) {
         0 => Gcra::new(r, burst).unwrap().into(),
         1 => LeakyQueue::new(r, burst).unwrap().into(),
         2 => TokenBucket::new(r, burst).unwrap().into(),
         3 => LeakyBucket::new(r, burst).unwrap().into(),
-        _ => FixedWindow::new(burst, window).unwrap().into(),
+        4 => FixedWindow::new(burst, window).unwrap().into(),
+        _ => Quota::new(burst, unit, "Europe/Paris").unwrap().into(),
     }
 }
 
@@ -248,6 +257,33 @@ fn the_fast_path_answers_below_2_pow_52_and_the_limb_path_at_it() {
     }
 }
 
+/// A quota's period ends in under 2^52 ns: the fast path; in 2^52 ns or more (only a yearly
+/// quota's can): the limb path, with the same answers.
+#[test]
+fn a_quota_ending_within_2_pow_52_ns_takes_the_fast_path_and_later_the_limbs() {
+    let mut redis = Redis::start();
+    let Limit::Quota(quota) = Limit::from(Quota::new(3, CalendarUnit::Year, "UTC").unwrap()) else {
+        unreachable!()
+    };
+    let (_, end) = quota.period_at(NOW);
+    let limit = Limit::from(quota);
+    for (i, (ends_in, fast)) in [(LIM, false), (LIM - 1, true), (1, true)]
+        .iter()
+        .enumerate()
+    {
+        let now = end - ends_in;
+        let (f, l) = (format!("q-f{i}"), format!("q-l{i}"));
+        for cost in [0, 1, 2, 4, 1] {
+            assert_eq!(
+                redis.fast_takes(&f, &limit, now, cost),
+                *fast,
+                "{ends_in} ns before the end"
+            );
+            redis.agree(&limit, &f, &l, now, cost, false);
+        }
+    }
+}
+
 /// Old servers (the limb path only) and new ones (fast first) share one Redis during a
 /// rolling deploy: a key handed back and forth between the paths decides exactly as a key
 /// only the limb path ever touched.
@@ -261,6 +297,7 @@ fn keys_handed_between_the_fast_and_the_limb_path_decide_as_the_limb_path_alone(
         TokenBucket::new(rate(3, SEC), 4).unwrap().into(),
         LeakyBucket::new(rate(100, SEC), 10).unwrap().into(),
         FixedWindow::new(5, Duration::from_secs(1)).unwrap().into(),
+        Quota::new(9, CalendarUnit::Second, "UTC").unwrap().into(),
     ];
     for (i, limit) in limits.iter().enumerate() {
         let (mixed, limbs) = (format!("mixed{i}"), format!("only-limbs{i}"));

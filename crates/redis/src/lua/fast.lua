@@ -267,14 +267,73 @@ do
     return outcome, value, limit, remaining, reset, news, fresh
   end
 
+  -- (h1, l1) <= (h2, l2) and (h1, l1) < (h2, l2), of wide values.
+  local function le(h1, l1, h2, l2) return h1 < h2 or (h1 == h2 and l1 <= l2) end
+  local function lt(h1, l1, h2, l2) return h1 < h2 or (h1 == h2 and l1 < l2) end
+
+  -- Calendar quotas (quota.rs): the state is the period [start, end) and the units used in
+  -- it; the caller sends the limit and the periods around its clock.
+  local function quota(a, cost, nh, nl, body)
+    local limit = num(a[7])
+    if limit == nil or limit == 0 then return nil end
+    local sh, sl, eh, el, used
+    if body then
+      local c1 = find(body, ",", 1, true)
+      local c2 = c1 and find(body, ",", c1 + 1, true)
+      if c2 == nil then return nil end
+      sh, sl = wide(sub(body, 1, c1 - 1))
+      eh, el = wide(sub(body, c1 + 1, c2 - 1))
+      used = read(sub(body, c2 + 1))
+      if sh == nil or eh == nil or used == nil then return nil end
+      -- The state's period is kept while it holds now.
+      if not (le(sh, sl, nh, nl) and lt(nh, nl, eh, el)) then sh = nil end
+    end
+    -- Every period must be readable and ordered (the limb path refuses the call otherwise);
+    -- the first holding now starts a new period.
+    local found = false
+    for i = 8, #a, 2 do
+      local ph, pl = wide(a[i])
+      local qh, ql = wide(a[i + 1])
+      if ph == nil or qh == nil or lt(qh, ql, ph, pl) then return nil end
+      if sh == nil and not found then
+        local inside = le(ph, pl, nh, nl) and lt(nh, nl, qh, ql)
+        -- At now = u64::MAX the core's period is the empty (now, now).
+        local at_the_end = ph == nh and pl == nl and qh == nh and ql == nl
+        if inside or at_the_end then
+          found, sh, sl, eh, el, used = true, ph, pl, qh, ql, 0
+        end
+      end
+    end
+    if sh == nil then return nil end -- now outside every period: the limb path's error
+    local ends_in = diff(eh, el, nh, nl)
+    if ends_in == nil then return nil end -- 2^52 ns or more (a yearly quota)
+    local outcome, value, news, fresh = nil, 0, nil, 0
+    if cost > limit then
+      outcome = "cost_too_high"
+    elseif used + cost <= limit then
+      used = used + cost
+      outcome = "allowed"
+      news = dec_wide(sh, sl) .. "," .. dec_wide(eh, el) .. "," .. dec(used)
+      if used > 0 then fresh = ends_in end
+    else
+      outcome, value = "limited", ends_in
+    end
+    local reset = ends_in
+    if used == 0 then reset = 0 end
+    local remaining = 0
+    if used < limit then remaining = limit - used end
+    return outcome, value, limit, remaining, reset, news, fresh
+  end
+
   -- By algorithm: the transition (of FCALL's arguments, whose parameters start at the 7th),
-  -- its number of parameters as sent, the number of arguments, and its state's prefix.
+  -- the number of arguments by the number of parameters sent, and its state's prefix.
   local ALGOS = {
-    ["gcra"] = {schedule(false), "3", 9},
-    ["leaky-queue"] = {schedule(true), "3", 9},
-    ["token-bucket"] = {bucket, "3", 9},
-    ["leaky-bucket"] = {bucket, "3", 9},
-    ["fixed-window"] = {fixed_window, "2", 8},
+    ["gcra"] = {schedule(false), {["3"] = 9}},
+    ["leaky-queue"] = {schedule(true), {["3"] = 9}},
+    ["token-bucket"] = {bucket, {["3"] = 9}},
+    ["leaky-bucket"] = {bucket, {["3"] = 9}},
+    ["fixed-window"] = {fixed_window, {["2"] = 8}},
+    ["quota"] = {quota, {["3"] = 9, ["5"] = 11, ["7"] = 13}},
   }
   for kind, f in pairs(ALGOS) do f[4] = kind .. ":" end
 
@@ -285,7 +344,7 @@ do
   -- limb path. Reads nothing it does not need, and writes only once the decision is made.
   function FAST.one(key, argv, write)
     local f = ALGOS[argv[4]]
-    if f == nil or argv[6] ~= f[2] or #argv ~= f[3] then return nil end
+    if f == nil or f[2][argv[6]] ~= #argv then return nil end
     local cost = num(argv[5])
     if cost == nil then return nil end
     -- now, wide, and as the reply's decimal digits.
