@@ -11,7 +11,7 @@ use std::time::Duration;
 use ratewarden_core::conformance::Rng;
 use ratewarden_core::{
     Algorithm, CalendarUnit, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Limit, Quota, Rate,
-    TokenBucket,
+    SlidingWindow, TokenBucket,
 };
 use ratewarden_redis::testing::Server;
 use ratewarden_redis::{RedisConfig, RedisStore};
@@ -163,7 +163,8 @@ fn random_limit(rng: &mut Rng) -> Limit {
         CalendarUnit::Month,
         CalendarUnit::Year,
     ][rng.below(5) as usize];
-    match rng.below(6) {
+    match rng.below(7) {
+        6 => SlidingWindow::new(burst, window).unwrap().into(),
         0 => Gcra::new(r, burst).unwrap().into(),
         1 => LeakyQueue::new(r, burst).unwrap().into(),
         2 => TokenBucket::new(r, burst).unwrap().into(),
@@ -284,6 +285,34 @@ fn a_quota_ending_within_2_pow_52_ns_takes_the_fast_path_and_later_the_limbs() {
     }
 }
 
+/// The sliding window weighs counts by nanoseconds: a limit times the window below 2^52 takes
+/// the fast path, at 2^52 or more the limb path, with the same answers.
+#[test]
+fn a_sliding_window_below_2_pow_52_limit_nanoseconds_takes_the_fast_path_and_at_it_the_limbs() {
+    let mut redis = Redis::start();
+    // 4,503,599 * 10^9 < 2^52 <= 4,503,600 * 10^9.
+    for (i, (limit, fast)) in [(4_503_599, true), (4_503_600, false)].iter().enumerate() {
+        let limit = Limit::from(SlidingWindow::new(*limit, Duration::from_secs(1)).unwrap());
+        let (f, l) = (format!("sw-f{i}"), format!("sw-l{i}"));
+        let steps = [
+            (NOW, 4_000_000),
+            (NOW + SEC / 3, 503_599),
+            (NOW + SEC / 2, 1),
+            (NOW + SEC, 2_000_000),
+            (NOW + SEC + SEC / 4, 3_000_000),
+            (NOW + 3 * SEC, 1),
+        ];
+        for (now, cost) in steps {
+            assert_eq!(
+                redis.fast_takes(&f, &limit, now, cost),
+                *fast,
+                "{limit:?} at {now}"
+            );
+            redis.agree(&limit, &f, &l, now, cost, false);
+        }
+    }
+}
+
 /// Old servers (the limb path only) and new ones (fast first) share one Redis during a
 /// rolling deploy: a key handed back and forth between the paths decides exactly as a key
 /// only the limb path ever touched.
@@ -298,6 +327,9 @@ fn keys_handed_between_the_fast_and_the_limb_path_decide_as_the_limb_path_alone(
         LeakyBucket::new(rate(100, SEC), 10).unwrap().into(),
         FixedWindow::new(5, Duration::from_secs(1)).unwrap().into(),
         Quota::new(9, CalendarUnit::Second, "UTC").unwrap().into(),
+        SlidingWindow::new(4, Duration::from_secs(1))
+            .unwrap()
+            .into(),
     ];
     for (i, limit) in limits.iter().enumerate() {
         let (mixed, limbs) = (format!("mixed{i}"), format!("only-limbs{i}"));

@@ -1,8 +1,14 @@
 -- The fast path: one check, decide or peek, in plain Lua numbers (doubles), with exactly the
 -- results of the limb path (bigint.lua) whenever it answers at all. Loaded after bigint.lua and
 -- before store.lua, whose `run` tries it first and takes the limb path when it declines
--- (returns nil): another mode, several checks, an algorithm without a fast path here, a number
--- out of range, a state of another kind or unreadable (whose error the limb path reports).
+-- (returns nil): another mode, several checks, an algorithm without a fast path here (the
+-- sliding log and concurrency, whose states are lists), a number out of range, a window that
+-- is neither whole seconds nor a whole division of one, a state of another kind or
+-- unreadable (whose error the limb path reports). Covered: gcra, leaky-queue, token-bucket,
+-- leaky-bucket, fixed-window, sliding-window and quota.
+--
+-- Replies carry numbers as integers (the store reads them as it reads the limb path's decimal
+-- strings), and the TTL a key is written with is the limb path's.
 --
 -- Why it is exact: every number here is an integer below 2^52 (LIM), or the sum or difference
 -- of two such, so below 2^53 where doubles hold every integer, and floor(a / b) of two of them
@@ -267,6 +273,111 @@ do
     return outcome, value, limit, remaining, reset, news, fresh
   end
 
+  -- Where window i starts, i * w wide, for the windows window_of knows; nil past 2^52 s.
+  local function window_start(i, w)
+    if w % E9 == 0 then
+      local h = i * (w / E9)
+      if h >= LIM then return nil end
+      return h, 0
+    end
+    local q, r = qr(i, E9 / w)
+    return q, r * w
+  end
+
+  -- Nanoseconds from `e0` until prev * (w - e) <= room * w, or nil past the window (room * w
+  -- is below 2^52: room is at most the limit).
+  local function wait_within(w, prev, room, e0)
+    if prev == 0 then return 0 end
+    local slack = floor(room * w / prev)
+    if slack > w then slack = w end
+    local e = w - slack
+    if e < w then
+      if e > e0 then return e - e0 end
+      return 0
+    end
+    return nil
+  end
+
+  -- The sliding window counter (sliding_window.rs): the state is the current window's index
+  -- and the counts of the window before it and of it.
+  local function sliding_window(a, cost, nh, nl, body)
+    local limit, w = num(a[7]), num(a[8])
+    if not (limit and w) or limit == 0 or w == 0 then return nil end
+    local lw = limit * w
+    if lw >= LIM then return nil end
+    local index, into = window_of(nh, nl, w)
+    if index == nil then return nil end
+    -- Rolled to now (the clock going back keeps the later window).
+    local window, previous, current = index, 0, 0
+    if body then
+      local c1 = find(body, ",", 1, true)
+      local c2 = c1 and find(body, ",", c1 + 1, true)
+      if c2 == nil then return nil end
+      local sw, sp, sc = read(sub(body, 1, c1 - 1)), read(sub(body, c1 + 1, c2 - 1)), read(sub(body, c2 + 1))
+      if not (sw and sp and sc) then return nil end
+      if sw >= index then
+        window, previous, current = sw, sp, sc
+      elseif sw + 1 == index then
+        previous = sc
+      end
+    end
+    -- Into the window (zero when the window is later than now's).
+    local elapsed = 0
+    if window == index then elapsed = into end
+    local left = w - elapsed
+    local outcome, value = nil, 0
+    local weighted = previous * left
+    if weighted >= LIM or current * w >= LIM then return nil end
+    if cost > limit then
+      outcome = "cost_too_high"
+    else
+      -- At 2^52 or more, cur_cost * w is above limit * w, so cur_cost is above the limit.
+      local cur_cost = current + cost
+      local whole = cur_cost * w
+      if whole < LIM and weighted + whole <= lw then
+        outcome = "allowed"
+      else
+        local wait = nil
+        if cur_cost <= limit then wait = wait_within(w, previous, limit - cur_cost, elapsed) end
+        if wait == nil then
+          local nxt = wait_within(w, current, limit - cost, 0)
+          if nxt == nil then nxt = w end
+          wait = left + nxt
+        end
+        outcome, value = "limited", wait
+      end
+    end
+    local news, fresh = nil, 0
+    if outcome == "allowed" then
+      current = current + cost
+      news = dec(window) .. "," .. dec(previous) .. "," .. dec(current)
+      -- Fresh from the start of the second window after the last one counted in.
+      local last = nil
+      if current > 0 then
+        last = window
+      elseif previous > 0 then
+        last = window - 1
+      end
+      if last then
+        local h, l = window_start(last + 2, w)
+        if h == nil then return nil end
+        fresh = diff(h, l, nh, nl)
+        if fresh == nil then return nil end
+        if fresh < 0 then fresh = 0 end
+      end
+    end
+    local used = weighted + current * w
+    local remaining = 0
+    if used < lw then remaining = floor((lw - used) / w) end
+    local reset = 0
+    if current > 0 then
+      reset = 2 * w - elapsed
+    elseif previous > 0 then
+      reset = left
+    end
+    return outcome, value, limit, remaining, reset, news, fresh
+  end
+
   -- (h1, l1) <= (h2, l2) and (h1, l1) < (h2, l2), of wide values.
   local function le(h1, l1, h2, l2) return h1 < h2 or (h1 == h2 and l1 <= l2) end
   local function lt(h1, l1, h2, l2) return h1 < h2 or (h1 == h2 and l1 < l2) end
@@ -333,6 +444,7 @@ do
     ["token-bucket"] = {bucket, {["3"] = 9}},
     ["leaky-bucket"] = {bucket, {["3"] = 9}},
     ["fixed-window"] = {fixed_window, {["2"] = 8}},
+    ["sliding-window"] = {sliding_window, {["2"] = 8}},
     ["quota"] = {quota, {["3"] = 9, ["5"] = 11, ["7"] = 13}},
   }
   for kind, f in pairs(ALGOS) do f[4] = kind .. ":" end
