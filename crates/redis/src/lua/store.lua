@@ -41,10 +41,15 @@
 --   release  each concurrency check gives back the permit with its id (after dropping the
 --            permits whose lease ran out at `now`); the reply is `now` then "1" or "0" per
 --            check (0 when the permit is not held, or the algorithm is not concurrency).
+--   decide:limbs, peek:limbs, decide:fast, peek:fast  (for tests) decide or peek by the limb
+--            path only, or by the fast path only (an error when it declines).
 --
--- Reply (all strings): now, then per check: outcome (allowed, delayed, limited,
+-- One check in mode decide or peek is tried first by the fast path in doubles (fast.lua),
+-- which answers exactly as the code below whenever every number is small enough.
+--
+-- Reply: now (a decimal string), then per check: outcome (allowed, delayed, limited,
 -- cost_too_high), value_ns (the delay, or the retry-after, else 0), limit, remaining,
--- reset_after_ns.
+-- reset_after_ns: decimal strings, or integers from the fast path.
 --
 -- Each key holds "<kind>:<state>" (a state of another kind is a key never seen), written with
 -- SET ... PX ceil(fresh_in_ns / 1e6) + 1 (plus an hour when the caller gives the time: its
