@@ -77,6 +77,31 @@ impl Redis {
             .query(&mut self.con)
     }
 
+    /// Several checks (`key`, `limit`, `cost`) in one call in `mode`, at `now`.
+    fn layered(
+        &mut self,
+        mode: &str,
+        prefix: &str,
+        checks: &[(String, &Limit, u64)],
+        now: u64,
+    ) -> redis::RedisResult<Vec<String>> {
+        let mut keys = Vec::new();
+        let mut args = vec![mode.to_owned(), now.to_string(), checks.len().to_string()];
+        for (key, limit, cost) in checks {
+            let (key, one) =
+                self.encoder
+                    .decide_command(limit, &format!("{prefix}{key}"), *cost, now);
+            keys.push(key);
+            args.extend(one.into_iter().skip(3));
+        }
+        redis::cmd("FCALL")
+            .arg(self.function)
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args)
+            .query(&mut self.con)
+    }
+
     fn ok(&mut self, mode: &str, key: &str, limit: &Limit, now: u64, cost: u64) -> Vec<String> {
         self.call(mode, key, limit, Some(now), cost)
             .unwrap_or_else(|e| panic!("{mode} of {cost} on {key} at {now} failed: {e}"))
@@ -211,6 +236,72 @@ fn the_fast_path_agrees_with_the_limb_path_on_random_inputs() {
     assert!(
         fast * 4 > calls && fast * 5 < calls * 4,
         "the fast path took {fast} of {calls} calls"
+    );
+}
+
+/// Layered checks (several rules in one call, all or nothing, some on one key): the default
+/// path (fast when it can) and the limb path answer the same and leave the same states.
+#[test]
+fn layered_checks_agree_with_the_limb_path() {
+    let mut redis = Redis::start();
+    let mut rng = Rng(0x1a7e_4ed0_0000_0003);
+    let mut limits: Vec<Limit> = (0..40).map(|_| random_limit(&mut rng)).collect();
+    limits.extend([
+        Gcra::new(rate(5, SEC), 3).unwrap().into(),
+        TokenBucket::new(rate(2, SEC), 4).unwrap().into(),
+        FixedWindow::new(6, Duration::from_secs(1)).unwrap().into(),
+        SlidingWindow::new(5, Duration::from_secs(2))
+            .unwrap()
+            .into(),
+        Quota::new(7, CalendarUnit::Minute, "UTC").unwrap().into(),
+    ]);
+    let small = limits.len() - 5;
+    let (mut fast, mut calls) = (0, 0);
+    let mut now = NOW;
+    for _ in 0..600 {
+        now += rng.below(SEC / 3);
+        let n = 1 + rng.below(4) as usize;
+        let checks: Vec<(String, &Limit, u64)> = (0..n)
+            .map(|_| {
+                // Mostly the small limits, which say no now and then; each key names its
+                // limit, and two checks may share one.
+                let i = if rng.chance(75) {
+                    small + rng.below(5) as usize
+                } else {
+                    rng.below(limits.len() as u64) as usize
+                };
+                let cost = rng.below(3).min(limits[i].limit());
+                (format!("k{i}"), &limits[i], cost)
+            })
+            .collect();
+        let peek = rng.chance(15);
+        let (mode, limb_mode) = if peek {
+            ("peek", "peek:limbs")
+        } else {
+            ("decide", "decide:limbs")
+        };
+        match redis.layered("peek:fast", "f:", &checks, now) {
+            Ok(_) => fast += 1,
+            Err(e) if e.to_string().contains("the fast path declined") => {}
+            Err(e) => panic!("peek:fast failed otherwise: {e}"),
+        }
+        calls += 1;
+        let a = redis.layered(mode, "f:", &checks, now).expect(mode);
+        let b = redis
+            .layered(limb_mode, "l:", &checks, now)
+            .expect(limb_mode);
+        assert_eq!(a, b, "{mode} of {n} checks at {now}");
+        for (key, _, _) in &checks {
+            assert_eq!(
+                redis.get(&format!("f:{key}")),
+                redis.get(&format!("l:{key}")),
+                "{key} after {mode} at {now}"
+            );
+        }
+    }
+    assert!(
+        fast * 2 > calls,
+        "the fast path took {fast} of {calls} layered calls"
     );
 }
 

@@ -1,7 +1,7 @@
--- The fast path: one check, decide or peek, in plain Lua numbers (doubles), with exactly the
--- results of the limb path (bigint.lua) whenever it answers at all. Loaded after bigint.lua and
+-- The fast path: decide or peek, of one check or of layered ones, in plain Lua numbers
+-- (doubles), with exactly the results of the limb path (bigint.lua) whenever it answers. Loaded after bigint.lua and
 -- before store.lua, whose `run` tries it first and takes the limb path when it declines
--- (returns nil): another mode, several checks, an algorithm without a fast path here (the
+-- (returns nil): another mode, over 16 checks, an algorithm without a fast path here (the
 -- sliding log and concurrency, whose states are lists), a number out of range, a window that
 -- is neither whole seconds nor a whole division of one, a state of another kind or
 -- unreadable (whose error the limb path reports). Covered: gcra, leaky-queue, token-bucket,
@@ -122,8 +122,8 @@ do
   -- Virtual scheduling (schedule.rs), shared by gcra and leaky-queue: the state is the
   -- theoretical arrival time in ticks.
   local function schedule(queue)
-    return function(a, cost, nh, nl, body)
-      local tpn, tpc, cap = num(a[7]), num(a[8]), num(a[9])
+    return function(a, o, np, cost, nh, nl, body)
+      local tpn, tpc, cap = num(a[o]), num(a[o + 1]), num(a[o + 2])
       if not (tpn and tpc and cap) or tpn == 0 or tpc == 0 or cap == 0 or tpn > KMAX then return nil end
       local allowance = cap * tpc
       if allowance >= LIM then return nil end
@@ -175,8 +175,8 @@ do
 
   -- The token bucket (token_bucket.rs), and the leaky bucket that is the same bucket: the
   -- state is the ticks spent and the time they were counted at.
-  local function bucket(a, cost, nh, nl, body)
-    local tpn, tpc, burst = num(a[7]), num(a[8]), num(a[9])
+  local function bucket(a, o, np, cost, nh, nl, body)
+    local tpn, tpc, burst = num(a[o]), num(a[o + 1]), num(a[o + 2])
     if not (tpn and tpc and burst) or tpn == 0 or tpc == 0 or burst == 0 then return nil end
     local capacity = burst * tpc
     if capacity >= LIM then return nil end
@@ -237,8 +237,8 @@ do
   end
 
   -- The fixed window (fixed_window.rs): the state is the window's index and its count.
-  local function fixed_window(a, cost, nh, nl, body)
-    local limit, w = num(a[7]), num(a[8])
+  local function fixed_window(a, o, np, cost, nh, nl, body)
+    local limit, w = num(a[o]), num(a[o + 1])
     if not (limit and w) or limit == 0 or w == 0 or w >= LIM then return nil end
     local index, into = window_of(nh, nl, w)
     if index == nil then return nil end
@@ -300,8 +300,8 @@ do
 
   -- The sliding window counter (sliding_window.rs): the state is the current window's index
   -- and the counts of the window before it and of it.
-  local function sliding_window(a, cost, nh, nl, body)
-    local limit, w = num(a[7]), num(a[8])
+  local function sliding_window(a, o, np, cost, nh, nl, body)
+    local limit, w = num(a[o]), num(a[o + 1])
     if not (limit and w) or limit == 0 or w == 0 then return nil end
     local lw = limit * w
     if lw >= LIM then return nil end
@@ -384,8 +384,8 @@ do
 
   -- Calendar quotas (quota.rs): the state is the period [start, end) and the units used in
   -- it; the caller sends the limit and the periods around its clock.
-  local function quota(a, cost, nh, nl, body)
-    local limit = num(a[7])
+  local function quota(a, o, np, cost, nh, nl, body)
+    local limit = num(a[o])
     if limit == nil or limit == 0 then return nil end
     local sh, sl, eh, el, used
     if body then
@@ -402,7 +402,7 @@ do
     -- Every period must be readable and ordered (the limb path refuses the call otherwise);
     -- the first holding now starts a new period.
     local found = false
-    for i = 8, #a, 2 do
+    for i = o + 1, o + np - 1, 2 do
       local ph, pl = wide(a[i])
       local qh, ql = wide(a[i + 1])
       if ph == nil or qh == nil or lt(qh, ql, ph, pl) then return nil end
@@ -436,73 +436,167 @@ do
     return outcome, value, limit, remaining, reset, news, fresh
   end
 
-  -- By algorithm: the transition (of FCALL's arguments, whose parameters start at the 7th),
-  -- the number of arguments by the number of parameters sent, and its state's prefix.
+  -- By algorithm: the transition (of FCALL's arguments `a`, whose `np` parameters start at
+  -- a[o]), the numbers of parameters it takes (as sent, and as numbers), and its state's
+  -- prefix.
   local ALGOS = {
-    ["gcra"] = {schedule(false), {["3"] = 9}},
-    ["leaky-queue"] = {schedule(true), {["3"] = 9}},
-    ["token-bucket"] = {bucket, {["3"] = 9}},
-    ["leaky-bucket"] = {bucket, {["3"] = 9}},
-    ["fixed-window"] = {fixed_window, {["2"] = 8}},
-    ["sliding-window"] = {sliding_window, {["2"] = 8}},
-    ["quota"] = {quota, {["3"] = 9, ["5"] = 11, ["7"] = 13}},
+    ["gcra"] = {schedule(false), {["3"] = 3}},
+    ["leaky-queue"] = {schedule(true), {["3"] = 3}},
+    ["token-bucket"] = {bucket, {["3"] = 3}},
+    ["leaky-bucket"] = {bucket, {["3"] = 3}},
+    ["fixed-window"] = {fixed_window, {["2"] = 2}},
+    ["sliding-window"] = {sliding_window, {["2"] = 2}},
+    ["quota"] = {quota, {["3"] = 3, ["5"] = 5, ["7"] = 7}},
   }
   for kind, f in pairs(ALGOS) do f[4] = kind .. ":" end
 
   -- With the caller's time, keys live an hour longer on Redis's clock (see store.lua).
   local CALLER_SLACK_MS = 3600000
 
-  -- The reply to a call of one check in mode decide (`write`) or peek, or nil to take the
-  -- limb path. Reads nothing it does not need, and writes only once the decision is made.
-  function FAST.one(key, argv, write)
-    local f = ALGOS[argv[4]]
-    if f == nil or f[2][argv[6]] ~= #argv then return nil end
-    local cost = num(argv[5])
-    if cost == nil then return nil end
-    -- now, wide, and as the reply's decimal digits.
-    local nh, nl, now
-    local callers_time = argv[2] ~= ""
-    if callers_time then
-      now = argv[2]
-      nh, nl = wide(now)
+  -- now as wide h, l and as the reply's decimal digits, and whether the caller gave it; nil
+  -- when the caller's is not a decimal u64.
+  local function clock(given)
+    if given ~= "" then
+      local nh, nl = wide(given)
       if nh == nil then return nil end
       -- Leading zeros: the limb path replies without them.
-      if byte(now, 1) == 48 and #now > 1 then now = dec_wide(nh, nl) end
-    else
-      local t = redis.call("TIME")
-      local s, us = t[1], t[2]
-      nh, nl = tonumber(s), tonumber(us) * 1000
-      -- Seconds, then the microseconds in 6 digits, then 000 (Redis TIME: 0 <= us < 10^6).
-      now = s .. PAD[#us] .. us .. "000"
+      if byte(given, 1) == 48 and #given > 1 then given = dec_wide(nh, nl) end
+      return nh, nl, given, true
     end
+    local t = redis.call("TIME")
+    local s, us = t[1], t[2]
+    -- Seconds, then the microseconds in 6 digits, then 000 (Redis TIME: 0 <= us < 10^6).
+    return tonumber(s), tonumber(us) * 1000, s .. PAD[#us] .. us .. "000", false
+  end
+
+  -- The state body of `key` for algorithm `f`: nil for no key, false for a value the fast path
+  -- leaves to the limb path (another kind's state, or not a string).
+  local function body_of(key, f)
     local v = redis.pcall("GET", key)
-    local body = nil
-    if v then
-      if type(v) ~= "string" then return nil end
-      local prefix = f[4]
-      if sub(v, 1, #prefix) ~= prefix then return nil end
-      body = sub(v, #prefix + 1)
+    if not v then return nil end
+    if type(v) ~= "string" then return false end
+    local prefix = f[4]
+    if sub(v, 1, #prefix) ~= prefix then return false end
+    return sub(v, #prefix + 1)
+  end
+
+  -- Writes the state `news` of `key` under `f`, fresh in `fresh` ns (0: deleted).
+  local function store(key, f, news, fresh, callers_time)
+    if fresh == 0 then
+      redis.call("DEL", key)
+      return
     end
-    local outcome, value, limit, remaining, reset, news, fresh =
-      f[1](argv, cost, nh, nl, body)
-    if outcome == nil then return nil end
-    -- Decision::new: a zero delay is allowed, and remaining is capped at the limit.
+    local ms = ceil_div(fresh, 1000000) + 1
+    if callers_time then ms = ms + CALLER_SLACK_MS end
+    -- Redis writes a small number's digits itself (%.17g); larger ones are written here.
+    if ms >= 1000000000 then ms = dec(ms) end
+    redis.call("SET", key, f[4] .. news, "PX", ms)
+  end
+
+  -- Appends a decision to the reply, as Decision::new makes it: a zero delay is allowed, and
+  -- remaining is capped at the limit. Numbers (all below 2^52) go back as integer replies,
+  -- which the store reads as it reads decimal strings: no formatting here.
+  local function push(reply, outcome, value, limit, remaining, reset)
     if outcome == "delayed" and value == 0 then outcome = "allowed" end
     if outcome == "allowed" or outcome == "cost_too_high" then value = 0 end
     if remaining > limit then remaining = limit end
-    if write and news then
-      if fresh == 0 then
-        redis.call("DEL", key)
-      else
-        local ms = ceil_div(fresh, 1000000) + 1
-        if callers_time then ms = ms + CALLER_SLACK_MS end
-        -- Redis writes a small number's digits itself (%.17g); larger ones are written here.
-        if ms >= 1000000000 then ms = dec(ms) end
-        redis.call("SET", key, f[4] .. news, "PX", ms)
+    local n = #reply
+    reply[n + 1], reply[n + 2], reply[n + 3], reply[n + 4], reply[n + 5] =
+      outcome, value, limit, remaining, reset
+  end
+
+  -- The reply to a call of one check in mode decide (`write`) or peek, or nil to take the
+  -- limb path. Writes only once the decision is made.
+  function FAST.one(key, argv, write)
+    local f = ALGOS[argv[4]]
+    if f == nil then return nil end
+    local np = f[2][argv[6]]
+    if np == nil or #argv ~= 6 + np then return nil end
+    local cost = num(argv[5])
+    if cost == nil then return nil end
+    local nh, nl, now, callers_time = clock(argv[2])
+    if nh == nil then return nil end
+    local body = body_of(key, f)
+    if body == false then return nil end
+    local outcome, value, limit, remaining, reset, news, fresh =
+      f[1](argv, 7, np, cost, nh, nl, body)
+    if outcome == nil then return nil end
+    if write and news then store(key, f, news, fresh, callers_time) end
+    local reply = {now}
+    push(reply, outcome, value, limit, remaining, reset)
+    return reply
+  end
+
+  -- allowed(d) of store.lua: the outcomes that admit.
+  local ADMITS = {allowed = true, delayed = true}
+
+  -- The reply to a call of several checks (layered rules) in mode decide or peek, all or
+  -- nothing as store.lua's decide: every check decided on the states as read; only if every
+  -- one admits are they applied in order, a check whose key an earlier check changed decided
+  -- again on that state. Nil to take the limb path, before anything is written.
+  function FAST.many(keys, argv, write)
+    local n = #keys
+    -- Each check: its algorithm, cost, where its parameters start, and how many there are.
+    local checks = {}
+    local pos = 4
+    for i = 1, n do
+      local f = ALGOS[argv[pos]]
+      if f == nil then return nil end
+      local np = f[2][argv[pos + 2]]
+      local cost = num(argv[pos + 1])
+      if np == nil or cost == nil then return nil end
+      checks[i] = {f, cost, pos + 3, np}
+      pos = pos + 3 + np
+    end
+    if pos ~= #argv + 1 then return nil end
+    local nh, nl, now, callers_time = clock(argv[2])
+    if nh == nil then return nil end
+    -- Every key read once; the checks of one key must share its algorithm.
+    local algo, bodies, order = {}, {}, {}
+    for i = 1, n do
+      local key, f = keys[i], checks[i][1]
+      local seen = algo[key]
+      if seen == nil then
+        local body = body_of(key, f)
+        if body == false then return nil end
+        algo[key], bodies[key] = f, body or false
+        order[#order + 1] = key
+      elseif seen ~= f then
+        return nil
       end
     end
-    -- Numbers (all below 2^52) go back as integer replies, which the store reads as it reads
-    -- decimal strings: no formatting here.
-    return {now, outcome, value, limit, remaining, reset}
+    local results, all = {}, true
+    for i = 1, n do
+      local c = checks[i]
+      local r = {c[1][1](argv, c[3], c[4], c[2], nh, nl, bodies[keys[i]] or nil)}
+      if r[1] == nil then return nil end
+      results[i] = r
+      if not ADMITS[r[1]] then all = false end
+    end
+    if all and write then
+      -- Applied in order: the state each key is left in, and how long it stays fresh.
+      local kept = {}
+      for i = 1, n do
+        local key, c = keys[i], checks[i]
+        local r = results[i]
+        local k = kept[key]
+        if k then
+          r = {c[1][1](argv, c[3], c[4], c[2], nh, nl, k[1])}
+          if r[1] == nil then return nil end
+          results[i] = r
+        end
+        if r[6] then kept[key] = {r[6], r[7]} end
+      end
+      for _, key in ipairs(order) do
+        local k = kept[key]
+        if k then store(key, algo[key], k[1], k[2], callers_time) end
+      end
+    end
+    local reply = {now}
+    for i = 1, n do
+      local r = results[i]
+      push(reply, r[1], r[2], r[3], r[4], r[5])
+    end
+    return reply
   end
 end

@@ -44,8 +44,8 @@
 --   decide:limbs, peek:limbs, decide:fast, peek:fast  (for tests) decide or peek by the limb
 --            path only, or by the fast path only (an error when it declines).
 --
--- One check in mode decide or peek is tried first by the fast path in doubles (fast.lua),
--- which answers exactly as the code below whenever every number is small enough.
+-- Modes decide and peek are tried first by the fast path in doubles (fast.lua), which answers
+-- exactly as the code below whenever every number is small enough.
 --
 -- Reply: now (a decimal string), then per check: outcome (allowed, delayed, limited,
 -- cost_too_high), value_ns (the delay, or the retry-after, else 0), limit, remaining,
@@ -772,17 +772,29 @@ local FORCED = {
   ["decide:fast"] = {"decide", "fast"}, ["peek:fast"] = {"peek", "fast"},
 }
 
+-- The number of checks as the caller writes it, for up to 16 (more take the limb path).
+local COUNT = {}
+for i = 1, 16 do COUNT[i] = tostring(i) end
+
+-- The fast path's reply to a decide (`write`) or a peek, or nil when it declines.
+local function fast(KEYS, ARGV, write)
+  local n = #KEYS
+  if ARGV[3] ~= COUNT[n] then return nil end
+  if n == 1 then return FAST.one(KEYS[1], ARGV, write) end
+  return FAST.many(KEYS, ARGV, write)
+end
+
 local function run(KEYS, ARGV)
   local mode = ARGV[1]
-  -- The fast path first: one check, decided in doubles when every number is small enough.
-  if (mode == "decide" or mode == "peek") and ARGV[3] == "1" and #KEYS == 1 then
-    local reply = FAST.one(KEYS[1], ARGV, mode == "decide")
+  -- The fast path first: decided in doubles when every number is small enough.
+  if mode == "decide" or mode == "peek" then
+    local reply = fast(KEYS, ARGV, mode == "decide")
     if reply then return reply end
   elseif FORCED[mode] then
     local forced = FORCED[mode]
     mode = forced[1]
     if forced[2] == "fast" then
-      local reply = ARGV[3] == "1" and #KEYS == 1 and FAST.one(KEYS[1], ARGV, mode == "decide")
+      local reply = fast(KEYS, ARGV, mode == "decide")
       if not reply then fail("the fast path declined") end
       return reply
     end
