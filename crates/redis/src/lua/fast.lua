@@ -1,6 +1,7 @@
 -- The fast path: decide or peek, of one check or of layered ones, in plain Lua numbers
--- (doubles), with exactly the results of the limb path (bigint.lua) whenever it answers. Loaded after bigint.lua and
--- before store.lua, whose `run` tries it first and takes the limb path when it declines
+-- (doubles), with exactly the results of the limb path (bigint.lua) whenever it answers.
+-- Loaded after bigint.lua and before store.lua, whose `run` tries it first and takes the limb
+-- path when it declines
 -- (returns nil): another mode, over 16 checks, an algorithm without a fast path here (the
 -- sliding log and concurrency, whose states are lists), a number out of range, a window that
 -- is neither whole seconds nor a whole division of one, a state of another kind or
