@@ -1,12 +1,11 @@
 -- The fast path: decide or peek, of one check or of layered ones, in plain Lua numbers
 -- (doubles), with exactly the results of the limb path (bigint.lua) whenever it answers.
 -- Loaded after bigint.lua and before store.lua, whose `run` tries it first and takes the limb
--- path when it declines
--- (returns nil): another mode, over 16 checks, an algorithm without a fast path here (the
--- sliding log and concurrency, whose states are lists), a number out of range, a window that
--- is neither whole seconds nor a whole division of one, a state of another kind or
--- unreadable (whose error the limb path reports). Covered: gcra, leaky-queue, token-bucket,
--- leaky-bucket, fixed-window, sliding-window and quota.
+-- path when it declines (returns nil): another mode, over 16 checks, an algorithm without a
+-- fast path here (the sliding log and concurrency, whose states are lists), a number out of
+-- range, a window that is neither whole seconds nor a whole division of one, a state of
+-- another kind or unreadable (whose error the limb path reports). Covered: gcra,
+-- leaky-queue, token-bucket, leaky-bucket, fixed-window, sliding-window and quota.
 --
 -- Replies carry numbers as integers (the store reads them as it reads the limb path's decimal
 -- strings), and the TTL a key is written with is the limb path's.
