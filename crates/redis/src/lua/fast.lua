@@ -478,8 +478,9 @@ do
     local v = redis.pcall("GET", key)
     if not v then return nil end
     if type(v) ~= "string" then return false end
+    -- A plain find at the start: no substring made to compare.
     local prefix = f[4]
-    if sub(v, 1, #prefix) ~= prefix then return false end
+    if find(v, prefix, 1, true) ~= 1 then return false end
     return sub(v, #prefix + 1)
   end
 
@@ -524,9 +525,11 @@ do
       f[1](argv, 7, np, cost, nh, nl, body)
     if outcome == nil then return nil end
     if write and news then store(key, f, news, fresh, callers_time) end
-    local reply = {now}
-    push(reply, outcome, value, limit, remaining, reset)
-    return reply
+    -- As push does, for the one decision.
+    if outcome == "delayed" and value == 0 then outcome = "allowed" end
+    if outcome == "allowed" or outcome == "cost_too_high" then value = 0 end
+    if remaining > limit then remaining = limit end
+    return {now, outcome, value, limit, remaining, reset}
   end
 
   -- allowed(d) of store.lua: the outcomes that admit.
