@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release -p ratewarden-redis --example bench -- \
 //!     --url redis://127.0.0.1:6379 --callers 16 --seconds 5 [--naive] [--rate 20000]
-//! cargo run --release -p ratewarden-redis --example bench -- --print-command
+//! cargo run --release -p ratewarden-redis --example bench -- --print-command [--algorithm gcra]
 //! ```
 //!
 //! Each caller decides in a loop (closed loop), or, with `--rate`, all callers together
@@ -11,13 +11,17 @@
 //! was sent (`p99_us`) and, in open loop, also from when it was due (`p99_due_us`: a slow
 //! store cannot hide its queueing there, but tokio's timer wakes up to a millisecond late,
 //! which inflates it). `--naive` turns pipelining off: one round trip at a time on the one
-//! connection. Prints one JSON line.
+//! connection. `--algorithm` picks the limit (GCRA by default; any algorithm's name, such
+//! as `token-bucket` or `sliding-log`), always one that never says no. Prints one JSON line.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratewarden_core::{AsyncStore, Gcra, Limit, Rate};
+use ratewarden_core::{
+    AlgorithmKind, AsyncStore, CalendarUnit, Clock, Concurrency, FixedWindow, Gcra, LeakyBucket,
+    LeakyQueue, Limit, Quota, Rate, RealClock, SlidingLog, SlidingWindow, TokenBucket,
+};
 use ratewarden_redis::{RedisConfig, RedisStore, Target, TimeSource};
 use tokio::time::Instant;
 
@@ -29,6 +33,7 @@ struct Args {
     rate: Option<u64>,
     keys: usize,
     print_command: bool,
+    algorithm: AlgorithmKind,
 }
 
 fn parse() -> Result<Args, String> {
@@ -40,6 +45,7 @@ fn parse() -> Result<Args, String> {
         rate: None,
         keys: 10_000,
         print_command: false,
+        algorithm: AlgorithmKind::Gcra,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -54,6 +60,12 @@ fn parse() -> Result<Args, String> {
             "--seconds" => args.seconds = number(value("--seconds")?, "--seconds")?,
             "--rate" => args.rate = Some(number(value("--rate")?, "--rate")?),
             "--keys" => args.keys = number(value("--keys")?, "--keys")? as usize,
+            "--algorithm" => {
+                let name = value("--algorithm")?;
+                args.algorithm = name
+                    .parse()
+                    .map_err(|_| format!("--algorithm: no algorithm is called `{name}`"))?;
+            }
             "--naive" => args.naive = true,
             "--print-command" => args.print_command = true,
             "-h" | "--help" => return Err(String::new()),
@@ -66,9 +78,25 @@ fn parse() -> Result<Args, String> {
     Ok(args)
 }
 
-/// A limit that never says no during a run, so every decision does the full work.
-fn limit() -> Limit {
-    Limit::from(Gcra::new(Rate::per_second(1_000_000_000).unwrap(), 1_000_000_000).unwrap())
+/// A limit of `kind` that never says no during a run, so every decision does the full work
+/// (a log or a set of permits stays short: a second's worth over 10,000 keys).
+fn limit(kind: AlgorithmKind) -> Limit {
+    const BIG: u64 = 1_000_000_000;
+    let rate = Rate::per_second(BIG).unwrap();
+    let second = Duration::from_secs(1);
+    match kind {
+        AlgorithmKind::Gcra => Gcra::new(rate, BIG).unwrap().into(),
+        AlgorithmKind::TokenBucket => TokenBucket::new(rate, BIG).unwrap().into(),
+        AlgorithmKind::LeakyBucket => LeakyBucket::new(rate, BIG).unwrap().into(),
+        AlgorithmKind::LeakyQueue => LeakyQueue::new(rate, BIG).unwrap().into(),
+        AlgorithmKind::FixedWindow => FixedWindow::new(BIG, second).unwrap().into(),
+        // A million a second: the limit times the window stays below 2^52 ns, in the fast
+        // path's range, as for any limit under 4.5 million a second.
+        AlgorithmKind::SlidingWindow => SlidingWindow::new(1_000_000, second).unwrap().into(),
+        AlgorithmKind::SlidingLog => SlidingLog::new(BIG, second).unwrap().into(),
+        AlgorithmKind::Quota => Quota::new(BIG, CalendarUnit::Day, "UTC").unwrap().into(),
+        AlgorithmKind::Concurrency => Concurrency::new(BIG, second).unwrap().into(),
+    }
 }
 
 #[tokio::main]
@@ -98,7 +126,9 @@ async fn main() -> ExitCode {
         // decision, one a line (an argument may be empty): for redis-benchmark's
         // `FCALL <function> 1 <key> <args>`, the very call the store makes.
         let (function, _) = RedisStore::script();
-        let (key, argv) = store.decide_command(&limit(), "bench|k", 1, 0);
+        // The caller's clock, for a quota's calendar periods around Redis's `now`.
+        let hint = RealClock::new().now();
+        let (key, argv) = store.decide_command(&limit(args.algorithm), "bench|k", 1, hint);
         println!("{function}\n1\n{key}");
         for arg in argv {
             println!("{arg}");
@@ -106,11 +136,14 @@ async fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     // Load the library, warm the connection.
-    if let Err(e) = store.decide(&limit(), "bench|warm", 0, 1).await {
+    let limit = limit(args.algorithm);
+    // Redis's clock decides; the caller's is only the hint a quota's periods are built from.
+    let clock = RealClock::new();
+    if let Err(e) = store.decide(&limit, "bench|warm", clock.now(), 1).await {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
     }
-    let limit = Arc::new(limit());
+    let limit = Arc::new(limit);
     let start = Instant::now();
     let end = start + Duration::from_secs(args.seconds);
     let interval = args
@@ -138,7 +171,7 @@ async fn main() -> ExitCode {
                 }
                 let key = format!("bench|k{}", (c * 7919 + n) % keys);
                 n += 1;
-                match store.decide(&limit, &key, 0, 1).await {
+                match store.decide(&limit, &key, clock.now(), 1).await {
                     Ok(_) => {
                         let us = |from: Instant| {
                             u32::try_from(from.elapsed().as_micros()).unwrap_or(u32::MAX)

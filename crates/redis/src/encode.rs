@@ -1,8 +1,9 @@
 //! The store script's wire format on the Rust side: the arguments a [`Limit`] becomes, and
 //! the decisions read back from a reply. `src/lua/store.lua` documents the whole protocol.
 //!
-//! Every number crosses the wire as a decimal string (the script does its arithmetic on
-//! 144-bit integers of its own). Per check, the script reads the algorithm's name, the cost
+//! Every number is sent as a decimal string (the script does its arithmetic on 144-bit
+//! integers of its own, or in doubles when every number is small enough); a reply's numbers
+//! are decimal strings, or integers from the fast path, which the client reads as strings. Per check, the script reads the algorithm's name, the cost
 //! (a signed delta for `settle`), the number of parameters and the parameters:
 //!
 //! | algorithm | parameters |

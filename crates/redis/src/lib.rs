@@ -2,9 +2,11 @@
 //! decision one atomic script with the same integer transition as the in-memory store.
 //!
 //! Redis runs Lua 5.1, whose numbers are doubles: exact only up to 2^53, while times in
-//! nanoseconds since the epoch are near 2^61 and bucket ticks reach 2^128. The scripts
-//! therefore do their arithmetic on fixed-width integers of 24-bit limbs
-//! (`src/lua/bigint.lua`), and every number crosses the wire as a decimal string.
+//! nanoseconds since the epoch are near 2^61 and bucket ticks reach 2^128. A decision is
+//! therefore computed in plain doubles when every number it touches stays below 2^52, times
+//! kept as seconds and nanoseconds (`src/lua/fast.lua`, the common case), and otherwise on
+//! fixed-width integers of 24-bit limbs (`src/lua/bigint.lua`), with the same results.
+//! Numbers are sent as decimal strings.
 
 mod breaker;
 mod deadline;

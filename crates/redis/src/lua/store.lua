@@ -1,5 +1,6 @@
 -- Ratewarden's shared store: every algorithm's transition, run atomically inside Redis with
 -- exactly the integer results of `ratewarden-core`. Loaded after bigint.lua (which defines BN)
+-- and fast.lua (FAST, the same transitions in doubles for the common case, tried first)
 -- as one Redis Function library (store.rs builds it: FUNCTION LOAD once per server, then
 -- FCALL <function> <numkeys> KEYS... ARGV...). Nothing here may touch Redis's Lua globals
 -- (math, string, table, redis) while the library loads: Redis 7 hides them then, so the
@@ -40,10 +41,15 @@
 --   release  each concurrency check gives back the permit with its id (after dropping the
 --            permits whose lease ran out at `now`); the reply is `now` then "1" or "0" per
 --            check (0 when the permit is not held, or the algorithm is not concurrency).
+--   decide:limbs, peek:limbs, decide:fast, peek:fast  (for tests) decide or peek by the limb
+--            path only, or by the fast path only (an error when it declines).
 --
--- Reply (all strings): now, then per check: outcome (allowed, delayed, limited,
+-- Modes decide and peek are tried first by the fast path in doubles (fast.lua), which answers
+-- exactly as the code below whenever every number is small enough.
+--
+-- Reply: now (a decimal string), then per check: outcome (allowed, delayed, limited,
 -- cost_too_high), value_ns (the delay, or the retry-after, else 0), limit, remaining,
--- reset_after_ns.
+-- reset_after_ns: decimal strings, or integers from the fast path.
 --
 -- Each key holds "<kind>:<state>" (a state of another kind is a key never seen), written with
 -- SET ... PX ceil(fresh_in_ns / 1e6) + 1 (plus an hour when the caller gives the time: its
@@ -759,8 +765,40 @@ local MILLION = BN.from_int(1000000)
 -- an hour longer on Redis's clock: exact while the caller's clock lags Redis's by less.
 local CALLER_SLACK_MS = BN.from_int(3600000)
 
+-- For tests: "decide:limbs" and "peek:limbs" never take the fast path (fast.lua);
+-- "decide:fast" and "peek:fast" take it or fail saying it declined.
+local FORCED = {
+  ["decide:limbs"] = {"decide", "limbs"}, ["peek:limbs"] = {"peek", "limbs"},
+  ["decide:fast"] = {"decide", "fast"}, ["peek:fast"] = {"peek", "fast"},
+}
+
+-- The number of checks as the caller writes it, for up to 16 (more take the limb path).
+local COUNT = {}
+for i = 1, 16 do COUNT[i] = tostring(i) end
+
+-- The fast path's reply to a decide (`write`) or a peek, or nil when it declines.
+local function fast(KEYS, ARGV, write)
+  local n = #KEYS
+  if ARGV[3] ~= COUNT[n] then return nil end
+  if n == 1 then return FAST.one(KEYS[1], ARGV, write) end
+  return FAST.many(KEYS, ARGV, write)
+end
+
 local function run(KEYS, ARGV)
   local mode = ARGV[1]
+  -- The fast path first: decided in doubles when every number is small enough.
+  if mode == "decide" or mode == "peek" then
+    local reply = fast(KEYS, ARGV, mode == "decide")
+    if reply then return reply end
+  elseif FORCED[mode] then
+    local forced = FORCED[mode]
+    mode = forced[1]
+    if forced[2] == "fast" then
+      local reply = fast(KEYS, ARGV, mode == "decide")
+      if not reply then fail("the fast path declined") end
+      return reply
+    end
+  end
   if not MODES[mode] then
     fail("unknown mode '" .. tostring(mode) .. "' (decide, peek, settle, acquire or release)")
   end
