@@ -9,6 +9,7 @@ mod clients;
 mod dashboard;
 mod gateway;
 mod guard;
+mod idle;
 mod limits;
 mod listen;
 mod operator;
