@@ -3,6 +3,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use http::HeaderMap;
+
+use crate::fields::{each_quota, has_quotas, Reported};
 use crate::Quota;
 
 /// What one origin last said, and when this client may next send to it.
@@ -12,8 +15,67 @@ pub struct OriginPace {
     next_at: u64,
     /// The spacing between requests the last answer asked for, in nanoseconds.
     gap: u64,
-    /// Each policy's last reported quota, by name (`None`: the legacy fields).
-    quotas: HashMap<Option<String>, Quota>,
+    /// Each policy's last reported quota (`policy` `None`: the legacy fields). A few at
+    /// most, updated in place: an answer's quotas cost no allocation once seen.
+    quotas: Vec<Quota>,
+}
+
+impl OriginPace {
+    /// Keeps `q` as its policy's last reported quota.
+    fn remember(&mut self, q: &Reported<'_>) {
+        let name = q.policy.as_deref();
+        match self.quotas.iter_mut().find(|k| k.policy.as_deref() == name) {
+            Some(kept) => {
+                kept.remaining = q.remaining;
+                kept.reset = q.reset;
+                kept.limit = q.limit;
+                kept.window = q.window;
+            }
+            None => self.quotas.push(q.to_quota()),
+        }
+    }
+}
+
+/// One answer's quotas folded into the pace they ask for.
+struct Sighting {
+    now: u64,
+    gap: u64,
+    hold_until: u64,
+    any: bool,
+}
+
+impl Sighting {
+    fn new(now: u64) -> Self {
+        Self {
+            now,
+            gap: 0,
+            hold_until: now,
+            any: false,
+        }
+    }
+
+    fn quota(&mut self, pace: &mut OriginPace, q: &Reported<'_>) {
+        let reset = ns(q.reset);
+        match q.remaining {
+            0 => self.hold_until = self.hold_until.max(self.now.saturating_add(reset)),
+            r => self.gap = self.gap.max(reset / r),
+        }
+        self.any = true;
+        pace.remember(q);
+    }
+
+    fn finish(mut self, pace: &mut OriginPace, retry_after: Option<Duration>) {
+        if let Some(wait) = retry_after {
+            self.hold_until = self.hold_until.max(self.now.saturating_add(ns(wait)));
+        }
+        if self.any {
+            pace.gap = self.gap;
+        }
+        pace.next_at = pace
+            .next_at
+            .max(self.hold_until)
+            .max(self.now.saturating_add(self.gap));
+    }
 }
 
 /// Per-origin pacing.
@@ -67,30 +129,52 @@ impl Pacer {
         if quotas.is_empty() && retry_after.is_none() {
             return;
         }
-        let pace = self.origins.entry(origin.to_owned()).or_default();
-        let mut gap = 0;
-        let mut hold_until = now;
+        let Some(pace) = self.pace(origin) else {
+            return;
+        };
+        let mut sighting = Sighting::new(now);
         for q in quotas {
-            let reset = ns(q.reset);
-            match q.remaining {
-                0 => hold_until = hold_until.max(now.saturating_add(reset)),
-                r => gap = gap.max(reset / r),
-            }
-            pace.quotas.insert(q.policy.clone(), q.clone());
+            sighting.quota(pace, &Reported::from(q));
         }
-        if let Some(wait) = retry_after {
-            hold_until = hold_until.max(now.saturating_add(ns(wait)));
+        sighting.finish(pace, retry_after);
+    }
+
+    /// [`observe`](Self::observe), reading the quotas straight from an answer's `headers`
+    /// (a malformed field is ignored: the answer still reaches the caller). Allocates
+    /// nothing once the origin and its policies have been seen.
+    pub(crate) fn observe_fields(
+        &mut self,
+        origin: &str,
+        headers: &HeaderMap,
+        retry_after: Option<Duration>,
+        now: u64,
+    ) {
+        if !has_quotas(headers) && retry_after.is_none() {
+            return;
         }
-        if !quotas.is_empty() {
-            pace.gap = gap;
+        let Some(pace) = self.pace(origin) else {
+            return;
+        };
+        let mut sighting = Sighting::new(now);
+        // All or none: a malformed field hands over no quota.
+        let _ = each_quota(headers, now, |q| sighting.quota(pace, &q));
+        sighting.finish(pace, retry_after);
+    }
+
+    /// `origin`'s pace, made on its first answer (the name is copied then only; `entry`
+    /// would copy it on every answer).
+    fn pace(&mut self, origin: &str) -> Option<&mut OriginPace> {
+        if !self.origins.contains_key(origin) {
+            self.origins
+                .insert(origin.to_owned(), OriginPace::default());
         }
-        pace.next_at = pace.next_at.max(hold_until).max(now.saturating_add(gap));
+        self.origins.get_mut(origin)
     }
 
     /// The last quota `origin` reported for `policy` (`None`: the legacy fields).
     pub fn quota(&self, origin: &str, policy: Option<&str>) -> Option<&Quota> {
         let pace = self.origins.get(origin)?;
-        pace.quotas.get(&policy.map(str::to_owned))
+        pace.quotas.iter().find(|q| q.policy.as_deref() == policy)
     }
 }
 

@@ -9,8 +9,8 @@ use ratewarden_core::{Clock, RealClock};
 
 use crate::stats::Counters;
 use crate::{
-    is_repeatable, quotas, retry_after, AdaptiveRate, AdaptiveThrottle, Attempt, Backoff, Error,
-    Pacer, Quota, RetryBudget, SplitMix64, Stats,
+    is_repeatable, retry_after, AdaptiveRate, AdaptiveThrottle, Attempt, Backoff, Error, Pacer,
+    Quota, RetryBudget, SplitMix64, Stats,
 };
 
 /// How a client retries and paces.
@@ -79,6 +79,19 @@ impl Call {
     /// Attempts begun so far.
     pub fn attempts(&self) -> u32 {
         self.attempts
+    }
+
+    /// Whether the request may be sent again: an idempotent method or an
+    /// `Idempotency-Key`, and not marked [`cannot_repeat`](Self::cannot_repeat).
+    pub fn is_repeatable(&self) -> bool {
+        self.repeatable
+    }
+
+    /// Marks the request as one that cannot be sent again (its body is a stream that
+    /// cannot be copied): a retryable answer then ends it as a non-idempotent one does,
+    /// taking nothing from the retry budget.
+    pub fn cannot_repeat(&mut self) {
+        self.repeatable = false;
     }
 }
 
@@ -290,6 +303,13 @@ impl Policy {
         Ok(hold)
     }
 
+    /// Whether another attempt could follow the one `call` has just begun (a repeatable
+    /// request with attempts left): whether a middleware needs a copy of the request to
+    /// send again. When it does not, sending the original saves copying it.
+    pub fn may_retry(&self, call: &Call) -> bool {
+        call.repeatable && call.attempts < self.inner.settings.max_attempts
+    }
+
     /// The time `call` has left before its deadline (`None`: no deadline); an attempt in
     /// flight should be cut off after it.
     pub fn time_left(&self, call: &Call) -> Option<Duration> {
@@ -330,9 +350,11 @@ impl Policy {
                 .get(http::header::RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| retry_after(v, now).ok());
-            let quotas = quotas(headers, now).unwrap_or_default();
             if settings.pacing {
-                state.pacer.observe(&call.origin, &quotas, server_wait, now);
+                // Read in place: parsing into owned quotas cost every answer allocations.
+                state
+                    .pacer
+                    .observe_fields(&call.origin, headers, server_wait, now);
             }
         }
         if settings.throttle.is_some() || settings.adaptive_rate {

@@ -6,9 +6,11 @@ mod common;
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use common::*;
 use http::{Method, StatusCode};
-use ratewarden_client::{Backoff, Settings};
+use http_body_util::Full;
+use ratewarden_client::{Backoff, RetryBudget, RetryMiddleware, Settings};
 use tokio::time::Instant;
 
 const PER_IP_2_PER_10S: &str = r#"
@@ -275,4 +277,40 @@ async fn clones_of_the_tower_service_share_one_budget() {
     // The first request's second retry, and the other two clones' first ones.
     assert_eq!(stats.budget_refusals, 3, "the clones drew on one budget");
     assert_eq!(up.seen("/flaky"), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streamed_body_sent_once_spends_no_retry_budget() {
+    // A streamed body cannot be copied, so the request goes once; answered 503 it was
+    // still charged a retry from the budget, which it never made.
+    let clock = clock();
+    let up = upstream(clock.clone()).await;
+    let gw = gateway(&up, "", "", clock.clone()).await;
+    let one_retry = Settings {
+        budget: Some(RetryBudget::new(Duration::from_secs(1), 1, 0.0)),
+        ..no_pacing()
+    };
+    let p = policy(one_retry, &clock);
+    let client = reqwest_middleware::ClientBuilder::new(reqwest::Client::new())
+        .with(RetryMiddleware::new(p.clone()))
+        .build();
+    let streamed = reqwest::Body::wrap(Full::new(Bytes::from_static(b"order 17")));
+    let response = client
+        .post(format!("http://{}/busy", gw.listen))
+        .header("idempotency-key", "order-17")
+        .body(streamed)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(up.seen("/busy"), 1);
+    assert_eq!(p.stats().not_repeatable, 1);
+    // The budget's one retry is still there for a request that can be sent again.
+    let url = format!("http://{}/busy-date", gw.listen);
+    let (status, _) = send(Via::Reqwest, &p, Method::GET, &url, &[])
+        .await
+        .unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(p.stats().budget_refusals, 0);
+    assert_eq!(up.seen("/busy-date"), 2);
 }

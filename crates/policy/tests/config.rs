@@ -342,6 +342,7 @@ fn the_gateway_bounds_are_server_fields_checked_where_they_stand() {
         r#"
 [server]
 header_read_timeout = "2s"
+idle_timeout = "9s"
 max_header_bytes = 16_384
 api_body_timeout = "3s"
 body_idle_timeout = "4s"
@@ -358,6 +359,7 @@ max_connections_per_client = 2
     let b = config.server.bounds;
     let secs = |d: std::time::Duration| d.as_secs_f64();
     assert_eq!(secs(b.header_read_timeout), 2.0);
+    assert_eq!(secs(b.idle_timeout), 9.0);
     assert_eq!(b.max_header_bytes, 16_384);
     assert_eq!(secs(b.api_body_timeout), 3.0);
     assert_eq!(secs(b.body_idle_timeout), 4.0);
@@ -391,6 +393,7 @@ max_connections_per_client = 2
         (5, 30, 30, 60)
     );
     assert_eq!(d.max_connections_per_client, 256);
+    assert_eq!(d.idle_timeout.as_secs(), 75, "nginx's keepalive_timeout");
 
     let wrong = |line: &str| {
         parse("b.toml", &format!("[server]\n{line}\n"))
@@ -399,6 +402,7 @@ max_connections_per_client = 2
     };
     for field in [
         "header_read_timeout",
+        "idle_timeout",
         "api_body_timeout",
         "body_idle_timeout",
         "body_rate_grace",

@@ -125,6 +125,7 @@ fn bounds(b: &Bounds) -> Vec<String> {
     let d = |d: std::time::Duration| DisplayDuration(d).to_string();
     let rows = [
         ("header_read_timeout", d(b.header_read_timeout), false),
+        ("idle_timeout", d(b.idle_timeout), false),
         ("max_header_bytes", b.max_header_bytes.to_string(), false),
         (
             "max_connections_per_client",

@@ -50,7 +50,7 @@ fn check_config_shows_the_bounds_a_file_sets() {
     let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("bounds.toml");
     std::fs::write(
         &path,
-        "[server]\nmax_connections_per_client = 2\nupstream_response_timeout = \"1500ms\"\n",
+        "[server]\nmax_connections_per_client = 2\nupstream_response_timeout = \"1500ms\"\nidle_timeout = \"90s\"\n",
     )
     .unwrap();
     let out = check(path.to_str().unwrap());
@@ -70,6 +70,12 @@ fn check_config_shows_the_bounds_a_file_sets() {
     );
     assert!(
         table.contains("upstream_response_timeout   1500ms"),
+        "{table}"
+    );
+    assert!(
+        table
+            .lines()
+            .any(|l| l.split_whitespace().eq(["idle_timeout", "90s", "restart"])),
         "{table}"
     );
     std::fs::write(&path, "[server]\nmax_header_bytes = 100\n").unwrap();

@@ -612,3 +612,86 @@ async fn caddy_forward_auth_limits_in_front_of_an_upstream() {
     proxy.ready().await;
     client_sees_the_contract(listen, &seen).await;
 }
+
+/// HAProxy's config: `examples/haproxy/ratewarden.lua` (HAProxy's own HTTP client, no
+/// other library) asks `/v1/auth` and leaves the answer in variables; the config refuses by
+/// them and copies the RateLimit fields onto allowed responses, as the docs give it.
+fn haproxy_cfg(listen: SocketAddr, ratewarden: SocketAddr, upstream: SocketAddr) -> String {
+    let lua = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/haproxy/ratewarden.lua");
+    let lua = lua.display();
+    format!(
+        r#"global
+    lua-load {lua}
+
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 30s
+    timeout server 30s
+
+frontend shop
+    bind {listen}
+    http-request lua.ratewarden http://{ratewarden}/v1/auth x-api-key,x-tenant
+    http-request return status 429 content-type application/problem+json lf-string "%[var(txn.ratewarden_body)]" hdr Retry-After "%[var(txn.ratewarden_retry_after)]" hdr RateLimit-Policy "%[var(txn.ratewarden_policy)]" hdr RateLimit "%[var(txn.ratewarden_ratelimit)]" hdr Cache-Control no-store if {{ var(txn.ratewarden_status) -m int 429 }}
+    http-request return status 503 content-type application/problem+json lf-string "%[var(txn.ratewarden_body)]" hdr Retry-After "%[var(txn.ratewarden_retry_after)]" unless {{ var(txn.ratewarden_status) -m int 200 }}
+    http-response set-header RateLimit-Policy "%[var(txn.ratewarden_policy)]" if {{ var(txn.ratewarden_policy) -m found }}
+    http-response set-header RateLimit "%[var(txn.ratewarden_ratelimit)]" if {{ var(txn.ratewarden_ratelimit) -m found }}
+    default_backend app
+
+backend app
+    server app1 {upstream}
+"#
+    )
+}
+
+/// Starts HAProxy in the foreground with `cfg`.
+async fn haproxy(scratch: &Scratch, listen: SocketAddr, cfg: String) -> Proxy {
+    let haproxy = binary("/usr/sbin/haproxy", "haproxy");
+    let conf = scratch.path().join("haproxy.cfg");
+    std::fs::write(&conf, cfg).unwrap();
+    let mut proxy = Proxy::spawn(
+        std::process::Command::new(haproxy)
+            .arg("-db")
+            .arg("-f")
+            .arg(&conf),
+        listen,
+        scratch.path().join("haproxy.log"),
+    );
+    proxy.ready().await;
+    proxy
+}
+
+#[tokio::test]
+async fn haproxy_lua_forward_auth_limits_in_front_of_an_upstream() {
+    let server = serve(r#""127.0.0.1""#, ORDERS).await;
+    let (upstream, seen) = counted_upstream().await;
+    let scratch = Scratch::new("haproxy");
+    let listen = free_addr();
+    let _proxy = haproxy(
+        &scratch,
+        listen,
+        haproxy_cfg(listen, server.listen, upstream),
+    )
+    .await;
+    client_sees_the_contract(listen, &seen).await;
+    // A path no rule matches passes with nothing added.
+    let r = get(listen, "/about", &[("x-api-key", "k1")]).await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.header("ratelimit"), None);
+    assert_eq!(r.header("ratelimit-policy"), None);
+}
+
+#[tokio::test]
+async fn haproxy_refuses_when_ratewarden_cannot_be_asked() {
+    // A port nothing listens on: a limiter that cannot be asked is no pass.
+    let closed = free_addr();
+    let (upstream, seen) = counted_upstream().await;
+    let scratch = Scratch::new("haproxy");
+    let listen = free_addr();
+    let _proxy = haproxy(&scratch, listen, haproxy_cfg(listen, closed, upstream)).await;
+    let r = get(listen, "/orders/7", &[("x-api-key", "k1")]).await;
+    assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+    assert_eq!(r.header("content-type"), Some("application/problem+json"));
+    assert_eq!(r.json()["status"], 503);
+    assert_eq!(seen.load(Ordering::SeqCst), 0, "the upstream was reached");
+}

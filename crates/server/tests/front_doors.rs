@@ -619,6 +619,67 @@ async fn a_slow_head_is_cut_after_the_header_timeout() {
     assert!(start.elapsed() <= Duration::from_secs(10));
 }
 
+/// Reads `stream` to its end (the server closing it), within `limit`; how long that took.
+async fn closed_within(stream: &mut TcpStream, limit: Duration) -> Duration {
+    let start = tokio::time::Instant::now();
+    let mut rest = Vec::new();
+    tokio::time::timeout(limit, stream.read_to_end(&mut rest))
+        .await
+        .expect("the connection was not closed")
+        .expect("a clean close");
+    start.elapsed()
+}
+
+/// One keep-alive request on `stream` (`/healthcheck`), answered 200.
+async fn healthcheck(stream: &mut TcpStream) {
+    stream
+        .write_all(b"GET /healthcheck HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let reply = read_response(stream).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_keep_alive_connection_outlives_the_header_timeout() {
+    // The header timeout closed idle kept-alive connections too: a client retrying after a
+    // 10 s Retry-After on its pooled connection raced the close.
+    let server = start(&api_with("idle_timeout = \"30s\"")).await;
+    let mut stream = TcpStream::connect(server.listen).await.unwrap();
+    healthcheck(&mut stream).await;
+    // Past the 10 s header timeout, within the idle timeout: still served.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    healthcheck(&mut stream).await;
+    // Idle past `idle_timeout`: closed then, not before.
+    let waited = closed_within(&mut stream, Duration::from_secs(60)).await;
+    assert!(
+        waited >= Duration::from_secs(30) && waited <= Duration::from_secs(31),
+        "{waited:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_head_on_a_kept_alive_connection_is_still_cut_after_the_header_timeout() {
+    let server = start(&api_with("idle_timeout = \"30s\"")).await;
+    let mut stream = TcpStream::connect(server.listen).await.unwrap();
+    healthcheck(&mut stream).await;
+    // Idle a while (under the idle timeout), then a head a few bytes at a time.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    stream.write_all(b"GET /live HTTP/1.1\r\nHo").await.unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    stream.write_all(b"st: x").await.unwrap();
+    // Cut 10 s after the head's first byte, whatever the idle timeout.
+    let waited = closed_within(&mut stream, Duration::from_secs(60)).await;
+    assert!(
+        waited >= Duration::from_secs(5) && waited <= Duration::from_secs(7),
+        "{waited:?}"
+    );
+    // A fresh connection that says nothing is not an idle keep-alive: the header timeout.
+    let mut silent = TcpStream::connect(server.listen).await.unwrap();
+    let waited = closed_within(&mut silent, Duration::from_secs(60)).await;
+    assert!(waited <= Duration::from_secs(10), "{waited:?}");
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_stalled_body_through_the_gateway_is_cut_and_frees_its_slot() {
     let up = echo_upstream().await;
@@ -867,7 +928,7 @@ async fn a_reload_applies_per_request_bounds_and_names_those_needing_a_restart()
     let admin = server.admin.unwrap();
     let after = gateway(
         up,
-        "upstream_response_timeout = \"100ms\"\nmax_header_bytes = 8192",
+        "upstream_response_timeout = \"100ms\"\nmax_header_bytes = 8192\nidle_timeout = \"5s\"",
         "",
     );
     std::fs::write(&path, &after).unwrap();
@@ -879,7 +940,7 @@ async fn a_reload_applies_per_request_bounds_and_names_those_needing_a_restart()
     assert_eq!(reloaded.status, 200, "{}", reloaded.body);
     assert_eq!(
         reloaded.json()["needs_restart"],
-        json!(["[server] max_header_bytes"]),
+        json!(["[server] idle_timeout", "[server] max_header_bytes"]),
         "{}",
         reloaded.body
     );

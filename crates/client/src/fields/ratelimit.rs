@@ -1,6 +1,7 @@
 //! `RateLimit` and `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers, Structured
 //! Fields), and the legacy `X-RateLimit-*` trio.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use http::HeaderMap;
@@ -8,7 +9,10 @@ use ratewarden_core::NANOS_PER_SEC;
 use ratewarden_http::{
     RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
-use sfv::{BareItem, ListEntry, Parameters};
+use sfv::visitor::{
+    EntryVisitor, Ignored, InnerListVisitor, ItemVisitor, ListVisitor, ParameterVisitor,
+};
+use sfv::{BareItemFromInput, GenericBareItem, KeyRef};
 
 use crate::Error;
 
@@ -55,41 +59,117 @@ pub struct Quota {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn quotas(headers: &HeaderMap, now: u64) -> Result<Vec<Quota>, Error> {
+    let mut all = Vec::new();
+    each_quota(headers, now, |q| all.push(q.to_quota()))?;
+    Ok(all)
+}
+
+/// A quota as the fields report it, its policy's name borrowed from them (unless it had
+/// escapes): what pacing reads from every response, without allocating.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Reported<'a> {
+    /// The policy's name (`None` for the legacy fields).
+    pub(crate) policy: Option<Cow<'a, str>>,
+    /// `r`.
+    pub(crate) remaining: u64,
+    /// `t`, else the window.
+    pub(crate) reset: Duration,
+    /// `q`.
+    pub(crate) limit: Option<u64>,
+    /// `w`.
+    pub(crate) window: Option<Duration>,
+}
+
+impl Reported<'_> {
+    /// The quota, owned.
+    pub(crate) fn to_quota(&self) -> Quota {
+        Quota {
+            policy: self.policy.as_deref().map(str::to_owned),
+            remaining: self.remaining,
+            reset: self.reset,
+            limit: self.limit,
+            window: self.window,
+        }
+    }
+}
+
+impl<'a> From<&'a Quota> for Reported<'a> {
+    fn from(q: &'a Quota) -> Self {
+        Self {
+            policy: q.policy.as_deref().map(Cow::Borrowed),
+            remaining: q.remaining,
+            reset: q.reset,
+            limit: q.limit,
+            window: q.window,
+        }
+    }
+}
+
+/// Whether `headers` carry any rate limit field [`each_quota`] reads: a response without
+/// them costs two lookups and nothing else.
+pub(crate) fn has_quotas(headers: &HeaderMap) -> bool {
+    headers.contains_key(&RATELIMIT) || headers.contains_key(&X_RATELIMIT_REMAINING)
+}
+
+/// Hands `each` every quota `headers` report, as [`quotas`] reads them, all or none: the
+/// fields are checked whole before the first is handed over, so a malformed one never
+/// leaves half its quotas applied. Nothing is allocated when each field is on one line and
+/// the names have no escapes (what servers send).
+pub(crate) fn each_quota(
+    headers: &HeaderMap,
+    now: u64,
+    mut each: impl FnMut(Reported<'_>),
+) -> Result<(), Error> {
     if let Some(state) = joined(headers, &RATELIMIT, "ratelimit")? {
-        let policies = match joined(headers, &RATELIMIT_POLICY, "ratelimit-policy")? {
-            Some(p) => list("ratelimit-policy", &p)?,
-            None => Vec::new(),
+        let policies = joined(headers, &RATELIMIT_POLICY, "ratelimit-policy")?;
+        // Each field is parsed once to check it whole, keeping its first few members; a
+        // field with more is parsed again to read the rest.
+        let mut known = Kept::default();
+        if let Some(policies) = &policies {
+            entries("ratelimit-policy", policies, |name, p| {
+                known.keep(name, p);
+                Ok(())
+            })?;
+        }
+        let mut stated = Kept::default();
+        entries("ratelimit", &state, |name, p| match p.r {
+            Some(_) => {
+                stated.keep(name, p);
+                Ok(())
+            }
+            None => Err(format!("policy {name:?} has no r=<integer>")),
+        })?;
+        let mut hand_over = |name: Cow<'_, str>, p: Params| {
+            let (limit, window) = match &policies {
+                Some(policies) => known.find(&name).map_or_else(
+                    || policy_of(policies, &name, known.overflowed),
+                    |q| (q.q, q.w.map(Duration::from_secs)),
+                ),
+                None => (None, None),
+            };
+            // Without `t` the draft says the quota resets within its window.
+            let reset = p.t.map(Duration::from_secs).or(window).unwrap_or_default();
+            each(Reported {
+                remaining: p.r.unwrap_or_default(),
+                policy: Some(name),
+                reset,
+                limit,
+                window,
+            });
         };
-        return list("ratelimit", &state)?
-            .into_iter()
-            .map(|(name, params)| {
-                let bad = |reason: String| Error::Field {
-                    field: "ratelimit",
-                    value: state.clone(),
-                    reason,
-                };
-                let remaining = int(&params, "r")
-                    .ok_or_else(|| bad(format!("policy {name:?} has no r=<integer>")))?;
-                let policy = policies.iter().find(|(n, _)| *n == name).map(|(_, p)| p);
-                let limit = policy.and_then(|p| int(p, "q"));
-                let window = policy.and_then(|p| int(p, "w")).map(Duration::from_secs);
-                // Without `t` the draft says the quota resets within its window.
-                let reset = int(&params, "t")
-                    .map(Duration::from_secs)
-                    .or(window)
-                    .unwrap_or_default();
-                Ok(Quota {
-                    policy: Some(name),
-                    remaining,
-                    reset,
-                    limit,
-                    window,
-                })
-            })
-            .collect();
+        if stated.overflowed {
+            return entries("ratelimit", &state, |name, p| {
+                hand_over(name, p);
+                Ok(())
+            });
+        }
+        for (name, p) in stated.members.into_iter().flatten() {
+            hand_over(name, p);
+        }
+        return Ok(());
     }
     let Some(remaining) = legacy(headers, &X_RATELIMIT_REMAINING, "x-ratelimit-remaining")? else {
-        return Ok(Vec::new());
+        return Ok(());
     };
     let reset = match legacy(headers, &X_RATELIMIT_RESET, "x-ratelimit-reset")? {
         Some(at) if at > EPOCH_RESET_ABOVE => {
@@ -98,70 +178,245 @@ pub fn quotas(headers: &HeaderMap, now: u64) -> Result<Vec<Quota>, Error> {
         Some(secs) => Duration::from_secs(secs),
         None => Duration::ZERO,
     };
-    Ok(vec![Quota {
+    each(Reported {
         policy: None,
         remaining,
         reset,
         limit: legacy(headers, &X_RATELIMIT_LIMIT, "x-ratelimit-limit")?,
         window: None,
-    }])
+    });
+    Ok(())
 }
 
-/// Every line of field `name`, joined as one list (RFC 9110 section 5.3).
-fn joined(
-    headers: &HeaderMap,
+/// The first members of a list as the check read them (a response names one or two
+/// policies): kept on the stack, so that reading them costs no second parse.
+#[derive(Default)]
+struct Kept<'v> {
+    members: [Option<(Cow<'v, str>, Params)>; 4],
+    len: usize,
+    /// More members than were kept.
+    overflowed: bool,
+}
+
+impl<'v> Kept<'v> {
+    fn keep(&mut self, name: Cow<'v, str>, params: Params) {
+        match self.members.get_mut(self.len) {
+            Some(slot) => {
+                *slot = Some((name, params));
+                self.len += 1;
+            }
+            None => self.overflowed = true,
+        }
+    }
+
+    /// The first kept member named `name`.
+    fn find(&self, name: &str) -> Option<&Params> {
+        self.members
+            .iter()
+            .flatten()
+            .find(|(n, _)| n == name)
+            .map(|(_, p)| p)
+    }
+}
+
+/// `q` and `w` of `name`'s entry in a `RateLimit-Policy` already checked whole, when the
+/// kept members did not name it: only a list longer than was kept can still hold it.
+fn policy_of(policies: &str, name: &str, overflowed: bool) -> (Option<u64>, Option<Duration>) {
+    if !overflowed {
+        return (None, None);
+    }
+    let mut found = None;
+    let _ = entries("ratelimit-policy", policies, |n, p| {
+        if found.is_none() && n == name {
+            found = Some((p.q, p.w.map(Duration::from_secs)));
+        }
+        Ok(())
+    });
+    found.unwrap_or_default()
+}
+
+/// Every line of field `name`, joined as one list (RFC 9110 section 5.3); borrowed when
+/// there is one line.
+fn joined<'h>(
+    headers: &'h HeaderMap,
     name: &http::HeaderName,
     field: &'static str,
-) -> Result<Option<String>, Error> {
-    let mut all: Option<String> = None;
-    for value in headers.get_all(name) {
-        let text = value.to_str().map_err(|_| Error::Field {
+) -> Result<Option<Cow<'h, str>>, Error> {
+    let text = |value: &'h http::HeaderValue| {
+        value.to_str().map_err(|_| Error::Field {
             field,
             value: String::from_utf8_lossy(value.as_bytes()).into_owned(),
             reason: "not ASCII".to_owned(),
-        })?;
-        match &mut all {
-            Some(all) => {
-                all.push_str(", ");
-                all.push_str(text);
-            }
-            None => all = Some(text.to_owned()),
-        }
+        })
+    };
+    let mut lines = headers.get_all(name).iter();
+    let Some(first) = lines.next() else {
+        return Ok(None);
+    };
+    let mut all = Cow::Borrowed(text(first)?);
+    for value in lines {
+        let all = all.to_mut();
+        all.push_str(", ");
+        all.push_str(text(value)?);
     }
-    Ok(all)
+    Ok(Some(all))
 }
 
-/// A Structured Field list of named items (the name a String, or a Token as early drafts
-/// sent) with their parameters.
-fn list(field: &'static str, value: &str) -> Result<Vec<(String, Parameters)>, Error> {
+/// The integer parameters a quota reads (the last of each name wins, as RFC 9651 says;
+/// a non-integer or negative one is absent).
+#[derive(Debug, Default, Clone, Copy)]
+struct Params {
+    r: Option<u64>,
+    t: Option<u64>,
+    q: Option<u64>,
+    w: Option<u64>,
+}
+
+/// Hands `each` every member of the Structured Field list `value` of `field`: a named item
+/// (the name a String, or a Token as early drafts sent) and its parameters. Parsed with
+/// `sfv`'s visitors, so nothing is allocated for a name without escapes.
+fn entries<'v>(
+    field: &'static str,
+    value: &'v str,
+    mut each: impl FnMut(Cow<'v, str>, Params) -> Result<(), String>,
+) -> Result<(), Error> {
+    let mut failed = None;
+    let parsed = sfv::Parser::new(value).parse_list_with_visitor(Members {
+        each: &mut each,
+        failed: &mut failed,
+    });
     let bad = |reason: String| Error::Field {
         field,
         value: value.to_owned(),
         reason,
     };
-    let parsed = sfv::Parser::new(value)
-        .parse::<sfv::List>()
-        .map_err(|e| bad(format!("not a Structured Field list: {e}")))?;
-    parsed
-        .into_iter()
-        .map(|member| {
-            let ListEntry::Item(item) = member else {
-                return Err(bad("an inner list where a policy was expected".to_owned()));
-            };
-            let name = match &item.bare_item {
-                BareItem::String(s) => s.as_str().to_owned(),
-                BareItem::Token(t) => t.as_str().to_owned(),
-                other => return Err(bad(format!("a policy named by {other:?}"))),
-            };
-            Ok((name, item.params))
-        })
-        .collect()
+    match (parsed, failed) {
+        (_, Some(reason)) => Err(bad(reason)),
+        (Err(e), None) => Err(bad(format!("not a Structured Field list: {e}"))),
+        (Ok(()), None) => Ok(()),
+    }
 }
 
-/// A non-negative integer parameter.
-fn int(params: &Parameters, key: &str) -> Option<u64> {
-    let n: i64 = params.get(key)?.as_integer()?.into();
-    u64::try_from(n).ok()
+/// Stops the parse; what was wrong is in the visitor's `failed`.
+#[derive(Debug)]
+struct Stop;
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("stopped")
+    }
+}
+
+impl std::error::Error for Stop {}
+
+/// The list's visitor, and each member's: the callback and where a failure is written.
+struct Members<'a, F> {
+    each: &'a mut F,
+    failed: &'a mut Option<String>,
+}
+
+impl<'de, F> ListVisitor<'de> for Members<'_, F>
+where
+    F: FnMut(Cow<'de, str>, Params) -> Result<(), String>,
+{
+    type Out = ();
+    type Error = Stop;
+
+    fn entry(&mut self) -> Result<impl EntryVisitor<'de>, Stop> {
+        Ok(Members {
+            each: &mut *self.each,
+            failed: &mut *self.failed,
+        })
+    }
+
+    fn finish(self) -> Result<(), Stop> {
+        Ok(())
+    }
+}
+
+impl<'de, F> EntryVisitor<'de> for Members<'_, F>
+where
+    F: FnMut(Cow<'de, str>, Params) -> Result<(), String>,
+{
+    type Error = Stop;
+
+    fn item(self) -> Result<impl ItemVisitor<'de>, Stop> {
+        Ok(self)
+    }
+
+    fn inner_list(self) -> Result<impl InnerListVisitor<'de>, Stop> {
+        *self.failed = Some("an inner list where a policy was expected".to_owned());
+        Err::<Ignored, _>(Stop)
+    }
+}
+
+impl<'de, F> ItemVisitor<'de> for Members<'_, F>
+where
+    F: FnMut(Cow<'de, str>, Params) -> Result<(), String>,
+{
+    type Out = ();
+    type Error = Stop;
+
+    fn bare_item(
+        self,
+        bare_item: BareItemFromInput<'de>,
+    ) -> Result<impl ParameterVisitor<'de, Out = ()>, Stop> {
+        let name = match bare_item {
+            GenericBareItem::String(Cow::Borrowed(s)) => Cow::Borrowed(s.as_str()),
+            GenericBareItem::String(Cow::Owned(s)) => Cow::Owned(s.into()),
+            GenericBareItem::Token(t) => Cow::Borrowed(t.as_str()),
+            other => {
+                *self.failed = Some(format!("a policy named by {other:?}"));
+                return Err(Stop);
+            }
+        };
+        Ok(Member {
+            members: self,
+            name,
+            params: Params::default(),
+        })
+    }
+}
+
+/// One member, its name read, its parameters being read.
+struct Member<'a, 'de, F> {
+    members: Members<'a, F>,
+    name: Cow<'de, str>,
+    params: Params,
+}
+
+impl<'de, F> ParameterVisitor<'de> for Member<'_, 'de, F>
+where
+    F: FnMut(Cow<'de, str>, Params) -> Result<(), String>,
+{
+    type Out = ();
+    type Error = Stop;
+
+    fn parameter(&mut self, key: &'de KeyRef, value: BareItemFromInput<'de>) -> Result<(), Stop> {
+        let slot = match key.as_str() {
+            "r" => &mut self.params.r,
+            "t" => &mut self.params.t,
+            "q" => &mut self.params.q,
+            "w" => &mut self.params.w,
+            _ => return Ok(()),
+        };
+        *slot = value
+            .as_integer()
+            .and_then(|n| u64::try_from(i64::from(n)).ok());
+        Ok(())
+    }
+
+    fn finish(self) -> Result<(), Stop> {
+        let Member {
+            members,
+            name,
+            params,
+        } = self;
+        (members.each)(name, params).map_err(|reason| {
+            *members.failed = Some(reason);
+            Stop
+        })
+    }
 }
 
 fn legacy(
@@ -259,6 +514,39 @@ mod tests {
                 .to_string();
             assert!(e.contains(name), "{e}");
         }
+    }
+
+    #[test]
+    fn more_policies_than_are_kept_are_all_read() {
+        // Five named in each field, the last ones in another order: the check keeps four.
+        let policy = r#""a";q=1;w=10, "b";q=2;w=20, "c";q=3;w=30, "d";q=4;w=40, "e";q=5;w=50"#;
+        let state = r#""e";r=50;t=5, "a";r=10, "b";r=20, "c";r=30, "d";r=40;t=4"#;
+        let h = headers(&[("ratelimit-policy", policy), ("ratelimit", state)]);
+        let q = quotas(&h, 0).unwrap();
+        let read: Vec<_> = q
+            .iter()
+            .map(|q| {
+                (
+                    q.policy.as_deref().unwrap(),
+                    q.remaining,
+                    q.limit,
+                    q.reset.as_secs(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            read,
+            [
+                ("e", 50, Some(5), 5),
+                ("a", 10, Some(1), 10),
+                ("b", 20, Some(2), 20),
+                ("c", 30, Some(3), 30),
+                ("d", 40, Some(4), 4),
+            ]
+        );
+        // A name with an escape is read as well (owned, not borrowed).
+        let h = headers(&[("ratelimit", r#""x\"y";r=1;t=2"#)]);
+        assert_eq!(quotas(&h, 0).unwrap()[0].policy.as_deref(), Some("x\"y"));
     }
 
     #[test]

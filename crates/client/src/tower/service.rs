@@ -61,7 +61,7 @@ where
         Box::pin(async move {
             let origin = crate::origin_of(request.uri());
             let mut call = policy.start(origin, request.method(), request.headers())?;
-            let (parts, body) = request.into_parts();
+            let mut request = Some(request.into_parts());
             let mut first = true;
             loop {
                 let hold = policy.before_attempt(&mut call)?;
@@ -74,7 +74,16 @@ where
                         .map_err(|e| Error::Inner(e.into()))?;
                 }
                 first = false;
-                let attempt = Request::from_parts(parts.clone(), body.clone());
+                // A copy only while a retry could follow; the last attempt sends the original.
+                let attempt = match &request {
+                    Some((parts, body)) if policy.may_retry(&call) => {
+                        Request::from_parts(parts.clone(), body.clone())
+                    }
+                    _ => match request.take() {
+                        Some((parts, body)) => Request::from_parts(parts, body),
+                        None => unreachable!("no retry follows an attempt sent without a copy"),
+                    },
+                };
                 let sent = inner.call(attempt);
                 let result = match policy.time_left(&call) {
                     Some(left) => match tokio::time::timeout(left, sent).await {

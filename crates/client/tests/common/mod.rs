@@ -143,9 +143,9 @@ pub fn policy(settings: Settings, clock: &Arc<dyn Clock>) -> Policy {
     Policy::new(settings, Arc::clone(clock))
 }
 
-/// Pooled connections are dropped before the gateway's 10 s `header_read_timeout` closes
-/// them: a retry sent on a connection the server is closing at that instant fails with no
-/// answer (and a fixed window's `Retry-After` is often exactly 10 s).
+/// Pooled connections are dropped well before the gateway closes idle ones (its
+/// `idle_timeout`; before it had one, its 10 s `header_read_timeout`): a retry sent on a
+/// connection the server is closing at that instant fails with no answer.
 const POOL_IDLE: Duration = Duration::from_secs(5);
 
 /// Which client sends.

@@ -24,13 +24,17 @@ use std::time::Duration;
 /// assert_eq!(config.server.bounds.max_header_bytes, 16_384);
 /// assert_eq!(config.server.bounds.upstream_response_timeout.as_secs(), 5);
 /// assert_eq!(config.server.bounds.header_read_timeout.as_secs(), 10, "the default");
+/// assert_eq!(config.server.bounds.idle_timeout.as_secs(), 75, "the default");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bounds {
-    /// How long a client may take to send a request's head, or to start the next one on a
-    /// kept-alive connection: slowloris holds connections by sending headers a byte at a
-    /// time. Read at start.
+    /// How long a client may take to send a request's head, from its first byte:
+    /// slowloris holds connections by sending headers a byte at a time. Read at start.
     pub header_read_timeout: Duration,
+    /// How long a kept-alive connection may wait, idle, for the next request's first byte.
+    /// Separate from `header_read_timeout` so that a client honouring a `Retry-After` of
+    /// 10 s on a pooled connection does not race the server closing it. Read at start.
+    pub idle_timeout: Duration,
     /// The most a request's head may take, in bytes (at least 8 KiB, the HTTP parser's
     /// floor); larger heads are answered 431. Read at start.
     pub max_header_bytes: usize,
@@ -69,6 +73,10 @@ impl Default for Bounds {
     fn default() -> Self {
         Self {
             header_read_timeout: Duration::from_secs(10),
+            // nginx's `keepalive_timeout`; above the 60 s idle timeout of the load balancers
+            // usually in front (AWS ALB, GCP's), so that they, not we, close an idle
+            // connection and never send on one we are closing.
+            idle_timeout: Duration::from_secs(75),
             // 200 KB headers took the gateway's memory to 1.3 GB (issue 12, item 5).
             max_header_bytes: 64 * 1024,
             api_body_timeout: Duration::from_secs(10),
@@ -94,6 +102,10 @@ impl Bounds {
             (
                 "[server] header_read_timeout",
                 self.header_read_timeout != next.header_read_timeout,
+            ),
+            (
+                "[server] idle_timeout",
+                self.idle_timeout != next.idle_timeout,
             ),
             (
                 "[server] max_header_bytes",

@@ -36,6 +36,7 @@ pub(super) struct RawServer {
     pub(super) shutdown_grace: Option<Spanned<String>>,
     pub(super) max_body: Option<Spanned<i64>>,
     pub(super) header_read_timeout: Option<Spanned<String>>,
+    pub(super) idle_timeout: Option<Spanned<String>>,
     pub(super) max_header_bytes: Option<Spanned<i64>>,
     pub(super) api_body_timeout: Option<Spanned<String>>,
     pub(super) body_idle_timeout: Option<Spanned<String>>,

@@ -141,6 +141,7 @@ fn bounds(raw: &RawServer, errors: &mut Errors<'_>) -> Bounds {
         &raw.header_read_timeout,
         d.header_read_timeout,
     );
+    let idle_timeout = duration("idle_timeout", &raw.idle_timeout, d.idle_timeout);
     let api_body_timeout = duration(
         "api_body_timeout",
         &raw.api_body_timeout,
@@ -204,6 +205,7 @@ fn bounds(raw: &RawServer, errors: &mut Errors<'_>) -> Bounds {
     };
     Bounds {
         header_read_timeout,
+        idle_timeout,
         max_header_bytes,
         api_body_timeout,
         body_idle_timeout,

@@ -9,7 +9,7 @@ use anyhow::Context;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -18,6 +18,7 @@ use crate::serve::app::App;
 use crate::serve::reply::Body;
 
 use super::clients::Clients;
+use super::idle;
 use super::upstream::Local;
 
 /// What a listener serves.
@@ -62,11 +63,12 @@ pub(crate) async fn serve(
     // As started: these `[server]` bounds take a restart (a reload says so).
     let bounds = app.started().bounds;
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.timer(TokioTimer::new())
-        // A client that never finishes its headers does not hold a connection long
-        // (slowloris), and a head past the bound is a 431, not memory (issue 12, items 5, 6).
-        // The config refuses a bound under hyper's floor, where this would panic.
-        .header_read_timeout(bounds.header_read_timeout)
+    // A client that never finishes its headers does not hold a connection long
+    // (slowloris), and a head past the bound is a 431, not memory (issue 12, items 5, 6).
+    // The config refuses a bound under hyper's floor, where this would panic. Each
+    // connection's timer (`idle`) gives the wait for a kept-alive connection's next request
+    // `idle_timeout` instead.
+    http.header_read_timeout(bounds.header_read_timeout)
         .max_buf_size(bounds.max_header_bytes);
     let clients = Arc::new(Clients::new(bounds.max_connections_per_client));
     loop {
@@ -96,7 +98,11 @@ pub(crate) async fn serve(
             let (app, local) = (Arc::clone(&app), Arc::clone(&local));
             async move { Ok::<_, Infallible>(route(&app, &local, role, peer, request).await) }
         });
-        let connection = http.serve_connection(TokioIo::new(stream), service);
+        let (stream, timer) = idle::timed(stream, bounds.idle_timeout, bounds.header_read_timeout);
+        let connection = http
+            .clone()
+            .timer(timer)
+            .serve_connection(TokioIo::new(stream), service);
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
             let _open = open;

@@ -10,6 +10,7 @@ mod dashboard;
 mod decision_json;
 mod gateway;
 mod guard;
+mod idle;
 mod limits;
 mod listen;
 mod operator;

@@ -1,0 +1,43 @@
+//! The middleware benchmark's server, shared with the instruction counter
+//! (`examples/count.rs`), so both figures are of the same exchange.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http::Response;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+
+/// A server on its own thread and runtime, so it does not share the client's.
+pub fn server() -> SocketAddr {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        rt.block_on(async move {
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+            tx.send(listener.local_addr().expect("an address"))
+                .expect("the bench waits");
+            while let Ok((conn, _)) = listener.accept().await {
+                let answer = service_fn(|_| async {
+                    let response = Response::builder()
+                        .header("ratelimit-policy", r#""per-key";q=100000000;w=60"#)
+                        .header("ratelimit", r#""per-key";r=99999999;t=1"#)
+                        .body(Full::new(Bytes::from_static(b"hello")))
+                        .expect("a response");
+                    Ok::<_, Infallible>(response)
+                });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(conn), answer),
+                );
+            }
+        });
+    });
+    rx.recv().expect("the server's address")
+}
