@@ -206,6 +206,11 @@ pub struct LoadArgs {
     #[arg(long, value_enum, default_value_t = LoadStrategy::Gradient2)]
     pub strategy: LoadStrategy,
 
+    /// Run the strategy with its published defaults (a window of 1 s, floors of 20)
+    /// instead of the parameters for a small upstream; give it `--workers 64` or so.
+    #[arg(long)]
+    pub defaults: bool,
+
     /// Requests the upstream serves at once.
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub workers: u64,

@@ -13,6 +13,7 @@ fn args() -> LoadArgs {
     LoadArgs {
         scenario: Scenario::Spike,
         strategy: LoadStrategy::Gradient2,
+        defaults: false,
         workers: 8,
         service: Duration::from_millis(100),
         svg: None,
@@ -176,4 +177,22 @@ fn the_command_prints_both_runs_and_draws_them() {
         .output()
         .unwrap();
     assert!(out.status.success());
+}
+
+#[test]
+fn gradient2_with_the_published_defaults_climbs_too_slowly_to_settle_in_2s() {
+    // A window of 1 s, queue_size 4, smoothing 0.2: it grows by 0.8 a window, 0.8 a second,
+    // so from its initial 20 in front of 64 workers it is still far below them after 10 s
+    // (measured 26) and still climbing after 30 s (measured 42).
+    let args = LoadArgs {
+        defaults: true,
+        workers: 64,
+        ..capacity(LoadStrategy::Gradient2)
+    };
+    let run = simulate(&args, Some(LoadStrategy::Gradient2));
+    let limits: Vec<u64> = run.steps.iter().map(|s| s.limit.unwrap()).collect();
+    assert!(limits[0] < 32 && limits[2] < 48, "{limits:?}");
+    assert!(limits[0] < limits[1] && limits[1] < limits[2], "{limits:?}");
+    // The parameters `simulate load` runs with (a window of 100 ms) do settle: see
+    // `gradient2_settles_within_2s_of_each_capacity_step`.
 }

@@ -162,6 +162,22 @@ pub fn strategy(which: LoadStrategy, service_ns: u64) -> Strategy {
     }
 }
 
+/// The strategy with the defaults a rule gets when it names no parameters (the timeout of
+/// AIMD aside, twice the service time as in `strategy`, since its default of 5 s would
+/// never fire), and the default window: 1 s and 10 answers.
+pub fn published(which: LoadStrategy, service_ns: u64) -> (Strategy, WindowConfig) {
+    let strategy = match which {
+        LoadStrategy::Gradient2 => Strategy::Gradient2(Gradient2Config::default()),
+        LoadStrategy::Vegas => Strategy::Vegas(VegasConfig::default()),
+        LoadStrategy::Aimd => Strategy::Aimd(AimdConfig {
+            timeout_ns: service_ns.saturating_mul(2),
+            ..AimdConfig::default()
+        }),
+        LoadStrategy::Gradient => Strategy::Gradient(GradientConfig::default()),
+    };
+    (strategy, WindowConfig::default())
+}
+
 /// The window every strategy updates on: 100 ms or 10 answers.
 pub fn window() -> WindowConfig {
     WindowConfig {
@@ -203,7 +219,12 @@ pub fn simulate(args: &LoadArgs, which: Option<LoadStrategy>) -> Run {
         .max(1);
     let workers = args.workers.max(1);
     let mut limiter = which.map(|w| {
-        let controller = strategy(w, service_ns).build(window(), 0, 1);
+        let (strategy, window) = if args.defaults {
+            published(w, service_ns)
+        } else {
+            (strategy(w, service_ns), window())
+        };
+        let controller = strategy.build(window, 0, 1);
         AdaptiveLimiter::new(controller, 0, u64::MAX)
     });
     let steps = steps(args.scenario);
