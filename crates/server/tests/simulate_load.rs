@@ -183,7 +183,7 @@ fn the_command_prints_both_runs_and_draws_them() {
 fn gradient2_with_the_published_defaults_climbs_too_slowly_to_settle_in_2s() {
     // A window of 1 s, queue_size 4, smoothing 0.2: it grows by 0.8 a window, 0.8 a second,
     // so from its initial 20 in front of 64 workers it is still far below them after 10 s
-    // (measured 26) and still climbing after 30 s (measured 42).
+    // (measured 27) and still climbing after 30 s (measured 43).
     let args = LoadArgs {
         defaults: true,
         workers: 64,
