@@ -211,6 +211,11 @@ pub struct LoadArgs {
     #[arg(long)]
     pub defaults: bool,
 
+    /// Make every step of the scenario this long (`--scenario capacity --phase 60s`: what
+    /// a minute of sustained overload does to the limit).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub phase: Option<Duration>,
+
     /// Requests the upstream serves at once.
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub workers: u64,

@@ -14,6 +14,7 @@ fn args() -> LoadArgs {
         scenario: Scenario::Spike,
         strategy: LoadStrategy::Gradient2,
         defaults: false,
+        phase: None,
         workers: 8,
         service: Duration::from_millis(100),
         svg: None,
@@ -195,4 +196,20 @@ fn gradient2_with_the_published_defaults_climbs_too_slowly_to_settle_in_2s() {
     assert!(limits[0] < limits[1] && limits[1] < limits[2], "{limits:?}");
     // The parameters `simulate load` runs with (a window of 100 ms) do settle: see
     // `gradient2_settles_within_2s_of_each_capacity_step`.
+}
+
+#[test]
+fn phase_makes_every_step_that_long() {
+    let args = LoadArgs {
+        phase: Some(Duration::from_secs(60)),
+        ..capacity(LoadStrategy::Vegas)
+    };
+    let run = simulate(&args, Some(LoadStrategy::Vegas));
+    let starts: Vec<u64> = run.steps.iter().map(|s| s.start_ns).collect();
+    assert_eq!(starts, [0, 60 * SEC, 120 * SEC]);
+    assert_eq!(run.buckets.len(), 1800);
+    // At capacity throughout: the upstream never idles.
+    for step in &run.steps {
+        assert!(step.goodput >= 0.9 * 10.0 * step.workers as f64, "{step:?}");
+    }
 }

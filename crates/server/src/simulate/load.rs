@@ -227,7 +227,13 @@ pub fn simulate(args: &LoadArgs, which: Option<LoadStrategy>) -> Run {
         let controller = strategy.build(window, 0, 1);
         AdaptiveLimiter::new(controller, 0, u64::MAX)
     });
-    let steps = steps(args.scenario);
+    let mut steps = steps(args.scenario);
+    if let Some(phase) = args.phase {
+        let length_ns = u64::try_from(phase.as_nanos()).unwrap_or(u64::MAX).max(SEC);
+        for s in &mut steps {
+            s.length_ns = length_ns;
+        }
+    }
     let end: u64 = steps.iter().map(|s| s.length_ns).sum();
     // When the workers at work change, and to how many (the first step's from the start).
     let mut active = steps.first().map_or(workers, |s| working(s, workers));
