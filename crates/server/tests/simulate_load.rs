@@ -170,6 +170,24 @@ fn the_command_prints_both_runs_and_draws_them() {
     assert!(table.contains("never"), "{text}");
     let drawn = std::fs::read_to_string(&svg).unwrap();
     assert!(drawn.contains("upstream workers") && drawn.contains("losing half its workers"));
+    // A phase too short to measure is refused, naming the flag.
+    let out = Command::new(env!("CARGO_BIN_EXE_ratewarden"))
+        .args([
+            "simulate",
+            "load",
+            "--scenario",
+            "capacity",
+            "--phase",
+            "1s",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--phase 1s") && err.contains("at least 2s"),
+        "{err}"
+    );
     // The trace simulator is still there beside it.
     let out = Command::new(env!("CARGO_BIN_EXE_ratewarden"))
         .args([

@@ -19,6 +19,8 @@ const SEC: u64 = 1_000_000_000;
 pub const BUCKET_NS: u64 = 100_000_000;
 /// A phase's first second is the limit's to settle; its figures are taken after it.
 const SETTLE_NS: u64 = SEC;
+/// The shortest `--phase`: a second to settle, and a second to measure after it.
+const MIN_PHASE_NS: u64 = 2 * SEC;
 /// A phase's steady limit is the median of its last this long: long enough to outvote a
 /// wobble, short enough to leave the phase's start to the settling.
 pub const STEADY_NS: u64 = 3 * SEC;
@@ -229,7 +231,9 @@ pub fn simulate(args: &LoadArgs, which: Option<LoadStrategy>) -> Run {
     });
     let mut steps = steps(args.scenario);
     if let Some(phase) = args.phase {
-        let length_ns = u64::try_from(phase.as_nanos()).unwrap_or(u64::MAX).max(SEC);
+        let length_ns = u64::try_from(phase.as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(MIN_PHASE_NS);
         for s in &mut steps {
             s.length_ns = length_ns;
         }
@@ -464,8 +468,16 @@ fn step_figures(
 ///
 /// # Errors
 ///
-/// An unwritable SVG file.
+/// A `--phase` under 2 s; an unwritable SVG file.
 pub fn main(args: &LoadArgs) -> anyhow::Result<ExitCode> {
+    if let Some(phase) = args.phase {
+        if phase.as_nanos() < u128::from(MIN_PHASE_NS) {
+            anyhow::bail!(
+                "--phase {phase:?}: a phase must be at least 2s (its first second is the limit's \
+                 to settle, the figures are taken after it)"
+            );
+        }
+    }
     let service_ns = u64::try_from(args.service.as_nanos()).unwrap_or(u64::MAX);
     let capacity = args.workers as f64 * SEC as f64 / service_ns.max(1) as f64;
     let runs = [simulate(args, Some(args.strategy)), simulate(args, None)];
