@@ -185,10 +185,15 @@ Examples:
   # Another strategy, another upstream:
   ratewarden simulate load --strategy vegas --workers 16 --service 50ms
 
+  # The upstream loses half its workers for 10 s under 1.5x load: how fast the limit follows:
+  ratewarden simulate load --scenario capacity --svg capacity.svg
+
 The upstream serves `--workers` requests at a time, each for `--service`; the others wait in
 its queue, first come first served, so latency grows with the queue. Arrivals are evenly
 spaced. Printed per phase: goodput (answers a second, and against capacity), p50 and p99
-latency, shed requests, and the limit at the end.";
+latency, shed requests, the limit at the end, and how long the limit took to settle: from
+the step until it entered and stayed within 20% (at least 2) of its steady value, the median
+of the phase's last 3 s. Then the settle times of every strategy on the same scenario.";
 
 /// Arguments of `ratewarden simulate load`.
 #[derive(Debug, Clone, Args)]
@@ -200,6 +205,16 @@ pub struct LoadArgs {
     /// The adaptive strategy in front of the upstream.
     #[arg(long, value_enum, default_value_t = LoadStrategy::Gradient2)]
     pub strategy: LoadStrategy,
+
+    /// Run the strategy with its published defaults (a window of 1 s, floors of 20)
+    /// instead of the parameters for a small upstream; give it `--workers 64` or so.
+    #[arg(long)]
+    pub defaults: bool,
+
+    /// Make every step of the scenario this long (`--scenario capacity --phase 60s`: what
+    /// a minute of sustained overload does to the limit).
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub phase: Option<Duration>,
 
     /// Requests the upstream serves at once.
     #[arg(long, default_value_t = 8, value_name = "N")]
@@ -316,13 +331,17 @@ impl RetriesArgs {
     }
 }
 
-/// Offered load over time, as multiples of the upstream's capacity.
+/// Offered load over time, as multiples of the upstream's capacity, and that capacity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Scenario {
     /// 0.5x, 1.4x, 3x, 0.5x; 5 s each.
     Spike,
     /// 0.5x, then 1.4x for 15 s.
     Steady,
+    /// 1.5x throughout while the upstream's capacity steps: all its workers, then half of
+    /// them (a deploy, a node lost), then all again; 10 s each. The right limit moves with
+    /// the workers, so the settle time says how fast a strategy follows.
+    Capacity,
 }
 
 /// The strategies `simulate load` can run.

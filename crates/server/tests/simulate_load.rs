@@ -5,29 +5,110 @@ use std::process::Command;
 use std::time::Duration;
 
 use ratewarden_server::cli::{LoadArgs, LoadStrategy, Scenario};
-use ratewarden_server::simulate::load::simulate;
+use ratewarden_server::simulate::load::{settle_ns, simulate, STRATEGIES};
+
+const SEC: u64 = 1_000_000_000;
 
 fn args() -> LoadArgs {
     LoadArgs {
         scenario: Scenario::Spike,
         strategy: LoadStrategy::Gradient2,
+        defaults: false,
+        phase: None,
         workers: 8,
         service: Duration::from_millis(100),
         svg: None,
     }
 }
 
+fn capacity(strategy: LoadStrategy) -> LoadArgs {
+    LoadArgs {
+        scenario: Scenario::Capacity,
+        strategy,
+        ..args()
+    }
+}
+
+#[test]
+fn the_settle_time_is_from_the_step_until_the_limit_stays_in_the_band() {
+    // Buckets of 100 ms from 10 s; steady 10, so the band is 8..=12 (20 %, at least 2).
+    let limits: Vec<(u64, u64)> = [16, 14, 13, 11, 12, 13, 12, 10, 10, 10]
+        .iter()
+        .enumerate()
+        .map(|(i, &l)| (10 * SEC + i as u64 * SEC / 10, l))
+        .collect();
+    // Last out of the band: 13 in the bucket from 10.5 s, so settled at 0.6 s.
+    assert_eq!(
+        settle_ns(&limits, 10 * SEC, 10, 10 * SEC + 7 * SEC / 10),
+        Some(600_000_000)
+    );
+    // Out of the band inside the steady stretch: never settled.
+    assert_eq!(settle_ns(&limits, 10 * SEC, 10, 10 * SEC + SEC / 2), None);
+    // Never out: settled at once.
+    assert_eq!(settle_ns(&limits[7..], 10 * SEC, 10, 11 * SEC), Some(0));
+}
+
+#[test]
+fn gradient2_settles_within_2s_of_each_capacity_step() {
+    let run = simulate(
+        &capacity(LoadStrategy::Gradient2),
+        Some(LoadStrategy::Gradient2),
+    );
+    let [full, half, again] = &run.steps[..] else {
+        panic!("three steps: {run:?}");
+    };
+    assert_eq!((full.workers, half.workers, again.workers), (8, 4, 8));
+    // The limit moves with the capacity, so the settle time means something: measured
+    // 16 -> 9 -> 19.
+    let steady = |s: &ratewarden_server::simulate::load::StepFigures| s.steady.unwrap();
+    assert!(steady(half) * 10 <= steady(full) * 7, "{run:?}");
+    assert!(steady(again) * 10 >= steady(half) * 14, "{run:?}");
+    // Measured 1.3 s down and 1.9 s back up.
+    for step in [half, again] {
+        let settled = step.settled_ns.unwrap_or(u64::MAX);
+        assert!(settled <= 2 * SEC, "{step:?}");
+        // And the upstream kept busy throughout: goodput at its capacity.
+        assert!(step.goodput >= 0.9 * 10.0 * step.workers as f64, "{step:?}");
+    }
+}
+
+#[test]
+fn every_strategy_settle_times_on_the_capacity_steps() {
+    let settled = |which| {
+        let run = simulate(&capacity(which), Some(which));
+        (run.steps[1], run.steps[2])
+    };
+    // Vegas follows fastest: measured 0.5 s down, 1.4 s back up.
+    let (half, again) = settled(LoadStrategy::Vegas);
+    assert!(half.settled_ns.unwrap() <= SEC, "{half:?}");
+    assert!(again.settled_ns.unwrap() <= 2 * SEC, "{again:?}");
+    // AIMD comes down in 0.8 s, but at 8 workers it is a sawtooth (11-19 around 15): it
+    // never stays within 20 %.
+    let (half, again) = settled(LoadStrategy::Aimd);
+    assert!(half.settled_ns.unwrap() <= 2 * SEC, "{half:?}");
+    assert_eq!(again.settled_ns, None, "{again:?}");
+    let (low, high) = again.wobble.unwrap();
+    assert!(high * 10 >= low * 14, "{again:?}");
+    // Envoy's gradient never settles: it swings between 4 and 25 and is pinned at 3 while
+    // it measures its min RTT.
+    let (half, again) = settled(LoadStrategy::Gradient);
+    assert_eq!(
+        (half.settled_ns, again.settled_ns),
+        (None, None),
+        "{half:?} {again:?}"
+    );
+}
+
 #[test]
 fn a_run_is_the_same_every_time() {
-    for strategy in [
-        LoadStrategy::Gradient2,
-        LoadStrategy::Vegas,
-        LoadStrategy::Aimd,
-        LoadStrategy::Gradient,
-    ] {
+    for strategy in STRATEGIES {
         assert_eq!(
             simulate(&args(), Some(strategy)),
             simulate(&args(), Some(strategy))
+        );
+        assert_eq!(
+            simulate(&capacity(strategy), Some(strategy)),
+            simulate(&capacity(strategy), Some(strategy))
         );
     }
 }
@@ -72,6 +153,41 @@ fn the_command_prints_both_runs_and_draws_them() {
     );
     let drawn = std::fs::read_to_string(&svg).unwrap();
     assert!(drawn.starts_with("<svg") && drawn.contains("gradient2: limit"));
+    // The capacity steps, every strategy's settle times, and the steps drawn.
+    let svg = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("capacity.svg");
+    let out = Command::new(env!("CARGO_BIN_EXE_ratewarden"))
+        .args(["simulate", "load", "--scenario", "capacity", "--svg"])
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let table = text.split("every strategy").nth(1).unwrap_or_default();
+    for which in STRATEGIES {
+        let name = format!("{which:?}").to_lowercase();
+        assert!(table.contains(&format!("{name:>10}  ")), "{name}: {text}");
+    }
+    assert!(table.contains("never"), "{text}");
+    let drawn = std::fs::read_to_string(&svg).unwrap();
+    assert!(drawn.contains("upstream workers") && drawn.contains("losing half its workers"));
+    // A phase too short to measure is refused, naming the flag.
+    let out = Command::new(env!("CARGO_BIN_EXE_ratewarden"))
+        .args([
+            "simulate",
+            "load",
+            "--scenario",
+            "capacity",
+            "--phase",
+            "1s",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--phase 1s") && err.contains("at least 2s"),
+        "{err}"
+    );
     // The trace simulator is still there beside it.
     let out = Command::new(env!("CARGO_BIN_EXE_ratewarden"))
         .args([
@@ -80,4 +196,38 @@ fn the_command_prints_both_runs_and_draws_them() {
         .output()
         .unwrap();
     assert!(out.status.success());
+}
+
+#[test]
+fn gradient2_with_the_published_defaults_climbs_too_slowly_to_settle_in_2s() {
+    // A window of 1 s, queue_size 4, smoothing 0.2: it grows by 0.8 a window, 0.8 a second,
+    // so from its initial 20 in front of 64 workers it is still far below them after 10 s
+    // (measured 27) and still climbing after 30 s (measured 43).
+    let args = LoadArgs {
+        defaults: true,
+        workers: 64,
+        ..capacity(LoadStrategy::Gradient2)
+    };
+    let run = simulate(&args, Some(LoadStrategy::Gradient2));
+    let limits: Vec<u64> = run.steps.iter().map(|s| s.limit.unwrap()).collect();
+    assert!(limits[0] < 32 && limits[2] < 48, "{limits:?}");
+    assert!(limits[0] < limits[1] && limits[1] < limits[2], "{limits:?}");
+    // The parameters `simulate load` runs with (a window of 100 ms) do settle: see
+    // `gradient2_settles_within_2s_of_each_capacity_step`.
+}
+
+#[test]
+fn phase_makes_every_step_that_long() {
+    let args = LoadArgs {
+        phase: Some(Duration::from_secs(60)),
+        ..capacity(LoadStrategy::Vegas)
+    };
+    let run = simulate(&args, Some(LoadStrategy::Vegas));
+    let starts: Vec<u64> = run.steps.iter().map(|s| s.start_ns).collect();
+    assert_eq!(starts, [0, 60 * SEC, 120 * SEC]);
+    assert_eq!(run.buckets.len(), 1800);
+    // At capacity throughout: the upstream never idles.
+    for step in &run.steps {
+        assert!(step.goodput >= 0.9 * 10.0 * step.workers as f64, "{step:?}");
+    }
 }

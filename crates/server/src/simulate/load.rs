@@ -19,12 +19,26 @@ const SEC: u64 = 1_000_000_000;
 pub const BUCKET_NS: u64 = 100_000_000;
 /// A phase's first second is the limit's to settle; its figures are taken after it.
 const SETTLE_NS: u64 = SEC;
+/// The shortest `--phase`: a second to settle, and a second to measure after it.
+const MIN_PHASE_NS: u64 = 2 * SEC;
+/// A phase's steady limit is the median of its last this long: long enough to outvote a
+/// wobble, short enough to leave the phase's start to the settling.
+pub const STEADY_NS: u64 = 3 * SEC;
+/// The limit has settled once it stays within this share of its steady value (in
+/// thousandths)...
+pub const BAND_PERMILLE: u64 = 200;
+/// ...or within this many requests, whichever is wider: a limit of 6 moves by whole
+/// requests, and 20 % of it is less than one.
+pub const BAND_MIN: u64 = 2;
 
-/// One step of a scenario: `load` times the upstream's capacity for `length_ns`.
+/// One step of a scenario: `load` times the upstream's full capacity for `length_ns`,
+/// against `capacity` of it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Step {
-    /// Offered load, as a multiple of capacity.
+    /// Offered load, as a multiple of the full capacity.
     pub load: f64,
+    /// The share of the upstream's workers at work.
+    pub capacity: f64,
     /// How long, in nanoseconds.
     pub length_ns: u64,
 }
@@ -33,12 +47,26 @@ pub struct Step {
 pub fn steps(scenario: Scenario) -> Vec<Step> {
     let step = |load, secs: u64| Step {
         load,
+        capacity: 1.0,
         length_ns: secs * SEC,
+    };
+    // Half the workers, not a slower service: by Little's law the right limit is the
+    // workers (throughput x unloaded latency), so a slower service leaves it where it is
+    // and only losing workers makes it move.
+    let capacity = |capacity, secs: u64| Step {
+        capacity,
+        ..step(1.5, secs)
     };
     match scenario {
         Scenario::Spike => vec![step(0.5, 5), step(1.4, 5), step(3.0, 5), step(0.5, 5)],
         Scenario::Steady => vec![step(0.5, 5), step(1.4, 15)],
+        Scenario::Capacity => vec![capacity(1.0, 10), capacity(0.5, 10), capacity(1.0, 10)],
     }
+}
+
+/// The workers at work in `step` out of `workers`: at least one.
+fn working(step: &Step, workers: u64) -> u64 {
+    ((workers as f64 * step.capacity).round() as u64).max(1)
 }
 
 /// What happened in one bucket of time.
@@ -65,8 +93,12 @@ pub struct Bucket {
 /// One step's figures, after its first second.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct StepFigures {
-    /// Offered load, as a multiple of capacity.
+    /// When the step starts, in nanoseconds.
+    pub start_ns: u64,
+    /// Offered load, as a multiple of the full capacity.
     pub load: f64,
+    /// The upstream's workers at work.
+    pub workers: u64,
     /// Answers a second.
     pub goodput: f64,
     /// Median latency, in nanoseconds.
@@ -77,7 +109,13 @@ pub struct StepFigures {
     pub shed: u64,
     /// The limit at the step's end.
     pub limit: Option<u64>,
-    /// How long into the step until the limit stayed within a third of where it ended.
+    /// The limit's steady value: the median of the step's last `STEADY_NS`.
+    pub steady: Option<u64>,
+    /// The lowest and highest limit in the step's last `STEADY_NS`: its wobble.
+    pub wobble: Option<(u64, u64)>,
+    /// How long into the step until the limit entered and stayed within `BAND_PERMILLE`
+    /// (at least `BAND_MIN`) of `steady`; none without a limit, or when the limit left
+    /// the band in the last `STEADY_NS` (a sawtooth, an oscillation: it never settled).
     pub settled_ns: Option<u64>,
 }
 
@@ -126,6 +164,22 @@ pub fn strategy(which: LoadStrategy, service_ns: u64) -> Strategy {
     }
 }
 
+/// The strategy with the defaults a rule gets when it names no parameters (the timeout of
+/// AIMD aside, twice the service time as in `strategy`, since its default of 5 s would
+/// never fire), and the default window: 1 s and 10 answers.
+pub fn published(which: LoadStrategy, service_ns: u64) -> (Strategy, WindowConfig) {
+    let strategy = match which {
+        LoadStrategy::Gradient2 => Strategy::Gradient2(Gradient2Config::default()),
+        LoadStrategy::Vegas => Strategy::Vegas(VegasConfig::default()),
+        LoadStrategy::Aimd => Strategy::Aimd(AimdConfig {
+            timeout_ns: service_ns.saturating_mul(2),
+            ..AimdConfig::default()
+        }),
+        LoadStrategy::Gradient => Strategy::Gradient(GradientConfig::default()),
+    };
+    (strategy, WindowConfig::default())
+}
+
 /// The window every strategy updates on: 100 ms or 10 answers.
 pub fn window() -> WindowConfig {
     WindowConfig {
@@ -134,6 +188,14 @@ pub fn window() -> WindowConfig {
         min_rtt_ns: 100_000,
     }
 }
+
+/// Every strategy, in the order the docs list them.
+pub const STRATEGIES: [LoadStrategy; 4] = [
+    LoadStrategy::Gradient2,
+    LoadStrategy::Vegas,
+    LoadStrategy::Aimd,
+    LoadStrategy::Gradient,
+];
 
 /// The name of a strategy, as `--strategy` spells it.
 pub fn name(which: LoadStrategy) -> &'static str {
@@ -159,11 +221,38 @@ pub fn simulate(args: &LoadArgs, which: Option<LoadStrategy>) -> Run {
         .max(1);
     let workers = args.workers.max(1);
     let mut limiter = which.map(|w| {
-        let controller = strategy(w, service_ns).build(window(), 0, 1);
+        let (strategy, window) = if args.defaults {
+            published(w, service_ns)
+        } else {
+            (strategy(w, service_ns), window())
+        };
+        let controller = strategy.build(window, 0, 1);
         AdaptiveLimiter::new(controller, 0, u64::MAX)
     });
-    let steps = steps(args.scenario);
+    let mut steps = steps(args.scenario);
+    if let Some(phase) = args.phase {
+        let length_ns = u64::try_from(phase.as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(MIN_PHASE_NS);
+        for s in &mut steps {
+            s.length_ns = length_ns;
+        }
+    }
     let end: u64 = steps.iter().map(|s| s.length_ns).sum();
+    // When the workers at work change, and to how many (the first step's from the start).
+    let mut active = steps.first().map_or(workers, |s| working(s, workers));
+    let mut changes = Vec::new();
+    let mut at = 0u64;
+    let mut was = active;
+    for s in &steps {
+        let now = working(s, workers);
+        if now != was {
+            changes.push((at, now));
+            was = now;
+        }
+        at += s.length_ns;
+    }
+    let mut changes = changes.into_iter().peekable();
     // Arrivals, evenly spaced: step by step, `load · workers / service` a second.
     let mut arrivals = Vec::new();
     let mut from = 0u64;
@@ -178,7 +267,7 @@ pub fn simulate(args: &LoadArgs, which: Option<LoadStrategy>) -> Run {
     let mut queue: VecDeque<Pending> = VecDeque::new();
     let mut busy: BinaryHeap<Reverse<(u64, u64)>> = BinaryHeap::new();
     let mut serving: Vec<Option<Pending>> = (0..workers).map(|_| None).collect();
-    let mut free: Vec<u64> = (0..workers).rev().collect();
+    let mut free: Vec<u64> = (0..active).rev().collect();
     let mut buckets: Vec<Bucket> = Vec::new();
     let mut latencies: Vec<Vec<u64>> = Vec::new();
     let mut bucket = Bucket::default();
@@ -187,11 +276,9 @@ pub fn simulate(args: &LoadArgs, which: Option<LoadStrategy>) -> Run {
     loop {
         let arrival = next.peek().copied();
         let done = busy.peek().map(|Reverse((t, _))| *t);
-        let now = match (arrival, done) {
-            (None, None) => break,
-            (Some(a), Some(d)) => a.min(d),
-            (Some(a), None) => a,
-            (None, Some(d)) => d,
+        let change = changes.peek().map(|&(t, _)| t);
+        let Some(now) = [arrival, done, change].into_iter().flatten().min() else {
+            break;
         };
         if now >= end {
             break;
@@ -227,7 +314,20 @@ pub fn simulate(args: &LoadArgs, which: Option<LoadStrategy>) -> Run {
                     l.release(t, now, completion);
                 }
             }
-            free.push(worker);
+            // A worker taken away finishes what it serves and takes nothing more.
+            if worker < active {
+                free.push(worker);
+            }
+        } else if change == Some(now) {
+            let Some((_, to)) = changes.next() else {
+                break;
+            };
+            active = to;
+            // Idle workers at work now, lowest first, as at the start.
+            free = (0..active)
+                .rev()
+                .filter(|&w| serving[usize::try_from(w).unwrap_or(0)].is_none())
+                .collect();
         } else {
             next.next();
             bucket.offered += 1;
@@ -270,7 +370,7 @@ pub fn simulate(args: &LoadArgs, which: Option<LoadStrategy>) -> Run {
         b.p50_ns = quantile(l, 500);
         b.p99_ns = quantile(l, 990);
     }
-    let figures = step_figures(&steps, &buckets, &latencies);
+    let figures = step_figures(&steps, workers, &buckets, &latencies);
     Run {
         name: which.map_or("no limit", name),
         buckets,
@@ -289,7 +389,40 @@ fn quantile(values: &mut [u64], permille: u64) -> u64 {
     values[usize::try_from(rank - 1).unwrap_or(0)]
 }
 
-fn step_figures(steps: &[Step], buckets: &[Bucket], latencies: &[Vec<u64>]) -> Vec<StepFigures> {
+/// The limit's steady value over `limits` (time, limit) from `from` on: their median,
+/// lowest and highest.
+fn steady(limits: &[(u64, u64)], from: u64) -> Option<(u64, (u64, u64))> {
+    let mut last: Vec<u64> = limits
+        .iter()
+        .filter(|&&(t, _)| t >= from)
+        .map(|&(_, l)| l)
+        .collect();
+    let median = quantile(&mut last, 500);
+    Some((median, (*last.first()?, *last.last()?)))
+}
+
+/// How long after `from` the limits (time, limit, one a bucket) entered and stayed within
+/// the band around `steady`: the end of the last bucket outside it, 0 if none was; none
+/// if one at `settled_by` or later was (the limit never settled).
+pub fn settle_ns(limits: &[(u64, u64)], from: u64, steady: u64, settled_by: u64) -> Option<u64> {
+    let band = (steady * BAND_PERMILLE / 1000).max(BAND_MIN);
+    match limits
+        .iter()
+        .rev()
+        .find(|&&(_, l)| l.abs_diff(steady) > band)
+    {
+        None => Some(0),
+        Some(&(t, _)) if t >= settled_by => None,
+        Some(&(t, _)) => Some(t + BUCKET_NS - from),
+    }
+}
+
+fn step_figures(
+    steps: &[Step],
+    workers: u64,
+    buckets: &[Bucket],
+    latencies: &[Vec<u64>],
+) -> Vec<StepFigures> {
     let mut from = 0;
     let mut figures = Vec::new();
     for s in steps {
@@ -310,21 +443,20 @@ fn step_figures(steps: &[Step], buckets: &[Bucket], latencies: &[Vec<u64>]) -> V
             .filter_map(|b| Some((b.at_ns, b.limit?)))
             .collect();
         let limit = limits.last().map(|&(_, l)| l);
-        let settled_ns = limit.map(|end| {
-            let off = |l: u64| (l as f64 - end as f64).abs() > end as f64 / 3.0;
-            limits
-                .iter()
-                .rev()
-                .find(|(_, l)| off(*l))
-                .map_or(0, |(t, _)| t + BUCKET_NS - from)
-        });
+        let steady_from = to.saturating_sub(STEADY_NS).max(from);
+        let (steady, wobble) = steady(&limits, steady_from).unzip();
+        let settled_ns = steady.and_then(|s| settle_ns(&limits, from, s, steady_from));
         figures.push(StepFigures {
+            start_ns: from,
             load: s.load,
+            workers: working(s, workers),
             goodput: served as f64 / ((to - from - SETTLE_NS) as f64 / SEC as f64),
             p50_ns: quantile(&mut l, 500),
             p99_ns: quantile(&mut l, 990),
             shed: buckets.iter().filter(within).map(|b| b.shed).sum(),
             limit,
+            steady,
+            wobble,
             settled_ns,
         });
         from = to;
@@ -336,8 +468,16 @@ fn step_figures(steps: &[Step], buckets: &[Bucket], latencies: &[Vec<u64>]) -> V
 ///
 /// # Errors
 ///
-/// An unwritable SVG file.
+/// A `--phase` under 2 s; an unwritable SVG file.
 pub fn main(args: &LoadArgs) -> anyhow::Result<ExitCode> {
+    if let Some(phase) = args.phase {
+        if phase.as_nanos() < u128::from(MIN_PHASE_NS) {
+            anyhow::bail!(
+                "--phase {phase:?}: a phase must be at least 2s (its first second is the limit's \
+                 to settle, the figures are taken after it)"
+            );
+        }
+    }
     let service_ns = u64::try_from(args.service.as_nanos()).unwrap_or(u64::MAX);
     let capacity = args.workers as f64 * SEC as f64 / service_ns.max(1) as f64;
     let runs = [simulate(args, Some(args.strategy)), simulate(args, None)];
@@ -346,29 +486,64 @@ pub fn main(args: &LoadArgs) -> anyhow::Result<ExitCode> {
         args.workers,
         ms(service_ns)
     );
-    println!("step  load  limit      goodput         p50        p99    shed  settled");
+    println!(
+        "step  load  workers  limit  steady (wobble)      goodput         p50        p99    shed  settled"
+    );
     for run in &runs {
         println!("{}:", run.name);
         for (i, s) in run.steps.iter().enumerate() {
+            // Goodput against the capacity of the step's workers.
+            let of = s.workers as f64 * SEC as f64 / service_ns.max(1) as f64;
             println!(
-                "{:>4}  {:>3.1}x  {:>5}  {:>6.1}/s {:>4.2}x  {:>9}  {:>9}  {:>6}  {}",
+                "{:>4}  {:>3.1}x  {:>7}  {:>5}  {:>15}  {:>6.1}/s {:>4.2}x  {:>9}  {:>9}  {:>6}  {}",
                 i + 1,
                 s.load,
+                s.workers,
                 s.limit.map_or("-".to_owned(), |l| l.to_string()),
+                steady_cell(s),
                 s.goodput,
-                s.goodput / capacity,
+                s.goodput / of,
                 ms(s.p50_ns),
                 ms(s.p99_ns),
                 s.shed,
-                s.settled_ns.map_or("-".to_owned(), ms),
+                settled_cell(s),
             );
         }
+    }
+    // Every strategy's settle times on the same scenario, for comparison.
+    println!();
+    println!("every strategy: settled after each step, steady limit (wobble)");
+    for which in STRATEGIES {
+        let run = simulate(args, Some(which));
+        let times: Vec<String> = run
+            .steps
+            .iter()
+            .map(|s| format!("{:>9} {:>15}", settled_cell(s), steady_cell(s)))
+            .collect();
+        println!("{:>10}  {}", run.name, times.join("  "));
     }
     if let Some(path) = &args.svg {
         super::load_plot::write_svg(path, &runs, capacity)?;
         eprintln!("wrote {}", path.display());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The steady limit and its wobble, `-` without a limit.
+fn steady_cell(s: &StepFigures) -> String {
+    match (s.steady, s.wobble) {
+        (Some(l), Some((low, high))) => format!("{l} ({low}-{high})"),
+        _ => "-".to_owned(),
+    }
+}
+
+/// The settle time, `never` if the limit did not settle, `-` without a limit.
+fn settled_cell(s: &StepFigures) -> String {
+    match (s.settled_ns, s.limit) {
+        (Some(ns), _) => ms(ns),
+        (None, Some(_)) => "never".to_owned(),
+        (None, None) => "-".to_owned(),
+    }
 }
 
 fn ms(ns: u64) -> String {

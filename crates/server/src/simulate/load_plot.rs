@@ -20,8 +20,25 @@ macro_rules! legend {
     };
 }
 
-/// Draws `runs` (the strategy first, then no limit) to `path`; `capacity` is the upstream's,
-/// in answers a second.
+/// The scenario's steps as dashed vertical lines from `$low` to `$high` on `$chart`, so a
+/// reader sees what the limit answers to.
+macro_rules! steps {
+    ($chart:ident, $starts:expr, $low:expr, $high:expr, $draw:ident) => {
+        for &at in $starts {
+            $chart
+                .draw_series(DashedLineSeries::new(
+                    [(at, $low), (at, $high)],
+                    4,
+                    4,
+                    BLACK.mix(0.4).stroke_width(1),
+                ))
+                .map_err(|e| $draw(&e))?;
+        }
+    };
+}
+
+/// Draws `runs` (the strategy first, then no limit) to `path`; `capacity` is the upstream's
+/// with all its workers, in answers a second.
 ///
 /// # Errors
 ///
@@ -30,10 +47,24 @@ pub fn write_svg(path: &Path, runs: &[Run], capacity: f64) -> anyhow::Result<()>
     let draw = |e: &dyn std::fmt::Display| anyhow!("drawing failed: {e}");
     let root = SVGBackend::new(path, (960, 1000)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| draw(&e))?;
-    let title = format!(
-        "{} against no limit: an upstream of {capacity:.0} answers a second, overloaded",
-        runs.first().map_or("adaptive", |r| r.name)
-    );
+    let steps = runs.first().map_or(&[][..], |r| &r.steps[..]);
+    let changes_workers = steps.windows(2).any(|w| w[0].workers != w[1].workers);
+    let title = if changes_workers {
+        format!(
+            "{} against no limit: an upstream of {capacity:.0} answers a second losing half its workers",
+            runs.first().map_or("adaptive", |r| r.name)
+        )
+    } else {
+        format!(
+            "{} against no limit: an upstream of {capacity:.0} answers a second, overloaded",
+            runs.first().map_or("adaptive", |r| r.name)
+        )
+    };
+    let starts: Vec<f64> = steps
+        .iter()
+        .skip(1)
+        .map(|s| s.start_ns as f64 / 1e9)
+        .collect();
     let root = root
         .titled(&title, ("sans-serif", 18))
         .map_err(|e| draw(&e))?;
@@ -60,6 +91,19 @@ pub fn write_svg(path: &Path, runs: &[Run], capacity: f64) -> anyhow::Result<()>
         .build_cartesian_2d(0.0..end, (1.0..top * 1.2).log_scale())
         .map_err(|e| draw(&e))?;
     chart.configure_mesh().draw().map_err(|e| draw(&e))?;
+    steps!(chart, &starts, 1.0, top * 1.2, draw);
+    // The upstream's workers: the concurrency it serves without queueing.
+    let mut workers = Vec::new();
+    for (i, s) in steps.iter().enumerate() {
+        let until = steps.get(i + 1).map_or(end, |n| t(n.start_ns));
+        workers.push((t(s.start_ns), s.workers as f64));
+        workers.push((until, s.workers as f64));
+    }
+    chart
+        .draw_series(LineSeries::new(workers, BLACK.stroke_width(1)))
+        .map_err(|e| draw(&e))?
+        .label("upstream workers")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 16, y)], BLACK));
     for (run, color) in runs.iter().zip(colors) {
         let points = run
             .buckets
@@ -99,6 +143,7 @@ pub fn write_svg(path: &Path, runs: &[Run], capacity: f64) -> anyhow::Result<()>
         .build_cartesian_2d(0.0..end, (1.0..slowest * 1.2).log_scale())
         .map_err(|e| draw(&e))?;
     chart.configure_mesh().draw().map_err(|e| draw(&e))?;
+    steps!(chart, &starts, 1.0, slowest * 1.2, draw);
     for (run, color) in runs.iter().zip(colors) {
         let answered = || run.buckets.iter().filter(|b| b.served > 0);
         let p99 = answered().map(|b| (t(b.at_ns), b.p99_ns as f64 / 1e6));
@@ -132,6 +177,7 @@ pub fn write_svg(path: &Path, runs: &[Run], capacity: f64) -> anyhow::Result<()>
         .build_cartesian_2d(0.0..end, 0.0..most * 1.1)
         .map_err(|e| draw(&e))?;
     chart.configure_mesh().draw().map_err(|e| draw(&e))?;
+    steps!(chart, &starts, 0.0, most * 1.1, draw);
     if let Some(run) = runs.first() {
         let offered = run
             .buckets
@@ -170,6 +216,7 @@ pub fn write_svg(path: &Path, runs: &[Run], capacity: f64) -> anyhow::Result<()>
         .x_desc("time (s)")
         .draw()
         .map_err(|e| draw(&e))?;
+    steps!(chart, &starts, 0.0, most * 1.1, draw);
     if let Some(run) = runs.first() {
         let shed = run
             .buckets
