@@ -90,12 +90,14 @@ where
                 // timer is large, and rarely needed.
                 Box::pin(tokio::time::sleep(delay)).await;
             }
-            let sent = settings.clock.now();
+            // Timed only for a permit to report it to (the clock is read per request
+            // otherwise for nothing).
+            let sent = permit.as_ref().map(|_| settings.clock.now());
             let response = inner.call(Request::from_parts(parts, body)).await;
             // The round trip is to the inner service's answer, as the gateway's is to the
             // upstream's response head; an error or a 5xx is a drop: the service is
             // failing, which is what an adaptive limit must back off from.
-            if let Some(permit) = permit.as_mut() {
+            if let (Some(permit), Some(sent)) = (permit.as_mut(), sent) {
                 permit.completion = Some(Completion {
                     rtt_ns: Some(settings.clock.now().saturating_sub(sent)),
                     dropped: response
