@@ -11,21 +11,29 @@ use ratewarden_policy::{
 };
 use ratewarden_redis::{RedisConfig, RedisStore, Target, TimeSource};
 
+/// The config at `path`, or `None` after printing every error found in it to standard
+/// error (the commands that read a config then exit with status 1).
+pub(crate) fn load_or_report(path: &Path) -> Option<config::Config> {
+    match config::load(path) {
+        Ok(config) => Some(config),
+        Err(errors) => {
+            for e in &errors.0 {
+                eprintln!("error: {e}");
+            }
+            eprintln!("error: {} problem(s) in {}", errors.0.len(), path.display());
+            None
+        }
+    }
+}
+
 /// Validates `path`; prints its rules as a table, or every error found.
 ///
 /// # Errors
 ///
 /// Only when standard output cannot be written.
 pub fn main(path: &Path) -> anyhow::Result<ExitCode> {
-    let config = match config::load(path) {
-        Ok(config) => config,
-        Err(errors) => {
-            for e in &errors.0 {
-                eprintln!("error: {e}");
-            }
-            eprintln!("error: {} problem(s) in {}", errors.0.len(), path.display());
-            return Ok(ExitCode::from(1));
-        }
+    let Some(config) = load_or_report(path) else {
+        return Ok(ExitCode::from(1));
     };
     // What `serve` refuses beyond the file's own checks: a Redis URL the client cannot use,
     // a CA file it cannot read. Built as `serve` builds it; nothing is connected.

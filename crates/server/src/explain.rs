@@ -8,10 +8,10 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use ratewarden_core::{AsyncStore, Decision, Outcome, RealClock};
-use ratewarden_policy::{config, outcome_words, Engine, Explanation, Finding, Rule};
+use ratewarden_policy::{outcome_words, Engine, Explanation, Finding, Rule};
 use serde_json::{json, Value};
 
-use crate::check_config::row;
+use crate::check_config::{load_or_report, row};
 use crate::serve::CheckBody;
 
 /// Explains `request` (a `/v1/check` body) against the rules of `path`, on a store as the
@@ -22,15 +22,8 @@ use crate::serve::CheckBody;
 ///
 /// A shared store that cannot be built, or standard output that cannot be written.
 pub fn main(path: &Path, request: &str, json: bool) -> anyhow::Result<ExitCode> {
-    let config = match config::load(path) {
-        Ok(config) => config,
-        Err(errors) => {
-            for e in &errors.0 {
-                eprintln!("error: {e}");
-            }
-            eprintln!("error: {} problem(s) in {}", errors.0.len(), path.display());
-            return Ok(ExitCode::from(1));
-        }
+    let Some(config) = load_or_report(path) else {
+        return Ok(ExitCode::from(1));
     };
     let body = match CheckBody::parse(request.as_bytes()) {
         Ok(body) => body,
