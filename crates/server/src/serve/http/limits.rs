@@ -46,7 +46,9 @@ pub(crate) struct Paced<B> {
     /// When the wait in progress started, if one is.
     waiting_since: Option<Instant>,
     bytes: u64,
-    timer: Pin<Box<Sleep>>,
+    /// Made at the first wait: a body that never waits (a GET's empty one, a small one
+    /// that came with the head) costs no allocation and no clock read.
+    timer: Option<Pin<Box<Sleep>>>,
     done: bool,
 }
 
@@ -67,7 +69,7 @@ impl<B> Paced<B> {
             waited: Duration::ZERO,
             waiting_since: None,
             bytes: 0,
-            timer: Box::pin(tokio::time::sleep(idle)),
+            timer: None,
             done: false,
         }
     }
@@ -82,7 +84,10 @@ impl<B> Paced<B> {
                 Duration::from_secs_f64(self.bytes as f64 / self.min_rate as f64).max(self.grace);
             allowed = allowed.min(budget.saturating_sub(self.waited));
         }
-        self.timer.as_mut().reset(now + allowed);
+        match &mut self.timer {
+            Some(timer) => timer.as_mut().reset(now + allowed),
+            None => self.timer = Some(Box::pin(tokio::time::sleep_until(now + allowed))),
+        }
     }
 
     /// Ends the wait in progress at `now`.
@@ -142,7 +147,12 @@ where
                 if this.waiting_since.is_none() {
                     this.start_waiting(Instant::now());
                 }
-                match this.timer.as_mut().poll(cx) {
+                // start_waiting has made it; were it not there, the idle bound still holds.
+                let idle = this.idle;
+                let timer = this
+                    .timer
+                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+                match timer.as_mut().poll(cx) {
                     Poll::Ready(()) => {
                         this.done = true;
                         Poll::Ready(Some(Err(Box::new(this.broken(Instant::now())))))
