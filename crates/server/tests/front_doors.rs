@@ -550,6 +550,38 @@ async fn slow_bodies_do_not_take_in_flight_slots_from_other_requests() {
     drop(slow);
 }
 
+/// The decision API waits for a body that comes after its head, and cuts one that stalls
+/// at `api_body_timeout` (the gateway's stalled body has its own test below).
+#[tokio::test(start_paused = true)]
+async fn a_check_body_after_its_head_is_waited_for_and_a_stalled_one_cut_with_408() {
+    let server = start(&api_with("api_body_timeout = \"2s\"")).await;
+    let head = b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 19\r\n\r\n";
+    // The body a second after its head, within the bound: decided.
+    let mut late = TcpStream::connect(server.listen).await.unwrap();
+    late.write_all(head).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    late.write_all(br#"{"path": "/orders"}"#).await.unwrap();
+    let reply = tokio::time::timeout(Duration::from_secs(60), read_response(&mut late))
+        .await
+        .expect("the late body was never answered");
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    // Half a body, then nothing: cut at the bound, not before.
+    let mut stalled = TcpStream::connect(server.listen).await.unwrap();
+    stalled.write_all(head).await.unwrap();
+    stalled.write_all(b"{\"path\"").await.unwrap();
+    let sent = tokio::time::Instant::now();
+    let reply = tokio::time::timeout(Duration::from_secs(60), read_response(&mut stalled))
+        .await
+        .expect("the stalled body was never cut");
+    assert!(reply.is_problem(408), "{} {}", reply.status, reply.body);
+    assert!(reply.body.contains("api_body_timeout"), "{}", reply.body);
+    let waited = sent.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1900) && waited <= Duration::from_secs(3),
+        "{waited:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_declared_body_over_max_body_is_refused_before_it_is_sent() {
     let server = start(API).await;

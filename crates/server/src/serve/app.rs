@@ -172,7 +172,12 @@ impl App {
     /// spread by `[server] retry_after_jitter`), or go on with the RateLimit fields (and a
     /// queueing rule's delay).
     pub(crate) fn answer(&self, verdict: &Verdict) -> Answer {
-        let settings = self.settings();
+        self.answer_with(verdict, &self.settings())
+    }
+
+    /// [`App::answer`] with the settings the request already holds: each read of them is
+    /// a lock and a reference count shared by every worker.
+    pub(crate) fn answer_with(&self, verdict: &Verdict, settings: &ServerSettings) -> Answer {
         let retry = self
             .jitter
             .apply(verdict.retry_ns(), settings.retry_after_jitter);

@@ -16,7 +16,7 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use ratewarden_core::{DisplayDuration, Outcome, NANOS_PER_SEC};
-use ratewarden_policy::{GrantId, Owner, ReleaseError, SettleError};
+use ratewarden_policy::{GrantId, Owner, ReleaseError, ServerSettings, SettleError};
 use serde::Deserialize;
 
 use super::decision_json::{DecisionOut, PolicyOut};
@@ -257,7 +257,8 @@ pub(crate) async fn handle(
     // The body is read (bounded in bytes and time) before a slot is taken: a client
     // sending its body a byte at a time holds a connection, never a place in flight
     // (issue 12, item 6). The slot is taken before deciding: shed load before the store.
-    let body = match read_json(app, request, strict).await {
+    let settings = app.settings();
+    let body = match read_json(&settings, request, strict).await {
         Ok(body) => body,
         Err(problem) => return problem.response(),
     };
@@ -271,7 +272,7 @@ pub(crate) async fn handle(
     match path.as_str() {
         "/json" => crate::serve::envoy::json(app, body).await,
         "/v1/check" => match parse::<Check<'_>>(&body) {
-            Ok(check) => decide(app, peer, check).await,
+            Ok(check) => decide(app, &settings, peer, check).await,
             Err(problem) => problem.response(),
         },
         "/v1/settle" => match parse::<Settle>(&body) {
@@ -344,7 +345,11 @@ async fn release(app: &App, peer: SocketAddr, release: Release) -> Response<Body
 }
 
 /// The body, within `[server] max_body`, as JSON.
-async fn read_json(app: &App, request: Request<Incoming>, strict: bool) -> Result<Bytes, Problem> {
+async fn read_json(
+    settings: &ServerSettings,
+    request: Request<Incoming>,
+    strict: bool,
+) -> Result<Bytes, Problem> {
     if let Some(kind) = request.headers().get(CONTENT_TYPE).filter(|_| strict) {
         let kind = kind.to_str().unwrap_or("");
         let essence = kind.split(';').next().unwrap_or("").trim();
@@ -355,7 +360,6 @@ async fn read_json(app: &App, request: Request<Incoming>, strict: bool) -> Resul
             ));
         }
     }
-    let settings = app.settings();
     let (max, timeout) = (settings.max_body, settings.bounds.api_body_timeout);
     // A declared length over the bound is refused before a byte of the body is read.
     let declared = request
@@ -464,7 +468,12 @@ fn too_costly(cost: u64) -> Response<Body> {
     )
 }
 
-async fn decide(app: &App, peer: SocketAddr, check: Check<'_>) -> Response<Body> {
+async fn decide(
+    app: &App,
+    settings: &ServerSettings,
+    peer: SocketAddr,
+    check: Check<'_>,
+) -> Response<Body> {
     if let Some(cost) = check.cost.filter(|&c| c > MAX_COST) {
         return too_costly(cost);
     }
@@ -481,7 +490,7 @@ async fn decide(app: &App, peer: SocketAddr, check: Check<'_>) -> Response<Body>
     app.metrics
         .decision_seconds
         .observe(app.clock.now().saturating_sub(started) as f64 / 1e9);
-    let answer = app.answer(&verdict);
+    let answer = app.answer_with(&verdict, settings);
     let policies: Vec<PolicyOut<'_>> = verdict
         .outcomes
         .iter()

@@ -124,7 +124,7 @@ pub(crate) async fn handle(
     app.metrics
         .decision_seconds
         .observe(app.clock.now().saturating_sub(started) as f64 / 1e9);
-    let (headers, delay) = match app.answer(&verdict) {
+    let (headers, delay) = match app.answer_with(&verdict, &settings) {
         Answer::Stop(response) => return reply::contract(response),
         Answer::Go { headers, delay } => (headers, delay),
     };
