@@ -1,16 +1,21 @@
 //! The physical limit for benchmarks: a bare hyper HTTP/1 server that answers every request,
-//! whatever its method, path or body, with 200 and the same fixed bytes.
+//! whatever its method, path or body, with 200 and the same fixed bytes; or, with `--proxy`,
+//! a bare hyper reverse proxy that forwards every request to one upstream and decides nothing.
 //!
 //! `scripts/bench-serve` measures the decision API against it (the same response bytes, so
 //! the difference is the cost of deciding) and uses it as the upstream behind both the
-//! gateway and nginx. Like `ratewarden serve` it runs a thread per core, each with a
-//! single-threaded tokio runtime accepting on the same socket, and sets `TCP_NODELAY` on
-//! every connection.
+//! gateway and nginx. As a proxy it is the gateway's own stack (hyper's server, hyper-util's
+//! pooled client, one pool per worker) with nothing of Ratewarden in it: the gateway against
+//! it is the cost of limiting, and it against nginx is what that stack can reach at best.
+//! Like `ratewarden serve` it runs a thread per core, each with a single-threaded tokio
+//! runtime accepting on the same socket, and sets `TCP_NODELAY` on every connection.
 //!
 //! ```text
 //! cargo run --release -p ratewarden-server --example bare -- \
 //!     --listen 127.0.0.1:3000 --body-file answer.json --content-type application/json
 //! cargo run --release -p ratewarden-server --example bare -- --listen 127.0.0.1:3000 --body ok
+//! cargo run --release -p ratewarden-server --example bare -- \
+//!     --listen 127.0.0.1:3001 --proxy http://127.0.0.1:3000
 //! ```
 
 use std::convert::Infallible;
@@ -21,21 +26,28 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONTENT_TYPE};
+use hyper::http::uri::{Authority, PathAndQuery};
 use hyper::service::service_fn;
-use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
+use hyper::{Request, Response, StatusCode, Uri};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 
 const USAGE: &str = "\
 usage: bare --listen ADDR [--body-file FILE | --body STRING] [--content-type TYPE]
             [--header 'NAME: VALUE']...
+       bare --listen ADDR --proxy URL
 
-Answers every HTTP/1 request with 200 and exactly the given bytes.
+Answers every HTTP/1 request with 200 and exactly the given bytes; or, with --proxy,
+forwards every request to URL (adding X-Forwarded-For and X-Forwarded-Proto, as the
+benchmark's nginx does) and returns what it answers, deciding nothing.
   --listen ADDR          where to listen, such as 127.0.0.1:3000
   --body-file FILE       the response body, read from FILE
   --body STRING          the response body, given inline (default: empty)
   --content-type TYPE    the Content-Type header (default: text/plain)
-  --header 'NAME: VALUE' one more response header; repeat for several";
+  --header 'NAME: VALUE' one more response header; repeat for several
+  --proxy URL            forward to this upstream, such as http://127.0.0.1:3000";
 
 /// What to serve, from the command line.
 #[derive(Clone)]
@@ -44,6 +56,8 @@ struct Args {
     body: Bytes,
     content_type: HeaderValue,
     headers: HeaderMap,
+    /// The upstream to forward to, instead of answering.
+    proxy: Option<Authority>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -51,6 +65,7 @@ fn parse_args() -> Result<Args, String> {
     let mut body = Bytes::new();
     let mut content_type = HeaderValue::from_static("text/plain");
     let mut headers = HeaderMap::new();
+    let mut proxy = None;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "-h" || flag == "--help" {
@@ -86,6 +101,19 @@ fn parse_args() -> Result<Args, String> {
                     .map_err(|e| format!("--header `{value}`: {e}"))?;
                 headers.append(name, text);
             }
+            "--proxy" => {
+                let uri: Uri = value
+                    .parse()
+                    .map_err(|e| format!("--proxy `{value}`: {e}"))?;
+                if uri.scheme_str() != Some("http") {
+                    return Err(format!("--proxy `{value}`: want an http:// URL"));
+                }
+                let authority = uri
+                    .authority()
+                    .cloned()
+                    .ok_or_else(|| format!("--proxy `{value}`: no host"))?;
+                proxy = Some(authority);
+            }
             _ => return Err(format!("unknown argument `{flag}`")),
         }
     }
@@ -95,6 +123,7 @@ fn parse_args() -> Result<Args, String> {
         body,
         content_type,
         headers,
+        proxy,
     })
 }
 
@@ -150,7 +179,11 @@ fn worker(listener: std::net::TcpListener, args: Args) {
             return;
         }
     };
-    if let Err(e) = runtime.block_on(serve(listener, args)) {
+    let served = match args.proxy.clone() {
+        Some(upstream) => runtime.block_on(proxy(listener, upstream)),
+        None => runtime.block_on(serve(listener, args)),
+    };
+    if let Err(e) = served {
         eprintln!("error: {e}");
     }
 }
@@ -194,4 +227,82 @@ async fn serve(listener: std::net::TcpListener, args: Args) -> std::io::Result<(
                 .await;
         });
     }
+}
+
+/// A request's body, or a response's, boxed: what the proxy forwards either way.
+type Body = http_body_util::combinators::BoxBody<Bytes, hyper::Error>;
+
+/// Forwards every connection's requests to `upstream` through one pool of kept-alive
+/// connections (this worker's, as each gateway worker has its own).
+async fn proxy(listener: std::net::TcpListener, upstream: Authority) -> std::io::Result<()> {
+    listener.set_nonblocking(true)?;
+    let listener = TcpListener::from_std(listener)?;
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    let client: Client<HttpConnector, Body> = Client::builder(TokioExecutor::new())
+        .pool_timer(TokioTimer::new())
+        .build(connector);
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                eprintln!("bare: accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let client = client.clone();
+        let upstream = upstream.clone();
+        let forwarded_for = HeaderValue::from_str(&peer.ip().to_string()).ok();
+        let service = service_fn(move |request: Request<Incoming>| {
+            let client = client.clone();
+            let upstream = upstream.clone();
+            let forwarded_for = forwarded_for.clone();
+            async move {
+                let (mut parts, body) = request.into_parts();
+                let path = parts
+                    .uri
+                    .path_and_query()
+                    .cloned()
+                    .unwrap_or_else(|| PathAndQuery::from_static("/"));
+                parts.uri = match Uri::builder()
+                    .scheme("http")
+                    .authority(upstream)
+                    .path_and_query(path)
+                    .build()
+                {
+                    Ok(uri) => uri,
+                    Err(_) => return Ok(status(StatusCode::BAD_REQUEST)),
+                };
+                if let Some(ip) = forwarded_for {
+                    parts.headers.insert("x-forwarded-for", ip);
+                }
+                parts
+                    .headers
+                    .insert("x-forwarded-proto", HeaderValue::from_static("http"));
+                let request = Request::from_parts(parts, body.boxed());
+                Ok::<_, Infallible>(match client.request(request).await {
+                    Ok(response) => response.map(BodyExt::boxed),
+                    Err(_) => status(StatusCode::BAD_GATEWAY),
+                })
+            }
+        });
+        tokio::spawn(async move {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// An empty answer with `code`.
+fn status(code: StatusCode) -> Response<Body> {
+    let mut response = Response::new(
+        Full::new(Bytes::new())
+            .map_err(|never| match never {})
+            .boxed(),
+    );
+    *response.status_mut() = code;
+    response
 }
