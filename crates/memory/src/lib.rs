@@ -27,7 +27,7 @@ mod trace;
 
 pub use cell::{Plain, StateCell, Stored, TatWord, WordExpiry};
 pub use config::{StoreConfig, WhenFull};
-pub use store::{MemoryStore, Permit};
+pub use store::{MemoryStore, NotNow, Permit};
 
 /// What a store holds and has done, for metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
