@@ -87,6 +87,7 @@ impl<St: WordExpiry> Slot<St> {
     /// expiry and the meta says so (the word only grows until the shard is written), and
     /// the bits are set. That is every decision of a GCRA key at one tick per nanosecond
     /// once it is limited or used, so a hot key costs one compare-and-swap, not two.
+    #[inline]
     pub(crate) fn touch_shared(&self, expires: u64, limited: bool, word: Option<u64>) {
         let meta = self.meta();
         let word = word == Some(expires);

@@ -159,6 +159,7 @@ impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
     }
 
     /// The shard shared with other readers: to find a key, peek, or decide in one word.
+    #[inline]
     fn read(&self, shard: usize) -> RwLockReadGuard<'_, ShardOf<A>> {
         let locked = &self.shards[shard];
         for _ in 0..SPINS {
