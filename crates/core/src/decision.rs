@@ -73,11 +73,15 @@ impl Decision {
     /// assert!(!fw.decide(&mut state, 0, 1).is_allowed());
     /// # Ok::<(), ratewarden_core::Error>(())
     /// ```
+    // Inlined across crates (as the accessors below): read on every decision, and a call
+    // for a comparison costs more than the comparison.
+    #[inline]
     pub fn is_allowed(&self) -> bool {
         matches!(self.outcome, Outcome::Allowed | Outcome::Delayed { .. })
     }
 
     /// Nanoseconds to wait before retrying, when limited.
+    #[inline]
     pub fn retry_after_ns(&self) -> Option<u64> {
         match self.outcome {
             Outcome::Limited { retry_after_ns } => Some(retry_after_ns),
@@ -86,6 +90,7 @@ impl Decision {
     }
 
     /// How long to wait before retrying, when limited.
+    #[inline]
     pub fn retry_after(&self) -> Option<Duration> {
         match self.outcome {
             Outcome::Limited { retry_after_ns } => Some(Duration::from_nanos(retry_after_ns)),
@@ -94,11 +99,13 @@ impl Decision {
     }
 
     /// Time until the limit is fully available again (see [`reset_after_ns`](Self::reset_after_ns)).
+    #[inline]
     pub fn reset_after(&self) -> Duration {
         Duration::from_nanos(self.reset_after_ns)
     }
 
     /// How long to hold an allowed request (zero unless a queue delays it).
+    #[inline]
     pub fn delay(&self) -> Duration {
         match self.outcome {
             Outcome::Delayed { delay_ns } => Duration::from_nanos(delay_ns),

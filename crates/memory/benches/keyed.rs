@@ -11,6 +11,11 @@
 //! figures in docs/benchmarks.md); the filter `growth` adds the cost-growth cases (1k to 10M
 //! keys) and `memory` runs the memory report alone.
 //!
+//! `ratewarden-check` is our store through `MemoryStore::check` (like governor's `check_key`:
+//! "go now" or a refusal whose numbers are computed only when read), beside `ratewarden`
+//! through `decide` (every decision's numbers computed), on the 1k uniform, flood and hot-key
+//! cases.
+//!
 //! Quotas:
 //! - **live** (the main cases): 1 per minute, burst 100 million. Every key's state stays live
 //!   for a minute after each decision, so no limiter drops or re-creates a pre-populated key
@@ -135,6 +140,20 @@ impl<A: Stored + Sync> Keyed for Ours<A> {
         self.store
             .decide(&self.limit, key.as_str(), clock.now(), 1)
             .is_allowed()
+    }
+}
+
+/// Our store through `check`: "go now" or a refusal whose numbers are computed only when
+/// read (never, here), like governor's `check_key`.
+struct Checked<'a>(&'a Ours<Gcra>);
+
+impl Keyed for Checked<'_> {
+    #[inline]
+    fn decide(&self, key: &String, clock: &RealClock) -> bool {
+        self.0
+            .store
+            .check(&self.0.limit, key.as_str(), clock.now(), 1)
+            .is_ok()
     }
 }
 
@@ -477,6 +496,8 @@ struct Case<'a> {
     with_limit_enum: bool,
     /// Whether to add our batch API (`decide_many`) to the alternating runs.
     batch: bool,
+    /// Whether to add our `check` (a refusal's numbers computed only when read).
+    check: bool,
 }
 
 /// Whether a benchmark group is selected by the filter on the command line (criterion's own
@@ -553,6 +574,10 @@ fn bench_case(c: &mut Criterion, case: &Case<'_>) {
         if case.batch {
             limiters.insert(1, ("ratewarden-batch", &run_many));
         }
+        let run_check = |t, n| run(&Checked(&ours), &clock, case.seq, t, n);
+        if case.check {
+            limiters.insert(1, ("ratewarden-check", &run_check));
+        }
         for &threads in case.threads {
             alternate(case.group, threads, rounds, &limiters);
         }
@@ -583,6 +608,11 @@ fn bench_case(c: &mut Criterion, case: &Case<'_>) {
         one("ratewarden", &|iters| {
             run(&ours, &clock, case.seq, threads, iters)
         });
+        if case.check {
+            one("ratewarden-check", &|iters| {
+                run(&Checked(&ours), &clock, case.seq, threads, iters)
+            });
+        }
         if let Some(ours_limit) = &ours_limit {
             one("ratewarden-limit", &|iters| {
                 run(ours_limit, &clock, case.seq, threads, iters)
@@ -634,6 +664,7 @@ fn throughput(c: &mut Criterion, measuring: bool) {
                     threads: &both,
                     with_limit_enum: matches!(popularity, Popularity::Uniform),
                     batch: matches!(popularity, Popularity::Uniform),
+                    check: matches!(popularity, Popularity::Uniform),
                 },
             );
         }
@@ -649,6 +680,7 @@ fn throughput(c: &mut Criterion, measuring: bool) {
             threads: &both,
             with_limit_enum: true,
             batch: false,
+            check: true,
         },
     );
     let hot = &thousand[..1];
@@ -663,6 +695,7 @@ fn throughput(c: &mut Criterion, measuring: bool) {
             threads: &both,
             with_limit_enum: false,
             batch: false,
+            check: true,
         },
     );
     let seq = make_sequence(&million, Popularity::Uniform, 0x2545_f491_4f6c_dd1d);
@@ -676,6 +709,7 @@ fn throughput(c: &mut Criterion, measuring: bool) {
             threads: &both,
             with_limit_enum: false,
             batch: false,
+            check: false,
         },
     );
     // Cost growth: one uniform case at four sizes, only when a filter names it (`growth`):
@@ -699,6 +733,7 @@ fn throughput(c: &mut Criterion, measuring: bool) {
                     threads: &both,
                     with_limit_enum: false,
                     batch: false,
+                    check: false,
                 },
             );
         }

@@ -7,9 +7,13 @@
 //! valgrind --tool=cachegrind --cache-sim=yes target/release/examples/keyed_profile governor 1000000 2000000
 //! ```
 //!
-//! Arguments: the limiter (`ours`, `ours-batch` or `governor`), the number of keys, and the
+//! Arguments: the limiter (`ours`, `ours-check` (`MemoryStore::check`), `ours-batch` or
+//! `governor`), the number of keys, the
 //! number of decisions timed after every key has been decided once (the profile counts
-//! both: subtract a run with zero decisions to isolate them).
+//! both: subtract a run with zero decisions to isolate them), and optionally the quota:
+//! `live` (the default: 1 per minute, burst 100 million, every decision allowed) or `flood`
+//! (1 per second, burst 100: past each key's first hundred, nearly every decision is
+//! rejected, as in the bench's flood, however slowly valgrind runs).
 
 use std::error::Error;
 use std::num::NonZeroU32;
@@ -21,8 +25,19 @@ use ratewarden_memory::{MemoryStore, StoreConfig};
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let [which, keys, decisions] = args.as_slice() else {
-        return Err("usage: keyed_profile ours|ours-batch|governor KEYS DECISIONS".into());
+    let (which, keys, decisions, quota) = match args.as_slice() {
+        [which, keys, decisions] => (which, keys, decisions, "live"),
+        [which, keys, decisions, quota] => (which, keys, decisions, quota.as_str()),
+        _ => return Err(
+            "usage: keyed_profile ours|ours-check|ours-batch|governor KEYS DECISIONS [live|flood]"
+                .into(),
+        ),
+    };
+    // The flood's keys are decided past their burst before the timed decisions.
+    let (per, burst, warm) = match quota {
+        "live" => (Duration::from_secs(60), 100_000_000, 1),
+        "flood" => (Duration::from_secs(1), 100, 101),
+        other => return Err(format!("unknown quota {other:?}: live or flood").into()),
     };
     let n: usize = keys.parse().map_err(|e| format!("KEYS {keys:?}: {e}"))?;
     let decisions: usize = decisions
@@ -35,23 +50,28 @@ fn main() -> Result<(), Box<dyn Error>> {
         .map(|i| (i.wrapping_mul(0x9e37_79b9) ^ (i >> 7)) % n)
         .collect();
     let clock = RealClock::new();
-    // The bench's live quota: 1 per minute, burst 100 million (every decision allowed).
-    let gcra = Gcra::new(Rate::new(1, Duration::from_secs(60))?, 100_000_000)?;
+    let gcra = Gcra::new(Rate::new(1, per)?, burst)?;
     let mut allowed = 0usize;
     match which.as_str() {
-        "ours" | "ours-batch" => {
+        "ours" | "ours-check" | "ours-batch" => {
             let store: MemoryStore<Gcra> = MemoryStore::new(StoreConfig {
                 max_keys: 2 * n + 1024,
                 max_bytes: usize::MAX,
                 ..StoreConfig::default()
             });
-            for key in &keys {
-                store.decide(&gcra, key, clock.now(), 1);
+            for _ in 0..warm {
+                for key in &keys {
+                    store.decide(&gcra, key, clock.now(), 1);
+                }
             }
             if which == "ours" {
                 for &i in &order {
                     allowed +=
                         usize::from(store.decide(&gcra, &keys[i], clock.now(), 1).is_allowed());
+                }
+            } else if which == "ours-check" {
+                for &i in &order {
+                    allowed += usize::from(store.check(&gcra, &keys[i], clock.now(), 1).is_ok());
                 }
             } else {
                 let mut out = Vec::with_capacity(16);
@@ -64,19 +84,24 @@ fn main() -> Result<(), Box<dyn Error>> {
             }
         }
         "governor" => {
-            let quota = Quota::with_period(Duration::from_secs(60))
+            let quota = Quota::with_period(per)
                 .ok_or("zero period")?
-                .allow_burst(NonZeroU32::new(100_000_000).ok_or("zero burst")?);
+                .allow_burst(NonZeroU32::new(burst as u32).ok_or("zero burst")?);
             let limiter: DefaultKeyedRateLimiter<String> = RateLimiter::keyed(quota);
-            for key in &keys {
-                let _ = limiter.check_key(key);
+            for _ in 0..warm {
+                for key in &keys {
+                    let _ = limiter.check_key(key);
+                }
             }
             for &i in &order {
                 allowed += usize::from(limiter.check_key(&keys[i]).is_ok());
             }
         }
         other => {
-            return Err(format!("unknown limiter {other:?}: ours, ours-batch or governor").into())
+            return Err(format!(
+                "unknown limiter {other:?}: ours, ours-check, ours-batch or governor"
+            )
+            .into())
         }
     }
     println!("{which}: {n} keys, {allowed} of {decisions} decisions allowed");

@@ -10,8 +10,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ratewarden_core::algorithm::{
-    Concurrency, FixedWindow, GcraState, LeakyBucket, LeakyQueue, Quota, SlidingLog, SlidingWindow,
-    TokenBucket,
+    Concurrency, Conformance, FixedWindow, GcraState, LeakyBucket, LeakyQueue, Quota, SlidingLog,
+    SlidingWindow, TokenBucket,
 };
 use ratewarden_core::{Algorithm, Decision, Gcra, Limit, Ticks};
 
@@ -54,6 +54,15 @@ pub trait StateCell<A: Algorithm>: WordExpiry + Send + Sync {
 
     /// The word [`decide_shared`](Self::decide_shared) published for `state`, if any.
     fn word_of(state: &A::State) -> Option<u64>;
+
+    /// [`decide_shared`](Self::decide_shared) without the decision's numbers: whether the
+    /// request conforms (charged if so), and the state it left (for a refusal, the state it
+    /// was refused on, from which `peek` gives the refusal's numbers). `None` when this cell
+    /// cannot (the caller decides in full).
+    fn check_shared(&self, limit: &A, now: u64, cost: u64) -> Option<(Conformance, A::State)> {
+        let _ = (limit, now, cost);
+        None
+    }
 }
 
 /// A state held as it is: only read and written with the shard's lock held.
@@ -175,6 +184,34 @@ impl StateCell<Gcra> for TatWord {
 
     fn word_of(state: &GcraState) -> Option<u64> {
         u64::try_from(state.tat.get()).ok()
+    }
+
+    #[inline]
+    fn check_shared(&self, limit: &Gcra, now: u64, cost: u64) -> Option<(Conformance, GcraState)> {
+        if self.hi != 0 {
+            return None;
+        }
+        let mut current = self.lo.load(Ordering::Acquire);
+        loop {
+            let conformance = limit.conform_ns(current, now, cost)?;
+            let state = GcraState {
+                tat: Ticks::new(u128::from(conformance.tat)),
+            };
+            // As in `decide_shared`: a refusal (or a charge that moved nothing) publishes
+            // nothing.
+            if conformance.tat == current {
+                return Some((conformance, state));
+            }
+            match self.lo.compare_exchange_weak(
+                current,
+                conformance.tat,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some((conformance, state)),
+                Err(actual) => current = actual,
+            }
+        }
     }
 }
 

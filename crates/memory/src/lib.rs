@@ -5,7 +5,8 @@
 //!   one state transition), so threads on different keys rarely meet; a GCRA key is decided
 //!   with one compare-and-swap under the shard's read lock, so threads on one hot key do not
 //!   queue ([`Stored`]). [`MemoryStore::decide_many`] decides a batch with its cache misses
-//!   overlapped.
+//!   overlapped, and [`MemoryStore::check`] answers "go now" or a [`NotNow`] whose numbers
+//!   are computed only when read (the cheap path of a flood of refusals).
 //! - **Layered**: [`MemoryStore::decide_all`] decides one request against several limits
 //!   (per IP, per key, per tenant, global) all or nothing.
 //! - **Bounded**: state that has returned to fresh is dropped a little with every new key (it
@@ -27,7 +28,7 @@ mod trace;
 
 pub use cell::{Plain, StateCell, Stored, TatWord, WordExpiry};
 pub use config::{StoreConfig, WhenFull};
-pub use store::{MemoryStore, Permit};
+pub use store::{MemoryStore, NotNow, Permit};
 
 /// What a store holds and has done, for metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -68,6 +68,50 @@ impl Gcra {
     pub fn burst(&self) -> u64 {
         self.schedule.capacity
     }
+
+    /// GCRA's conformance test alone, on a theoretical arrival time held as 64-bit
+    /// nanoseconds: whether a request of `cost` at `now` conforms, and the arrival time
+    /// after it. `None`, before anything is computed, when that representation does not
+    /// apply (a tick is not a nanosecond, a cost above the burst, or a number past 64 bits):
+    /// then [`decide`](Algorithm::decide) answers.
+    ///
+    /// It is what [`decide`](Algorithm::decide) does, without computing the decision's
+    /// numbers (remaining, reset, retry): for a store that only needs "go or not", and that
+    /// asks `peek` on the same `tat` for the numbers of a refusal when someone reads them (a
+    /// refusal leaves the state unchanged, so that answer is the refusal's).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewarden_core::{Algorithm, Gcra, Rate, Ticks};
+    /// use ratewarden_core::algorithm::GcraState;
+    ///
+    /// let gcra = Gcra::new(Rate::per_second(5)?, 1)?;
+    /// let first = gcra.conform_ns(0, 1_000, 1).expect("nanosecond ticks");
+    /// assert!(first.conforms && first.limited);
+    /// assert_eq!(first.tat, 200_001_000);
+    /// let second = gcra.conform_ns(first.tat, 1_000, 1).expect("nanosecond ticks");
+    /// assert!(!second.conforms);
+    /// let state = GcraState { tat: Ticks::new(first.tat.into()) };
+    /// assert_eq!(gcra.peek(&state, 1_000, 1).retry_after_ns(), Some(200_000_000));
+    /// # Ok::<(), ratewarden_core::Error>(())
+    /// ```
+    #[inline]
+    pub fn conform_ns(&self, tat: u64, now: u64, cost: u64) -> Option<Conformance> {
+        self.schedule.conform_narrow(tat, now, cost)
+    }
+}
+
+/// GCRA's conformance test on a 64-bit arrival time ([`Gcra::conform_ns`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conformance {
+    /// Whether the request conforms (and was charged, in `tat`).
+    pub conforms: bool,
+    /// The theoretical arrival time after the request, in nanoseconds: moved by its cost
+    /// when it conforms, unchanged when it does not.
+    pub tat: u64,
+    /// Whether a request of one cell would be refused at the same instant, after this one.
+    pub limited: bool,
 }
 
 impl Algorithm for Gcra {

@@ -31,7 +31,7 @@ use std::fmt;
 
 pub use concurrency::{Concurrency, ConcurrencyState, Held};
 pub use fixed_window::{FixedWindow, FixedWindowState};
-pub use gcra::{Gcra, GcraState};
+pub use gcra::{Conformance, Gcra, GcraState};
 pub use leaky_bucket::{LeakyBucket, LeakyBucketState};
 pub use leaky_queue::{LeakyQueue, LeakyQueueState};
 pub use quota::{CalendarUnit, Quota, QuotaState};

@@ -5,6 +5,7 @@
 //! rounded. A key's whole state is its theoretical arrival time (TAT) in ticks: when it would
 //! be caught up had it sent at exactly the allowed rate.
 
+use super::gcra::Conformance;
 use super::saturate;
 use crate::{Decision, Outcome, Rate, Ticks};
 
@@ -57,6 +58,13 @@ impl Schedule {
         if let Some(decision) = self.decide_narrow(tat, now, cost, queue) {
             return decision;
         }
+        self.decide_wide(tat, now, cost, queue)
+    }
+
+    /// [`decide`](Self::decide) in the rate's ticks, in 128 bits: out of line, so that the
+    /// 64-bit path inlined into a store's decision stays small.
+    #[inline(never)]
+    fn decide_wide(&self, tat: &mut Ticks, now: u64, cost: u64, queue: bool) -> Decision {
         let now = self.scaled(now);
         let before = tat.get().saturating_sub(now);
         let mut backlog = before;
@@ -126,6 +134,40 @@ impl Schedule {
             per_cell.div_rem(room).0
         };
         Some(Decision::new(outcome, self.capacity, remaining, backlog))
+    }
+
+    /// The conformance test of [`decide_narrow`](Self::decide_narrow) alone, on a 64-bit
+    /// TAT in nanoseconds (`None` where that path does not apply, before anything): whether
+    /// `cost` cells fit at `now`, the TAT after (unchanged when they do not), and whether a
+    /// single cell would be refused then. No decision is built: a caller that only needs
+    /// "go or not" pays for the comparison, and asks [`decide`](Self::decide) on the same
+    /// TAT for the numbers when it wants them (a refusal leaves the TAT as it was, so the
+    /// answer is the same).
+    #[inline]
+    pub(crate) fn conform_narrow(&self, tat: u64, now: u64, cost: u64) -> Option<Conformance> {
+        let allowance = self.narrow?;
+        let per_cell = self.rate.ticks_per_cell().get();
+        if cost > self.capacity {
+            return None;
+        }
+        let before = tat.saturating_sub(now);
+        let after = before.checked_add(cost.checked_mul(per_cell)?)?;
+        if after <= allowance {
+            let tat = now.checked_add(after)?;
+            Some(Conformance {
+                conforms: true,
+                tat,
+                // `allowance - after` and `allowance - per_cell` cannot wrap: `after` fits,
+                // and a cell is at most the burst.
+                limited: per_cell > allowance - after,
+            })
+        } else {
+            Some(Conformance {
+                conforms: false,
+                tat,
+                limited: before > allowance - per_cell,
+            })
+        }
     }
 
     /// Moves the TAT by `delta` cells: forward to charge (without bound: a debt), backward to
@@ -222,6 +264,47 @@ mod tests {
             let (mut new, mut old) = (Ticks::new(tat), Ticks::new(tat));
             prop_assert_eq!(s.decide(&mut new, now, cost, queue), three_divisions(&s, &mut old, now, cost, queue));
             prop_assert_eq!(new, old);
+        }
+
+        /// The conformance test alone answers what the decision says: allowed or not, the
+        /// same arrival time after, and "limited" exactly when a request of one cell would
+        /// then be refused; and it declines only where the 64-bit decision path does.
+        #[test]
+        fn the_conformance_test_alone_agrees_with_the_decision(
+            count in prop_oneof![1u64..2_000, Just(1u64), Just(50u64), Just(1_000u64)],
+            period_ms in 1u64..120_000,
+            capacity in 1u64..1_000,
+            tat in any::<u64>(),
+            now in any::<u64>(),
+            shape in 0u8..4,
+            cost in prop_oneof![0u64..3, 0u64..1_200],
+        ) {
+            let rate = Rate::new(count, Duration::from_millis(period_ms)).unwrap();
+            let s = Schedule::new(rate, capacity);
+            let tat = match (shape, s.narrow) {
+                // A backlog of up to two bursts, where rejections happen.
+                (0 | 1, Some(allowance)) => now.saturating_add(tat % (2 * allowance + 1)),
+                // Room of exactly a whole number of cells.
+                (2, Some(allowance)) => now
+                    .saturating_add(allowance)
+                    .saturating_sub(s.rate.ticks_per_cell().get() * (tat % 4)),
+                _ => tat,
+            };
+            let mut state = Ticks::new(u128::from(tat));
+            let decision = s.decide(&mut state, now, cost, false);
+            let mut narrow = Ticks::new(u128::from(tat));
+            let narrowed = s.decide_narrow(&mut narrow, now, cost, false).is_some();
+            match s.conform_narrow(tat, now, cost) {
+                None => prop_assert!(!narrowed || cost > s.capacity),
+                Some(c) => {
+                    prop_assert!(narrowed);
+                    prop_assert_eq!(c.conforms, decision.is_allowed());
+                    prop_assert_eq!(u128::from(c.tat), state.get());
+                    let mut after = state;
+                    let one = s.decide(&mut after, now, 1, false);
+                    prop_assert_eq!(c.limited, matches!(one.outcome, Outcome::Limited { .. }));
+                }
+            }
         }
     }
 }

@@ -33,7 +33,9 @@ impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
 
     /// Decides on a slot found under the read lock, in one word: `None` when its cell
     /// cannot (the caller takes the write lock).
-    #[inline]
+    // Always inlined: with `check` calling it too, the compiler would otherwise make it a
+    // call on `decide`'s every decision.
+    #[inline(always)]
     pub(super) fn decide_in_word(
         &self,
         slot: &Slot<A::Cell>,

@@ -1,18 +1,21 @@
 //! The store: shards behind short locks. The operations on them are in the files below,
-//! one concept each: deciding (`decide`), making room in a full shard (`room`), the idle
+//! one concept each: deciding (`decide`), the cheap check whose refusal computes its numbers
+//! when asked (`check`), making room in a full shard (`room`), the idle
 //! sweep and the figures (`upkeep`), concurrency permits (`permit`) and the `Store` trait
 //! (`as_store`).
 
 mod as_store;
 mod batch;
+mod check;
 mod decide;
 mod permit;
 mod room;
 mod upkeep;
 
+pub use check::NotNow;
 pub use permit::Permit;
 
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, Hasher, RandomState};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
@@ -119,8 +122,16 @@ impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
         &self.config
     }
 
+    /// The key's bytes through the store's hasher, and nothing else: `hash_one(key)` would
+    /// write a terminator byte after them (what keeps one string's hash apart from two
+    /// strings' written in a row), a second call into SipHash on every decision for a hash
+    /// that only ever covers one string. SipHash's last block holds the length, so keys of
+    /// different lengths still hash apart.
+    #[inline]
     fn hash(&self, key: &str) -> u64 {
-        self.hasher.hash_one(key)
+        let mut hasher = self.hasher.build_hasher();
+        hasher.write(key.as_bytes());
+        hasher.finish()
     }
 
     /// The shard of a hash: middle bits, since the shard's table uses the low bits for the
@@ -148,6 +159,7 @@ impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
     }
 
     /// The shard shared with other readers: to find a key, peek, or decide in one word.
+    #[inline]
     fn read(&self, shard: usize) -> RwLockReadGuard<'_, ShardOf<A>> {
         let locked = &self.shards[shard];
         for _ in 0..SPINS {
