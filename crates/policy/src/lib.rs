@@ -34,4 +34,4 @@ pub use engine::{
     RuleTop, TopKeys, TopReport,
 };
 pub use engine::{QueueState, ShedReason, Timer, WaitStats, WAIT_BUCKETS_NS};
-pub use ip::{client_ip, IpGrouping, PrefixError, TrustedProxies};
+pub use ip::{client_ip, push_ip, push_ip_net, IpGrouping, PrefixError, TrustedProxies};

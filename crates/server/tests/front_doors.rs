@@ -474,6 +474,12 @@ async fn forwarding_headers_from_an_untrusted_client_are_replaced_and_from_a_pro
         headers["x-forwarded-for"],
         json!(["203.0.113.9, 127.0.0.1"])
     );
+    // A trusted proxy that sent none: ours are the first hop.
+    let reply = get(server.listen, "/x", "").await;
+    let headers = &reply.json()["headers"];
+    assert_eq!(headers["forwarded"], json!(["for=127.0.0.1;proto=http"]));
+    assert_eq!(headers["x-forwarded-for"], json!(["127.0.0.1"]));
+    assert_eq!(headers["x-forwarded-proto"], json!(["http"]));
 }
 
 #[tokio::test]

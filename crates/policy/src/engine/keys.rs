@@ -47,7 +47,7 @@ pub(super) fn push_part(
             .map_err(|Repeated| repeated(name))
     };
     match part {
-        KeyPart::Ip(grouping) => key.push_str(&grouping.key(client).to_string()),
+        KeyPart::Ip(grouping) => crate::ip::push_ip_net(key, grouping.key(client)),
         KeyPart::Header(name) => {
             let Some(value) = single(name)?.filter(|v| !v.is_empty()) else {
                 return Ok(false);

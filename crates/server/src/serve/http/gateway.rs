@@ -269,44 +269,73 @@ async fn forward(
 /// `X-Forwarded-For`).
 fn forwarding_headers(headers: &mut HeaderMap, identity: &Identity, peer: SocketAddr) {
     let ip = peer.ip();
-    let client = ip.to_string();
-    // RFC 7239 §6: an IPv6 node is quoted and bracketed.
-    let node = match ip {
-        std::net::IpAddr::V4(_) => client.clone(),
-        std::net::IpAddr::V6(_) => format!("\"[{client}]\""),
-    };
-    let joined = |headers: &HeaderMap, name: &str| {
-        let lines: Vec<&str> = headers
-            .get_all(name)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .collect();
-        (!lines.is_empty()).then(|| lines.join(", "))
-    };
+    let mut client = String::with_capacity(48);
+    ratewarden_policy::push_ip(&mut client, ip);
+    let mut forwarded = String::with_capacity(64);
     let (forwarded_for, forwarded) = if identity.trusted().contains(ip) {
-        let xff = match joined(headers, "x-forwarded-for") {
+        let xff = match joined(headers, &X_FORWARDED_FOR) {
             Some(before) => format!("{before}, {client}"),
-            None => client,
+            None => client.clone(),
         };
-        let forwarded = match joined(headers, "forwarded") {
-            Some(before) => format!("{before}, for={node}"),
-            None => format!("for={node};proto=http"),
-        };
+        let before = joined(headers, &FORWARDED);
+        if let Some(before) = &before {
+            forwarded.push_str(before);
+            forwarded.push_str(", ");
+        }
+        push_node(&mut forwarded, ip, &client);
+        if before.is_none() {
+            forwarded.push_str(";proto=http");
+        }
         (xff, forwarded)
     } else {
-        for name in ["x-forwarded-host", "x-forwarded-proto", "x-real-ip"] {
-            headers.remove(name);
+        for name in [&X_FORWARDED_HOST, &X_FORWARDED_PROTO, &X_REAL_IP] {
+            if headers.contains_key(name) {
+                headers.remove(name);
+            }
         }
-        (client, format!("for={node};proto=http"))
+        push_node(&mut forwarded, ip, &client);
+        forwarded.push_str(";proto=http");
+        (client, forwarded)
     };
-    for (name, value) in [("x-forwarded-for", forwarded_for), ("forwarded", forwarded)] {
-        headers.remove(name);
-        if let Ok(value) = HeaderValue::from_str(&value) {
+    for (name, value) in [(X_FORWARDED_FOR, forwarded_for), (FORWARDED, forwarded)] {
+        if let Ok(value) = HeaderValue::try_from(value) {
+            // `insert` replaces every line the client sent under the name.
             headers.insert(name, value);
         }
     }
-    if !headers.contains_key("x-forwarded-proto") {
-        headers.insert("x-forwarded-proto", HeaderValue::from_static("http"));
+    if !headers.contains_key(&X_FORWARDED_PROTO) {
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    }
+}
+
+/// The forwarding headers, as names made once: a name given as text is parsed and
+/// lowercased on every lookup.
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+const FORWARDED: HeaderName = header::FORWARDED;
+const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
+
+/// The lines of `name` joined as one list, if there are any.
+fn joined(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
+    let lines: Vec<&str> = headers
+        .get_all(name)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    (!lines.is_empty()).then(|| lines.join(", "))
+}
+
+/// `for=` and the client as a `Forwarded` node: RFC 7239 §6 quotes and brackets IPv6.
+fn push_node(out: &mut String, ip: std::net::IpAddr, client: &str) {
+    out.push_str("for=");
+    match ip {
+        std::net::IpAddr::V4(_) => out.push_str(client),
+        std::net::IpAddr::V6(_) => {
+            out.push_str("\"[");
+            out.push_str(client);
+            out.push_str("]\"");
+        }
     }
 }
 
@@ -314,23 +343,35 @@ fn forwarding_headers(headers: &mut HeaderMap, identity: &Identity, peer: Socket
 /// the fixed list, and any named in `Connection` (the guard has refused requests whose
 /// `Connection` names a header that decides who they are).
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    // Most requests carry none: one look at the few names they have, instead of a lookup
+    // for each of the nine.
+    if !headers.keys().any(is_hop_by_hop) {
+        return;
+    }
     let named: Vec<HeaderName> = guard::connection_names(headers)
         .filter_map(|name| HeaderName::from_bytes(name.as_bytes()).ok())
         .collect();
     for name in named {
         headers.remove(name);
     }
-    for name in [
-        header::CONNECTION,
-        HeaderName::from_static("keep-alive"),
-        HeaderName::from_static("proxy-connection"),
-        header::PROXY_AUTHENTICATE,
-        header::PROXY_AUTHORIZATION,
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-    ] {
+    for name in HOP_BY_HOP {
         headers.remove(name);
     }
+}
+
+/// The headers that describe one connection, not the message (RFC 9110 §7.6.1).
+const HOP_BY_HOP: [HeaderName; 9] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    HeaderName::from_static("proxy-connection"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+fn is_hop_by_hop(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(name)
 }

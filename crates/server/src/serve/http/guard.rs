@@ -65,14 +65,22 @@ pub(crate) fn refusal<B>(request: &Request<B>, identity: &Identity) -> Option<Re
             ));
         }
     }
-    if let Some(detail) = method_override(headers, request.method().as_str()) {
-        return bad(detail);
-    }
-    for name in PATH_OVERRIDES {
-        if headers.contains_key(name) {
-            return bad(format!(
-                "`{name}` would make the upstream serve another path than the one decided on"
-            ));
+    // One look at the few names a request has, instead of a lookup (a name parsed and
+    // hashed) for each of the five override headers.
+    let overrides = headers.keys().any(|name| {
+        let name = name.as_str();
+        METHOD_OVERRIDES.contains(&name) || PATH_OVERRIDES.contains(&name)
+    });
+    if overrides {
+        if let Some(detail) = method_override(headers, request.method().as_str()) {
+            return bad(detail);
+        }
+        for name in PATH_OVERRIDES {
+            if headers.contains_key(name) {
+                return bad(format!(
+                    "`{name}` would make the upstream serve another path than the one decided on"
+                ));
+            }
         }
     }
     for name in connection_names(headers) {
