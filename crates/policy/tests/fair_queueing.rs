@@ -535,3 +535,56 @@ fn queues_are_validated_with_located_errors() {
         (64, 8, 50, 1_000_000_000)
     );
 }
+
+/// One place with a lease of 100 ms, and a queue waiting up to a second.
+fn leased() -> String {
+    queued(1, "max_wait = \"1s\"\n")
+        .replace("[limit.adaptive]", "lease = \"100ms\"\n[limit.adaptive]")
+}
+
+#[test]
+fn a_place_whose_holder_is_gone_goes_to_a_waiter_when_its_lease_lapses() {
+    // The place was freed only by the next event (a release, a newcomer): with none, the
+    // waiter waited out its whole `max_wait` and was shed, the place free for 900 ms.
+    let engine = engine(&leased());
+    let timer = ManualTimer::new();
+    let r = request("/", &[]);
+    // Taken through the decision API, whose caller never releases it.
+    let gone = now_or_panic(engine.decide(&r, timer.now())).unwrap();
+    assert!(gone.allowed);
+    let mut waiting: Pending<'_> = Box::pin(engine.decide_waiting(&r, &timer));
+    assert!(poll(&mut waiting).is_none());
+    timer.advance(99 * MS);
+    assert!(poll(&mut waiting).is_none(), "the lease still runs");
+    timer.advance(MS);
+    let let_in = poll(&mut waiting).expect("let in as the lease lapses");
+    assert!(let_in.allowed);
+    assert_eq!(engine.adaptive_states(1)[0].in_flight, 1);
+    assert_eq!(engine.adaptive_queues()[0].waits.sum_ns, 100 * MS);
+}
+
+#[test]
+fn a_waiter_past_its_max_wait_does_not_take_a_place_from_one_within_it() {
+    let engine = engine(&queued(1, "max_wait = \"1s\"\n"));
+    let timer = ManualTimer::new();
+    let r = request("/", &[]);
+    let holder = now_or_panic(engine.decide_waiting(&r, &timer)).unwrap();
+    let mut late: Pending<'_> = Box::pin(engine.decide_waiting(&r, &timer));
+    assert!(poll(&mut late).is_none());
+    timer.advance(500 * MS);
+    let mut in_time: Pending<'_> = Box::pin(engine.decide_waiting(&r, &timer));
+    assert!(poll(&mut in_time).is_none());
+    // The first waiter's second is up, but its future has not run yet (a busy worker)
+    // when the place comes free: the place goes to the one still within its wait.
+    timer.advance(600 * MS);
+    release(&engine, &holder, timer.now());
+    let let_in = poll(&mut in_time).expect("dispatched by the release");
+    assert!(let_in.allowed);
+    let shed = poll(&mut late).expect("past its deadline");
+    assert!(!shed.allowed && shed.shed());
+    let waited_too_long = engine
+        .adaptive_shed_reasons()
+        .into_iter()
+        .find(|(c, r, _)| *c == Criticality::Default && *r == ShedReason::WaitedTooLong);
+    assert_eq!(waited_too_long.map(|(_, _, n)| n), Some(1));
+}

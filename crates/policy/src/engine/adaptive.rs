@@ -85,6 +85,12 @@ impl Entry {
         let mut waited = Vec::new();
         for class in Criticality::ALL.into_iter().rev() {
             let slot = &mut self.waiting[class as usize];
+            if let Some(queue) = slot.as_mut() {
+                // Those past `max_wait` are answered 503 by their own deadline; until their
+                // future runs they would still be first in line, and take a place from one
+                // still within its wait.
+                queue.expire(now);
+            }
             while let Some(queue) = slot.as_mut() {
                 if queue.is_empty() {
                     *slot = None;
@@ -309,6 +315,25 @@ impl Limiters {
         drop(inner);
         self.record_waits(key, &waited);
         wake(wakers);
+    }
+
+    /// Lets waiters under `key` into the places that lapsed by `now` (held past their
+    /// lease, never released: no release will come to dispatch them).
+    pub(super) fn lapse(&self, key: &str, now: u64) {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(entry) = inner.map.get_mut(key) else {
+            return;
+        };
+        let (wakers, waited) = entry.dispatch(now);
+        drop(inner);
+        self.record_waits(key, &waited);
+        wake(wakers);
+    }
+
+    /// When the next place held under `key` lapses, if one is held.
+    pub(super) fn next_lapse(&self, key: &str) -> Option<u64> {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner.map.get(key)?.limiter.next_lapse()
     }
 
     /// A waiter of `class` under `key` leaves its queue: the place granted meanwhile, if
@@ -582,6 +607,8 @@ impl<S: AsyncStore> Engine<S> {
                         turn,
                         timer,
                         deadline: timer.sleep(queue.shape.max_wait_ns),
+                        deadline_at: now.saturating_add(queue.shape.max_wait_ns),
+                        lapse: None,
                         done: false,
                     }
                     .await;
