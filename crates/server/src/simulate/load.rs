@@ -222,11 +222,14 @@ pub fn simulate(args: &LoadArgs, which: Option<LoadStrategy>) -> Run {
         .max(1);
     let workers = args.workers.max(1);
     let mut limiter = which.map(|w| {
-        let (strategy, window) = if args.defaults {
+        let (strategy, mut window) = if args.defaults {
             published(w, service_ns)
         } else {
             (strategy(w, service_ns), window())
         };
+        if let Some(least) = args.window {
+            window.min_time_ns = u64::try_from(least.as_nanos()).unwrap_or(u64::MAX);
+        }
         let controller = strategy.build(window, 0, 1);
         AdaptiveLimiter::new(controller, 0, u64::MAX)
     });
