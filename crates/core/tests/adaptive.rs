@@ -200,3 +200,47 @@ fn the_min_rtt_does_not_ratchet_up_under_sustained_load() {
     assert!(measurements >= 10, "only {measurements} measurements");
     assert_eq!(g.min_rtt(), Some(10 * MS));
 }
+
+/// Gradient2's long RTT and Vegas's re-probed no-load RTT, learnt from windows the limit's
+/// own queue shaped, followed that queue up under sustained load: the reference rose, the
+/// limit rose `tolerance` (or the Vegas thresholds) above it, the queue with it, and so on
+/// for as long as the load lasted (in `simulate load --phase 60s`, p99 5.8x the unloaded
+/// one for Gradient2, 4.5x for Vegas). In front of 20 workers of 10 ms, saturated for ten
+/// minutes, both must keep the limit near the workers: the RTT is `10 ms · limit / 20`, so a
+/// limit of 40 is a queue as long as the service.
+#[test]
+fn the_no_load_reference_does_not_ratchet_up_under_sustained_load() {
+    let saturated = |limit: u64| Sample {
+        rtt_ns: 10 * MS * limit.max(20) / 20,
+        in_flight: limit,
+        dropped: false,
+    };
+    for strategy in [
+        Strategy::Gradient2(Gradient2Config {
+            initial: 10,
+            min: 5,
+            max: 200,
+            ..Gradient2Config::default()
+        }),
+        Strategy::Vegas(VegasConfig {
+            initial: 10,
+            min: 5,
+            max: 200,
+            ..VegasConfig::default()
+        }),
+    ] {
+        let mut c = strategy.build(window(), 0, 1);
+        // A minute unloaded first (half the workers busy): the reference learns 10 ms.
+        let start = 60 * 1_000 * MS;
+        run(c.as_mut(), 0, 60, |limit| Sample {
+            in_flight: limit.min(10),
+            ..saturated(10)
+        });
+        run(c.as_mut(), start, 600, saturated);
+        let last = run(c.as_mut(), start + 600 * 1_000 * MS, 60, saturated);
+        assert!(
+            last <= 40,
+            "{strategy:?}: the limit reached {last} in the last minute"
+        );
+    }
+}

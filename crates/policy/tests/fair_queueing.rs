@@ -63,7 +63,16 @@ fn poll(future: &mut Pending<'_>) -> Option<Verdict> {
     }
 }
 
+/// The secret the tests' engines deal lanes with: fixed, so that tenants can be picked for
+/// their lanes before an engine is made (a real engine draws a random one).
+const SECRET: u64 = 14;
+
 fn engine(toml: &str) -> Engine<MemoryStore> {
+    random_engine(toml).with_flow_secret(SECRET)
+}
+
+/// An engine as a server makes it: its flow secret drawn at random.
+fn random_engine(toml: &str) -> Engine<MemoryStore> {
     Engine::new(
         parse("a.toml", toml).unwrap(),
         MemoryStore::new(StoreConfig::default()),
@@ -96,19 +105,72 @@ fn queued(limit: u64, queue: &str) -> String {
     )
 }
 
-/// FNV-1a, the engine's flow hash: to pick tenants that fall into different lanes.
+/// Two tenant names whose flows take lanes 0 and 1 of 2 (with a hand of 1), as the
+/// engines of [`engine`] deal them.
+fn two_lanes() -> (String, String) {
+    let probe = engine(&queued(1, "queues = 2\nhand = 1\n"));
+    let lane = |name: &String| probe.queue_hand("up", name).expect("a queue")[0];
+    let names: Vec<String> = (0..64).map(|i| format!("tenant-{i}")).collect();
+    let zero = names.iter().find(|n| lane(n) == 0).unwrap().clone();
+    let one = names.iter().find(|n| lane(n) == 1).unwrap().clone();
+    (zero, one)
+}
+
+/// FNV-1a, the engine's flow hash before it was keyed: what an attacker could compute.
 fn fnv(text: &str) -> u64 {
     text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
 }
 
-/// Two tenant names whose flows take lanes 0 and 1 of 2 (with a hand of 1).
-fn two_lanes() -> (String, String) {
-    let names: Vec<String> = (0..64).map(|i| format!("tenant-{i}")).collect();
-    let zero = names.iter().find(|n| fnv(n) % 2 == 0).unwrap().clone();
-    let one = names.iter().find(|n| fnv(n) % 2 == 1).unwrap().clone();
-    (zero, one)
+/// Kubernetes' shape: 64 lanes, a hand of 8.
+const WIDE: &str = "queues = 64\nhand = 8\n";
+
+#[test]
+fn lanes_cannot_be_computed_outside_the_engine() {
+    // With the unkeyed FNV-1a anyone could deal a victim's hand offline and pick tenant
+    // names whose hands cover it. Keyed with a random secret per engine (per process),
+    // two engines deal the same tenants differently, and neither as FNV-1a would; a hand
+    // of 8 out of 64 lanes repeats by chance about once in 10^14.
+    let (a, b) = (
+        random_engine(&queued(1, WIDE)),
+        random_engine(&queued(1, WIDE)),
+    );
+    let shape = ratewarden_core::adaptive::FairQueueConfig {
+        queues: 64,
+        hand: 8,
+        ..Default::default()
+    };
+    for i in 0..16 {
+        let tenant = format!("tenant-{i}");
+        let (in_a, in_b) = (a.queue_hand("up", &tenant), b.queue_hand("up", &tenant));
+        let (in_a, in_b) = (in_a.expect("a queue"), in_b.expect("a queue"));
+        assert_eq!(in_a.len(), 8);
+        assert_eq!(Some(&in_a), a.queue_hand("up", &tenant).as_ref(), "stable");
+        assert_ne!(in_a, in_b, "{tenant} dealt alike by two engines");
+        assert_ne!(
+            in_a,
+            shape.hand(fnv(&tenant)),
+            "{tenant} dealt as FNV-1a deals"
+        );
+    }
+    assert_eq!(a.queue_hand("nope", "tenant-0"), None);
+}
+
+#[test]
+fn with_a_fixed_secret_the_lanes_replay() {
+    let (a, b) = (engine(&queued(1, WIDE)), engine(&queued(1, WIDE)));
+    let other = random_engine(&queued(1, WIDE)).with_flow_secret(SECRET + 1);
+    let mut moved = 0;
+    for i in 0..16 {
+        let tenant = format!("tenant-{i}");
+        let in_a = a.queue_hand("up", &tenant).expect("a queue");
+        assert_eq!(Some(&in_a), b.queue_hand("up", &tenant).as_ref());
+        if Some(&in_a) != other.queue_hand("up", &tenant).as_ref() {
+            moved += 1;
+        }
+    }
+    assert_eq!(moved, 16, "another secret deals other hands");
 }
 
 #[test]
@@ -472,4 +534,57 @@ fn queues_are_validated_with_located_errors() {
         ),
         (64, 8, 50, 1_000_000_000)
     );
+}
+
+/// One place with a lease of 100 ms, and a queue waiting up to a second.
+fn leased() -> String {
+    queued(1, "max_wait = \"1s\"\n")
+        .replace("[limit.adaptive]", "lease = \"100ms\"\n[limit.adaptive]")
+}
+
+#[test]
+fn a_place_whose_holder_is_gone_goes_to_a_waiter_when_its_lease_lapses() {
+    // The place was freed only by the next event (a release, a newcomer): with none, the
+    // waiter waited out its whole `max_wait` and was shed, the place free for 900 ms.
+    let engine = engine(&leased());
+    let timer = ManualTimer::new();
+    let r = request("/", &[]);
+    // Taken through the decision API, whose caller never releases it.
+    let gone = now_or_panic(engine.decide(&r, timer.now())).unwrap();
+    assert!(gone.allowed);
+    let mut waiting: Pending<'_> = Box::pin(engine.decide_waiting(&r, &timer));
+    assert!(poll(&mut waiting).is_none());
+    timer.advance(99 * MS);
+    assert!(poll(&mut waiting).is_none(), "the lease still runs");
+    timer.advance(MS);
+    let let_in = poll(&mut waiting).expect("let in as the lease lapses");
+    assert!(let_in.allowed);
+    assert_eq!(engine.adaptive_states(1)[0].in_flight, 1);
+    assert_eq!(engine.adaptive_queues()[0].waits.sum_ns, 100 * MS);
+}
+
+#[test]
+fn a_waiter_past_its_max_wait_does_not_take_a_place_from_one_within_it() {
+    let engine = engine(&queued(1, "max_wait = \"1s\"\n"));
+    let timer = ManualTimer::new();
+    let r = request("/", &[]);
+    let holder = now_or_panic(engine.decide_waiting(&r, &timer)).unwrap();
+    let mut late: Pending<'_> = Box::pin(engine.decide_waiting(&r, &timer));
+    assert!(poll(&mut late).is_none());
+    timer.advance(500 * MS);
+    let mut in_time: Pending<'_> = Box::pin(engine.decide_waiting(&r, &timer));
+    assert!(poll(&mut in_time).is_none());
+    // The first waiter's second is up, but its future has not run yet (a busy worker)
+    // when the place comes free: the place goes to the one still within its wait.
+    timer.advance(600 * MS);
+    release(&engine, &holder, timer.now());
+    let let_in = poll(&mut in_time).expect("dispatched by the release");
+    assert!(let_in.allowed);
+    let shed = poll(&mut late).expect("past its deadline");
+    assert!(!shed.allowed && shed.shed());
+    let waited_too_long = engine
+        .adaptive_shed_reasons()
+        .into_iter()
+        .find(|(c, r, _)| *c == Criticality::Default && *r == ShedReason::WaitedTooLong);
+    assert_eq!(waited_too_long.map(|(_, _, n)| n), Some(1));
 }

@@ -207,7 +207,14 @@ pub(crate) fn row(rule: &Rule) -> [String; 6] {
     let key: Vec<String> = rule.key.iter().map(ToString::to_string).collect();
     // An adaptive rule's `limit` is only its starting place: the limit moves.
     let mut algorithm = match &rule.adaptive {
-        Some(adaptive) => format!("adaptive-concurrency ({})", adaptive.strategy.name()),
+        Some(adaptive) => {
+            let mut text = format!("adaptive-concurrency ({})", adaptive.strategy.name());
+            if let Some(queue) = &adaptive.queue {
+                text.push_str(", ");
+                text.push_str(&describe_queue(queue));
+            }
+            text
+        }
         None => describe(&rule.limit),
     };
     match &rule.cost {
@@ -243,6 +250,29 @@ pub(crate) fn row(rule: &Rule) -> [String; 6] {
         mode,
         failure,
     ]
+}
+
+/// An adaptive rule's `[limit.queue]`: whose turn it is, how long a request may wait, the
+/// lanes, and the weights named.
+pub fn describe_queue(queue: &config::Queue) -> String {
+    let shape = queue.shape;
+    let mut text = format!(
+        "queued by {} up to {} ({} queues, hand {}, {} each)",
+        queue.key,
+        DisplayDuration(std::time::Duration::from_nanos(shape.max_wait_ns)),
+        shape.queues,
+        shape.hand,
+        shape.queue_length,
+    );
+    if !queue.weights.is_empty() {
+        let weights: Vec<String> = queue
+            .weights
+            .iter()
+            .map(|(value, weight)| format!("{value}={weight}"))
+            .collect();
+        text.push_str(&format!(", weights {}", weights.join(" ")));
+    }
+    text
 }
 
 /// An algorithm with its numbers, as a config would write them.

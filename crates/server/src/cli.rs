@@ -211,6 +211,12 @@ pub struct LoadArgs {
     #[arg(long)]
     pub defaults: bool,
 
+    /// How often the limit may move (the window's least time, its 10 answers aside),
+    /// instead of 100 ms (1 s with `--defaults`): `--defaults --window 100ms` is the
+    /// published defaults with the window that settles within seconds.
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub window: Option<Duration>,
+
     /// Make every step of the scenario this long (`--scenario capacity --phase 60s`: what
     /// a minute of sustained overload does to the limit).
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]

@@ -23,9 +23,21 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
+        // A reader that closed the pipe (`ratewarden check-config … | head -1`) has seen
+        // enough: not an error to report.
+        Err(e) if broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(2)
         }
     }
+}
+
+/// Whether `e` is, or was caused by, writing to a closed pipe.
+fn broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

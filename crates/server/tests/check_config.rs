@@ -168,3 +168,48 @@ fn a_redis_url_serve_would_refuse_fails_the_check() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `check-config` and `explain` showed an adaptive rule as its strategy alone: whether its
+/// excess waits, for how long and in which lanes, was not to be seen.
+#[test]
+fn check_config_and_explain_describe_a_rules_queue() {
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("queue.toml");
+    std::fs::write(
+        &path,
+        r#"
+[[limit]]
+name = "upstream"
+key = ["global"]
+algorithm = "adaptive-concurrency"
+strategy = "vegas"
+
+[limit.queue]
+key = "header:x-team"
+max_wait = "250ms"
+queues = 32
+hand = 4
+queue_length = 20
+
+[limit.queue.weights]
+"team-a" = 4
+"team-b" = 2
+"#,
+    )
+    .unwrap();
+    let described = "adaptive-concurrency (vegas), queued by header:x-team up to 250ms \
+                     (32 queues, hand 4, 20 each), weights team-a=4 team-b=2";
+    let out = check(path.to_str().unwrap());
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{table}");
+    assert!(table.contains(described), "{table}");
+    let out = Command::new(env!("CARGO_BIN_EXE_ratewarden"))
+        .arg("explain")
+        .arg("--config")
+        .arg(&path)
+        .args(["--request", r#"{"ip": "203.0.113.7", "path": "/"}"#])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains(described), "{text}");
+}

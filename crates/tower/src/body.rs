@@ -8,6 +8,7 @@ use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+use crate::grpc;
 use crate::permit::PermitGuard;
 
 pin_project! {
@@ -61,6 +62,16 @@ impl<B: Body<Data = Bytes>> Body for LimitBody<B> {
         match self.project().kind.project() {
             KindProj::Inner { body, permit } => {
                 let frame = body.poll_frame(cx);
+                // A gRPC call's status comes in its trailers: a server failure there is a
+                // drop, as a 5xx is.
+                if let Poll::Ready(Some(Ok(f))) = &frame {
+                    let failed = f.trailers_ref().is_some_and(grpc::is_server_failure);
+                    if let (true, Some(permit)) = (failed, permit.as_mut()) {
+                        if let Some(completion) = permit.completion.as_mut() {
+                            completion.dropped = true;
+                        }
+                    }
+                }
                 // Sent to the end: the permit goes back now, not when the connection
                 // gets round to dropping the body.
                 if let Poll::Ready(None) = frame {

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 use http::header::CONTENT_TYPE;
 use http::request::Parts;
-use http::{HeaderName, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 use crate::answer::{add_headers, Rejection};
 
@@ -18,6 +18,20 @@ const GRPC_RETRY_PUSHBACK_MS: HeaderName = HeaderName::from_static("grpc-retry-p
 const INVALID_ARGUMENT: &str = "3";
 const RESOURCE_EXHAUSTED: &str = "8";
 const UNAVAILABLE: &str = "14";
+
+/// Whether `grpc-status` in `fields` (a response's headers, or its trailers) is a failure
+/// of the server's, the codes gRPC maps to a 5xx (`UNKNOWN`, `DEADLINE_EXCEEDED`,
+/// `UNIMPLEMENTED`, `INTERNAL`, `UNAVAILABLE`, `DATA_LOSS`): a gRPC service answers its
+/// errors inside an HTTP 200, and these are what an adaptive limit must back off from, as
+/// from a 5xx. A caller's mistake (`INVALID_ARGUMENT`, `NOT_FOUND`...) is no more a drop
+/// than a 4xx is.
+pub(crate) fn is_server_failure(fields: &HeaderMap) -> bool {
+    fields
+        .get(GRPC_STATUS)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u32>().ok())
+        .is_some_and(|code| matches!(code, 2 | 4 | 12 | 13 | 14 | 15))
+}
 
 /// Whether the request is a gRPC call.
 pub(crate) fn is_grpc(request: &Parts) -> bool {

@@ -96,13 +96,16 @@ where
             let response = inner.call(Request::from_parts(parts, body)).await;
             // The round trip is to the inner service's answer, as the gateway's is to the
             // upstream's response head; an error or a 5xx is a drop: the service is
-            // failing, which is what an adaptive limit must back off from.
+            // failing, which is what an adaptive limit must back off from. So is a gRPC
+            // server failure, which comes in a 200: its `grpc-status` in the headers
+            // (trailers-only) here, in the trailers as the body ends (`LimitBody`).
             if let (Some(permit), Some(sent)) = (permit.as_mut(), sent) {
                 permit.completion = Some(Completion {
                     rtt_ns: Some(settings.clock.now().saturating_sub(sent)),
-                    dropped: response
-                        .as_ref()
-                        .map_or(true, |r| r.status().is_server_error()),
+                    dropped: response.as_ref().map_or(true, |r| {
+                        r.status().is_server_error()
+                            || (grpc && grpc::is_server_failure(r.headers()))
+                    }),
                 });
             }
             let (mut head, body) = response?.into_parts();

@@ -55,6 +55,22 @@ fn app(toml: &str) -> (Router, Arc<Engine<MemoryStore>>) {
             }),
         )
         .route(
+            "/grpc/unavailable",
+            get(|| grpc_answer(http::HeaderMap::new(), [("grpc-status", "14")])),
+        )
+        .route(
+            "/grpc/not-found",
+            get(|| grpc_answer(http::HeaderMap::new(), [("grpc-status", "5")])),
+        )
+        .route(
+            "/grpc/internal-in-trailers",
+            get(|| {
+                let mut trailers = http::HeaderMap::new();
+                trailers.insert("grpc-status", http::HeaderValue::from_static("13"));
+                grpc_answer(trailers, std::iter::empty())
+            }),
+        )
+        .route(
             "/slow",
             get(|| async {
                 tokio::time::sleep(SERVICE * 3).await;
@@ -63,6 +79,42 @@ fn app(toml: &str) -> (Router, Arc<Engine<MemoryStore>>) {
         )
         .layer(layer);
     (router, engine)
+}
+
+/// A gRPC answer in an HTTP 200, as gRPC services give their errors: `headers` on the
+/// response (a trailers-only answer) and `trailers` after an empty body.
+async fn grpc_answer(
+    trailers: http::HeaderMap,
+    headers: impl IntoIterator<Item = (&'static str, &'static str)>,
+) -> http::Response<Body> {
+    tokio::time::sleep(SERVICE / 10).await;
+    let mut response = http::Response::new(Body::new(Trailers(Some(trailers))));
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/grpc"),
+    );
+    for (name, value) in headers {
+        response
+            .headers_mut()
+            .insert(name, http::HeaderValue::from_static(value));
+    }
+    response
+}
+
+/// A body of nothing but trailers (none when empty).
+struct Trailers(Option<http::HeaderMap>);
+
+impl http_body::Body for Trailers {
+    type Data = bytes::Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, Self::Error>>> {
+        let trailers = self.0.take().filter(|t| !t.is_empty());
+        std::task::Poll::Ready(trailers.map(|t| Ok(http_body::Frame::trailers(t))))
+    }
 }
 
 fn request(path: &str, tenant: &str) -> Request<Body> {
@@ -172,4 +224,38 @@ async fn a_caller_that_goes_away_leaves_the_layers_queue() {
     assert_eq!(next.await.unwrap(), StatusCode::OK);
     let state = &engine.adaptive_states(1)[0];
     assert_eq!((state.in_flight, state.waiting), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_grpc_server_failure_inside_an_http_200_is_a_drop() {
+    // A gRPC service answers its errors with a 200 and a `grpc-status`: only the 5xx was
+    // read, so an `UNAVAILABLE` service looked healthy to the limit.
+    let (app, engine) = app(&format!(
+        "{RULE}[limit.adaptive]\ninitial = 10\nmin = 1\nmax = 20\nwindow = \"1ns\"\nwindow_samples = 1\nmin_rtt = \"0s\"\nreserve = 0\n"
+    ));
+    let grpc = |path: &str| {
+        Request::get(path)
+            .header("content-type", "application/grpc")
+            .body(Body::empty())
+            .unwrap()
+    };
+    let call = |path: &'static str| {
+        let app = app.clone();
+        async move {
+            let response = app.oneshot(grpc(path)).await.unwrap();
+            let status = response.status();
+            let _ = axum::body::to_bytes(response.into_body(), usize::MAX).await;
+            status
+        }
+    };
+    // `UNAVAILABLE` in a trailers-only answer: a drop, ⌊10 · 0.9⌋ = 9.
+    assert_eq!(call("/grpc/unavailable").await, StatusCode::OK);
+    assert_eq!(limit(&engine), 9);
+    // `NOT_FOUND` is the caller's mistake, as a 404 is: not a drop.
+    assert_eq!(call("/grpc/not-found").await, StatusCode::OK);
+    assert_eq!(limit(&engine), 9);
+    // `INTERNAL` in the trailers, after the body: a drop, ⌊9 · 0.9⌋ = 8.
+    assert_eq!(call("/grpc/internal-in-trailers").await, StatusCode::OK);
+    assert_eq!(limit(&engine), 8);
+    assert_eq!(engine.adaptive_states(1)[0].in_flight, 0);
 }

@@ -45,6 +45,39 @@ impl Default for FairQueueConfig {
     }
 }
 
+impl FairQueueConfig {
+    /// The lanes dealt to the tenant whose hash is `flow`: `hand` distinct lanes, read off
+    /// the hash as digits of a falling base (Kubernetes' shuffle sharding dealer).
+    ///
+    /// Whoever can compute a tenant's hash knows its lanes, and can pick names whose hands
+    /// cover them: the hash must be keyed with a secret clients cannot learn.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewarden_core::adaptive::FairQueueConfig;
+    ///
+    /// let shape = FairQueueConfig { queues: 4, hand: 2, ..FairQueueConfig::default() };
+    /// // Two distinct lanes of the four, the same for the same hash.
+    /// assert_eq!(shape.hand(6), [2, 0]);
+    /// assert_eq!(shape.hand(6), shape.hand(6));
+    /// ```
+    pub fn hand(&self, flow: u64) -> Vec<usize> {
+        let queues = self.queues as usize;
+        let mut deck: Vec<usize> = (0..queues).collect();
+        let mut rest = flow;
+        let mut hand = Vec::with_capacity(self.hand as usize);
+        for i in 0..(self.hand as usize).min(queues) {
+            let left = (queues - i) as u64;
+            let pick = i + (rest % left) as usize;
+            rest /= left;
+            deck.swap(i, pick);
+            hand.push(deck[i]);
+        }
+        hand
+    }
+}
+
 /// Why a request could not wait.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Refused {
@@ -141,21 +174,9 @@ impl<T> FairQueue<T> {
         self.len == 0
     }
 
-    /// The lanes dealt to the tenant whose hash is `flow`: `hand` distinct lanes, read off
-    /// the hash as digits of a falling base (Kubernetes' shuffle sharding dealer).
+    /// The lanes dealt to the tenant whose hash is `flow` (see [`FairQueueConfig::hand`]).
     pub fn hand(&self, flow: u64) -> Vec<usize> {
-        let queues = self.config.queues as usize;
-        let mut deck: Vec<usize> = (0..queues).collect();
-        let mut rest = flow;
-        let mut hand = Vec::with_capacity(self.config.hand as usize);
-        for i in 0..self.config.hand as usize {
-            let left = (queues - i) as u64;
-            let pick = i + (rest % left) as usize;
-            rest /= left;
-            deck.swap(i, pick);
-            hand.push(deck[i]);
-        }
-        hand
+        self.config.hand(flow)
     }
 
     /// Queues `item` of the tenant `flow` (a hash of its key) with `weight` at `now`, in

@@ -150,6 +150,12 @@ impl AdaptiveLimiter {
         self.held.len() as u64
     }
 
+    /// When the first place held lapses (its lease runs out unreleased), if any is held:
+    /// the time to look again for those waiting, since no release will come for it.
+    pub fn next_lapse(&self) -> Option<u64> {
+        self.held.first().map(|&(expires, _)| expires)
+    }
+
     /// Whether nothing is in flight (then the limiter may be dropped and built again with
     /// little lost but what it learnt).
     pub fn is_idle(&self) -> bool {

@@ -19,6 +19,7 @@ use ratewarden_core::{AsyncStore, Decision, Outcome, NANOS_PER_SEC};
 
 use super::charge::{Applying, Charged};
 use super::counters::Counters;
+use super::flow_hash::FlowHash;
 use super::owner::{stranger, Owner};
 use super::reservations::{Charge, Grant, GrantId};
 use super::rules::RuleSet;
@@ -48,6 +49,8 @@ pub(super) struct Limiters {
     /// How long dispatched waiters waited, by rule name and class. Rule names come from
     /// the config, not from clients: the map is as small as the rules.
     waits: Mutex<BTreeMap<(String, Criticality), WaitStats>>,
+    /// Deals tenants their lanes, keyed so that clients cannot predict them.
+    flow: FlowHash,
 }
 
 #[derive(Default)]
@@ -82,6 +85,12 @@ impl Entry {
         let mut waited = Vec::new();
         for class in Criticality::ALL.into_iter().rev() {
             let slot = &mut self.waiting[class as usize];
+            if let Some(queue) = slot.as_mut() {
+                // Those past `max_wait` are answered 503 by their own deadline; until their
+                // future runs they would still be first in line, and take a place from one
+                // still within its wait.
+                queue.expire(now);
+            }
             while let Some(queue) = slot.as_mut() {
                 if queue.is_empty() {
                     *slot = None;
@@ -223,6 +232,7 @@ impl Limiters {
             cap: cap.max(1),
             shed: Default::default(),
             waits: Mutex::new(BTreeMap::new()),
+            flow: FlowHash::random(),
         }
     }
 
@@ -262,7 +272,7 @@ impl Limiters {
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         if !inner.map.contains_key(key) {
             inner.evict(self.cap);
-            let controller = config.strategy.build(config.window, now, seed(key));
+            let controller = config.strategy.build(config.window, now, jitter_seed(key));
             let limiter =
                 AdaptiveLimiter::new(controller, config.reserve_permille, config.lease_ns);
             let entry = Entry {
@@ -305,6 +315,25 @@ impl Limiters {
         drop(inner);
         self.record_waits(key, &waited);
         wake(wakers);
+    }
+
+    /// Lets waiters under `key` into the places that lapsed by `now` (held past their
+    /// lease, never released: no release will come to dispatch them).
+    pub(super) fn lapse(&self, key: &str, now: u64) {
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(entry) = inner.map.get_mut(key) else {
+            return;
+        };
+        let (wakers, waited) = entry.dispatch(now);
+        drop(inner);
+        self.record_waits(key, &waited);
+        wake(wakers);
+    }
+
+    /// When the next place held under `key` lapses, if one is held.
+    pub(super) fn next_lapse(&self, key: &str) -> Option<u64> {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner.map.get(key)?.limiter.next_lapse()
     }
 
     /// A waiter of `class` under `key` leaves its queue: the place granted meanwhile, if
@@ -362,7 +391,7 @@ impl Limiters {
         match inner.map.get(key) {
             Some(entry) => (entry.limiter.cap(class), entry.limiter.in_flight()),
             None => {
-                let controller = config.strategy.build(config.window, now, seed(key));
+                let controller = config.strategy.build(config.window, now, jitter_seed(key));
                 let limiter =
                     AdaptiveLimiter::new(controller, config.reserve_permille, config.lease_ns);
                 (limiter.cap(class), 0)
@@ -492,9 +521,10 @@ impl Inner {
     }
 }
 
-/// A seed for a key's jitter, and a flow's hash in a fair queue: FNV-1a, so the same key
-/// replays the same.
-pub(super) fn seed(key: &str) -> u64 {
+/// A seed for a key's jitter (when Vegas re-probes, when Envoy's gradient measures): FNV-1a,
+/// so the same key replays the same. Not for a flow's lanes, which clients must not predict
+/// (see [`FlowHash`]): knowing when a probe falls gains a client nothing it could not see.
+pub(super) fn jitter_seed(key: &str) -> u64 {
     key.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
     })
@@ -562,7 +592,7 @@ impl<S: AsyncStore> Engine<S> {
             // Once another rule has shed the request, waiting here would be in vain.
             let flow = match (timer, &config.queue, &a.flow) {
                 (Some(_), Some(queue), Some(flow)) if a.enforced && !shed => {
-                    Some((seed(flow), queue.weight(flow)))
+                    Some((self.adaptive.flow.hash(flow), queue.weight(flow)))
                 }
                 _ => None,
             };
@@ -577,6 +607,8 @@ impl<S: AsyncStore> Engine<S> {
                         turn,
                         timer,
                         deadline: timer.sleep(queue.shape.max_wait_ns),
+                        deadline_at: now.saturating_add(queue.shape.max_wait_ns),
+                        lapse: None,
                         done: false,
                     }
                     .await;
@@ -746,6 +778,33 @@ impl<S: AsyncStore> Engine<S> {
 }
 
 impl<S> Engine<S> {
+    /// The engine with the secret that deals tenants their queue lanes fixed to `secret`,
+    /// so that the lanes are the same in every run: for tests and reproducible
+    /// simulations only.
+    ///
+    /// By default the secret is random, drawn when the engine is made, so that no client
+    /// can work out which lanes a tenant falls in and choose names whose lanes cover
+    /// another tenant's (see `docs/adaptive.md`). Anyone who knows a fixed secret can.
+    #[must_use]
+    pub fn with_flow_secret(mut self, secret: u64) -> Self {
+        self.adaptive.flow = FlowHash::Fixed(secret);
+        self
+    }
+
+    /// The lanes of rule `rule`'s queue that the flow `value` (its value of the queue's
+    /// key: a tenant, an API key...) is dealt; `None` when no rule of that name has a
+    /// queue. The lanes are the same for the engine's life, and differ from one engine to
+    /// the next unless the secret is fixed ([`with_flow_secret`](Engine::with_flow_secret)).
+    pub fn queue_hand(&self, rule: &str, value: &str) -> Option<Vec<usize>> {
+        let set = self.current();
+        let queue = set
+            .rules
+            .iter()
+            .filter(|r| r.name == rule)
+            .find_map(|r| r.adaptive.as_ref()?.queue.as_ref())?;
+        Some(queue.shape.hand(self.adaptive.flow.hash(value)))
+    }
+
     /// The adaptive limiters' current limits and in-flight counts, the busiest first, at
     /// most `max` of them (keys come from clients: a metrics page shows a bounded set).
     pub fn adaptive_states(&self, max: usize) -> Vec<AdaptiveState> {

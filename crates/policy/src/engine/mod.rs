@@ -15,6 +15,7 @@ mod descriptors;
 mod error;
 mod explain;
 mod failure;
+mod flow_hash;
 mod hash;
 mod identity;
 mod key_state;

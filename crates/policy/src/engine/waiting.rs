@@ -102,19 +102,58 @@ pub(super) struct Wait<'a> {
     pub(super) turn: Arc<Turn>,
     pub(super) timer: &'a dyn Timer,
     pub(super) deadline: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// When the deadline falls, on the timer's clock.
+    pub(super) deadline_at: u64,
+    /// A sleep until the next place held under the key lapses (its holder gone, no
+    /// release to come), when that falls before the deadline.
+    pub(super) lapse: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     pub(super) done: bool,
 }
+
+/// How many lapses one poll hands on before it yields (each takes the places lapsed by
+/// then out, so the next is later; the bound only keeps one poll short).
+const LAPSES_PER_POLL: usize = 4;
 
 impl Future for Wait<'_> {
     type Output = Result<Ticket, ShedReason>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if let Some(ticket) = self.turn.poll(cx.waker()) {
-            self.done = true;
-            return Poll::Ready(Ok(ticket));
-        }
-        if self.deadline.as_mut().poll(cx).is_pending() {
-            return Poll::Pending;
+        let mut lapses = 0;
+        loop {
+            if let Some(ticket) = self.turn.poll(cx.waker()) {
+                self.done = true;
+                return Poll::Ready(Ok(ticket));
+            }
+            if self.deadline.as_mut().poll(cx).is_ready() {
+                break;
+            }
+            // A place whose holder is gone lapses at its lease's end, and no release comes
+            // to hand it on: a waiter wakes then to do it (it waited out its whole
+            // `max_wait` before, and was shed beside a free place).
+            if self.lapse.is_none() {
+                let now = self.timer.now();
+                match self.limiters.next_lapse(self.key) {
+                    Some(at) if at < self.deadline_at => {
+                        self.lapse = Some(self.timer.sleep(at.saturating_sub(now)));
+                    }
+                    _ => return Poll::Pending,
+                }
+            }
+            let Some(lapse) = self.lapse.as_mut() else {
+                return Poll::Pending;
+            };
+            if lapse.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            self.lapse = None;
+            let now = self.timer.now();
+            self.limiters.lapse(self.key, now);
+            lapses += 1;
+            if lapses == LAPSES_PER_POLL {
+                // Let the others run; this waiter is polled again at once.
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
         }
         self.done = true;
         let now = self.timer.now();

@@ -42,6 +42,13 @@ impl Running {
         self.app.reload().await.map(|reloaded| reloaded.version)
     }
 
+    /// The lanes of rule `rule`'s queue that the flow `value` (a tenant, an API key...)
+    /// is dealt in this server; `None` when no rule of that name has a queue. They are
+    /// keyed with a secret of this process, so only the process itself can tell.
+    pub fn queue_hand(&self, rule: &str, value: &str) -> Option<Vec<usize>> {
+        self.app.engine.queue_hand(rule, value)
+    }
+
     /// Waits until every listener has stopped and every connection has finished (or the
     /// grace period ran out).
     pub async fn wait(mut self) {

@@ -5,6 +5,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use ratewarden_core::adaptive::{
@@ -221,11 +222,14 @@ pub fn simulate(args: &LoadArgs, which: Option<LoadStrategy>) -> Run {
         .max(1);
     let workers = args.workers.max(1);
     let mut limiter = which.map(|w| {
-        let (strategy, window) = if args.defaults {
+        let (strategy, mut window) = if args.defaults {
             published(w, service_ns)
         } else {
             (strategy(w, service_ns), window())
         };
+        if let Some(least) = args.window {
+            window.min_time_ns = u64::try_from(least.as_nanos()).unwrap_or(u64::MAX);
+        }
         let controller = strategy.build(window, 0, 1);
         AdaptiveLimiter::new(controller, 0, u64::MAX)
     });
@@ -481,20 +485,24 @@ pub fn main(args: &LoadArgs) -> anyhow::Result<ExitCode> {
     let service_ns = u64::try_from(args.service.as_nanos()).unwrap_or(u64::MAX);
     let capacity = args.workers as f64 * SEC as f64 / service_ns.max(1) as f64;
     let runs = [simulate(args, Some(args.strategy)), simulate(args, None)];
-    println!(
+    let mut text = String::new();
+    writeln!(
+        text,
         "upstream: {} workers, {} each: {capacity:.0} answers a second",
         args.workers,
         ms(service_ns)
-    );
-    println!(
+    )?;
+    writeln!(
+        text,
         "step  load  workers  limit  steady (wobble)      goodput         p50        p99    shed  settled"
-    );
+    )?;
     for run in &runs {
-        println!("{}:", run.name);
+        writeln!(text, "{}:", run.name)?;
         for (i, s) in run.steps.iter().enumerate() {
             // Goodput against the capacity of the step's workers.
             let of = s.workers as f64 * SEC as f64 / service_ns.max(1) as f64;
-            println!(
+            writeln!(
+                text,
                 "{:>4}  {:>3.1}x  {:>7}  {:>5}  {:>15}  {:>6.1}/s {:>4.2}x  {:>9}  {:>9}  {:>6}  {}",
                 i + 1,
                 s.load,
@@ -507,12 +515,15 @@ pub fn main(args: &LoadArgs) -> anyhow::Result<ExitCode> {
                 ms(s.p99_ns),
                 s.shed,
                 settled_cell(s),
-            );
+            )?;
         }
     }
     // Every strategy's settle times on the same scenario, for comparison.
-    println!();
-    println!("every strategy: settled after each step, steady limit (wobble)");
+    writeln!(text)?;
+    writeln!(
+        text,
+        "every strategy: settled after each step, steady limit (wobble)"
+    )?;
     for which in STRATEGIES {
         let run = simulate(args, Some(which));
         let times: Vec<String> = run
@@ -520,8 +531,10 @@ pub fn main(args: &LoadArgs) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|s| format!("{:>9} {:>15}", settled_cell(s), steady_cell(s)))
             .collect();
-        println!("{:>10}  {}", run.name, times.join("  "));
+        writeln!(text, "{:>10}  {}", run.name, times.join("  "))?;
     }
+    // A closed pipe (`| head`) ends the table, not the run: the picture is still drawn.
+    super::write_stdout(&text)?;
     if let Some(path) = &args.svg {
         super::load_plot::write_svg(path, &runs, capacity)?;
         eprintln!("wrote {}", path.display());

@@ -142,6 +142,20 @@ pub fn run<R: BufRead>(
     Ok(report)
 }
 
+/// Writes `text` to the standard output; a reader that closed the pipe (`| head`) has seen
+/// enough, and is not an error.
+///
+/// # Errors
+///
+/// Any other failure to write.
+pub(crate) fn write_stdout(text: &str) -> io::Result<()> {
+    let mut out = io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
 /// Runs `ratewarden simulate`.
 ///
 /// # Errors

@@ -8,7 +8,6 @@
 mod model;
 mod plot;
 
-use std::io::Write;
 use std::process::ExitCode;
 
 use crate::cli::RetriesArgs;
@@ -72,8 +71,8 @@ pub fn main(args: RetriesArgs) -> anyhow::Result<ExitCode> {
         args.strategy.clone()
     };
     let runs: Vec<Run> = strategies.iter().map(|s| run(&scenario, *s)).collect();
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(table(&scenario, &runs).as_bytes())?;
+    // A closed pipe (`| head`) ends the table, not the run: the picture is still drawn.
+    super::write_stdout(&table(&scenario, &runs))?;
     if let Some(path) = &args.svg {
         plot::write_svg(path, &scenario, &runs)?;
         eprintln!("wrote {}", path.display());
