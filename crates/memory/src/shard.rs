@@ -57,6 +57,11 @@ impl<St: WordExpiry> Slot<St> {
         }
     }
 
+    /// Whether the state is fresh at `now`: a sweep may drop the slot.
+    pub(crate) fn sweepable(&self, now: u64) -> bool {
+        self.expires() <= now
+    }
+
     fn encode(expires: u64, limited: bool, word: bool) -> u64 {
         let grains = expires.div_ceil(1 << GRAIN_BITS).min(EXPIRES);
         grains << EXPIRY_SHIFT

@@ -112,6 +112,42 @@ fn a_full_store_can_refuse_new_keys_instead() {
     );
 }
 
+/// A layered decision whose one key is held but fresh, and whose other key is new, in a full
+/// store that refuses new keys: the sweep making room for the new key dropped the fresh one,
+/// both were then stored, and the store held one key more than `max_keys` (found by the
+/// fuzz suite, one run in three).
+#[test]
+fn a_layered_decision_does_not_take_a_full_store_past_its_bound() {
+    let store: MemoryStore = MemoryStore::new(StoreConfig {
+        max_keys: 2,
+        shards: 1,
+        when_full: WhenFull::RejectNewKeys,
+        ..StoreConfig::default()
+    });
+    let quick = Limit::from(Gcra::new(Rate::per_second(10).unwrap(), 1).unwrap());
+    let hourly =
+        Limit::from(Gcra::new(Rate::new(1, Duration::from_secs(3600)).unwrap(), 1).unwrap());
+    assert!(store.decide(&quick, "fresh-soon", SEC, 1).is_allowed());
+    assert!(store.decide(&hourly, "held", SEC, 1).is_allowed());
+    assert_eq!(store.stats().keys, 2);
+    // A second later "fresh-soon" is fresh again but still held; "new" needs a third slot.
+    let now = 2 * SEC;
+    let decisions = store.decide_all(&[(&quick, "fresh-soon", 1), (&quick, "new", 1)], now);
+    let stats = store.stats();
+    assert!(stats.keys <= 2, "{stats:?}");
+    // The store is full of a key it must keep: the new key is refused, and nothing charged.
+    assert!(!decisions[1].is_allowed(), "{decisions:?}");
+    assert!(store.peek(&quick, "fresh-soon", now, 1).is_allowed());
+    // Layered the other way round, the same.
+    let decisions = store.decide_all(&[(&quick, "new", 1), (&quick, "fresh-soon", 1)], now);
+    let stats = store.stats();
+    assert!(stats.keys <= 2, "{stats:?}");
+    assert!(
+        !decisions[0].is_allowed() || !decisions[1].is_allowed(),
+        "{decisions:?}"
+    );
+}
+
 #[test]
 fn memory_stays_flat_under_a_flood_of_one_off_keys() {
     // One-off IPv6 addresses, each seen once, a few microseconds apart.

@@ -111,10 +111,18 @@ impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
             let g = guard_of(hash);
             let shard = &mut guards[g];
             let decision = match shard.find(hash, key) {
-                Some(i) => shard
-                    .slot(i)
-                    .state
-                    .with(|state| limit.peek(state, now, cost)),
+                Some(i) => {
+                    let slot = shard.slot(i);
+                    if slot.sweepable(now) {
+                        // Fresh: the sweep making room for another layer's new key may
+                        // drop it, and then it is a new key of this call too. Counted as
+                        // one, so that room is made for it as well (a full store held one
+                        // key more than its bound when it was not).
+                        pending[g].0 += 1;
+                        pending[g].1 += ShardOf::<A>::cost_of(key);
+                    }
+                    slot.state.with(|state| limit.peek(state, now, cost))
+                }
                 None => match shard.traced(hash, now) {
                     Some(until) => still_limited(limit, now, until),
                     None => {
