@@ -105,10 +105,10 @@ impl<'a> From<&'a Quota> for Reported<'a> {
     }
 }
 
-/// Whether `headers` carry any rate limit field [`each_quota`] reads: a response without
-/// them costs two lookups and nothing else.
-pub(crate) fn has_quotas(headers: &HeaderMap) -> bool {
-    headers.contains_key(&RATELIMIT) || headers.contains_key(&X_RATELIMIT_REMAINING)
+/// Whether `headers` carry the legacy field [`each_quota`] reads when `RateLimit` is
+/// absent: a response without either costs two lookups and nothing else.
+pub(crate) fn has_legacy_quota(headers: &HeaderMap) -> bool {
+    headers.contains_key(&X_RATELIMIT_REMAINING)
 }
 
 /// Hands `each` every quota `headers` report, as [`quotas`] reads them, all or none: the
