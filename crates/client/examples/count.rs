@@ -10,7 +10,8 @@
 //!
 //! usage: count CASE N   (CASE: bare, chain, retry, as `benches/middleware.rs`; or
 //! `retry` without one of its parts, to price it: no-deadline, no-budget, no-pacing,
-//! one-attempt)
+//! one-attempt; any of them with `-counting` runs against a server whose `RateLimit`
+//! changes on every answer, as a real limiter's does)
 
 use std::sync::Arc;
 
@@ -24,7 +25,12 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let case = args.next().unwrap_or_default();
     let n: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(10_000);
-    let url = format!("http://{}/", common::server());
+    // `-counting`: against a server whose `RateLimit` changes on every answer.
+    let (case, server) = match case.strip_suffix("-counting") {
+        Some(case) => (case.to_owned(), common::counting_server()),
+        None => (case, common::server()),
+    };
+    let url = format!("http://{server}/");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -115,18 +115,30 @@ struct State {
     /// Each origin's slot in `per_origin` (origins are never forgotten, so slots hold).
     slots: HashMap<Arc<str>, usize>,
     per_origin: Vec<PerOrigin>,
+    /// The origin the last call went to, and its slot: a client mostly calls one, and
+    /// comparing its name costs less than hashing it.
+    last: Option<(Arc<str>, usize)>,
 }
 
 impl State {
     /// `origin`'s name and slot, made on its first request.
     fn slot(&mut self, origin: &str) -> (Arc<str>, usize) {
-        if let Some((name, &slot)) = self.slots.get_key_value(origin) {
-            return (name.clone(), slot);
+        if let Some((name, slot)) = &self.last {
+            if **name == *origin {
+                return (name.clone(), *slot);
+            }
         }
-        let name: Arc<str> = Arc::from(origin);
-        let slot = self.per_origin.len();
-        self.per_origin.push(PerOrigin::default());
-        self.slots.insert(name.clone(), slot);
+        let (name, slot) = match self.slots.get_key_value(origin) {
+            Some((name, &slot)) => (name.clone(), slot),
+            None => {
+                let name: Arc<str> = Arc::from(origin);
+                let slot = self.per_origin.len();
+                self.per_origin.push(PerOrigin::default());
+                self.slots.insert(name.clone(), slot);
+                (name, slot)
+            }
+        };
+        self.last = Some((name.clone(), slot));
         (name, slot)
     }
 }
@@ -208,6 +220,7 @@ impl Policy {
             budget: settings.budget.clone(),
             slots: HashMap::new(),
             per_origin: Vec::new(),
+            last: None,
         };
         Self {
             inner: Arc::new(Inner {
