@@ -6,7 +6,9 @@ use std::time::Duration;
 use http::HeaderMap;
 use ratewarden_http::{RATELIMIT, RATELIMIT_POLICY};
 
-use crate::fields::{each_quota, has_legacy_quota, RawFields, Reported};
+use crate::fields::{
+    each_quota, each_stated_quota, has_legacy_quota, PolicyTable, RawFields, Reported,
+};
 use crate::Quota;
 
 /// What one origin last said, and when this client may next send to it.
@@ -24,6 +26,11 @@ pub(crate) struct OriginPace {
     last_fields: RawFields,
     /// What those fields asked for.
     last_sighting: Sighting,
+    /// The last answer's `RateLimit-Policy`, raw, while `policies` holds it read: it
+    /// changes with the server's configuration, `RateLimit` with every answer, so a changed
+    /// answer mostly costs one parse.
+    last_policy: RawFields,
+    policies: Option<PolicyTable>,
 }
 
 impl OriginPace {
@@ -75,12 +82,29 @@ impl OriginPace {
         let state = headers.get_all(&RATELIMIT);
         if state.iter().next().is_some() {
             let policy = headers.get_all(&RATELIMIT_POLICY);
-            if !self.last_fields.matches(&state, &policy) {
+            if !self.last_fields.matches(&[&state, &policy]) {
                 let mut sighting = Sighting::default();
-                let quotas = &mut self.quotas;
+                let mut policies_read = true;
+                if !self.last_policy.matches(&[&policy]) {
+                    match PolicyTable::read(headers) {
+                        Ok(table) => {
+                            self.policies = table;
+                            self.last_policy.keep(&[&policy]);
+                        }
+                        Err(_) => {
+                            self.last_policy.forget();
+                            policies_read = false;
+                        }
+                    }
+                }
                 // All or none: a malformed field hands over no quota.
-                let _ = each_quota(headers, now, |q| sighting.quota(quotas, &q));
-                self.last_fields.keep(&state, &policy);
+                if policies_read {
+                    let quotas = &mut self.quotas;
+                    let _ = each_stated_quota(headers, self.policies.as_ref(), |q| {
+                        sighting.quota(quotas, &q)
+                    });
+                }
+                self.last_fields.keep(&[&state, &policy]);
                 self.last_sighting = sighting;
             }
             let sighting = self.last_sighting;
@@ -274,6 +298,7 @@ mod tests {
         for (i, h) in answers.iter().enumerate() {
             let now = 1_000 * MS + i as u64 * 100 * MS;
             fresh.last_fields.forget();
+            fresh.last_policy.forget();
             cached.observe_fields(h, None, now);
             fresh.observe_fields(h, None, now);
             assert_eq!(seen(&cached), seen(&fresh), "after answer {i}: {h:?}");
@@ -315,7 +340,9 @@ mod tests {
     fn a_malformed_field_seen_again_is_still_ignored() {
         let good = answer(&[r#""a";r=4;t=1"#], &[]);
         let bad = answer(&[r#""a";t=1"#], &[]);
-        let pace = cached_and_fresh_agree(&[good, bad.clone(), bad]);
+        let bad_policy = answer(&[r#""a";r=3;t=1"#], &["(a b)"]);
+        let bad_policy_again = answer(&[r#""a";r=2;t=1"#], &["(a b)"]);
+        let pace = cached_and_fresh_agree(&[good, bad.clone(), bad, bad_policy, bad_policy_again]);
         assert_eq!(pace.quota(Some("a")).unwrap().remaining, 4);
     }
 

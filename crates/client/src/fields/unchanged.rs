@@ -27,16 +27,12 @@ fn len_bytes(line: &[u8]) -> [u8; 8] {
 
 impl RawFields {
     /// Whether the fields are, line for line, the ones kept.
-    pub(crate) fn matches(
-        &self,
-        state: &GetAll<'_, HeaderValue>,
-        policy: &GetAll<'_, HeaderValue>,
-    ) -> bool {
+    pub(crate) fn matches(&self, fields: &[&GetAll<'_, HeaderValue>]) -> bool {
         if self.raw.is_empty() {
             return false;
         }
         let mut rest = self.raw.as_slice();
-        for field in [state, policy] {
+        for field in fields {
             for line in field.iter() {
                 let line = line.as_bytes();
                 let Some(after) = rest.strip_prefix(&len_bytes(line)[..]) else {
@@ -56,13 +52,9 @@ impl RawFields {
     }
 
     /// Keeps these fields (the buffer is reused: no allocation once it is large enough).
-    pub(crate) fn keep(
-        &mut self,
-        state: &GetAll<'_, HeaderValue>,
-        policy: &GetAll<'_, HeaderValue>,
-    ) {
+    pub(crate) fn keep(&mut self, fields: &[&GetAll<'_, HeaderValue>]) {
         self.raw.clear();
-        for field in [state, policy] {
+        for field in fields {
             for line in field.iter() {
                 let line = line.as_bytes();
                 self.raw.extend_from_slice(&len_bytes(line));
@@ -96,12 +88,12 @@ mod tests {
 
     fn kept(h: &HeaderMap) -> RawFields {
         let mut raw = RawFields::default();
-        raw.keep(&h.get_all("ratelimit"), &h.get_all("ratelimit-policy"));
+        raw.keep(&[&h.get_all("ratelimit"), &h.get_all("ratelimit-policy")]);
         raw
     }
 
     fn matches(raw: &RawFields, h: &HeaderMap) -> bool {
-        raw.matches(&h.get_all("ratelimit"), &h.get_all("ratelimit-policy"))
+        raw.matches(&[&h.get_all("ratelimit"), &h.get_all("ratelimit-policy")])
     }
 
     #[test]
@@ -127,10 +119,10 @@ mod tests {
         let mut raw = RawFields::default();
         let none = HeaderMap::new();
         assert!(!matches(&raw, &none), "an empty buffer is nothing kept");
-        raw.keep(
+        raw.keep(&[
             &none.get_all("ratelimit"),
             &none.get_all("ratelimit-policy"),
-        );
+        ]);
         assert!(matches(&raw, &none));
         raw.forget();
         assert!(!matches(&raw, &none));
