@@ -8,8 +8,9 @@
 //!   full-jitter backoff; nothing to retry).
 //!
 //! The server answers 200 with `RateLimit-Policy`/`RateLimit` fields, as a `ratewarden
-//! serve` gateway does, so the middleware parses them on every request (with a quota so
-//! large that pacing never holds a request). One keep-alive connection; a request's time
+//! serve` gateway does, the same bytes on every answer (the middleware recognises them
+//! without parsing; `examples/count.rs` has a server whose `RateLimit` changes), with a
+//! quota so large that pacing never holds a request. One keep-alive connection; a request's time
 //! is the round trip. Run with `cargo bench -p ratewarden-client --bench middleware`. The
 //! goal is `retry` within 5% of `bare`. Criterion measures each in turn, which a shared
 //! machine skews; a last, paired phase interleaves the three and prints their ratios.

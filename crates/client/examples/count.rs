@@ -8,9 +8,15 @@
 //!     target/release/examples/count retry 2000
 //! ```
 //!
-//! usage: count CASE N   (CASE: bare, chain, retry; as `benches/middleware.rs`)
+//! usage: count CASE N   (CASE: bare, chain, retry, as `benches/middleware.rs`; or
+//! `retry` without one of its parts, to price it: no-deadline, no-budget, no-pacing,
+//! one-attempt; any of them with `-counting` runs against a server whose `RateLimit`
+//! changes on every answer, as a real limiter's does)
 
-use ratewarden_client::{Policy, RetryMiddleware};
+use std::sync::Arc;
+
+use ratewarden_client::{Policy, RetryMiddleware, Settings};
+use ratewarden_core::RealClock;
 
 #[path = "../benches/common/mod.rs"]
 mod common;
@@ -19,7 +25,12 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let case = args.next().unwrap_or_default();
     let n: usize = args.next().and_then(|n| n.parse().ok()).unwrap_or(10_000);
-    let url = format!("http://{}/", common::server());
+    // `-counting`: against a server whose `RateLimit` changes on every answer.
+    let (case, server) = match case.strip_suffix("-counting") {
+        Some(case) => (case.to_owned(), common::counting_server()),
+        None => (case, common::server()),
+    };
+    let url = format!("http://{server}/");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -31,14 +42,40 @@ fn main() {
     let client = match case.as_str() {
         "bare" => None,
         "chain" => Some(reqwest_middleware::ClientBuilder::new(bare.clone()).build()),
-        "retry" => Some(
-            reqwest_middleware::ClientBuilder::new(bare.clone())
-                .with(RetryMiddleware::new(Policy::default()))
-                .build(),
-        ),
-        other => {
-            eprintln!("count: unknown case `{other}` (bare, chain, retry)");
-            std::process::exit(2);
+        retry => {
+            let defaults = Settings::default();
+            let settings = match retry {
+                "retry" => defaults,
+                "no-deadline" => Settings {
+                    deadline: None,
+                    ..defaults
+                },
+                "no-budget" => Settings {
+                    budget: None,
+                    ..defaults
+                },
+                "no-pacing" => Settings {
+                    pacing: false,
+                    ..defaults
+                },
+                "one-attempt" => Settings {
+                    max_attempts: 1,
+                    ..defaults
+                },
+                other => {
+                    eprintln!(
+                        "count: unknown case `{other}` (bare, chain, retry, no-deadline, \
+                         no-budget, no-pacing, one-attempt)"
+                    );
+                    std::process::exit(2);
+                }
+            };
+            let policy = Policy::new(settings, Arc::new(RealClock::new()));
+            Some(
+                reqwest_middleware::ClientBuilder::new(bare.clone())
+                    .with(RetryMiddleware::new(policy))
+                    .build(),
+            )
         }
     };
     runtime.block_on(async {

@@ -4,13 +4,16 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use http::HeaderMap;
+use ratewarden_http::{RATELIMIT, RATELIMIT_POLICY};
 
-use crate::fields::{each_quota, has_quotas, Reported};
+use crate::fields::{
+    each_quota, each_stated_quota, has_legacy_quota, PolicyTable, RawFields, Reported,
+};
 use crate::Quota;
 
 /// What one origin last said, and when this client may next send to it.
 #[derive(Debug, Clone, Default)]
-pub struct OriginPace {
+pub(crate) struct OriginPace {
     /// The earliest time the next request may go (nanoseconds since the Unix epoch).
     next_at: u64,
     /// The spacing between requests the last answer asked for, in nanoseconds.
@@ -18,63 +21,150 @@ pub struct OriginPace {
     /// Each policy's last reported quota (`policy` `None`: the legacy fields). A few at
     /// most, updated in place: an answer's quotas cost no allocation once seen.
     quotas: Vec<Quota>,
+    /// The last answer's `RateLimit` fields, raw, while `quotas` holds what they said: an
+    /// answer with the same bytes is not parsed again.
+    last_fields: RawFields,
+    /// What those fields asked for.
+    last_sighting: Sighting,
+    /// The last answer's `RateLimit-Policy`, raw, while `policies` holds it read: it
+    /// changes with the server's configuration, `RateLimit` with every answer, so a changed
+    /// answer mostly costs one parse.
+    last_policy: RawFields,
+    policies: Option<PolicyTable>,
 }
 
 impl OriginPace {
     /// Keeps `q` as its policy's last reported quota.
-    fn remember(&mut self, q: &Reported<'_>) {
+    fn remember(quotas: &mut Vec<Quota>, q: &Reported<'_>) {
         let name = q.policy.as_deref();
-        match self.quotas.iter_mut().find(|k| k.policy.as_deref() == name) {
+        match quotas.iter_mut().find(|k| k.policy.as_deref() == name) {
             Some(kept) => {
                 kept.remaining = q.remaining;
                 kept.reset = q.reset;
                 kept.limit = q.limit;
                 kept.window = q.window;
             }
-            None => self.quotas.push(q.to_quota()),
+            None => quotas.push(q.to_quota()),
         }
+    }
+
+    /// Reserves the next slot for a request at `now`: how long to hold it.
+    pub(crate) fn reserve(&mut self, now: u64) -> Duration {
+        let at = self.next_at.max(now);
+        self.next_at = at.saturating_add(self.gap);
+        Duration::from_nanos(at - now)
+    }
+
+    /// Takes in `quotas` and any `Retry-After` answered at `now`.
+    fn observe(&mut self, quotas: &[Quota], retry_after: Option<Duration>, now: u64) {
+        // The kept quotas change other than by the fields kept: the next answer is parsed.
+        self.last_fields.forget();
+        let mut sighting = Sighting::default();
+        for q in quotas {
+            sighting.quota(&mut self.quotas, &Reported::from(q));
+        }
+        sighting.apply(self, retry_after, now);
+    }
+
+    /// [`observe`](Self::observe), reading the quotas straight from an answer's `headers`
+    /// (a malformed field is ignored: the answer still reaches the caller).
+    ///
+    /// `RateLimit` and `RateLimit-Policy` the same, byte for byte, as the last answer's
+    /// are not parsed again: they say what they said then, and `quotas` already holds it
+    /// (they hold no time of day; the legacy fields can, and are read every time, which
+    /// costs little: three integers).
+    pub(crate) fn observe_fields(
+        &mut self,
+        headers: &HeaderMap,
+        retry_after: Option<Duration>,
+        now: u64,
+    ) {
+        let state = headers.get_all(&RATELIMIT);
+        if state.iter().next().is_some() {
+            let policy = headers.get_all(&RATELIMIT_POLICY);
+            if !self.last_fields.matches(&[&state, &policy]) {
+                let mut sighting = Sighting::default();
+                let mut policies_read = true;
+                if !self.last_policy.matches(&[&policy]) {
+                    match PolicyTable::read(headers) {
+                        Ok(table) => {
+                            self.policies = table;
+                            self.last_policy.keep(&[&policy]);
+                        }
+                        Err(_) => {
+                            self.last_policy.forget();
+                            policies_read = false;
+                        }
+                    }
+                }
+                // All or none: a malformed field hands over no quota.
+                if policies_read {
+                    let quotas = &mut self.quotas;
+                    let _ = each_stated_quota(headers, self.policies.as_ref(), |q| {
+                        sighting.quota(quotas, &q)
+                    });
+                }
+                self.last_fields.keep(&[&state, &policy]);
+                self.last_sighting = sighting;
+            }
+            let sighting = self.last_sighting;
+            sighting.apply(self, retry_after, now);
+            return;
+        }
+        if !has_legacy_quota(headers) && retry_after.is_none() {
+            return;
+        }
+        self.last_fields.forget();
+        let mut sighting = Sighting::default();
+        let quotas = &mut self.quotas;
+        let _ = each_quota(headers, now, |q| sighting.quota(quotas, &q));
+        sighting.apply(self, retry_after, now);
+    }
+
+    /// The last quota reported for `policy` (`None`: the legacy fields).
+    pub(crate) fn quota(&self, policy: Option<&str>) -> Option<&Quota> {
+        self.quotas.iter().find(|q| q.policy.as_deref() == policy)
     }
 }
 
-/// One answer's quotas folded into the pace they ask for.
+/// One answer's quotas folded into the pace they ask for; it holds no time of day, so the
+/// same fields fold into the same sighting whenever they come.
+#[derive(Debug, Clone, Copy, Default)]
 struct Sighting {
-    now: u64,
+    /// The widest spacing a quota asks for.
     gap: u64,
-    hold_until: u64,
+    /// The longest reset among quotas with nothing remaining: no request before it passes.
+    hold: Option<u64>,
+    /// Whether any quota was reported.
     any: bool,
 }
 
 impl Sighting {
-    fn new(now: u64) -> Self {
-        Self {
-            now,
-            gap: 0,
-            hold_until: now,
-            any: false,
-        }
-    }
-
-    fn quota(&mut self, pace: &mut OriginPace, q: &Reported<'_>) {
+    fn quota(&mut self, quotas: &mut Vec<Quota>, q: &Reported<'_>) {
         let reset = ns(q.reset);
         match q.remaining {
-            0 => self.hold_until = self.hold_until.max(self.now.saturating_add(reset)),
+            0 => self.hold = Some(self.hold.map_or(reset, |h| h.max(reset))),
             r => self.gap = self.gap.max(reset / r),
         }
         self.any = true;
-        pace.remember(q);
+        OriginPace::remember(quotas, q);
     }
 
-    fn finish(mut self, pace: &mut OriginPace, retry_after: Option<Duration>) {
+    fn apply(self, pace: &mut OriginPace, retry_after: Option<Duration>, now: u64) {
+        let mut hold_until = now;
+        if let Some(reset) = self.hold {
+            hold_until = hold_until.max(now.saturating_add(reset));
+        }
         if let Some(wait) = retry_after {
-            self.hold_until = self.hold_until.max(self.now.saturating_add(ns(wait)));
+            hold_until = hold_until.max(now.saturating_add(ns(wait)));
         }
         if self.any {
             pace.gap = self.gap;
         }
         pace.next_at = pace
             .next_at
-            .max(self.hold_until)
-            .max(self.now.saturating_add(self.gap));
+            .max(hold_until)
+            .max(now.saturating_add(self.gap));
     }
 }
 
@@ -110,12 +200,10 @@ fn ns(d: Duration) -> u64 {
 impl Pacer {
     /// Reserves the next slot to `origin` for a request at `now`: how long to hold it.
     pub fn reserve(&mut self, origin: &str, now: u64) -> Duration {
-        let Some(pace) = self.origins.get_mut(origin) else {
-            return Duration::ZERO;
-        };
-        let at = pace.next_at.max(now);
-        pace.next_at = at.saturating_add(pace.gap);
-        Duration::from_nanos(at - now)
+        match self.origins.get_mut(origin) {
+            Some(pace) => pace.reserve(now),
+            None => Duration::ZERO,
+        }
     }
 
     /// Takes in what `origin` answered at `now`: its quotas and any `Retry-After`.
@@ -129,52 +217,17 @@ impl Pacer {
         if quotas.is_empty() && retry_after.is_none() {
             return;
         }
-        let Some(pace) = self.pace(origin) else {
-            return;
-        };
-        let mut sighting = Sighting::new(now);
-        for q in quotas {
-            sighting.quota(pace, &Reported::from(q));
-        }
-        sighting.finish(pace, retry_after);
+        self.pace(origin).observe(quotas, retry_after, now);
     }
 
-    /// [`observe`](Self::observe), reading the quotas straight from an answer's `headers`
-    /// (a malformed field is ignored: the answer still reaches the caller). Allocates
-    /// nothing once the origin and its policies have been seen.
-    pub(crate) fn observe_fields(
-        &mut self,
-        origin: &str,
-        headers: &HeaderMap,
-        retry_after: Option<Duration>,
-        now: u64,
-    ) {
-        if !has_quotas(headers) && retry_after.is_none() {
-            return;
-        }
-        let Some(pace) = self.pace(origin) else {
-            return;
-        };
-        let mut sighting = Sighting::new(now);
-        // All or none: a malformed field hands over no quota.
-        let _ = each_quota(headers, now, |q| sighting.quota(pace, &q));
-        sighting.finish(pace, retry_after);
-    }
-
-    /// `origin`'s pace, made on its first answer (the name is copied then only; `entry`
-    /// would copy it on every answer).
-    fn pace(&mut self, origin: &str) -> Option<&mut OriginPace> {
-        if !self.origins.contains_key(origin) {
-            self.origins
-                .insert(origin.to_owned(), OriginPace::default());
-        }
-        self.origins.get_mut(origin)
+    /// `origin`'s pace, made on its first answer.
+    fn pace(&mut self, origin: &str) -> &mut OriginPace {
+        self.origins.entry(origin.to_owned()).or_default()
     }
 
     /// The last quota `origin` reported for `policy` (`None`: the legacy fields).
     pub fn quota(&self, origin: &str, policy: Option<&str>) -> Option<&Quota> {
-        let pace = self.origins.get(origin)?;
-        pace.quotas.iter().find(|q| q.policy.as_deref() == policy)
+        self.origins.get(origin)?.quota(policy)
     }
 }
 
@@ -219,5 +272,104 @@ mod tests {
         p.observe("o", &[], Some(Duration::from_secs(3)), 0);
         assert_eq!(p.reserve("o", MS), Duration::from_millis(2999));
         assert_eq!(p.reserve("other", MS), Duration::ZERO);
+    }
+
+    fn answer(state: &[&str], policy: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in state {
+            h.append("ratelimit", v.parse().unwrap());
+        }
+        for v in policy {
+            h.append("ratelimit-policy", v.parse().unwrap());
+        }
+        h
+    }
+
+    /// What pacing goes by (the cache aside).
+    fn seen(p: &OriginPace) -> (u64, u64, Vec<Quota>) {
+        (p.next_at, p.gap, p.quotas.clone())
+    }
+
+    /// `answers` in turn, 100 ms apart, to a pace that keeps the last fields and to one
+    /// that forgets them before each answer (a fresh parse every time): the same state
+    /// after each, and the cached one parsed only when the bytes changed.
+    fn cached_and_fresh_agree(answers: &[HeaderMap]) -> OriginPace {
+        let (mut cached, mut fresh) = (OriginPace::default(), OriginPace::default());
+        for (i, h) in answers.iter().enumerate() {
+            let now = 1_000 * MS + i as u64 * 100 * MS;
+            fresh.last_fields.forget();
+            fresh.last_policy.forget();
+            cached.observe_fields(h, None, now);
+            fresh.observe_fields(h, None, now);
+            assert_eq!(seen(&cached), seen(&fresh), "after answer {i}: {h:?}");
+            assert_eq!(cached.reserve(now), fresh.reserve(now), "answer {i}");
+        }
+        cached
+    }
+
+    #[test]
+    fn the_same_field_bytes_give_the_same_pace_as_a_fresh_parse() {
+        let same = answer(
+            &[r#""a";r=4;t=1, "b";r=0;t=2"#],
+            &[r#""a";q=5;w=1, "b";q=9;w=2"#],
+        );
+        let pace = cached_and_fresh_agree(&[same.clone(), same.clone(), same]);
+        assert_eq!(pace.quota(Some("b")).unwrap().limit, Some(9));
+    }
+
+    #[test]
+    fn a_changed_field_is_parsed_again() {
+        let first = answer(&[r#""a";r=4;t=1"#], &[r#""a";q=5;w=1"#]);
+        let state_changed = answer(&[r#""a";r=3;t=1"#], &[r#""a";q=5;w=1"#]);
+        let policy_changed = answer(&[r#""a";r=3;t=1"#], &[r#""a";q=6;w=1"#]);
+        let split = answer(&[r#""a";r=3;t=1"#, r#""b";r=0;t=5"#], &[r#""a";q=6;w=1"#]);
+        let pace = cached_and_fresh_agree(&[
+            first.clone(),
+            state_changed,
+            policy_changed.clone(),
+            policy_changed,
+            split,
+            first,
+        ]);
+        let a = pace.quota(Some("a")).unwrap();
+        assert_eq!((a.remaining, a.limit), (4, Some(5)), "the last answer's");
+        assert_eq!(pace.quota(Some("b")).unwrap().remaining, 0);
+    }
+
+    #[test]
+    fn a_malformed_field_seen_again_is_still_ignored() {
+        let good = answer(&[r#""a";r=4;t=1"#], &[]);
+        let bad = answer(&[r#""a";t=1"#], &[]);
+        let bad_policy = answer(&[r#""a";r=3;t=1"#], &["(a b)"]);
+        let bad_policy_again = answer(&[r#""a";r=2;t=1"#], &["(a b)"]);
+        let pace = cached_and_fresh_agree(&[good, bad.clone(), bad, bad_policy, bad_policy_again]);
+        assert_eq!(pace.quota(Some("a")).unwrap().remaining, 4);
+    }
+
+    #[test]
+    fn quotas_observed_by_hand_make_the_next_same_fields_count_again() {
+        // The fields say 4 remain; a hand-fed quota says none do; the same fields again must
+        // put back 4 and their pace, not keep the hand-fed state as if nothing had come.
+        let fields = answer(&[r#""a";r=4;t=1"#], &[]);
+        let mut pace = OriginPace::default();
+        pace.observe_fields(&fields, None, 0);
+        pace.observe(&[quota("a", 0, 5_000)], None, 0);
+        assert_eq!(pace.quota(Some("a")).unwrap().remaining, 0);
+        pace.observe_fields(&fields, None, 6_000 * MS);
+        assert_eq!(pace.quota(Some("a")).unwrap().remaining, 4);
+        assert_eq!(pace.gap, 250 * MS);
+    }
+
+    #[test]
+    fn legacy_fields_are_read_every_time_an_epoch_reset_counts_down() {
+        let mut h = HeaderMap::new();
+        h.insert("x-ratelimit-remaining", "0".parse().unwrap());
+        h.insert("x-ratelimit-reset", "1700000060".parse().unwrap());
+        let mut pace = OriginPace::default();
+        let now = 1_700_000_000 * 1_000 * MS;
+        pace.observe_fields(&h, None, now);
+        assert_eq!(pace.quota(None).unwrap().reset, Duration::from_secs(60));
+        pace.observe_fields(&h, None, now + 20_000 * MS);
+        assert_eq!(pace.quota(None).unwrap().reset, Duration::from_secs(40));
     }
 }

@@ -7,10 +7,11 @@ use std::time::Duration;
 use http::{HeaderMap, Method, Uri};
 use ratewarden_core::{Clock, RealClock};
 
+use crate::pacing::OriginPace;
 use crate::stats::Counters;
 use crate::{
-    is_repeatable, retry_after, AdaptiveRate, AdaptiveThrottle, Attempt, Backoff, Error, Pacer,
-    Quota, RetryBudget, SplitMix64, Stats,
+    is_repeatable, retry_after, AdaptiveRate, AdaptiveThrottle, Attempt, Backoff, Error, Quota,
+    RetryBudget, SplitMix64, Stats,
 };
 
 /// How a client retries and paces.
@@ -64,7 +65,10 @@ pub enum Next {
 /// One request's progress through its attempts.
 #[derive(Debug, Clone)]
 pub struct Call {
-    origin: String,
+    /// The name the policy keeps the origin's state under (shared: no copy per request).
+    origin: Arc<str>,
+    /// Where that state is in the policy's list: found once, when the call starts.
+    slot: usize,
     started: u64,
     attempts: u32,
     repeatable: bool,
@@ -95,8 +99,11 @@ impl Call {
     }
 }
 
+/// Everything kept per origin, in one place: a call finds it once, by name, when it starts,
+/// and then by its slot (hashing the name on every attempt cost more than the rest).
 #[derive(Debug, Default)]
 struct PerOrigin {
+    pace: OriginPace,
     throttle: Option<AdaptiveThrottle>,
     rate: AdaptiveRate,
 }
@@ -105,8 +112,35 @@ struct PerOrigin {
 struct State {
     rng: SplitMix64,
     budget: Option<RetryBudget>,
-    pacer: Pacer,
-    origins: HashMap<String, PerOrigin>,
+    /// Each origin's slot in `per_origin` (origins are never forgotten, so slots hold).
+    slots: HashMap<Arc<str>, usize>,
+    per_origin: Vec<PerOrigin>,
+    /// The origin the last call went to, and its slot: a client mostly calls one, and
+    /// comparing its name costs less than hashing it.
+    last: Option<(Arc<str>, usize)>,
+}
+
+impl State {
+    /// `origin`'s name and slot, made on its first request.
+    fn slot(&mut self, origin: &str) -> (Arc<str>, usize) {
+        if let Some((name, slot)) = &self.last {
+            if **name == *origin {
+                return (name.clone(), *slot);
+            }
+        }
+        let (name, slot) = match self.slots.get_key_value(origin) {
+            Some((name, &slot)) => (name.clone(), slot),
+            None => {
+                let name: Arc<str> = Arc::from(origin);
+                let slot = self.per_origin.len();
+                self.per_origin.push(PerOrigin::default());
+                self.slots.insert(name.clone(), slot);
+                (name, slot)
+            }
+        };
+        self.last = Some((name.clone(), slot));
+        (name, slot)
+    }
 }
 
 struct Inner {
@@ -184,8 +218,9 @@ impl Policy {
         let state = State {
             rng: SplitMix64::new(settings.seed),
             budget: settings.budget.clone(),
-            pacer: Pacer::default(),
-            origins: HashMap::new(),
+            slots: HashMap::new(),
+            per_origin: Vec::new(),
+            last: None,
         };
         Self {
             inner: Arc::new(Inner {
@@ -216,45 +251,47 @@ impl Policy {
     }
 
     /// Begins a request to `origin` (see [`origin_of`]): counts it, and lets adaptive
-    /// throttling refuse it.
+    /// throttling refuse it. The origin's name is copied on its first request only.
     ///
     /// # Errors
     ///
     /// [`Error::Throttled`] when throttling refuses it locally.
     pub fn start(
         &self,
-        origin: impl Into<String>,
+        origin: impl AsRef<str>,
         method: &Method,
         headers: &HeaderMap,
     ) -> Result<Call, Error> {
         let now = self.now();
-        let origin = origin.into();
         let c = &self.inner.counters;
         Counters::bump(&c.requests, 1);
         let mut state = self.state();
+        let (origin, slot) = state.slot(origin.as_ref());
         let State {
             rng,
             budget,
-            origins,
+            per_origin,
             ..
         } = &mut *state;
         if let Some(budget) = budget {
             budget.deposit(now);
         }
         if let Some(template) = &self.inner.settings.throttle {
-            let entry = origins.entry(origin.clone()).or_default();
-            let throttle = entry.throttle.get_or_insert_with(|| template.clone());
+            let throttle = per_origin[slot]
+                .throttle
+                .get_or_insert_with(|| template.clone());
             if !throttle.admit(now, rng) {
                 Counters::bump(&c.throttled, 1);
                 let accept_probability = 1.0 - throttle.reject_probability(now);
                 return Err(Error::Throttled {
-                    origin,
+                    origin: origin.to_string(),
                     accept_probability,
                 });
             }
         }
         Ok(Call {
             origin,
+            slot,
             started: now,
             attempts: 0,
             repeatable: is_repeatable(method, headers),
@@ -271,20 +308,20 @@ impl Policy {
         let now = self.now();
         let settings = &self.inner.settings;
         let mut state = self.state();
+        let origin = &mut state.per_origin[call.slot];
         let mut hold = Duration::ZERO;
         if settings.pacing {
-            hold = state.pacer.reserve(&call.origin, now);
+            hold = origin.pace.reserve(now);
         }
         if settings.adaptive_rate {
-            let rate = &mut state.origins.entry(call.origin.clone()).or_default().rate;
-            hold = hold.max(rate.acquire(now));
+            hold = hold.max(origin.rate.acquire(now));
         }
         drop(state);
         if let Some(deadline) = settings.deadline {
             if now.saturating_add(ns(hold)) > call.started.saturating_add(ns(deadline)) {
                 Counters::bump(&self.inner.counters.deadline_give_ups, 1);
                 return Err(Error::Deadline {
-                    origin: call.origin.clone(),
+                    origin: call.origin.to_string(),
                     deadline,
                     attempts: call.attempts,
                 });
@@ -322,7 +359,7 @@ impl Policy {
     pub fn deadline_error(&self, call: &Call) -> Error {
         Counters::bump(&self.inner.counters.deadline_give_ups, 1);
         Error::Deadline {
-            origin: call.origin.clone(),
+            origin: call.origin.to_string(),
             deadline: self.inner.settings.deadline.unwrap_or_default(),
             attempts: call.attempts,
         }
@@ -341,6 +378,7 @@ impl Policy {
         let c = &self.inner.counters;
         let retryable = attempt.is_retryable();
         let mut state = self.state();
+        let origin = &mut state.per_origin[call.slot];
         let mut server_wait = None;
         if let Attempt::Response { headers, .. } = attempt {
             if retryable {
@@ -352,13 +390,10 @@ impl Policy {
                 .and_then(|v| retry_after(v, now).ok());
             if settings.pacing {
                 // Read in place: parsing into owned quotas cost every answer allocations.
-                state
-                    .pacer
-                    .observe_fields(&call.origin, headers, server_wait, now);
+                origin.pace.observe_fields(headers, server_wait, now);
             }
         }
         if settings.throttle.is_some() || settings.adaptive_rate {
-            let origin = state.origins.entry(call.origin.clone()).or_default();
             if let Some(throttle) = &mut origin.throttle {
                 throttle.record(now, !retryable);
             }
@@ -400,6 +435,8 @@ impl Policy {
 
     /// The quota `origin` last reported for `policy` (`None`: the legacy fields).
     pub fn quota(&self, origin: &str, policy: Option<&str>) -> Option<Quota> {
-        self.state().pacer.quota(origin, policy).cloned()
+        let state = self.state();
+        let slot = *state.slots.get(origin)?;
+        state.per_origin[slot].pace.quota(policy).cloned()
     }
 }

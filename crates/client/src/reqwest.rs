@@ -1,5 +1,7 @@
 //! The policy as reqwest-middleware middleware.
 
+use std::borrow::Cow;
+
 use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next as Chain, Result};
@@ -42,8 +44,9 @@ impl RetryMiddleware {
 
 /// `scheme://host:port` of a URL, as [`crate::origin_of`] writes it for a `Uri`: the
 /// start of the URL as it is serialized, unless it carries credentials (formatting it
-/// cost a tenth of the middleware's time).
-fn origin(url: &reqwest::Url) -> String {
+/// cost a tenth of the middleware's time); borrowed then, since the policy copies an
+/// origin's name on its first request only.
+fn origin(url: &reqwest::Url) -> Cow<'_, str> {
     if url.username().is_empty() && url.password().is_none() {
         // A URL serializes as `scheme://host[:port]` + path + `?query` + `#fragment`.
         let s = url.as_str();
@@ -51,14 +54,14 @@ fn origin(url: &reqwest::Url) -> String {
             + url.query().map_or(0, |q| q.len() + 1)
             + url.fragment().map_or(0, |f| f.len() + 1);
         if let Some(origin) = s.get(..s.len().saturating_sub(rest)) {
-            return origin.to_owned();
+            return Cow::Borrowed(origin);
         }
     }
     let host = url.host_str().unwrap_or("");
-    match url.port() {
+    Cow::Owned(match url.port() {
         Some(port) => format!("{}://{host}:{port}", url.scheme()),
         None => format!("{}://{host}", url.scheme()),
-    }
+    })
 }
 
 fn classify(e: &reqwest::Error) -> Attempt<'static> {

@@ -220,3 +220,34 @@ fn ratelimit_fields_pace_the_next_request_to_that_origin() {
     assert_eq!(p.stats().paced, 1);
     assert_eq!(p.stats().pacing_ns, 400_000_000);
 }
+
+#[test]
+fn calls_alternating_between_origins_keep_each_origins_pace() {
+    let (p, _) = policy(Settings::default());
+    let mut fields = HeaderMap::new();
+    fields.insert("ratelimit", r#""p";r=1;t=1"#.parse().unwrap());
+    let none = HeaderMap::new();
+    let (a, b) = ("http://a.test", "http://b.test");
+    let mut call = p.start(a, &Method::GET, &none).unwrap();
+    p.before_attempt(&mut call).unwrap();
+    p.after_attempt(&mut call, status(200, &fields));
+    for round in 0..3 {
+        let mut to_b = p.start(b, &Method::GET, &none).unwrap();
+        assert_eq!(to_b.origin(), b);
+        assert_eq!(
+            p.before_attempt(&mut to_b).unwrap(),
+            Duration::ZERO,
+            "{round}"
+        );
+        let mut to_a = p.start(a, &Method::GET, &none).unwrap();
+        assert_eq!(to_a.origin(), a);
+        // One left over 1 s: each request to `a` a second after the one before.
+        assert_eq!(
+            p.before_attempt(&mut to_a).unwrap(),
+            Duration::from_secs(round + 1),
+            "{round}"
+        );
+    }
+    assert_eq!(p.quota(a, Some("p")).unwrap().remaining, 1);
+    assert!(p.quota(b, Some("p")).is_none());
+}

@@ -2,7 +2,11 @@
 
 mod ratelimit;
 mod retry_after;
+mod unchanged;
 
-pub(crate) use ratelimit::{each_quota, has_quotas, Reported};
+pub(crate) use ratelimit::{
+    each_quota, each_stated_quota, has_legacy_quota, PolicyTable, Reported,
+};
 pub use ratelimit::{quotas, Quota};
 pub use retry_after::retry_after;
+pub(crate) use unchanged::RawFields;

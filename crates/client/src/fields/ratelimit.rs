@@ -105,68 +105,23 @@ impl<'a> From<&'a Quota> for Reported<'a> {
     }
 }
 
-/// Whether `headers` carry any rate limit field [`each_quota`] reads: a response without
-/// them costs two lookups and nothing else.
-pub(crate) fn has_quotas(headers: &HeaderMap) -> bool {
-    headers.contains_key(&RATELIMIT) || headers.contains_key(&X_RATELIMIT_REMAINING)
+/// Whether `headers` carry the legacy field [`each_quota`] reads when `RateLimit` is
+/// absent: a response without either costs two lookups and nothing else.
+pub(crate) fn has_legacy_quota(headers: &HeaderMap) -> bool {
+    headers.contains_key(&X_RATELIMIT_REMAINING)
 }
 
 /// Hands `each` every quota `headers` report, as [`quotas`] reads them, all or none: the
 /// fields are checked whole before the first is handed over, so a malformed one never
-/// leaves half its quotas applied. Nothing is allocated when each field is on one line and
-/// the names have no escapes (what servers send).
+/// leaves half its quotas applied.
 pub(crate) fn each_quota(
     headers: &HeaderMap,
     now: u64,
     mut each: impl FnMut(Reported<'_>),
 ) -> Result<(), Error> {
-    if let Some(state) = joined(headers, &RATELIMIT, "ratelimit")? {
-        let policies = joined(headers, &RATELIMIT_POLICY, "ratelimit-policy")?;
-        // Each field is parsed once to check it whole, keeping its first few members; a
-        // field with more is parsed again to read the rest.
-        let mut known = Kept::default();
-        if let Some(policies) = &policies {
-            entries("ratelimit-policy", policies, |name, p| {
-                known.keep(name, p);
-                Ok(())
-            })?;
-        }
-        let mut stated = Kept::default();
-        entries("ratelimit", &state, |name, p| match p.r {
-            Some(_) => {
-                stated.keep(name, p);
-                Ok(())
-            }
-            None => Err(format!("policy {name:?} has no r=<integer>")),
-        })?;
-        let mut hand_over = |name: Cow<'_, str>, p: Params| {
-            let (limit, window) = match &policies {
-                Some(policies) => known.find(&name).map_or_else(
-                    || policy_of(policies, &name, known.overflowed),
-                    |q| (q.q, q.w.map(Duration::from_secs)),
-                ),
-                None => (None, None),
-            };
-            // Without `t` the draft says the quota resets within its window.
-            let reset = p.t.map(Duration::from_secs).or(window).unwrap_or_default();
-            each(Reported {
-                remaining: p.r.unwrap_or_default(),
-                policy: Some(name),
-                reset,
-                limit,
-                window,
-            });
-        };
-        if stated.overflowed {
-            return entries("ratelimit", &state, |name, p| {
-                hand_over(name, p);
-                Ok(())
-            });
-        }
-        for (name, p) in stated.members.into_iter().flatten() {
-            hand_over(name, p);
-        }
-        return Ok(());
+    if headers.contains_key(&RATELIMIT) {
+        let policies = PolicyTable::read(headers)?;
+        return each_stated_quota(headers, policies.as_ref(), each);
     }
     let Some(remaining) = legacy(headers, &X_RATELIMIT_REMAINING, "x-ratelimit-remaining")? else {
         return Ok(());
@@ -185,6 +140,86 @@ pub(crate) fn each_quota(
         limit: legacy(headers, &X_RATELIMIT_LIMIT, "x-ratelimit-limit")?,
         window: None,
     });
+    Ok(())
+}
+
+/// A `RateLimit-Policy` field read whole: each policy's name with its `q` and `w`, in the
+/// field's order. Owned, so that an origin can keep it while its policy does not change
+/// (it changes with the server's configuration, where `RateLimit` changes every answer).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct PolicyTable {
+    entries: Vec<(String, Option<u64>, Option<u64>)>,
+}
+
+impl PolicyTable {
+    /// The `RateLimit-Policy` of `headers` (`None`: there is none).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Field`] when it is malformed.
+    pub(crate) fn read(headers: &HeaderMap) -> Result<Option<Self>, Error> {
+        let Some(policies) = joined(headers, &RATELIMIT_POLICY, "ratelimit-policy")? else {
+            return Ok(None);
+        };
+        let mut table = Self::default();
+        entries("ratelimit-policy", &policies, |name, p| {
+            table.entries.push((name.into_owned(), p.q, p.w));
+            Ok(())
+        })?;
+        Ok(Some(table))
+    }
+
+    /// `q` and `w` of the first policy named `name`.
+    fn find(&self, name: &str) -> (Option<u64>, Option<Duration>) {
+        self.entries
+            .iter()
+            .find(|(n, _, _)| n == name)
+            .map_or((None, None), |(_, q, w)| (*q, w.map(Duration::from_secs)))
+    }
+}
+
+/// Hands `each` every quota of the `RateLimit` field of `headers`, joined with `policies`
+/// (the answer's `RateLimit-Policy`, read before), all or none as [`each_quota`]. Nothing
+/// is allocated when the field is on one line and the names have no escapes.
+pub(crate) fn each_stated_quota(
+    headers: &HeaderMap,
+    policies: Option<&PolicyTable>,
+    mut each: impl FnMut(Reported<'_>),
+) -> Result<(), Error> {
+    let Some(state) = joined(headers, &RATELIMIT, "ratelimit")? else {
+        return Ok(());
+    };
+    // Parsed once to check it whole, keeping its first few members; a field with more is
+    // parsed again to read the rest.
+    let mut stated = Kept::default();
+    entries("ratelimit", &state, |name, p| match p.r {
+        Some(_) => {
+            stated.keep(name, p);
+            Ok(())
+        }
+        None => Err(format!("policy {name:?} has no r=<integer>")),
+    })?;
+    let mut hand_over = |name: Cow<'_, str>, p: Params| {
+        let (limit, window) = policies.map_or((None, None), |t| t.find(&name));
+        // Without `t` the draft says the quota resets within its window.
+        let reset = p.t.map(Duration::from_secs).or(window).unwrap_or_default();
+        each(Reported {
+            remaining: p.r.unwrap_or_default(),
+            policy: Some(name),
+            reset,
+            limit,
+            window,
+        });
+    };
+    if stated.overflowed {
+        return entries("ratelimit", &state, |name, p| {
+            hand_over(name, p);
+            Ok(())
+        });
+    }
+    for (name, p) in stated.members.into_iter().flatten() {
+        hand_over(name, p);
+    }
     Ok(())
 }
 
@@ -208,31 +243,6 @@ impl<'v> Kept<'v> {
             None => self.overflowed = true,
         }
     }
-
-    /// The first kept member named `name`.
-    fn find(&self, name: &str) -> Option<&Params> {
-        self.members
-            .iter()
-            .flatten()
-            .find(|(n, _)| n == name)
-            .map(|(_, p)| p)
-    }
-}
-
-/// `q` and `w` of `name`'s entry in a `RateLimit-Policy` already checked whole, when the
-/// kept members did not name it: only a list longer than was kept can still hold it.
-fn policy_of(policies: &str, name: &str, overflowed: bool) -> (Option<u64>, Option<Duration>) {
-    if !overflowed {
-        return (None, None);
-    }
-    let mut found = None;
-    let _ = entries("ratelimit-policy", policies, |n, p| {
-        if found.is_none() && n == name {
-            found = Some((p.q, p.w.map(Duration::from_secs)));
-        }
-        Ok(())
-    });
-    found.unwrap_or_default()
 }
 
 /// Every line of field `name`, joined as one list (RFC 9110 section 5.3); borrowed when

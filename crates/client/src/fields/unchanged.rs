@@ -1,0 +1,130 @@
+//! Telling an answer whose rate limit fields are the bytes of the last one without parsing
+//! it: a comparison of raw bytes costs a few dozen instructions where a Structured Field
+//! parse costs thousands, and a server whose policy has not changed sends the same
+//! `RateLimit-Policy` on every answer.
+
+use http::header::GetAll;
+use http::HeaderValue;
+
+/// The raw lines of an answer's `RateLimit` and `RateLimit-Policy` fields, kept to compare
+/// the next answer's against.
+///
+/// Each line is kept behind its length and each field ends in a marker no length can be,
+/// so different line splits never compare equal (a value made with `http`'s unchecked
+/// constructors may hold any byte, so no byte is safe as a separator).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RawFields {
+    /// Length-prefixed lines, field by field; empty when nothing is kept.
+    raw: Vec<u8>,
+}
+
+/// Ends a field's lines.
+const END: [u8; 8] = u64::MAX.to_le_bytes();
+
+fn len_bytes(line: &[u8]) -> [u8; 8] {
+    (line.len() as u64).to_le_bytes()
+}
+
+impl RawFields {
+    /// Whether the fields are, line for line, the ones kept.
+    pub(crate) fn matches(&self, fields: &[&GetAll<'_, HeaderValue>]) -> bool {
+        if self.raw.is_empty() {
+            return false;
+        }
+        let mut rest = self.raw.as_slice();
+        for field in fields {
+            for line in field.iter() {
+                let line = line.as_bytes();
+                let Some(after) = rest.strip_prefix(&len_bytes(line)[..]) else {
+                    return false;
+                };
+                let Some(after) = after.strip_prefix(line) else {
+                    return false;
+                };
+                rest = after;
+            }
+            let Some(after) = rest.strip_prefix(&END[..]) else {
+                return false;
+            };
+            rest = after;
+        }
+        rest.is_empty()
+    }
+
+    /// Keeps these fields (the buffer is reused: no allocation once it is large enough).
+    pub(crate) fn keep(&mut self, fields: &[&GetAll<'_, HeaderValue>]) {
+        self.raw.clear();
+        for field in fields {
+            for line in field.iter() {
+                let line = line.as_bytes();
+                self.raw.extend_from_slice(&len_bytes(line));
+                self.raw.extend_from_slice(line);
+            }
+            self.raw.extend_from_slice(&END);
+        }
+    }
+
+    /// Keeps nothing: the next answer is parsed whatever it holds.
+    pub(crate) fn forget(&mut self) {
+        self.raw.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderMap;
+
+    fn map(state: &[&str], policy: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in state {
+            h.append("ratelimit", v.parse().unwrap());
+        }
+        for v in policy {
+            h.append("ratelimit-policy", v.parse().unwrap());
+        }
+        h
+    }
+
+    fn kept(h: &HeaderMap) -> RawFields {
+        let mut raw = RawFields::default();
+        raw.keep(&[&h.get_all("ratelimit"), &h.get_all("ratelimit-policy")]);
+        raw
+    }
+
+    fn matches(raw: &RawFields, h: &HeaderMap) -> bool {
+        raw.matches(&[&h.get_all("ratelimit"), &h.get_all("ratelimit-policy")])
+    }
+
+    #[test]
+    fn the_same_lines_match_and_any_other_split_or_byte_does_not() {
+        let one = map(&["a;r=1, b;r=2"], &["a;q=5"]);
+        let raw = kept(&one);
+        assert!(matches(&raw, &one));
+        for other in [
+            map(&["a;r=1", "b;r=2"], &["a;q=5"]),
+            map(&["a;r=1, b;r=3"], &["a;q=5"]),
+            map(&["a;r=1, b;r=2"], &[]),
+            map(&["a;r=1, b;r=2"], &["a;q=5", ""]),
+            map(&["a;r=1, b;r=2", ""], &["a;q=5"]),
+            map(&["a;r=1, b;r=2a;q=5"], &[]),
+            map(&[], &["a;r=1, b;r=2", "a;q=5"]),
+        ] {
+            assert!(!matches(&raw, &other), "{other:?}");
+        }
+    }
+
+    #[test]
+    fn nothing_kept_matches_nothing() {
+        let mut raw = RawFields::default();
+        let none = HeaderMap::new();
+        assert!(!matches(&raw, &none), "an empty buffer is nothing kept");
+        raw.keep(&[
+            &none.get_all("ratelimit"),
+            &none.get_all("ratelimit-policy"),
+        ]);
+        assert!(matches(&raw, &none));
+        raw.forget();
+        assert!(!matches(&raw, &none));
+    }
+}
