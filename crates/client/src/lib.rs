@@ -35,7 +35,7 @@ pub use error::{BoxError, Error};
 pub use fields::{quotas, retry_after, Quota};
 pub use outbound::Outbound;
 pub use pacing::Pacer;
-pub use policy::{origin_of, Call, Next, Policy, Settings};
+pub use policy::{origin_of, Call, Next, Policy, Settings, MAX_ORIGINS};
 #[cfg(feature = "reqwest")]
 pub use reqwest::RetryMiddleware;
 pub use rng::SplitMix64;

@@ -69,6 +69,9 @@ pub struct Call {
     origin: Arc<str>,
     /// Where that state is in the policy's list: found once, when the call starts.
     slot: usize,
+    /// The list `slot` is in: when the policy forgets its origins, a call found in the
+    /// list before finds its origin again.
+    generation: u64,
     started: u64,
     attempts: u32,
     repeatable: bool,
@@ -112,13 +115,21 @@ struct PerOrigin {
 struct State {
     rng: SplitMix64,
     budget: Option<RetryBudget>,
-    /// Each origin's slot in `per_origin` (origins are never forgotten, so slots hold).
+    /// Each origin's slot in `per_origin`, for this `generation` of the list.
     slots: HashMap<Arc<str>, usize>,
     per_origin: Vec<PerOrigin>,
+    /// Bumped each time the list is forgotten (see [`MAX_ORIGINS`]).
+    generation: u64,
     /// The origin the last call went to, and its slot: a client mostly calls one, and
     /// comparing its name costs less than hashing it.
     last: Option<(Arc<str>, usize)>,
 }
+
+/// The most origins whose state a policy keeps. The caller chooses the origins, but a
+/// crawler, a webhook sender or a proxy may call as many as it is handed: past this many,
+/// every origin's state is forgotten and learnt again from the next answers (its pacing,
+/// throttling and adaptive rate start over, as for a new origin), so memory stays bounded.
+pub const MAX_ORIGINS: usize = 4096;
 
 impl State {
     /// `origin`'s name and slot, made on its first request.
@@ -131,6 +142,12 @@ impl State {
         let (name, slot) = match self.slots.get_key_value(origin) {
             Some((name, &slot)) => (name.clone(), slot),
             None => {
+                if self.per_origin.len() >= MAX_ORIGINS {
+                    self.slots.clear();
+                    self.per_origin.clear();
+                    self.last = None;
+                    self.generation += 1;
+                }
                 let name: Arc<str> = Arc::from(origin);
                 let slot = self.per_origin.len();
                 self.per_origin.push(PerOrigin::default());
@@ -140,6 +157,16 @@ impl State {
         };
         self.last = Some((name.clone(), slot));
         (name, slot)
+    }
+
+    /// `call`'s origin state, found again if the list was forgotten since it was found.
+    fn origin_of(&mut self, call: &mut Call) -> &mut PerOrigin {
+        if call.generation != self.generation {
+            let origin = Arc::clone(&call.origin);
+            call.slot = self.slot(&origin).1;
+            call.generation = self.generation;
+        }
+        &mut self.per_origin[call.slot]
     }
 }
 
@@ -220,6 +247,7 @@ impl Policy {
             budget: settings.budget.clone(),
             slots: HashMap::new(),
             per_origin: Vec::new(),
+            generation: 0,
             last: None,
         };
         Self {
@@ -267,6 +295,7 @@ impl Policy {
         Counters::bump(&c.requests, 1);
         let mut state = self.state();
         let (origin, slot) = state.slot(origin.as_ref());
+        let generation = state.generation;
         let State {
             rng,
             budget,
@@ -292,6 +321,7 @@ impl Policy {
         Ok(Call {
             origin,
             slot,
+            generation,
             started: now,
             attempts: 0,
             repeatable: is_repeatable(method, headers),
@@ -308,7 +338,7 @@ impl Policy {
         let now = self.now();
         let settings = &self.inner.settings;
         let mut state = self.state();
-        let origin = &mut state.per_origin[call.slot];
+        let origin = state.origin_of(call);
         let mut hold = Duration::ZERO;
         if settings.pacing {
             hold = origin.pace.reserve(now);
@@ -378,7 +408,7 @@ impl Policy {
         let c = &self.inner.counters;
         let retryable = attempt.is_retryable();
         let mut state = self.state();
-        let origin = &mut state.per_origin[call.slot];
+        let origin = state.origin_of(call);
         let mut server_wait = None;
         if let Attempt::Response { headers, .. } = attempt {
             if retryable {

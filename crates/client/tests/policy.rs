@@ -251,3 +251,33 @@ fn calls_alternating_between_origins_keep_each_origins_pace() {
     assert_eq!(p.quota(a, Some("p")).unwrap().remaining, 1);
     assert!(p.quota(b, Some("p")).is_none());
 }
+
+/// The caller chooses the origins, and may be handed any number (a crawler, a webhook
+/// sender): past `MAX_ORIGINS` the policy forgets them all rather than grow, and a call
+/// begun before that still finishes, on its origin's fresh state.
+#[test]
+fn the_state_kept_per_origin_is_bounded() {
+    let (p, _) = policy(Settings::default());
+    let mut fields = HeaderMap::new();
+    fields.insert("ratelimit", r#""p";r=1;t=1"#.parse().unwrap());
+    let none = HeaderMap::new();
+    let a = "http://a.test";
+    let mut first = p.start(a, &Method::GET, &none).unwrap();
+    p.before_attempt(&mut first).unwrap();
+    p.after_attempt(&mut first, status(200, &fields));
+    assert_eq!(p.quota(a, Some("p")).unwrap().remaining, 1);
+    let mut open = p.start(a, &Method::GET, &none).unwrap();
+    for i in 0..ratewarden_client::MAX_ORIGINS {
+        let mut call = p
+            .start(format!("http://{i}.test"), &Method::GET, &none)
+            .unwrap();
+        p.before_attempt(&mut call).unwrap();
+    }
+    // Forgotten: `a` paces no more until it answers again.
+    assert!(p.quota(a, Some("p")).is_none());
+    assert_eq!(p.before_attempt(&mut open).unwrap(), Duration::ZERO);
+    p.after_attempt(&mut open, status(200, &fields));
+    assert_eq!(p.quota(a, Some("p")).unwrap().remaining, 1);
+    let mut next = p.start(a, &Method::GET, &none).unwrap();
+    assert!(p.before_attempt(&mut next).unwrap() > Duration::ZERO);
+}
