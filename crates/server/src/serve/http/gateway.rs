@@ -298,9 +298,15 @@ fn forwarding_headers(headers: &mut HeaderMap, identity: &Identity, peer: Socket
         (client, forwarded)
     };
     for (name, value) in [(X_FORWARDED_FOR, forwarded_for), (FORWARDED, forwarded)] {
-        if let Ok(value) = HeaderValue::try_from(value) {
-            // `insert` replaces every line the client sent under the name.
-            headers.insert(name, value);
+        // Every line the client sent under the name goes: replaced by ours, or (were ours
+        // not a valid value) dropped, never forwarded as the client wrote it.
+        match HeaderValue::try_from(value) {
+            Ok(value) => {
+                headers.insert(name, value);
+            }
+            Err(_) => {
+                headers.remove(name);
+            }
         }
     }
     if !headers.contains_key(&X_FORWARDED_PROTO) {
