@@ -188,12 +188,24 @@ fn worker(listener: std::net::TcpListener, args: Args) {
     }
 }
 
-/// Accepts connections forever, one task each.
-async fn serve(listener: std::net::TcpListener, args: Args) -> std::io::Result<()> {
+/// Accepts connections forever, one task each, serving each with what `service_for` makes
+/// for its peer.
+async fn accept_each<S, B>(
+    listener: std::net::TcpListener,
+    mut service_for: impl FnMut(SocketAddr) -> S,
+) -> std::io::Result<()>
+where
+    S: hyper::service::Service<Request<Incoming>, Response = Response<B>> + Send + 'static,
+    S::Future: Send,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     listener.set_nonblocking(true)?;
     let listener = TcpListener::from_std(listener)?;
     loop {
-        let (stream, _) = match listener.accept().await {
+        let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
                 // Out of file descriptors, say: wait a little rather than spin.
@@ -203,10 +215,24 @@ async fn serve(listener: std::net::TcpListener, args: Args) -> std::io::Result<(
             }
         };
         let _ = stream.set_nodelay(true);
-        let body = args.body.clone();
-        let content_type = args.content_type.clone();
-        let headers = args.headers.clone();
-        let service = service_fn(move |request: Request<Incoming>| {
+        let service = service_for(peer);
+        tokio::spawn(async move {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// Answers every request with the fixed bytes.
+async fn serve(listener: std::net::TcpListener, args: Args) -> std::io::Result<()> {
+    accept_each(listener, |_| {
+        let (body, content_type, headers) = (
+            args.body.clone(),
+            args.content_type.clone(),
+            args.headers.clone(),
+        );
+        service_fn(move |request: Request<Incoming>| {
             let body = body.clone();
             let content_type = content_type.clone();
             let headers = headers.clone();
@@ -220,13 +246,9 @@ async fn serve(listener: std::net::TcpListener, args: Args) -> std::io::Result<(
                 out.extend(headers);
                 Ok::<_, Infallible>(response)
             }
-        });
-        tokio::spawn(async move {
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
+        })
+    })
+    .await
 }
 
 /// A request's body, or a response's, boxed: what the proxy forwards either way.
@@ -235,27 +257,16 @@ type Body = http_body_util::combinators::BoxBody<Bytes, hyper::Error>;
 /// Forwards every connection's requests to `upstream` through one pool of kept-alive
 /// connections (this worker's, as each gateway worker has its own).
 async fn proxy(listener: std::net::TcpListener, upstream: Authority) -> std::io::Result<()> {
-    listener.set_nonblocking(true)?;
-    let listener = TcpListener::from_std(listener)?;
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     let client: Client<HttpConnector, Body> = Client::builder(TokioExecutor::new())
         .pool_timer(TokioTimer::new())
         .build(connector);
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                eprintln!("bare: accept failed: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
+    accept_each(listener, |peer| {
         let client = client.clone();
         let upstream = upstream.clone();
         let forwarded_for = HeaderValue::from_str(&peer.ip().to_string()).ok();
-        let service = service_fn(move |request: Request<Incoming>| {
+        service_fn(move |request: Request<Incoming>| {
             let client = client.clone();
             let upstream = upstream.clone();
             let forwarded_for = forwarded_for.clone();
@@ -287,13 +298,9 @@ async fn proxy(listener: std::net::TcpListener, upstream: Authority) -> std::io:
                     Err(_) => status(StatusCode::BAD_GATEWAY),
                 })
             }
-        });
-        tokio::spawn(async move {
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
+        })
+    })
+    .await
 }
 
 /// An empty answer with `code`.
