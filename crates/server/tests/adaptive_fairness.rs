@@ -29,7 +29,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{options, start};
 use http::{Request, Response};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use ratewarden_core::RealClock;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -119,14 +119,7 @@ async fn send(
         .body(Full::new(Bytes::new()))
         .unwrap();
     let sent = Instant::now();
-    let status = match client.request(request).await {
-        Ok(response) => {
-            let status = response.status().as_u16();
-            let _ = response.into_body().collect().await;
-            status
-        }
-        Err(_) => 0,
-    };
+    let status = common::status_of(client, request).await;
     (status, sent.elapsed())
 }
 

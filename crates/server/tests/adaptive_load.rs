@@ -17,7 +17,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::{options, start};
 use http::{Request, Response};
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use ratewarden_core::RealClock;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -136,14 +136,7 @@ async fn offer(
             let (client, done) = (client.clone(), Arc::clone(&done));
             tasks.spawn(async move {
                 let sent = Instant::now();
-                let status = match client.request(request).await {
-                    Ok(response) => {
-                        let status = response.status().as_u16();
-                        let _ = response.into_body().collect().await;
-                        status
-                    }
-                    Err(_) => 0,
-                };
+                let status = common::status_of(&client, request).await;
                 done.lock().unwrap().push(Done {
                     phase,
                     at: sent - start,

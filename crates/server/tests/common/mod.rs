@@ -63,6 +63,22 @@ pub fn client() -> Client<HttpConnector, Full<Bytes>> {
     Client::builder(TokioExecutor::new()).build_http()
 }
 
+/// Sends `request` and reads its answer to the end: its status, or 0 when none came (a
+/// refused connection, a reset).
+pub async fn status_of(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    request: Request<Full<Bytes>>,
+) -> u16 {
+    match client.request(request).await {
+        Ok(response) => {
+            let status = response.status().as_u16();
+            let _ = response.into_body().collect().await;
+            status
+        }
+        Err(_) => 0,
+    }
+}
+
 /// A whole response: status, headers and the body as text.
 pub struct Reply {
     pub status: StatusCode,
