@@ -16,7 +16,7 @@ use criterion::Criterion;
 use ratewarden_core::{now_or_panic, Clock, Limit, RealClock};
 use ratewarden_memory::{MemoryStore, StoreConfig};
 use ratewarden_policy::config::parse;
-use ratewarden_policy::{Engine, Request, TopKeys};
+use ratewarden_policy::{envoy, Engine, Request, RequestDescriptor, TopKeys};
 
 const CONFIG: &str = r#"
 [[limit]]
@@ -170,5 +170,61 @@ fn main() {
         })
     });
     group.finish();
+
+    // Envoy's path: one descriptor of `scripts/bench-rls`'s YAML rule per call, resolved,
+    // keyed and decided, beside the store deciding the same fixed window on the key the
+    // engine builds (the floor).
+    let yaml = envoy::parse("bench.yaml", ENVOY).expect("the bench YAML is valid");
+    let described = Engine::with_envoy(
+        parse("bench.toml", "").expect("an empty config is valid"),
+        yaml,
+        MemoryStore::new(StoreConfig::default()),
+    );
+    let ids: Vec<String> = (0..CLIENTS).map(|i| format!("client-{i:06}")).collect();
+    let first = RequestDescriptor {
+        entries: vec![("client_id", ids[0].as_str())],
+        hits: None,
+        limit: None,
+    };
+    let verdict = now_or_panic(described.decide_descriptors("bench", &[first], 1, clock.now()))
+        .expect("the bench descriptor is decided");
+    let limit = verdict.rules[0].limit.clone();
+    let envoy_keys: Vec<String> = ids
+        .iter()
+        .map(|id| verdict.outcomes[0].key.replace(ids[0].as_str(), id))
+        .collect();
+    let mut group = criterion.benchmark_group("envoy descriptors");
+    let mut i = 0usize;
+    group.bench_function("engine decide_descriptors", |b| {
+        b.iter(|| {
+            i = (i + 1) % CLIENTS;
+            let descriptor = RequestDescriptor {
+                entries: vec![("client_id", ids[i].as_str())],
+                hits: None,
+                limit: None,
+            };
+            black_box(
+                now_or_panic(described.decide_descriptors("bench", &[descriptor], 1, clock.now()))
+                    .map(|v| v.allowed),
+            )
+        })
+    });
+    let mut i = 0usize;
+    group.bench_function("store decide_all (floor)", |b| {
+        b.iter(|| {
+            i = (i + 1) % CLIENTS;
+            let layers: [(&Limit, &str, u64); 1] = [(&limit, &envoy_keys[i], 1)];
+            black_box(store.decide_all(&layers, clock.now()).len())
+        })
+    });
+    group.finish();
     criterion.final_summary();
 }
+
+/// `scripts/bench-rls`'s rule: a limit so high that nothing is refused.
+const ENVOY: &str = r#"
+domain: bench
+descriptors:
+  - key: client_id
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+"#;

@@ -10,8 +10,13 @@
 //! cargo run --release -p ratewarden-server --example rls_bench -- \
 //!     --target http://127.0.0.1:8081 --streams 64 --seconds 5 [--check]
 //! ```
+//!
+//! `--calls N` sends N calls in all and stops, whatever the time: `scripts/bench-instructions`
+//! counts what N and 2N calls cost a server under callgrind.
 
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::ext_authz::v3::pb::{
@@ -170,7 +175,7 @@ async fn main() -> ExitCode {
         };
     }
     let Some(target) = flag(&args, "--target") else {
-        eprintln!("usage: rls_bench --serve-bare ADDR | --target URL [--streams N] [--connections C] [--seconds S] [--domain D] [--check]");
+        eprintln!("usage: rls_bench --serve-bare ADDR | --target URL [--streams N] [--connections C] [--seconds S | --calls N] [--domain D] [--check]");
         return ExitCode::from(2);
     };
     let streams: usize = flag(&args, "--streams")
@@ -184,6 +189,14 @@ async fn main() -> ExitCode {
         .and_then(|s| s.parse().ok())
         .unwrap_or(1)
         .max(1);
+    let calls: Option<u64> = match flag(&args, "--calls").map(|c| c.parse()) {
+        None => None,
+        Some(Ok(calls)) => Some(calls),
+        Some(Err(_)) => {
+            eprintln!("error: --calls wants a whole number of calls");
+            return ExitCode::from(2);
+        }
+    };
     let check = args.iter().any(|a| a == "--check");
     let mut clients = Vec::new();
     for _ in 0..connections {
@@ -205,15 +218,24 @@ async fn main() -> ExitCode {
         }
     }
     let end = Instant::now() + Duration::from_secs(seconds);
+    // With `--calls`, the calls left to send, taken one at a time by the streams.
+    let left = Arc::new(AtomicU64::new(calls.unwrap_or(0)));
     let mut tasks = Vec::new();
     for s in 0..streams {
         let mut client = clients[s % connections].clone();
         let domain = domain.clone();
+        let left = Arc::clone(&left);
+        let more = move || match calls {
+            Some(_) => left
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_ok(),
+            None => Instant::now() < end,
+        };
         tasks.push(tokio::spawn(async move {
             let mut latencies: Vec<u32> = Vec::new();
             let mut errors = 0u64;
             let mut n = 0u64;
-            while Instant::now() < end {
+            while more() {
                 let sent = Instant::now();
                 if client.call(&domain, s, n).await {
                     latencies.push(u32::try_from(sent.elapsed().as_micros()).unwrap_or(u32::MAX));
@@ -233,7 +255,10 @@ async fn main() -> ExitCode {
         all.extend(l);
         errors += e;
     }
-    let took = started.elapsed().as_secs_f64().max(seconds as f64);
+    let took = match calls {
+        Some(_) => started.elapsed().as_secs_f64(),
+        None => started.elapsed().as_secs_f64().max(seconds as f64),
+    };
     all.sort_unstable();
     let at = |p: f64| {
         all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
