@@ -1357,3 +1357,53 @@ fn yaml_rules_are_counted_by_label_and_a_reload_keeps_the_labels_it_keeps() {
     engine.reload_with_envoy(parse("test.toml", "").unwrap(), envoy(7));
     assert_eq!(stats(&engine)[1], ("mesh/user".to_owned(), 2, 0));
 }
+
+#[test]
+fn a_lone_yaml_descriptor_decides_by_the_rule_in_force_as_several_do() {
+    // A call of one descriptor takes a rule built when the YAML came into force; a call of
+    // several builds its rules. Both must carry the same rule, before and after a reload.
+    let yaml = |n: u32| {
+        format!(
+            "domain: mesh\ndescriptors:\n  - key: user\n    rate_limit: {{unit: minute, requests_per_unit: {n}}}\n    shadow_mode: true\n  - key: route\n    rate_limit: {{name: routes, unit: hour, requests_per_unit: 9}}\n"
+        )
+    };
+    let envoy = |n: u32| ratewarden_policy::envoy::parse("mesh.yaml", &yaml(n)).unwrap();
+    let engine = Engine::with_envoy(
+        parse("test.toml", "").unwrap(),
+        envoy(5),
+        MemoryStore::new(StoreConfig::default()),
+    );
+    let descriptor = |key: &'static str| ratewarden_policy::RequestDescriptor {
+        entries: vec![(key, "ann")],
+        ..Default::default()
+    };
+    let rule_of = |verdict: &ratewarden_policy::Verdict, d: usize| {
+        let outcome = verdict.descriptors[d].outcome.expect("decided");
+        verdict.rules[verdict.outcomes[outcome].rule].clone()
+    };
+    for n in [5u32, 7] {
+        if n == 7 {
+            engine.reload_with_envoy(parse("test.toml", "").unwrap(), envoy(7));
+        }
+        let alone =
+            now_or_panic(engine.decide_descriptors("mesh", &[descriptor("user")], 1, NOW)).unwrap();
+        let both = now_or_panic(engine.decide_descriptors(
+            "mesh",
+            &[descriptor("user"), descriptor("route")],
+            1,
+            NOW,
+        ))
+        .unwrap();
+        assert_eq!(rule_of(&alone, 0), rule_of(&both, 0), "after {n}");
+        assert_eq!(alone.outcomes[0].decision.limit, u64::from(n));
+        assert_eq!(
+            rule_of(&alone, 0).mode,
+            ratewarden_policy::config::Mode::Shadow
+        );
+        let route = now_or_panic(engine.decide_descriptors("mesh", &[descriptor("route")], 1, NOW))
+            .unwrap();
+        assert_eq!(rule_of(&route, 0), rule_of(&both, 1));
+        assert_eq!(rule_of(&route, 0).name, "routes");
+        assert_eq!(route.outcomes[0].key, both.outcomes[1].key);
+    }
+}

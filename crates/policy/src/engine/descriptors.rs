@@ -7,6 +7,8 @@
 //! decided all or nothing (a request over one limit is charged on none), and any of our
 //! algorithms can stand behind a descriptor (`ratewarden:` in the YAML).
 
+use std::sync::Arc;
+
 use ratewarden_core::{AsyncStore, Limit};
 
 use super::charge::Applying;
@@ -131,8 +133,11 @@ impl<S: AsyncStore> Engine<S> {
             .collect();
         envoy::apply_replaces(&mut resolved);
 
-        // One rule per decided descriptor, for the verdict to carry, and its counters.
+        // One rule per decided descriptor, for the verdict to carry, and its counters. A
+        // request of one descriptor of a YAML rule (Envoy's usual call) takes the rule built
+        // when the YAML came into force instead.
         let mut rules: Vec<Rule> = Vec::new();
+        let mut alone: Option<Arc<[Rule]>> = None;
         let mut owners: Vec<Option<&Counters>> = Vec::new();
         let mut applying = Vec::new();
         let mut rule_of = vec![None; descriptors.len()];
@@ -145,34 +150,46 @@ impl<S: AsyncStore> Engine<S> {
                     let rule = &set.rules[n];
                     let key = native_key(&set.prefixes[n], rule, &d.entries);
                     let enforced = enforces(rule, &key);
-                    (rule.clone(), key, enforced, Some(&*set.counters[n]))
+                    (Some(rule.clone()), key, enforced, Some(&*set.counters[n]))
                 }
                 Source::Envoy => {
-                    let name = r.name.clone().unwrap_or_else(|| format!("descriptor-{i}"));
-                    let rule = envoy_rule(name, domain, limit.clone(), r.shadow_mode);
                     // Counted by its label, as native rules are by name (a request's own
                     // limit has none, and no counter).
-                    let counters = r
+                    let yaml = r
                         .label
                         .as_ref()
-                        .and_then(|label| set.envoy_counters.get(label))
-                        .map(|c| &**c);
-                    (rule, format!("envoy:{}", r.key), !r.shadow_mode, counters)
+                        .and_then(|label| set.envoy_rules.get(label));
+                    let rule = match yaml {
+                        Some(yaml) if descriptors.len() == 1 => {
+                            alone = Some(Arc::clone(&yaml.alone));
+                            None
+                        }
+                        _ => {
+                            let name = r.name.clone().unwrap_or_else(|| format!("descriptor-{i}"));
+                            Some(envoy_rule(name, domain, limit.clone(), r.shadow_mode))
+                        }
+                    };
+                    let mut key = String::with_capacity(ENVOY_PREFIX.len() + r.key.len());
+                    key.push_str(ENVOY_PREFIX);
+                    key.push_str(&r.key);
+                    (rule, key, !r.shadow_mode, yaml.map(|y| &*y.counters))
                 }
             };
             // A rollout's key outside the share reports as shadow: never over.
             r.shadow_mode = !enforced;
-            rule_of[i] = Some(rules.len());
+            let index = owners.len();
+            rule_of[i] = Some(index);
             applying.push(Applying {
-                rule: rules.len(),
+                rule: index,
                 key,
                 cost,
                 enforced,
                 flow: None,
             });
-            rules.push(rule);
+            rules.extend(rule);
             owners.push(owner);
         }
+        let rules: Arc<[Rule]> = alone.unwrap_or_else(|| rules.into());
         let counters = |k: usize| -> Option<&Counters> { owners[k] };
         let charged = self
             .charge(None, &rules, counters, &applying, set.version, now)
@@ -236,7 +253,7 @@ impl<S: AsyncStore> Engine<S> {
             reservation: charged.reservation,
             permit: charged.permit,
             version: set.version,
-            rules: rules.into(),
+            rules,
             descriptors: verdicts,
         })
     }
@@ -287,8 +304,11 @@ fn native_key(prefix: &str, rule: &Rule, entries: &[(&str, &str)]) -> String {
     key
 }
 
+/// What a YAML rule's keys start with (a native rule's start with its name).
+const ENVOY_PREFIX: &str = "envoy:";
+
 /// A YAML rule as a rule: enforced or shadow, failing closed (Envoy decides then).
-fn envoy_rule(name: String, domain: &str, limit: Limit, shadow: bool) -> Rule {
+pub(super) fn envoy_rule(name: String, domain: &str, limit: Limit, shadow: bool) -> Rule {
     Rule {
         name,
         matches: Match {

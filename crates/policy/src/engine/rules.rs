@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError};
 
 use super::counters::Counters;
+use super::descriptors::envoy_rule;
 use super::{fingerprint, Engine, Identity, RuleStats};
 use crate::envoy::EnvoyConfig;
 use crate::{Config, Rule};
@@ -19,8 +20,8 @@ pub(super) struct RuleSet {
     /// Per rule: what it did, carried over a reload by rule name (metrics name rules).
     pub(super) counters: Vec<Arc<Counters>>,
     /// Per YAML rule, by its label (see [`Resolved::label`](crate::envoy::Resolved::label)):
-    /// what it did, carried over a reload by label.
-    pub(super) envoy_counters: BTreeMap<String, Arc<Counters>>,
+    /// what it did (carried over a reload by label), and the rule a descriptor decides by.
+    pub(super) envoy_rules: BTreeMap<String, YamlRule>,
     /// Per rule: `name@fingerprint`, so that a reload keeps the counters of a rule whose
     /// numbers did not change and starts a changed one afresh.
     pub(super) prefixes: Vec<String>,
@@ -28,6 +29,15 @@ pub(super) struct RuleSet {
     /// rather than by each request (or each worker after a reload).
     pub(super) identity: Arc<Identity>,
     pub(super) version: u64,
+}
+
+/// A YAML rule in force.
+pub(super) struct YamlRule {
+    /// What it did.
+    pub(super) counters: Arc<Counters>,
+    /// The rule a request of one descriptor decides by (its verdict carries it), built once
+    /// here rather than per call.
+    pub(super) alone: Arc<[Rule]>,
 }
 
 impl RuleSet {
@@ -40,10 +50,23 @@ impl RuleSet {
         let identity = Arc::new(Identity::of(&config, &config.rules));
         RuleSet {
             counters: config.rules.iter().map(|_| Arc::default()).collect(),
-            envoy_counters: envoy
-                .rule_labels()
+            envoy_rules: envoy
+                .deciding_rules()
                 .into_iter()
-                .map(|label| (label, Arc::default()))
+                .map(|rule| {
+                    let name = rule.rule.name.clone();
+                    let alone = envoy_rule(
+                        name.unwrap_or_else(|| "descriptor-0".to_owned()),
+                        rule.domain,
+                        rule.limit.clone(),
+                        rule.shadow_mode,
+                    );
+                    let yaml = YamlRule {
+                        counters: Arc::default(),
+                        alone: Arc::new([alone]),
+                    };
+                    (rule.label, yaml)
+                })
                 .collect(),
             identity,
             rules: std::mem::take(&mut config.rules).into(),
@@ -112,9 +135,9 @@ impl<S> Engine<S> {
                 *counters = Arc::clone(&rules.counters[i]);
             }
         }
-        for (label, counters) in &mut next.envoy_counters {
-            if let Some(old) = rules.envoy_counters.get(label) {
-                *counters = Arc::clone(old);
+        for (label, yaml) in &mut next.envoy_rules {
+            if let Some(old) = rules.envoy_rules.get(label) {
+                yaml.counters = Arc::clone(&old.counters);
             }
         }
         let version = next.version;
@@ -161,9 +184,9 @@ impl<S> Engine<S> {
     /// closed: a store failure makes the call `UNAVAILABLE`, for Envoy to decide.
     pub fn envoy_stats(&self) -> Vec<(String, RuleStats)> {
         self.current()
-            .envoy_counters
+            .envoy_rules
             .iter()
-            .map(|(label, c)| (label.clone(), c.stats()))
+            .map(|(label, yaml)| (label.clone(), yaml.counters.stats()))
             .collect()
     }
 }

@@ -291,7 +291,7 @@ impl<S> Engine<S> {
         let set = self.current();
         let counters = match set.rules.iter().position(|r| r.name == rule) {
             Some(i) => &set.counters[i],
-            None => set.envoy_counters.get(rule)?,
+            None => &set.envoy_rules.get(rule)?.counters,
         };
         Some(RuleTop {
             rule: rule.to_owned(),
@@ -306,9 +306,9 @@ impl<S> Engine<S> {
         let set = self.current();
         let native = set.rules.iter().map(|r| r.name.as_str()).zip(&set.counters);
         let envoy = set
-            .envoy_counters
+            .envoy_rules
             .iter()
-            .map(|(label, c)| (label.as_str(), c));
+            .map(|(label, yaml)| (label.as_str(), &yaml.counters));
         native
             .chain(envoy)
             .map(|(rule, c)| RuleTop {

@@ -98,6 +98,8 @@ mod validate;
 mod yaml;
 
 pub use load::{load, parse};
-pub use model::{Descriptor, Domain, EnvoyConfig, EnvoyRule, RateLimitOverride, Resolved};
+pub use model::{
+    DecidingRule, Descriptor, Domain, EnvoyConfig, EnvoyRule, RateLimitOverride, Resolved,
+};
 pub use resolve::{apply_replaces, glob, overall};
 pub use unit::Unit;

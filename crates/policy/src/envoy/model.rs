@@ -68,20 +68,35 @@ impl Descriptor {
 
     /// The node's step in a rule's label: `key=value`, or `key` (see [`Resolved::label`]).
     pub fn label_step(&self) -> String {
-        if self.value.is_empty() {
-            self.key.clone()
-        } else {
-            format!("{}={}", self.key, self.value)
+        let mut step = String::with_capacity(self.key.len() + 1 + self.value.len());
+        self.push_label_step(&mut step);
+        step
+    }
+
+    /// Appends [`label_step`](Descriptor::label_step) to `out` (per request, without a
+    /// string of its own).
+    pub(super) fn push_label_step(&self, out: &mut String) {
+        out.push_str(&self.key);
+        if !self.value.is_empty() {
+            out.push('=');
+            out.push_str(&self.value);
         }
     }
 }
 
 /// envoyproxy/ratelimit's map key for a descriptor entry: `key`, or `key_value`.
 pub(super) fn composite(key: &str, value: &str) -> String {
-    if value.is_empty() {
-        key.to_owned()
-    } else {
-        format!("{key}_{value}")
+    let mut out = String::with_capacity(key.len() + 1 + value.len());
+    push_composite(&mut out, key, value);
+    out
+}
+
+/// Appends [`composite`] to `out` (per request, without a string of its own).
+pub(super) fn push_composite(out: &mut String, key: &str, value: &str) {
+    out.push_str(key);
+    if !value.is_empty() {
+        out.push('_');
+        out.push_str(value);
     }
 }
 
@@ -155,6 +170,21 @@ pub struct Resolved {
     pub label: Option<String>,
 }
 
+/// A YAML rule that decides (not `unlimited`, not a limit of 0), where it is in the file.
+#[derive(Debug, Clone)]
+pub struct DecidingRule<'a> {
+    /// Its label (see [`Resolved::label`]).
+    pub label: String,
+    /// Its domain.
+    pub domain: &'a str,
+    /// The rule.
+    pub rule: &'a EnvoyRule,
+    /// Its limit.
+    pub limit: &'a Limit,
+    /// Its node's `shadow_mode`.
+    pub shadow_mode: bool,
+}
+
 impl Resolved {
     /// envoyproxy/ratelimit's full counter key at `now_secs` (Unix seconds): `prefix`, then
     /// [`key`](Resolved::key), then the window start `now_secs / divider * divider`. `None`
@@ -183,20 +213,42 @@ impl EnvoyConfig {
     /// The label of every rule that decides (not `unlimited`, not a limit of 0), in file
     /// order within each domain: what [`Resolved::label`] can be.
     pub fn rule_labels(&self) -> Vec<String> {
-        fn walk(nodes: &[Descriptor], path: &str, labels: &mut Vec<String>) {
+        self.deciding_rules()
+            .into_iter()
+            .map(|rule| rule.label)
+            .collect()
+    }
+
+    /// Every rule that decides, with its label, domain and node, in the order of
+    /// [`rule_labels`](EnvoyConfig::rule_labels).
+    pub fn deciding_rules(&self) -> Vec<DecidingRule<'_>> {
+        fn walk<'a>(
+            domain: &'a str,
+            nodes: &'a [Descriptor],
+            path: &str,
+            rules: &mut Vec<DecidingRule<'a>>,
+        ) {
             for node in nodes {
                 let path = format!("{path}/{}", node.label_step());
-                if node.rule.as_ref().is_some_and(|r| r.limit.is_some()) {
-                    labels.push(path.clone());
+                if let Some(rule) = &node.rule {
+                    if let Some(limit) = &rule.limit {
+                        rules.push(DecidingRule {
+                            label: path.clone(),
+                            domain,
+                            rule,
+                            limit,
+                            shadow_mode: node.shadow_mode,
+                        });
+                    }
                 }
-                walk(&node.descriptors, &path, labels);
+                walk(domain, &node.descriptors, &path, rules);
             }
         }
-        let mut labels = Vec::new();
+        let mut rules = Vec::new();
         for (name, domain) in &self.domains {
-            walk(&domain.descriptors, name, &mut labels);
+            walk(name, &domain.descriptors, name, &mut rules);
         }
-        labels
+        rules
     }
 
     /// Adds `other`'s domains.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use ratewarden_core::{FixedWindow, Limit};
 
-use super::model::composite;
+use super::model::push_composite;
 use super::{Descriptor, EnvoyConfig, RateLimitOverride, Resolved, Unit};
 
 /// Drops (sets to `None`) every rule whose `name` is in the `replaces` of a rule resolved for
@@ -61,11 +61,19 @@ impl EnvoyConfig {
         let (mut nodes, mut exact, mut wildcards) = (&d.descriptors, &d.exact, &d.wildcards);
         let mut found: Option<&Descriptor> = None;
         let mut shared: Vec<Option<&str>> = Vec::with_capacity(entries.len());
-        let mut stats = domain.to_owned();
-        let mut label = domain.to_owned();
+        // Sized once for the usual path: each string is built without growing.
+        let length: usize = entries.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+        let mut stats = String::with_capacity(domain.len() + length + 1);
+        stats.push_str(domain);
+        let mut label = String::with_capacity(domain.len() + length);
+        label.push_str(domain);
+        let mut wanted = String::with_capacity(length);
         let last = entries.len().checked_sub(1)?;
         for (i, (key, value)) in entries.iter().enumerate() {
-            let wanted = format!("{key}_{value}");
+            wanted.clear();
+            wanted.push_str(key);
+            wanted.push('_');
+            wanted.push_str(value);
             let by_value = exact.get(&wanted).map(|&n| &nodes[n]);
             let by_pattern = || {
                 wildcards
@@ -81,11 +89,11 @@ impl EnvoyConfig {
                 .push((node.share_threshold && node.is_wildcard()).then_some(node.value.as_str()));
             stats.push('.');
             label.push('/');
-            label.push_str(&node.label_step());
+            node.push_label_step(&mut label);
             if node.value_to_metric {
-                stats.push_str(&composite(key, value));
+                push_composite(&mut stats, key, value);
             } else {
-                stats.push_str(&node.composite());
+                push_composite(&mut stats, &node.key, &node.value);
             }
             if node.rule.is_some() && i == last {
                 found = Some(node);
@@ -101,7 +109,9 @@ impl EnvoyConfig {
         }
         let node = found?;
         let rule = node.rule.as_ref()?;
-        let mut key = format!("{domain}_");
+        let mut key = String::with_capacity(domain.len() + 1 + length);
+        key.push_str(domain);
+        key.push('_');
         for (i, (k, v)) in entries.iter().enumerate() {
             key.push_str(k);
             key.push('_');
@@ -139,11 +149,14 @@ impl EnvoyConfig {
         let mut key = format!("{domain}_");
         let mut stats = format!("{domain}.");
         for (i, (k, v)) in entries.iter().enumerate() {
-            key.push_str(&format!("{k}_{v}_"));
+            key.push_str(k);
+            key.push('_');
+            key.push_str(v);
+            key.push('_');
             if i > 0 {
                 stats.push('.');
             }
-            stats.push_str(&composite(k, v));
+            push_composite(&mut stats, k, v);
         }
         Some(Resolved {
             name: None,

@@ -111,11 +111,11 @@ fn response(app: &App, verdict: &Verdict) -> RateLimitResponse {
         .filter_map(|d| {
             let o = &verdict.outcomes[d.outcome?];
             let rule = &verdict.rules[o.rule];
-            Some(ratewarden_http::PolicyState::of(
-                &rule.name,
-                &rule.limit,
-                &o.decision,
-            ))
+            // A YAML rule decided alone keeps its rendered policy between calls.
+            Some(
+                ratewarden_http::PolicyState::of(&rule.name, &rule.limit, &o.decision)
+                    .rendered(&rule.rendered),
+            )
         })
         .collect();
     let mut headers = ratewarden_http::allowed_headers(&shown, false);
