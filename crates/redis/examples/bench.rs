@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release -p ratewarden-redis --example bench -- \
 //!     --url redis://127.0.0.1:6379 --callers 16 --seconds 5 [--naive] [--rate 20000]
-//! cargo run --release -p ratewarden-redis --example bench -- --print-command [--algorithm gcra]
+//! cargo run --release -p ratewarden-redis --example bench -- --print-command [--algorithm gcra] [--general]
 //! ```
 //!
 //! Each caller decides in a loop (closed loop), or, with `--rate`, all callers together
@@ -13,6 +13,9 @@
 //! which inflates it). `--naive` turns pipelining off: one round trip at a time on the one
 //! connection. `--algorithm` picks the limit (GCRA by default; any algorithm's name, such
 //! as `token-bucket` or `sliding-log`), always one that never says no. Prints one JSON line.
+//! `--print-command` prints the call the store sends (the compact form of one check where
+//! the script's fast path knows the algorithm); with `--general`, the general form every
+//! version of the library reads (for measuring an older library beside this one).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -33,6 +36,7 @@ struct Args {
     rate: Option<u64>,
     keys: usize,
     print_command: bool,
+    general: bool,
     algorithm: AlgorithmKind,
 }
 
@@ -45,6 +49,7 @@ fn parse() -> Result<Args, String> {
         rate: None,
         keys: 10_000,
         print_command: false,
+        general: false,
         algorithm: AlgorithmKind::Gcra,
     };
     let mut it = std::env::args().skip(1);
@@ -68,6 +73,7 @@ fn parse() -> Result<Args, String> {
             }
             "--naive" => args.naive = true,
             "--print-command" => args.print_command = true,
+            "--general" => args.general = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument `{other}`")),
         }
@@ -104,7 +110,7 @@ async fn main() -> ExitCode {
     let args = match parse() {
         Ok(args) => args,
         Err(e) => {
-            eprintln!("{e}\nusage: bench --url URL --callers N --seconds S [--naive] [--rate R] [--keys K] [--print-command]");
+            eprintln!("{e}\nusage: bench --url URL --callers N --seconds S [--naive] [--rate R] [--keys K] [--print-command [--general]]");
             return ExitCode::from(2);
         }
     };
@@ -128,7 +134,12 @@ async fn main() -> ExitCode {
         let (function, _) = RedisStore::script();
         // The caller's clock, for a quota's calendar periods around Redis's `now`.
         let hint = RealClock::new().now();
-        let (key, argv) = store.decide_command(&limit(args.algorithm), "bench|k", 1, hint);
+        let limit = limit(args.algorithm);
+        let (key, argv) = if args.general {
+            store.decide_command(&limit, "bench|k", 1, hint)
+        } else {
+            store.sent_command(&limit, "bench|k", 1, hint)
+        };
         println!("{function}\n1\n{key}");
         for arg in argv {
             println!("{arg}");

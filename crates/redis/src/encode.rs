@@ -18,6 +18,8 @@
 //! `ticks_per_cell = period_ns / gcd(count, period_ns)`, as the core scales time. For
 //! `acquire` and `release`, the caller pushes the permit id before each check.
 
+use std::fmt::Write as _;
+
 use ratewarden_core::{Algorithm, Decision, Limit, Outcome, Rate};
 
 /// Appends one check to a script's arguments: the algorithm's name, `cost_or_delta` (a
@@ -36,6 +38,25 @@ pub(crate) fn push_check(
     args.push(cost_or_delta.to_owned());
     args.push(params.len().to_string());
     args.extend(params.iter().map(u64::to_string));
+}
+
+/// A check's spec for the compact call of one check (modes `decide1` and `peek1`): the
+/// algorithm's name and its parameters, separated by spaces (`"gcra 1 1 100"`). `None` for
+/// the algorithms the script's fast path does not know (the sliding log and concurrency,
+/// whose states are lists): their calls take the general form, as the fast path would
+/// decline them anyway.
+pub(crate) fn compact_spec(limit: &Limit, now_hint_ns: u64) -> Option<String> {
+    if matches!(limit, Limit::SlidingLog(_) | Limit::Concurrency(_)) {
+        return None;
+    }
+    let params = params(limit, now_hint_ns);
+    let mut spec = String::with_capacity(16 + params.len() * 20);
+    spec.push_str(limit.kind().as_str());
+    for p in params {
+        // Writing to a String cannot fail.
+        let _ = write!(spec, " {p}");
+    }
+    Some(spec)
 }
 
 /// The script's parameters for `limit`.
@@ -102,26 +123,36 @@ pub(crate) fn decode(reply: &[String]) -> Result<(u64, Vec<Decision>), String> {
     }
     let decisions = rest
         .chunks_exact(5)
-        .map(|c| {
-            let value = number(&c[1], "value_ns")?;
-            let outcome = match c[0].as_str() {
-                "allowed" => Outcome::Allowed,
-                "delayed" => Outcome::Delayed { delay_ns: value },
-                "limited" => Outcome::Limited {
-                    retry_after_ns: value,
-                },
-                "cost_too_high" => Outcome::CostTooHigh,
-                other => return Err(format!("the script replied with outcome `{other}`")),
-            };
-            Ok(Decision::new(
-                outcome,
-                number(&c[2], "limit")?,
-                number(&c[3], "remaining")?,
-                number(&c[4], "reset_after_ns")?,
-            ))
-        })
+        .map(decode_one)
         .collect::<Result<Vec<_>, String>>()?;
     Ok((now, decisions))
+}
+
+/// Reads the reply of a compact call of one check (`decide1`, `peek1`): the decision's five
+/// values (outcome, value_ns, limit, remaining, reset_after_ns), without `now`.
+pub(crate) fn decode_one(reply: &[String]) -> Result<Decision, String> {
+    if reply.len() != 5 {
+        return Err(format!(
+            "the script replied with {} values to a call of one check, not 5",
+            reply.len()
+        ));
+    }
+    let value = number(&reply[1], "value_ns")?;
+    let outcome = match reply[0].as_str() {
+        "allowed" => Outcome::Allowed,
+        "delayed" => Outcome::Delayed { delay_ns: value },
+        "limited" => Outcome::Limited {
+            retry_after_ns: value,
+        },
+        "cost_too_high" => Outcome::CostTooHigh,
+        other => return Err(format!("the script replied with outcome `{other}`")),
+    };
+    Ok(Decision::new(
+        outcome,
+        number(&reply[2], "limit")?,
+        number(&reply[3], "remaining")?,
+        number(&reply[4], "reset_after_ns")?,
+    ))
 }
 
 /// A decimal from the script, saturated to `u64` as the core saturates nanoseconds.
@@ -161,6 +192,37 @@ mod tests {
         assert_eq!(d[0], Decision::new(Outcome::Allowed, 3, 3, 5));
         assert_eq!(d[1].retry_after_ns(), Some(12));
         assert!(decode(&reply[..3]).is_err());
+    }
+
+    #[test]
+    fn a_compact_call_sends_the_spec_and_reads_five_values() {
+        let limit = Limit::from(Gcra::new(Rate::per_second(3).unwrap(), 4).unwrap());
+        assert_eq!(
+            compact_spec(&limit, 0).as_deref(),
+            Some("gcra 3 1000000000 4")
+        );
+        let log = Limit::from(
+            ratewarden_core::SlidingLog::new(3, std::time::Duration::from_secs(1)).unwrap(),
+        );
+        assert_eq!(
+            compact_spec(&log, 0),
+            None,
+            "the fast path has no sliding log"
+        );
+        let reply: Vec<String> = ["limited", "12", "3", "0", "1"].map(str::to_owned).to_vec();
+        let d = decode_one(&reply).unwrap();
+        assert_eq!(
+            d,
+            Decision::new(Outcome::Limited { retry_after_ns: 12 }, 3, 0, 1)
+        );
+        // The general reply (now first) is not a compact one.
+        assert!(decode_one(
+            &["7".to_owned()]
+                .into_iter()
+                .chain(reply)
+                .collect::<Vec<_>>()
+        )
+        .is_err());
     }
 
     /// Fuzzing (proptest; cargo-fuzz needs a nightly toolchain): the encoding of arbitrary
