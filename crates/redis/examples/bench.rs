@@ -10,7 +10,7 @@
 //! start decisions at that many a second (open loop). Latency is measured from when a call
 //! was sent (`p99_us`) and, in open loop, also from when it was due (`p99_due_us`: a slow
 //! store cannot hide its queueing there, but tokio's timer wakes up to a millisecond late,
-//! which inflates it). `--naive` turns pipelining off: one round trip at a time on the one
+//! which inflates it; `late_p50_us` and `late_p99_us` say by how much). `--naive` turns pipelining off: one round trip at a time on the one
 //! connection. `--algorithm` picks the limit (GCRA by default; any algorithm's name, such
 //! as `token-bucket` or `sliding-log`), always one that never says no. Prints one JSON line.
 //! `--print-command` prints the call the store sends (the compact form of one check where
@@ -167,6 +167,9 @@ async fn main() -> ExitCode {
         tasks.push(tokio::spawn(async move {
             let mut latencies: Vec<u32> = Vec::new();
             let mut from_due: Vec<u32> = Vec::new();
+            // How late each call was sent after it was due (the timer's wake-up and the
+            // scheduler's delay), in open loop.
+            let mut late: Vec<u32> = Vec::new();
             let mut errors = 0u64;
             let mut n = 0usize;
             // Open loop: each caller's decisions are due at fixed times, staggered.
@@ -189,6 +192,10 @@ async fn main() -> ExitCode {
                         };
                         latencies.push(us(sent));
                         from_due.push(us(began));
+                        late.push(
+                            u32::try_from(sent.duration_since(began).as_micros())
+                                .unwrap_or(u32::MAX),
+                        );
                     }
                     Err(_) => errors += 1,
                 }
@@ -196,21 +203,24 @@ async fn main() -> ExitCode {
                     due += i;
                 }
             }
-            (latencies, from_due, errors)
+            (latencies, from_due, late, errors)
         }));
     }
     let mut all: Vec<u32> = Vec::new();
     let mut due: Vec<u32> = Vec::new();
+    let mut late: Vec<u32> = Vec::new();
     let mut errors = 0;
     for t in tasks {
-        let (l, d, e) = t.await.unwrap_or_default();
+        let (l, d, w, e) = t.await.unwrap_or_default();
         all.extend(l);
         due.extend(d);
+        late.extend(w);
         errors += e;
     }
     let took = start.elapsed().as_secs_f64().max(args.seconds as f64);
     all.sort_unstable();
     due.sort_unstable();
+    late.sort_unstable();
     let at = |v: &[u32], p: f64| -> u32 {
         if v.is_empty() {
             return 0;
@@ -219,7 +229,7 @@ async fn main() -> ExitCode {
     };
     let pct = |p: f64| at(&all, p);
     println!(
-        "{{\"mode\":\"{}\",\"callers\":{},\"rate\":{},\"decisions\":{},\"errors\":{},\"per_second\":{:.0},\"p50_us\":{},\"p99_us\":{},\"p99_due_us\":{}}}",
+        "{{\"mode\":\"{}\",\"callers\":{},\"rate\":{},\"decisions\":{},\"errors\":{},\"per_second\":{:.0},\"p50_us\":{},\"p90_us\":{},\"p99_us\":{},\"p99_due_us\":{},\"late_p50_us\":{},\"late_p99_us\":{}}}",
         if args.naive { "naive" } else { "ours" },
         args.callers,
         args.rate.map_or("null".to_owned(), |r| r.to_string()),
@@ -227,8 +237,11 @@ async fn main() -> ExitCode {
         errors,
         all.len() as f64 / took,
         pct(0.50),
+        pct(0.90),
         pct(0.99),
         at(&due, 0.99),
+        at(&late, 0.50),
+        at(&late, 0.99),
     );
     ExitCode::SUCCESS
 }

@@ -128,17 +128,35 @@ pub(crate) fn decode(reply: &[String]) -> Result<(u64, Vec<Decision>), String> {
     Ok((now, decisions))
 }
 
-/// Reads the reply of a compact call of one check (`decide1`, `peek1`): the decision's five
-/// values (outcome, value_ns, limit, remaining, reset_after_ns), without `now`.
-pub(crate) fn decode_one(reply: &[String]) -> Result<Decision, String> {
-    if reply.len() != 5 {
+/// Reads the reply of a compact call of one check (`decide1`, `peek1`): one string, the
+/// decision's five values (outcome, value_ns, limit, remaining, reset_after_ns) separated by
+/// spaces, without `now`.
+pub(crate) fn decode_compact(reply: &str) -> Result<Decision, String> {
+    let mut values = reply.split(' ');
+    let mut next = |what: &str| {
+        values
+            .next()
+            .ok_or_else(|| format!("the script's reply `{reply}` has no {what}"))
+    };
+    let five = [
+        next("outcome")?,
+        next("value_ns")?,
+        next("limit")?,
+        next("remaining")?,
+        next("reset_after_ns")?,
+    ];
+    if values.next().is_some() {
         return Err(format!(
-            "the script replied with {} values to a call of one check, not 5",
-            reply.len()
+            "the script's reply `{reply}` has more than five values"
         ));
     }
-    let value = number(&reply[1], "value_ns")?;
-    let outcome = match reply[0].as_str() {
+    decode_one(&five)
+}
+
+/// One decision of a reply: outcome, value_ns, limit, remaining, reset_after_ns.
+fn decode_one<S: AsRef<str>>(c: &[S]) -> Result<Decision, String> {
+    let value = number(c[1].as_ref(), "value_ns")?;
+    let outcome = match c[0].as_ref() {
         "allowed" => Outcome::Allowed,
         "delayed" => Outcome::Delayed { delay_ns: value },
         "limited" => Outcome::Limited {
@@ -149,9 +167,9 @@ pub(crate) fn decode_one(reply: &[String]) -> Result<Decision, String> {
     };
     Ok(Decision::new(
         outcome,
-        number(&reply[2], "limit")?,
-        number(&reply[3], "remaining")?,
-        number(&reply[4], "reset_after_ns")?,
+        number(c[2].as_ref(), "limit")?,
+        number(c[3].as_ref(), "remaining")?,
+        number(c[4].as_ref(), "reset_after_ns")?,
     ))
 }
 
@@ -209,20 +227,21 @@ mod tests {
             None,
             "the fast path has no sliding log"
         );
-        let reply: Vec<String> = ["limited", "12", "3", "0", "1"].map(str::to_owned).to_vec();
-        let d = decode_one(&reply).unwrap();
+        let d = decode_compact("limited 12 3 0 1").unwrap();
         assert_eq!(
             d,
             Decision::new(Outcome::Limited { retry_after_ns: 12 }, 3, 0, 1)
         );
-        // The general reply (now first) is not a compact one.
-        assert!(decode_one(
-            &["7".to_owned()]
-                .into_iter()
-                .chain(reply)
-                .collect::<Vec<_>>()
-        )
-        .is_err());
+        // The general reply (now first), a short one, a bad number: refused, saying why.
+        for (reply, says) in [
+            ("7 limited 12 3 0 1", "more than five"),
+            ("allowed 0 3 1", "no reset_after_ns"),
+            ("allowed 0 3 x 1", "remaining `x`"),
+            ("", "no value_ns"),
+        ] {
+            let e = decode_compact(reply).unwrap_err();
+            assert!(e.contains(says), "`{reply}`: {e}");
+        }
     }
 
     /// Fuzzing (proptest; cargo-fuzz needs a nightly toolchain): the encoding of arbitrary

@@ -569,9 +569,11 @@ do
   FAST.spec_of = spec_of
 
   -- The compact call of one check (store.lua's modes decide1 and peek1): ARGV is the mode,
-  -- now (or ""), the cost and the check's spec; the reply is the decision's five values
-  -- without now. Nil to take the limb path. Five arguments fewer than the general form, each
-  -- of which Redis would make a Lua string of and the script would look up.
+  -- now (or ""), the cost and the check's spec; the reply is one string, the decision's five
+  -- values separated by spaces, without now. Nil to take the limb path. Five arguments fewer
+  -- than the general form, each of which Redis would make a Lua string of and the script
+  -- would look up; and one string back instead of an array of five, cheaper for Redis to
+  -- write and for the client to parse.
   function FAST.compact(key, argv, write)
     local spec = spec_of(argv[4])
     if not spec then return nil end
@@ -579,7 +581,7 @@ do
     if cost == nil then return nil end
     local outcome, value, limit, remaining, reset = decide_one(key, spec[1], spec[2], 1, spec[3], cost, argv[2], write, false)
     if outcome == nil then return nil end
-    return {outcome, value, limit, remaining, reset}
+    return fmt("%s %d %d %d %d", outcome, value, limit, remaining, reset)
   end
 
   -- allowed(d) of store.lua: the outcomes that admit.

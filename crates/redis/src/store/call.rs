@@ -120,8 +120,8 @@ impl RedisStore {
         now: u64,
     ) -> Result<Vec<Decision>, RedisError> {
         if let Some(args) = self.compact_args(mode, checks, now) {
-            let reply = self.invoke(connection, keys, &args).await?;
-            let decision = encode::decode_one(&reply).map_err(RedisError::Protocol)?;
+            let reply: String = self.invoke(connection, keys, &args).await?;
+            let decision = encode::decode_compact(&reply).map_err(RedisError::Protocol)?;
             return Ok(vec![decision]);
         }
         let mut args: Vec<String> = Vec::with_capacity(3 + checks.len() * 8);
@@ -131,7 +131,7 @@ impl RedisStore {
         for (limit, _, cost) in checks {
             encode::push_check(&mut args, limit, &cost.to_string(), now);
         }
-        let reply = self.invoke(connection, keys, &args).await?;
+        let reply: Vec<String> = self.invoke(connection, keys, &args).await?;
         let (_now, decisions) = encode::decode(&reply).map_err(RedisError::Protocol)?;
         if decisions.len() != checks.len() {
             return Err(RedisError::Protocol(format!(
@@ -146,7 +146,7 @@ impl RedisStore {
     /// The arguments of the compact call of one check (modes `decide1` and `peek1`, see
     /// `store.lua`), for a decide or a peek of one check whose algorithm the script's fast
     /// path knows; `None` otherwise. Five arguments fewer than the general form, each of
-    /// which costs Redis a Lua string and the script a look-up; and no `now` in the reply.
+    /// which costs Redis a Lua string and the script a look-up; and the reply is one string.
     pub(super) fn compact_args(
         &self,
         mode: Mode,
