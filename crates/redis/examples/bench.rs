@@ -10,7 +10,8 @@
 //! start decisions at that many a second (open loop). Latency is measured from when a call
 //! was sent (`p99_us`) and, in open loop, also from when it was due (`p99_due_us`: a slow
 //! store cannot hide its queueing there, but tokio's timer wakes up to a millisecond late,
-//! which inflates it; `late_p50_us` and `late_p99_us` say by how much). `--naive` turns pipelining off: one round trip at a time on the one
+//! which inflates it; `late_p50_us` and `late_p99_us` say by how much; `--pacer thread` paces
+//! from a thread of its own instead, within tens of microseconds). `--naive` turns pipelining off: one round trip at a time on the one
 //! connection. `--algorithm` picks the limit (GCRA by default; any algorithm's name, such
 //! as `token-bucket` or `sliding-log`), always one that never says no. Prints one JSON line.
 //! `--print-command` prints the call the store sends (the compact form of one check where
@@ -26,6 +27,7 @@ use ratewarden_core::{
     LeakyQueue, Limit, Quota, Rate, RealClock, SlidingLog, SlidingWindow, TokenBucket,
 };
 use ratewarden_redis::{RedisConfig, RedisStore, Target, TimeSource};
+use tokio::sync::mpsc::UnboundedReceiver as Receiver;
 use tokio::time::Instant;
 
 struct Args {
@@ -34,6 +36,7 @@ struct Args {
     seconds: u64,
     naive: bool,
     rate: Option<u64>,
+    thread_pacer: bool,
     keys: usize,
     print_command: bool,
     general: bool,
@@ -47,6 +50,7 @@ fn parse() -> Result<Args, String> {
         seconds: 5,
         naive: false,
         rate: None,
+        thread_pacer: false,
         keys: 10_000,
         print_command: false,
         general: false,
@@ -72,6 +76,13 @@ fn parse() -> Result<Args, String> {
                     .map_err(|_| format!("--algorithm: no algorithm is called `{name}`"))?;
             }
             "--naive" => args.naive = true,
+            "--pacer" => {
+                args.thread_pacer = match value("--pacer")?.as_str() {
+                    "timer" => false,
+                    "thread" => true,
+                    other => return Err(format!("--pacer: `timer` or `thread`, not `{other}`")),
+                }
+            }
             "--print-command" => args.print_command = true,
             "--general" => args.general = true,
             "-h" | "--help" => return Err(String::new()),
@@ -105,12 +116,39 @@ fn limit(kind: AlgorithmKind) -> Limit {
     }
 }
 
+/// Sends the due time of each of `rate` decisions a second from `start` to `end`, each at
+/// that time, from a thread of its own: `std::thread::sleep` wakes within tens of
+/// microseconds, where tokio's timer rounds every wake-up to its next millisecond, so that
+/// all the callers due within one millisecond start together (a burst of rate / 1,000
+/// decisions at each tick, whose queueing the latency then shows).
+fn pacer(start: Instant, end: Instant, rate: u64) -> Receiver<Instant> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for k in 0u64.. {
+            let due = start + Duration::from_nanos(k * 1_000_000_000 / rate.max(1));
+            if due >= end {
+                break;
+            }
+            let now = Instant::now();
+            if due > now {
+                // The benchmark paces real time: this is the one place it must sleep.
+                #[allow(clippy::disallowed_methods)]
+                std::thread::sleep(due - now);
+            }
+            if tx.send(due).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = match parse() {
         Ok(args) => args,
         Err(e) => {
-            eprintln!("{e}\nusage: bench --url URL --callers N --seconds S [--naive] [--rate R] [--keys K] [--print-command [--general]]");
+            eprintln!("{e}\nusage: bench --url URL --callers N --seconds S [--naive] [--rate R [--pacer timer|thread]] [--keys K] [--print-command [--general]]");
             return ExitCode::from(2);
         }
     };
@@ -160,9 +198,18 @@ async fn main() -> ExitCode {
     let interval = args
         .rate
         .map(|r| Duration::from_nanos(1_000_000_000 * args.callers as u64 / r.max(1)));
+    // With `--pacer thread`, one thread hands out the due times of every decision, in order,
+    // to whichever caller is free.
+    let paced: Option<Arc<tokio::sync::Mutex<Receiver<Instant>>>> = match args.rate {
+        Some(rate) if args.thread_pacer => {
+            Some(Arc::new(tokio::sync::Mutex::new(pacer(start, end, rate))))
+        }
+        _ => None,
+    };
     let mut tasks = Vec::new();
     for c in 0..args.callers {
         let (store, limit) = (Arc::clone(&store), Arc::clone(&limit));
+        let paced = paced.clone();
         let keys = args.keys;
         tasks.push(tokio::spawn(async move {
             let mut latencies: Vec<u32> = Vec::new();
@@ -175,7 +222,13 @@ async fn main() -> ExitCode {
             // Open loop: each caller's decisions are due at fixed times, staggered.
             let mut due = start + interval.map_or(Duration::ZERO, |i| i * c as u32 / 16);
             loop {
-                if interval.is_some() {
+                if let Some(paced) = &paced {
+                    // The next decision due, whenever this caller is free to take it.
+                    match paced.lock().await.recv().await {
+                        Some(next) => due = next,
+                        None => break,
+                    }
+                } else if interval.is_some() {
                     tokio::time::sleep_until(due).await;
                 }
                 let sent = Instant::now();
