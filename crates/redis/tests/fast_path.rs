@@ -599,3 +599,24 @@ fn a_compact_call_the_fast_path_cannot_take_goes_to_the_limb_path_or_is_refused(
         "{e}"
     );
 }
+
+/// The fast path remembers a quota's specs and period bounds, at most 4,096 of each, then
+/// forgets them all and learns again: a quota of a second decided every second for over
+/// 4,096 seconds (a new spec and new bounds each time) answers as the limb path throughout,
+/// across the forgetting.
+#[test]
+fn a_quota_past_the_fast_paths_memory_of_specs_and_bounds_agrees_with_the_limb_path() {
+    let mut redis = Redis::start();
+    let quota: Limit = Quota::new(3, CalendarUnit::Second, "UTC").unwrap().into();
+    let mut now = NOW;
+    for step in 0..4_200u64 {
+        now += SEC + step % 7;
+        let cost = step % 3;
+        let a = redis
+            .compact(false, "quota-c", &quota, None, now, cost)
+            .unwrap_or_else(|e| panic!("step {step}: {e}"));
+        let b = redis.ok("decide:limbs", "quota-g", &quota, now, cost);
+        assert_eq!(a, b[1..].join(" "), "step {step} at {now}");
+    }
+    assert_eq!(redis.get("quota-c"), redis.get("quota-g"));
+}

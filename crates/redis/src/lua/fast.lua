@@ -82,6 +82,22 @@ do
     if n <= 9 then return 0, tonumber(s) end
     return tonumber(sub(s, 1, n - 9)), tonumber(sub(s, n - 8))
   end
+  -- `wide` of a quota's period bound, remembered as `num` remembers: the same six strings in
+  -- the arguments of every call of a rule for a whole period, and two of them in its state,
+  -- each otherwise matched against a pattern, cut in two and read twice. At most 4,096 are kept, then forgotten at once and
+  -- learnt again, since the bounds move on with the periods.
+  local WIDES, wides = {}, 0
+  local function wide_arg(s)
+    local v = WIDES[s]
+    if v == nil then
+      local h, l = wide(s)
+      v = h ~= nil and {h, l} or false
+      if wides >= 4096 then WIDES, wides = {}, 0 end
+      WIDES[s], wides = v, wides + 1
+    end
+    if v then return v[1], v[2] end
+    return nil
+  end
   -- The decimal digits of a wide value, as bigint's to_dec writes them.
   -- %d, not %.0f: Lua 5.1 formats it as a C long (64 bits here, exact below 2^53), where
   -- glibc's %f runs multi-precision arithmetic (a profile of Redis showed it among the top
@@ -395,8 +411,8 @@ do
       local c1 = find(body, ",", 1, true)
       local c2 = c1 and find(body, ",", c1 + 1, true)
       if c2 == nil then return nil end
-      sh, sl = wide(sub(body, 1, c1 - 1))
-      eh, el = wide(sub(body, c1 + 1, c2 - 1))
+      sh, sl = wide_arg(sub(body, 1, c1 - 1))
+      eh, el = wide_arg(sub(body, c1 + 1, c2 - 1))
       used = read(sub(body, c2 + 1))
       if sh == nil or eh == nil or used == nil then return nil end
       -- The state's period is kept while it holds now.
@@ -406,8 +422,8 @@ do
     -- the first holding now starts a new period.
     local found = false
     for i = o + 1, o + np - 1, 2 do
-      local ph, pl = wide(a[i])
-      local qh, ql = wide(a[i + 1])
+      local ph, pl = wide_arg(a[i])
+      local qh, ql = wide_arg(a[i + 1])
       if ph == nil or qh == nil or lt(qh, ql, ph, pl) then return nil end
       if sh == nil and not found then
         local inside = le(ph, pl, nh, nl) and lt(nh, nl, qh, ql)
