@@ -17,6 +17,11 @@
 //! where `ticks_per_ns = count / gcd(count, period_ns)` and
 //! `ticks_per_cell = period_ns / gcd(count, period_ns)`, as the core scales time. For
 //! `acquire` and `release`, the caller pushes the permit id before each check.
+//!
+//! A decide or a peek of one check of an algorithm the script's fast path knows goes in a
+//! compact form instead ([`compact_spec`]): the mode (`decide1`, `peek1`), `now`, the cost, and
+//! the algorithm's name and parameters as one string separated by spaces; its reply is one
+//! string of the decision's five values ([`decode_compact`]).
 
 use std::fmt::Write as _;
 
