@@ -3,16 +3,20 @@
 //! ```text
 //! cargo run --release -p ratewarden-redis --example bench -- \
 //!     --url redis://127.0.0.1:6379 --callers 16 --seconds 5 [--naive] [--rate 20000]
-//! cargo run --release -p ratewarden-redis --example bench -- --print-command [--algorithm gcra]
+//! cargo run --release -p ratewarden-redis --example bench -- --print-command [--algorithm gcra] [--general]
 //! ```
 //!
 //! Each caller decides in a loop (closed loop), or, with `--rate`, all callers together
 //! start decisions at that many a second (open loop). Latency is measured from when a call
 //! was sent (`p99_us`) and, in open loop, also from when it was due (`p99_due_us`: a slow
 //! store cannot hide its queueing there, but tokio's timer wakes up to a millisecond late,
-//! which inflates it). `--naive` turns pipelining off: one round trip at a time on the one
+//! which inflates it; `late_p50_us` and `late_p99_us` say by how much; `--pacer thread` paces
+//! from a thread of its own instead, within tens of microseconds). `--naive` turns pipelining off: one round trip at a time on the one
 //! connection. `--algorithm` picks the limit (GCRA by default; any algorithm's name, such
 //! as `token-bucket` or `sliding-log`), always one that never says no. Prints one JSON line.
+//! `--print-command` prints the call the store sends (the compact form of one check where
+//! the script's fast path knows the algorithm); with `--general`, the general form every
+//! version of the library reads (for measuring an older library beside this one).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -23,6 +27,7 @@ use ratewarden_core::{
     LeakyQueue, Limit, Quota, Rate, RealClock, SlidingLog, SlidingWindow, TokenBucket,
 };
 use ratewarden_redis::{RedisConfig, RedisStore, Target, TimeSource};
+use tokio::sync::mpsc::UnboundedReceiver as Receiver;
 use tokio::time::Instant;
 
 struct Args {
@@ -31,8 +36,10 @@ struct Args {
     seconds: u64,
     naive: bool,
     rate: Option<u64>,
+    thread_pacer: bool,
     keys: usize,
     print_command: bool,
+    general: bool,
     algorithm: AlgorithmKind,
 }
 
@@ -43,8 +50,10 @@ fn parse() -> Result<Args, String> {
         seconds: 5,
         naive: false,
         rate: None,
+        thread_pacer: false,
         keys: 10_000,
         print_command: false,
+        general: false,
         algorithm: AlgorithmKind::Gcra,
     };
     let mut it = std::env::args().skip(1);
@@ -67,7 +76,15 @@ fn parse() -> Result<Args, String> {
                     .map_err(|_| format!("--algorithm: no algorithm is called `{name}`"))?;
             }
             "--naive" => args.naive = true,
+            "--pacer" => {
+                args.thread_pacer = match value("--pacer")?.as_str() {
+                    "timer" => false,
+                    "thread" => true,
+                    other => return Err(format!("--pacer: `timer` or `thread`, not `{other}`")),
+                }
+            }
             "--print-command" => args.print_command = true,
+            "--general" => args.general = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument `{other}`")),
         }
@@ -99,12 +116,39 @@ fn limit(kind: AlgorithmKind) -> Limit {
     }
 }
 
+/// Sends the due time of each of `rate` decisions a second from `start` to `end`, each at
+/// that time, from a thread of its own: `std::thread::sleep` wakes within tens of
+/// microseconds, where tokio's timer rounds every wake-up to its next millisecond, so that
+/// all the callers due within one millisecond start together (a burst of rate / 1,000
+/// decisions at each tick, whose queueing the latency then shows).
+fn pacer(start: Instant, end: Instant, rate: u64) -> Receiver<Instant> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for k in 0u64.. {
+            let due = start + Duration::from_nanos(k * 1_000_000_000 / rate.max(1));
+            if due >= end {
+                break;
+            }
+            let now = Instant::now();
+            if due > now {
+                // The benchmark paces real time: this is the one place it must sleep.
+                #[allow(clippy::disallowed_methods)]
+                std::thread::sleep(due - now);
+            }
+            if tx.send(due).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = match parse() {
         Ok(args) => args,
         Err(e) => {
-            eprintln!("{e}\nusage: bench --url URL --callers N --seconds S [--naive] [--rate R] [--keys K] [--print-command]");
+            eprintln!("{e}\nusage: bench --url URL --callers N --seconds S [--naive] [--rate R [--pacer timer|thread]] [--keys K] [--print-command [--general]]");
             return ExitCode::from(2);
         }
     };
@@ -128,7 +172,12 @@ async fn main() -> ExitCode {
         let (function, _) = RedisStore::script();
         // The caller's clock, for a quota's calendar periods around Redis's `now`.
         let hint = RealClock::new().now();
-        let (key, argv) = store.decide_command(&limit(args.algorithm), "bench|k", 1, hint);
+        let limit = limit(args.algorithm);
+        let (key, argv) = if args.general {
+            store.decide_command(&limit, "bench|k", 1, hint)
+        } else {
+            store.sent_command(&limit, "bench|k", 1, hint)
+        };
         println!("{function}\n1\n{key}");
         for arg in argv {
             println!("{arg}");
@@ -149,19 +198,37 @@ async fn main() -> ExitCode {
     let interval = args
         .rate
         .map(|r| Duration::from_nanos(1_000_000_000 * args.callers as u64 / r.max(1)));
+    // With `--pacer thread`, one thread hands out the due times of every decision, in order,
+    // to whichever caller is free.
+    let paced: Option<Arc<tokio::sync::Mutex<Receiver<Instant>>>> = match args.rate {
+        Some(rate) if args.thread_pacer => {
+            Some(Arc::new(tokio::sync::Mutex::new(pacer(start, end, rate))))
+        }
+        _ => None,
+    };
     let mut tasks = Vec::new();
     for c in 0..args.callers {
         let (store, limit) = (Arc::clone(&store), Arc::clone(&limit));
+        let paced = paced.clone();
         let keys = args.keys;
         tasks.push(tokio::spawn(async move {
             let mut latencies: Vec<u32> = Vec::new();
             let mut from_due: Vec<u32> = Vec::new();
+            // How late each call was sent after it was due (the timer's wake-up and the
+            // scheduler's delay), in open loop.
+            let mut late: Vec<u32> = Vec::new();
             let mut errors = 0u64;
             let mut n = 0usize;
             // Open loop: each caller's decisions are due at fixed times, staggered.
             let mut due = start + interval.map_or(Duration::ZERO, |i| i * c as u32 / 16);
             loop {
-                if interval.is_some() {
+                if let Some(paced) = &paced {
+                    // The next decision due, whenever this caller is free to take it.
+                    match paced.lock().await.recv().await {
+                        Some(next) => due = next,
+                        None => break,
+                    }
+                } else if interval.is_some() {
                     tokio::time::sleep_until(due).await;
                 }
                 let sent = Instant::now();
@@ -178,6 +245,10 @@ async fn main() -> ExitCode {
                         };
                         latencies.push(us(sent));
                         from_due.push(us(began));
+                        late.push(
+                            u32::try_from(sent.duration_since(began).as_micros())
+                                .unwrap_or(u32::MAX),
+                        );
                     }
                     Err(_) => errors += 1,
                 }
@@ -185,21 +256,24 @@ async fn main() -> ExitCode {
                     due += i;
                 }
             }
-            (latencies, from_due, errors)
+            (latencies, from_due, late, errors)
         }));
     }
     let mut all: Vec<u32> = Vec::new();
     let mut due: Vec<u32> = Vec::new();
+    let mut late: Vec<u32> = Vec::new();
     let mut errors = 0;
     for t in tasks {
-        let (l, d, e) = t.await.unwrap_or_default();
+        let (l, d, w, e) = t.await.unwrap_or_default();
         all.extend(l);
         due.extend(d);
+        late.extend(w);
         errors += e;
     }
     let took = start.elapsed().as_secs_f64().max(args.seconds as f64);
     all.sort_unstable();
     due.sort_unstable();
+    late.sort_unstable();
     let at = |v: &[u32], p: f64| -> u32 {
         if v.is_empty() {
             return 0;
@@ -208,7 +282,7 @@ async fn main() -> ExitCode {
     };
     let pct = |p: f64| at(&all, p);
     println!(
-        "{{\"mode\":\"{}\",\"callers\":{},\"rate\":{},\"decisions\":{},\"errors\":{},\"per_second\":{:.0},\"p50_us\":{},\"p99_us\":{},\"p99_due_us\":{}}}",
+        "{{\"mode\":\"{}\",\"callers\":{},\"rate\":{},\"decisions\":{},\"errors\":{},\"per_second\":{:.0},\"p50_us\":{},\"p90_us\":{},\"p99_us\":{},\"p99_due_us\":{},\"late_p50_us\":{},\"late_p99_us\":{}}}",
         if args.naive { "naive" } else { "ours" },
         args.callers,
         args.rate.map_or("null".to_owned(), |r| r.to_string()),
@@ -216,8 +290,11 @@ async fn main() -> ExitCode {
         errors,
         all.len() as f64 / took,
         pct(0.50),
+        pct(0.90),
         pct(0.99),
         at(&due, 0.99),
+        at(&late, 0.50),
+        at(&late, 0.99),
     );
     ExitCode::SUCCESS
 }

@@ -17,6 +17,13 @@
 //! where `ticks_per_ns = count / gcd(count, period_ns)` and
 //! `ticks_per_cell = period_ns / gcd(count, period_ns)`, as the core scales time. For
 //! `acquire` and `release`, the caller pushes the permit id before each check.
+//!
+//! A decide or a peek of one check of an algorithm the script's fast path knows goes in a
+//! compact form instead ([`compact_spec`]): the mode (`decide1`, `peek1`), `now`, the cost, and
+//! the algorithm's name and parameters as one string separated by spaces; its reply is one
+//! string of the decision's five values ([`decode_compact`]).
+
+use std::fmt::Write as _;
 
 use ratewarden_core::{Algorithm, Decision, Limit, Outcome, Rate};
 
@@ -36,6 +43,25 @@ pub(crate) fn push_check(
     args.push(cost_or_delta.to_owned());
     args.push(params.len().to_string());
     args.extend(params.iter().map(u64::to_string));
+}
+
+/// A check's spec for the compact call of one check (modes `decide1` and `peek1`): the
+/// algorithm's name and its parameters, separated by spaces (`"gcra 1 1 100"`). `None` for
+/// the algorithms the script's fast path does not know (the sliding log and concurrency,
+/// whose states are lists): their calls take the general form, as the fast path would
+/// decline them anyway.
+pub(crate) fn compact_spec(limit: &Limit, now_hint_ns: u64) -> Option<String> {
+    if matches!(limit, Limit::SlidingLog(_) | Limit::Concurrency(_)) {
+        return None;
+    }
+    let params = params(limit, now_hint_ns);
+    let mut spec = String::with_capacity(16 + params.len() * 20);
+    spec.push_str(limit.kind().as_str());
+    for p in params {
+        // Writing to a String cannot fail.
+        let _ = write!(spec, " {p}");
+    }
+    Some(spec)
 }
 
 /// The script's parameters for `limit`.
@@ -102,26 +128,54 @@ pub(crate) fn decode(reply: &[String]) -> Result<(u64, Vec<Decision>), String> {
     }
     let decisions = rest
         .chunks_exact(5)
-        .map(|c| {
-            let value = number(&c[1], "value_ns")?;
-            let outcome = match c[0].as_str() {
-                "allowed" => Outcome::Allowed,
-                "delayed" => Outcome::Delayed { delay_ns: value },
-                "limited" => Outcome::Limited {
-                    retry_after_ns: value,
-                },
-                "cost_too_high" => Outcome::CostTooHigh,
-                other => return Err(format!("the script replied with outcome `{other}`")),
-            };
-            Ok(Decision::new(
-                outcome,
-                number(&c[2], "limit")?,
-                number(&c[3], "remaining")?,
-                number(&c[4], "reset_after_ns")?,
-            ))
-        })
+        .map(decode_one)
         .collect::<Result<Vec<_>, String>>()?;
     Ok((now, decisions))
+}
+
+/// Reads the reply of a compact call of one check (`decide1`, `peek1`): one string, the
+/// decision's five values (outcome, value_ns, limit, remaining, reset_after_ns) separated by
+/// spaces, without `now`.
+pub(crate) fn decode_compact(reply: &str) -> Result<Decision, String> {
+    let mut values = reply.split(' ');
+    let mut next = |what: &str| {
+        values
+            .next()
+            .ok_or_else(|| format!("the script's reply `{reply}` has no {what}"))
+    };
+    let five = [
+        next("outcome")?,
+        next("value_ns")?,
+        next("limit")?,
+        next("remaining")?,
+        next("reset_after_ns")?,
+    ];
+    if values.next().is_some() {
+        return Err(format!(
+            "the script's reply `{reply}` has more than five values"
+        ));
+    }
+    decode_one(&five)
+}
+
+/// One decision of a reply: outcome, value_ns, limit, remaining, reset_after_ns.
+fn decode_one<S: AsRef<str>>(c: &[S]) -> Result<Decision, String> {
+    let value = number(c[1].as_ref(), "value_ns")?;
+    let outcome = match c[0].as_ref() {
+        "allowed" => Outcome::Allowed,
+        "delayed" => Outcome::Delayed { delay_ns: value },
+        "limited" => Outcome::Limited {
+            retry_after_ns: value,
+        },
+        "cost_too_high" => Outcome::CostTooHigh,
+        other => return Err(format!("the script replied with outcome `{other}`")),
+    };
+    Ok(Decision::new(
+        outcome,
+        number(c[2].as_ref(), "limit")?,
+        number(c[3].as_ref(), "remaining")?,
+        number(c[4].as_ref(), "reset_after_ns")?,
+    ))
 }
 
 /// A decimal from the script, saturated to `u64` as the core saturates nanoseconds.
@@ -161,6 +215,38 @@ mod tests {
         assert_eq!(d[0], Decision::new(Outcome::Allowed, 3, 3, 5));
         assert_eq!(d[1].retry_after_ns(), Some(12));
         assert!(decode(&reply[..3]).is_err());
+    }
+
+    #[test]
+    fn a_compact_call_sends_the_spec_and_reads_five_values() {
+        let limit = Limit::from(Gcra::new(Rate::per_second(3).unwrap(), 4).unwrap());
+        assert_eq!(
+            compact_spec(&limit, 0).as_deref(),
+            Some("gcra 3 1000000000 4")
+        );
+        let log = Limit::from(
+            ratewarden_core::SlidingLog::new(3, std::time::Duration::from_secs(1)).unwrap(),
+        );
+        assert_eq!(
+            compact_spec(&log, 0),
+            None,
+            "the fast path has no sliding log"
+        );
+        let d = decode_compact("limited 12 3 0 1").unwrap();
+        assert_eq!(
+            d,
+            Decision::new(Outcome::Limited { retry_after_ns: 12 }, 3, 0, 1)
+        );
+        // The general reply (now first), a short one, a bad number: refused, saying why.
+        for (reply, says) in [
+            ("7 limited 12 3 0 1", "more than five"),
+            ("allowed 0 3 1", "no reset_after_ns"),
+            ("allowed 0 3 x 1", "remaining `x`"),
+            ("", "no value_ns"),
+        ] {
+            let e = decode_compact(reply).unwrap_err();
+            assert!(e.contains(says), "`{reply}`: {e}");
+        }
     }
 
     /// Fuzzing (proptest; cargo-fuzz needs a nightly toolchain): the encoding of arbitrary

@@ -469,3 +469,154 @@ fn redis_time_on_the_fast_path_is_the_limb_paths_at_the_same_now() {
         }
     }
 }
+
+impl Redis {
+    /// One check of `cost` under `limit` on `key` in the compact form the store sends (mode
+    /// `decide1` or `peek1`) at `now`: the spec as the store builds it, or `spec` when given.
+    fn compact(
+        &mut self,
+        peek: bool,
+        key: &str,
+        limit: &Limit,
+        spec: Option<&str>,
+        now: u64,
+        cost: u64,
+    ) -> redis::RedisResult<String> {
+        let (key, mut args) = self.encoder.sent_command(limit, key, cost, now);
+        if let Some(spec) = spec {
+            args = vec![
+                String::new(),
+                String::new(),
+                cost.to_string(),
+                spec.to_owned(),
+            ];
+        }
+        assert_eq!(args.len(), 4, "{limit:?} takes the compact form: {args:?}");
+        args[0] = if peek { "peek1" } else { "decide1" }.to_owned();
+        args[1] = now.to_string();
+        redis::cmd("FCALL")
+            .arg(self.function)
+            .arg(1)
+            .arg(key)
+            .arg(args)
+            .query(&mut self.con)
+    }
+}
+
+/// The compact call of one check (what the store sends for a decide or a peek of one rule of
+/// an algorithm the fast path knows) answers as the general form on the limb path (one string
+/// of the five values, without `now`), and leaves the same state with the same lifetime: fast when it can, and through the
+/// limb path when the fast path declines (a third of these limits are past its bound).
+#[test]
+fn the_compact_call_agrees_with_the_general_form_on_random_inputs() {
+    let mut redis = Redis::start();
+    let mut rng = Rng(0x5eed_c0de_0000_0002);
+    for case in 0..200 {
+        let limit = random_limit(&mut rng);
+        let (c, l) = (format!("compact{case}"), format!("general{case}"));
+        let mut now = [NOW, 0, u64::MAX - 5 * SEC, 1 << 60][rng.below(4) as usize];
+        for _ in 0..6 {
+            now = now.saturating_add(match rng.below(3) {
+                0 => 0,
+                1 => rng.below(10 * SEC),
+                _ => rng.below(1 << 56),
+            });
+            let cap = limit.limit();
+            let cost = match rng.below(4) {
+                0 => 0,
+                1 => 1,
+                2 => cap.saturating_add(rng.below(2)),
+                _ => rng.below(cap.min(LIM)),
+            };
+            let peek = rng.chance(20);
+            let a = redis
+                .compact(peek, &c, &limit, None, now, cost)
+                .unwrap_or_else(|e| panic!("{limit:?}: compact call at {now} failed: {e}"));
+            let limb_mode = if peek { "peek:limbs" } else { "decide:limbs" };
+            let b = redis.ok(limb_mode, &l, &limit, now, cost);
+            assert_eq!(
+                a,
+                b[1..].join(" "),
+                "{limit:?}: {limb_mode} of {cost} at {now}"
+            );
+            assert_eq!(redis.get(&c), redis.get(&l), "{limit:?}: state at {now}");
+            let (ta, tb) = (redis.pttl(&c), redis.pttl(&l));
+            assert!(
+                (ta - tb).abs() <= 50 && (ta < 0) == (tb < 0),
+                "{limit:?}: lifetimes {ta} ms and {tb} ms at {now}"
+            );
+        }
+    }
+}
+
+/// A compact call of an algorithm without a fast path (the store never sends one, but a
+/// client of another version might) is decided by the limb path; a malformed one is refused
+/// with an error naming what is wrong, never a script crash.
+#[test]
+fn a_compact_call_the_fast_path_cannot_take_goes_to_the_limb_path_or_is_refused() {
+    let mut redis = Redis::start();
+    let log: Limit = ratewarden_core::SlidingLog::new(2, Duration::from_secs(1))
+        .unwrap()
+        .into();
+    for step in 0..3 {
+        let a = redis
+            .compact(
+                false,
+                "log-c",
+                &log,
+                Some("sliding-log 2 1000000000"),
+                NOW,
+                1,
+            )
+            .expect("a sliding log through decide1");
+        let b = redis.ok("decide:limbs", "log-g", &log, NOW, 1);
+        assert_eq!(a, b[1..].join(" "), "step {step}");
+    }
+    let gcra: Limit = Gcra::new(rate(5, SEC), 3).unwrap().into();
+    for (spec, error) in [
+        ("", "the check's spec is empty"),
+        ("gcra 1 1", "gcra takes 3 parameters"),
+        ("gcra x 1 3", "must be a decimal integer"),
+        ("no-such 1 2 3", "unknown algorithm 'no-such'"),
+    ] {
+        let e = redis
+            .compact(false, "bad", &gcra, Some(spec), NOW, 1)
+            .expect_err(spec);
+        assert!(
+            e.to_string().contains(error),
+            "spec `{spec}`: {e} should say `{error}`"
+        );
+    }
+    let e = redis::cmd("FCALL")
+        .arg(redis.function)
+        .arg(1)
+        .arg("bad")
+        .arg(&["decide1", ""])
+        .query::<String>(&mut redis.con)
+        .expect_err("decide1 without its arguments");
+    assert!(
+        e.to_string().contains("takes one key and three arguments"),
+        "{e}"
+    );
+}
+
+/// The fast path remembers a quota's specs and period bounds, at most 4,096 of each, then
+/// forgets them all and learns again: a quota of a second decided every second for over
+/// 4,096 seconds (a new spec and new bounds each time) answers as the limb path throughout,
+/// across the forgetting.
+#[test]
+fn a_quota_past_the_fast_paths_memory_of_specs_and_bounds_agrees_with_the_limb_path() {
+    let mut redis = Redis::start();
+    let quota: Limit = Quota::new(3, CalendarUnit::Second, "UTC").unwrap().into();
+    let mut now = NOW;
+    for step in 0..4_200u64 {
+        now += SEC + step % 7;
+        let cost = step % 3;
+        let a = redis
+            .compact(false, "quota-c", &quota, None, now, cost)
+            .unwrap_or_else(|e| panic!("step {step}: {e}"));
+        let b = redis.ok("decide:limbs", "quota-g", &quota, now, cost);
+        assert_eq!(a, b[1..].join(" "), "step {step} at {now}");
+    }
+    assert_eq!(redis.get("quota-c"), redis.get("quota-g"));
+}

@@ -8,6 +8,8 @@
 //! Each test starts its own `redis-server` on a free loopback port (killed when the test ends).
 //! Time is always passed explicitly: nothing waits for a refill.
 
+// The general form only: the compact call of one check is tested in tests/fast_path.rs.
+#[allow(dead_code)]
 #[path = "../src/encode.rs"]
 mod encode;
 

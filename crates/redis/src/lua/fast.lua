@@ -25,7 +25,7 @@
 local FAST = {}
 do
   local floor, find, sub, byte = math.floor, string.find, string.sub, string.byte
-  local fmt, tonumber = string.format, tonumber
+  local fmt, tonumber, tostring, gmatch = string.format, tonumber, tostring, string.gmatch
   local LIM = 4503599627370496 -- 2^52
   local E9 = 1000000000
   -- |h1 - h2| up to this keeps (h1 - h2) * 10^9 + (l1 - l2) below 2^53.
@@ -81,6 +81,22 @@ do
     if n == 20 and s > U64_MAX_DEC then return nil end
     if n <= 9 then return 0, tonumber(s) end
     return tonumber(sub(s, 1, n - 9)), tonumber(sub(s, n - 8))
+  end
+  -- `wide` of a quota's period bound, remembered as `num` remembers: the same six strings in
+  -- the arguments of every call of a rule for a whole period, and two of them in its state,
+  -- each otherwise matched against a pattern, cut in two and read twice. At most 4,096 are kept, then forgotten at once and
+  -- learnt again, since the bounds move on with the periods.
+  local WIDES, wides = {}, 0
+  local function wide_arg(s)
+    local v = WIDES[s]
+    if v == nil then
+      local h, l = wide(s)
+      v = h ~= nil and {h, l} or false
+      if wides >= 4096 then WIDES, wides = {}, 0 end
+      WIDES[s], wides = v, wides + 1
+    end
+    if v then return v[1], v[2] end
+    return nil
   end
   -- The decimal digits of a wide value, as bigint's to_dec writes them.
   -- %d, not %.0f: Lua 5.1 formats it as a C long (64 bits here, exact below 2^53), where
@@ -395,8 +411,8 @@ do
       local c1 = find(body, ",", 1, true)
       local c2 = c1 and find(body, ",", c1 + 1, true)
       if c2 == nil then return nil end
-      sh, sl = wide(sub(body, 1, c1 - 1))
-      eh, el = wide(sub(body, c1 + 1, c2 - 1))
+      sh, sl = wide_arg(sub(body, 1, c1 - 1))
+      eh, el = wide_arg(sub(body, c1 + 1, c2 - 1))
       used = read(sub(body, c2 + 1))
       if sh == nil or eh == nil or used == nil then return nil end
       -- The state's period is kept while it holds now.
@@ -406,8 +422,8 @@ do
     -- the first holding now starts a new period.
     local found = false
     for i = o + 1, o + np - 1, 2 do
-      local ph, pl = wide(a[i])
-      local qh, ql = wide(a[i + 1])
+      local ph, pl = wide_arg(a[i])
+      local qh, ql = wide_arg(a[i + 1])
       if ph == nil or qh == nil or lt(qh, ql, ph, pl) then return nil end
       if sh == nil and not found then
         local inside = le(ph, pl, nh, nl) and lt(nh, nl, qh, ql)
@@ -456,20 +472,21 @@ do
   -- With the caller's time, keys live an hour longer on Redis's clock (see store.lua).
   local CALLER_SLACK_MS = 3600000
 
-  -- now as wide h, l and as the reply's decimal digits, and whether the caller gave it; nil
-  -- when the caller's is not a decimal u64.
-  local function clock(given)
+  -- now as wide h, l, whether the caller gave it, and (when `digits`) now as the reply's
+  -- decimal digits; nil when the caller's is not a decimal u64.
+  local function clock(given, digits)
     if given ~= "" then
       local nh, nl = wide(given)
       if nh == nil then return nil end
       -- Leading zeros: the limb path replies without them.
-      if byte(given, 1) == 48 and #given > 1 then given = dec_wide(nh, nl) end
-      return nh, nl, given, true
+      if digits and byte(given, 1) == 48 and #given > 1 then given = dec_wide(nh, nl) end
+      return nh, nl, true, given
     end
     local t = redis.call("TIME")
     local s, us = t[1], t[2]
+    if not digits then return tonumber(s), tonumber(us) * 1000, false end
     -- Seconds, then the microseconds in 6 digits, then 000 (Redis TIME: 0 <= us < 10^6).
-    return tonumber(s), tonumber(us) * 1000, s .. PAD[#us] .. us .. "000", false
+    return tonumber(s), tonumber(us) * 1000, false, s .. PAD[#us] .. us .. "000"
   end
 
   -- The state body of `key` for algorithm `f`: nil for no key, false for a value the fast path
@@ -508,6 +525,25 @@ do
       outcome, value, limit, remaining, reset
   end
 
+  -- The decision of one check: algorithm `f` with its `np` parameters at a[o], `cost` (a
+  -- number) at `given` (the caller's time, or "" for Redis's), written if `write`. Returns
+  -- the decision's five values and (when `digits`) now's decimal digits, or nil to take the
+  -- limb path.
+  local function decide_one(key, f, a, o, np, cost, given, write, digits)
+    local nh, nl, callers_time, now = clock(given, digits)
+    if nh == nil then return nil end
+    local body = body_of(key, f)
+    if body == false then return nil end
+    local outcome, value, limit, remaining, reset, news, fresh = f[1](a, o, np, cost, nh, nl, body)
+    if outcome == nil then return nil end
+    if write and news then store(key, f, news, fresh, callers_time) end
+    -- As push does, for the one decision.
+    if outcome == "delayed" and value == 0 then outcome = "allowed" end
+    if outcome == "allowed" or outcome == "cost_too_high" then value = 0 end
+    if remaining > limit then remaining = limit end
+    return outcome, value, limit, remaining, reset, now
+  end
+
   -- The reply to a call of one check in mode decide (`write`) or peek, or nil to take the
   -- limb path. Writes only once the decision is made.
   function FAST.one(key, argv, write)
@@ -517,19 +553,51 @@ do
     if np == nil or #argv ~= 6 + np then return nil end
     local cost = num(argv[5])
     if cost == nil then return nil end
-    local nh, nl, now, callers_time = clock(argv[2])
-    if nh == nil then return nil end
-    local body = body_of(key, f)
-    if body == false then return nil end
-    local outcome, value, limit, remaining, reset, news, fresh =
-      f[1](argv, 7, np, cost, nh, nl, body)
+    local outcome, value, limit, remaining, reset, now = decide_one(key, f, argv, 7, np, cost, argv[2], write, true)
     if outcome == nil then return nil end
-    if write and news then store(key, f, news, fresh, callers_time) end
-    -- As push does, for the one decision.
-    if outcome == "delayed" and value == 0 then outcome = "allowed" end
-    if outcome == "allowed" or outcome == "cost_too_high" then value = 0 end
-    if remaining > limit then remaining = limit end
     return {now, outcome, value, limit, remaining, reset}
+  end
+
+  -- A check's spec, "<kind> <p1> <p2> ...", as {f, {p1, p2, ...}, np} (the parameters as
+  -- sent, strings), or false when the fast path has no such algorithm or parameter count.
+  -- Remembered: a server sees the same few limits over and over. At most 4,096 are kept,
+  -- then they are forgotten at once and learnt again (a quota's periods move on daily).
+  local SPECS, specs = {}, 0
+  local function spec_of(s)
+    local got = SPECS[s]
+    if got ~= nil then return got end
+    got = false
+    local words = {}
+    for w in gmatch(s, "[^ ]+") do words[#words + 1] = w end
+    local f = ALGOS[words[1]]
+    if f ~= nil then
+      local np = #words - 1
+      if f[2][tostring(np)] == np then
+        local a = {}
+        for i = 1, np do a[i] = words[i + 1] end
+        got = {f, a, np}
+      end
+    end
+    if specs >= 4096 then SPECS, specs = {}, 0 end
+    SPECS[s], specs = got, specs + 1
+    return got
+  end
+  FAST.spec_of = spec_of
+
+  -- The compact call of one check (store.lua's modes decide1 and peek1): ARGV is the mode,
+  -- now (or ""), the cost and the check's spec; the reply is one string, the decision's five
+  -- values separated by spaces, without now. Nil to take the limb path. Five arguments fewer
+  -- than the general form, each of which Redis would make a Lua string of and the script
+  -- would look up; and one string back instead of an array of five, cheaper for Redis to
+  -- write and for the client to parse.
+  function FAST.compact(key, argv, write)
+    local spec = spec_of(argv[4])
+    if not spec then return nil end
+    local cost = num(argv[3])
+    if cost == nil then return nil end
+    local outcome, value, limit, remaining, reset = decide_one(key, spec[1], spec[2], 1, spec[3], cost, argv[2], write, false)
+    if outcome == nil then return nil end
+    return fmt("%s %d %d %d %d", outcome, value, limit, remaining, reset)
   end
 
   -- allowed(d) of store.lua: the outcomes that admit.
@@ -554,7 +622,7 @@ do
       pos = pos + 3 + np
     end
     if pos ~= #argv + 1 then return nil end
-    local nh, nl, now, callers_time = clock(argv[2])
+    local nh, nl, callers_time, now = clock(argv[2], true)
     if nh == nil then return nil end
     -- Every key read once; the checks of one key must share its algorithm.
     local algo, bodies, order = {}, {}, {}

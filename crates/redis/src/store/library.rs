@@ -44,15 +44,16 @@ pub(super) static LIBRARY: std::sync::LazyLock<Library> = std::sync::LazyLock::n
 });
 
 impl RedisStore {
-    /// One call of the function: keys and arguments in, the flat string reply out. A server
-    /// without the library (new, restarted, flushed, or a replica promoted before it had it)
-    /// gets it loaded, and the call is made once more.
-    pub(super) async fn invoke(
+    /// One call of the function: keys and arguments in, the reply out (a flat array of
+    /// strings, or one string from the compact call of one check). A server without the
+    /// library (new, restarted, flushed, or a replica promoted before it had it) gets it
+    /// loaded, and the call is made once more.
+    pub(super) async fn invoke<T: redis::FromRedisValue>(
         &self,
         connection: &mut Connection,
         keys: &[String],
         args: &[String],
-    ) -> Result<Vec<String>, RedisError> {
+    ) -> Result<T, RedisError> {
         let mut fcall = redis::cmd("FCALL");
         fcall.arg(self.function).arg(keys.len()).arg(keys).arg(args);
         let _turn = if self.config.pipeline {

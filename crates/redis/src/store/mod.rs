@@ -71,8 +71,10 @@ impl RedisStore {
     }
 
     /// The key and the arguments of one decision of `cost` under `limit` for `key`, on
-    /// Redis's clock: what a tool such as `redis-benchmark` sends after
-    /// `FCALL <function> 1` (see [`RedisStore::script`]) to measure the function alone.
+    /// Redis's clock, in the general form (the one every mode and any number of checks
+    /// take): what a tool such as `redis-benchmark` sends after `FCALL <function> 1` (see
+    /// [`RedisStore::script`]) to measure the function alone. The store sends a compact form
+    /// for one check when it can: see [`RedisStore::sent_command`].
     pub fn decide_command(
         &self,
         limit: &Limit,
@@ -87,6 +89,30 @@ impl RedisStore {
         ];
         encode::push_check(&mut args, limit, &cost.to_string(), now_hint);
         (self.redis_key(key), args)
+    }
+
+    /// The key and the arguments the store sends after `FCALL <function> 1` for one
+    /// decision of `cost` under `limit` for `key`, on Redis's clock: the compact form of one
+    /// check (mode `decide1`) for the algorithms the script's fast path knows, else the
+    /// general form of [`RedisStore::decide_command`]. What `redis-benchmark` sends to
+    /// measure the function as the store calls it.
+    pub fn sent_command(
+        &self,
+        limit: &Limit,
+        key: &str,
+        cost: u64,
+        now_hint: u64,
+    ) -> (String, Vec<String>) {
+        let check = [(limit, key, i128::from(cost))];
+        match self.compact_args(Mode::Decide, &check, now_hint) {
+            Some(mut args) => {
+                // On Redis's clock whatever this store's time source: `now_hint` only
+                // places a quota's periods, as in `decide_command`.
+                args[1] = String::new();
+                (self.redis_key(key), args)
+            }
+            None => self.decide_command(limit, key, cost, now_hint),
+        }
     }
 
     /// Where the circuit breaker stands.

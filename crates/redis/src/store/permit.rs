@@ -27,7 +27,7 @@ impl RedisStore {
             let mut args = vec!["acquire".to_owned(), self.time_arg(now), "1".to_owned()];
             args.push(id.to_string());
             encode::push_check(&mut args, limit, &cost.to_string(), now);
-            let reply = self
+            let reply: Vec<String> = self
                 .invoke(&mut connection, &[self.redis_key(key)], &args)
                 .await?;
             let (_, mut decisions) = encode::decode(&reply).map_err(RedisError::Protocol)?;
@@ -60,7 +60,7 @@ impl RedisStore {
             let mut args = vec!["release".to_owned(), self.time_arg(now), "1".to_owned()];
             args.push(id.to_string());
             encode::push_check(&mut args, limit, "0", now);
-            let reply = self
+            let reply: Vec<String> = self
                 .invoke(&mut connection, &[self.redis_key(key)], &args)
                 .await?;
             match reply.get(1).map(String::as_str) {
