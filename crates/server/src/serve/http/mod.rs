@@ -5,6 +5,7 @@
 mod admin;
 mod api;
 mod auth;
+mod check_json;
 mod clients;
 mod dashboard;
 mod decision_json;
