@@ -10,6 +10,7 @@ mod clients;
 mod dashboard;
 mod decision_json;
 mod gateway;
+mod graceful;
 mod guard;
 mod idle;
 mod limits;
