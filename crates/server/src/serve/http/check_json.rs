@@ -45,7 +45,7 @@ pub(super) fn read(body: &[u8]) -> Option<Check<'_>> {
             r.eat(b':')?;
             r.skip_space();
             if name == "cost" {
-                if seen & 1 << 6 != 0 {
+                if seen & (1 << 6) != 0 {
                     return None;
                 }
                 seen |= 1 << 6;
@@ -61,7 +61,7 @@ pub(super) fn read(body: &[u8]) -> Option<Check<'_>> {
                     // `headers`, and a field `Check` does not know (serde refuses it).
                     _ => return None,
                 };
-                if seen & 1 << bit != 0 {
+                if seen & (1 << bit) != 0 {
                     return None;
                 }
                 seen |= 1 << bit;

@@ -33,12 +33,12 @@ impl Shutdown {
 
     /// `connection`, served to its end, shut down gracefully (its request in flight
     /// finished, then closed) once [`Shutdown::shutdown`] is called.
-    pub(crate) fn watch<C: GracefulConnection>(
+    pub(crate) fn watch<C>(
         &self,
         connection: C,
     ) -> impl Future<Output = Result<(), C::Error>> + Send + 'static
     where
-        C: Send + 'static,
+        C: GracefulConnection + Send + 'static,
     {
         let stopping = Arc::clone(&self.stopping);
         let rx = self.tx.subscribe();
