@@ -588,6 +588,63 @@ async fn a_check_body_after_its_head_is_waited_for_and_a_stalled_one_cut_with_40
     );
 }
 
+/// A head whose body never starts is cut at `api_body_timeout` too: the body's timer is
+/// armed only when the body is not there at once, and this one never is.
+#[tokio::test(start_paused = true)]
+async fn a_check_whose_body_never_starts_is_cut_with_408_at_the_bound() {
+    let server = start(&api_with("api_body_timeout = \"2s\"")).await;
+    let mut silent = TcpStream::connect(server.listen).await.unwrap();
+    silent
+        .write_all(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 19\r\n\r\n")
+        .await
+        .unwrap();
+    let sent = tokio::time::Instant::now();
+    let reply = tokio::time::timeout(Duration::from_secs(60), read_response(&mut silent))
+        .await
+        .expect("the missing body was waited for without end");
+    assert!(reply.is_problem(408), "{} {}", reply.status, reply.body);
+    let waited = sent.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1900) && waited <= Duration::from_secs(3),
+        "{waited:?}"
+    );
+}
+
+/// A chunked body (no declared length) is read piece by piece: pieces within `max_body`
+/// are joined into one body and decided, and pieces past it are refused with 413.
+#[tokio::test]
+async fn a_chunked_check_body_is_joined_and_one_over_max_body_refused() {
+    let server = start(&api_with("max_body = 64")).await;
+    let head = b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let chunked = |pieces: &[&str]| {
+        let mut out = head.to_vec();
+        for piece in pieces {
+            out.extend_from_slice(format!("{:x}\r\n{piece}\r\n", piece.len()).as_bytes());
+        }
+        out.extend_from_slice(b"0\r\n\r\n");
+        out
+    };
+    // hyper hands over each chunk as a piece of its own, read together or not.
+    let mut stream = TcpStream::connect(server.listen).await.unwrap();
+    let request = chunked(&[r#"{"path":"#, r#" "/orders","#, r#" "api_key": "k"}"#]);
+    stream.write_all(&request).await.unwrap();
+    let reply = tokio::time::timeout(Duration::from_secs(10), read_response(&mut stream))
+        .await
+        .expect("the chunked body was never answered");
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(reply.body.contains(r#""allowed":true"#), "{}", reply.body);
+
+    let mut stream = TcpStream::connect(server.listen).await.unwrap();
+    let long = format!(r#""/{}""#, "a".repeat(80));
+    let request = chunked(&[r#"{"path":"#, &long, "}"]);
+    stream.write_all(&request).await.unwrap();
+    let reply = tokio::time::timeout(Duration::from_secs(10), read_response(&mut stream))
+        .await
+        .expect("the long chunked body was never answered");
+    assert!(reply.is_problem(413), "{} {}", reply.status, reply.body);
+    assert!(reply.body.contains("max_body"), "{}", reply.body);
+}
+
 #[tokio::test]
 async fn a_declared_body_over_max_body_is_refused_before_it_is_sent() {
     let server = start(API).await;

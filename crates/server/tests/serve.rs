@@ -1140,6 +1140,34 @@ async fn serve_builds_the_memory_store_with_store_max_bytes() {
     );
 }
 
+/// Responses are counted per listener and status: the 200s through the counter each
+/// listener keeps at hand, the rest through the labelled family, both in one series per
+/// pair, and no series for a listener that has not answered.
+#[tokio::test]
+async fn metrics_count_every_response_by_listener_and_status() {
+    let toml = format!("[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n{PER_IP}");
+    let server = start(&toml, Arc::new(ManualClock::new(T0))).await;
+    let (api, admin) = (server.listen, server.admin.unwrap());
+    flood(api, 3).await;
+    let missing = post(api, "/v1/nothing", "{}").await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND);
+    flood(api, 2).await;
+    let metrics = get(admin, "/metrics", &[]).await.body;
+    let count = |labels: &str| metric(&metrics, &format!("ratewarden_responses_total{{{labels}}}"));
+    assert_eq!(count("listener=\"api\",code=\"200\""), Some(5), "{metrics}");
+    assert_eq!(count("listener=\"api\",code=\"404\""), Some(1), "{metrics}");
+    assert_eq!(
+        count("listener=\"gateway\",code=\"200\""),
+        None,
+        "{metrics}"
+    );
+    assert_eq!(
+        metrics.matches("listener=\"api\",code=\"200\"").count(),
+        1,
+        "{metrics}"
+    );
+}
+
 /// What the in-memory store had to do shows in `/metrics`: a flood of new keys through a
 /// store of 64 keys evicts keys with budget left, then, with only limited keys left to
 /// evict, limited ones (answered as limited still); the bytes its keys take are shown.

@@ -17,7 +17,10 @@ pub(super) fn build_key(
     request: &Request<'_>,
     client: IpAddr,
 ) -> Result<Option<String>, RequestError> {
-    let mut key = prefix.to_owned();
+    // Room for the usual parts (an address, a digest, a short name) from the start: grown
+    // from the prefix's length, the key was copied twice more (500 instructions a request).
+    let mut key = String::with_capacity(prefix.len() + 24 * rule.key.len());
+    key.push_str(prefix);
     for part in &rule.key {
         key.push('|');
         if !push_part(&mut key, part, rule, sources, request, client)? {

@@ -178,9 +178,15 @@ impl App {
     /// [`App::answer`] with the settings the request already holds: each read of them is
     /// a lock and a reference count shared by every worker.
     pub(crate) fn answer_with(&self, verdict: &Verdict, settings: &ServerSettings) -> Answer {
-        let retry = self
-            .jitter
-            .apply(verdict.retry_ns(), settings.retry_after_jitter);
+        // Only a refusal says when to retry: a request let through draws no jitter (a SipHash,
+        // 250 instructions of every allowed decision).
+        let refused = !verdict.allowed || verdict.unavailable || verdict.shed();
+        let retry = if refused {
+            self.jitter
+                .apply(verdict.retry_ns(), settings.retry_after_jitter)
+        } else {
+            verdict.retry_ns()
+        };
         if verdict.shed() && !verdict.unavailable {
             // An adaptive concurrency rule: the upstream is at what it can take.
             self.metrics.shed("adaptive");

@@ -2,7 +2,7 @@
 //! holds and had to do (keys, bytes, evictions, late timeouts), version.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::store::AnyStore;
 use prometheus_client::collector::Collector;
@@ -160,6 +160,11 @@ pub(crate) struct Metrics {
     shed: Family<ReasonLabels, Counter>,
     reloads: Family<ResultLabels, Counter>,
     responses: Family<StatusLabels, Counter>,
+    /// Each listener's counter of 200s (gateway, api, admin), taken from `responses` at its
+    /// first: nearly every response is one, and the family's lookup (the labels hashed with
+    /// SipHash under a lock) cost about 1,200 instructions a request. Taken at the first, not
+    /// at start, so a listener's series appears when it answers, as before.
+    ok: [OnceLock<Counter>; 3],
 }
 
 /// Reads the engine's own per-rule counters at scrape time, so a decision pays for no
@@ -302,6 +307,7 @@ impl Metrics {
             shed,
             reloads,
             responses,
+            ok: Default::default(),
         }
     }
 
@@ -325,9 +331,23 @@ impl Metrics {
     }
 
     pub(crate) fn responded(&self, listener: &'static str, code: u16) {
-        self.responses
-            .get_or_create(&StatusLabels { listener, code })
-            .inc();
+        let slot = match (listener, code) {
+            ("gateway", 200) => &self.ok[0],
+            ("api", 200) => &self.ok[1],
+            ("admin", 200) => &self.ok[2],
+            _ => {
+                self.responses
+                    .get_or_create(&StatusLabels { listener, code })
+                    .inc();
+                return;
+            }
+        };
+        slot.get_or_init(|| {
+            self.responses
+                .get_or_create(&StatusLabels { listener, code })
+                .clone()
+        })
+        .inc();
     }
 
     /// The Prometheus text exposition.

@@ -7,13 +7,16 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use std::task::Poll;
 
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
+use http::header::CONTENT_TYPE;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
+use hyper::body::Body as _;
 use hyper::body::Incoming;
 use ratewarden_core::{DisplayDuration, Outcome, NANOS_PER_SEC};
 use ratewarden_policy::{GrantId, Owner, ReleaseError, ServerSettings, SettleError};
@@ -32,8 +35,9 @@ pub(crate) const MAX_COST: u64 = 1_000_000_000;
 /// A string of a request body, borrowed from the body unless it has escapes (serde does
 /// not borrow through an `Option<Cow>`, hence the wrapper).
 #[derive(Deserialize)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 #[serde(transparent)]
-struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+pub(super) struct Text<'a>(#[serde(borrow)] pub(super) Cow<'a, str>);
 
 impl std::ops::Deref for Text<'_> {
     type Target = str;
@@ -44,26 +48,28 @@ impl std::ops::Deref for Text<'_> {
 }
 
 /// `/v1/check`'s body. Its strings borrow from the body where they can (no escapes), one
-/// allocation fewer each per request.
+/// allocation fewer each per request. Most bodies are read by hand (`check_json`), the
+/// rest by serde.
 #[derive(Deserialize)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 #[serde(deny_unknown_fields)]
-struct Check<'a> {
+pub(super) struct Check<'a> {
     /// The client's address; the API caller's own when absent.
     #[serde(borrow)]
-    ip: Option<Text<'a>>,
+    pub(super) ip: Option<Text<'a>>,
     #[serde(borrow)]
-    method: Option<Text<'a>>,
+    pub(super) method: Option<Text<'a>>,
     #[serde(borrow)]
-    path: Option<Text<'a>>,
+    pub(super) path: Option<Text<'a>>,
     #[serde(borrow)]
-    host: Option<Text<'a>>,
+    pub(super) host: Option<Text<'a>>,
     #[serde(default)]
-    headers: BTreeMap<String, String>,
+    pub(super) headers: BTreeMap<String, String>,
     #[serde(borrow)]
-    api_key: Option<Text<'a>>,
+    pub(super) api_key: Option<Text<'a>>,
     #[serde(borrow)]
-    tenant: Option<Text<'a>>,
-    cost: Option<u64>,
+    pub(super) tenant: Option<Text<'a>>,
+    pub(super) cost: Option<u64>,
 }
 
 /// `/v1/settle`: the reservation, the real cost, and the client again as the check named it
@@ -208,6 +214,17 @@ impl Resolved<'_> {
     }
 }
 
+/// The endpoints that take a JSON body.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Endpoint {
+    Check,
+    Settle,
+    Release,
+    /// envoyproxy/ratelimit's `POST /json`.
+    EnvoyJson,
+    Unknown,
+}
+
 pub(crate) async fn handle(
     app: &Arc<App>,
     peer: SocketAddr,
@@ -223,19 +240,31 @@ pub(crate) async fn handle(
         };
     }
     // Forward-auth takes any method: a proxy asks with the method it was given.
-    match path {
-        "/v1/auth" => return super::auth::handle(app, peer, request, Flavour::Plain).await,
-        "/v1/auth/nginx" => return super::auth::handle(app, peer, request, Flavour::Nginx).await,
-        _ => {}
+    // The doors other than /v1/check are boxed, here and below: this future is as large as
+    // its largest state, and hyper moves it whole (twice a request) before it first runs.
+    let flavour = match path {
+        "/v1/auth" => Some(Flavour::Plain),
+        "/v1/auth/nginx" => Some(Flavour::Nginx),
+        _ if path
+            .strip_prefix(ENVOY_PREFIX)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/')) =>
+        {
+            Some(Flavour::Envoy)
+        }
+        _ => None,
+    };
+    if let Some(flavour) = flavour {
+        return Box::pin(super::auth::handle(app, peer, request, flavour)).await;
     }
-    if path
-        .strip_prefix(ENVOY_PREFIX)
-        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-    {
-        return super::auth::handle(app, peer, request, Flavour::Envoy).await;
-    }
-    let known = matches!(path, "/v1/check" | "/v1/settle" | "/v1/release" | "/json");
-    if !known {
+    // The endpoint as a tag, not the path copied: the request is moved on below.
+    let endpoint = match path {
+        "/v1/check" => Endpoint::Check,
+        "/v1/settle" => Endpoint::Settle,
+        "/v1/release" => Endpoint::Release,
+        "/json" => Endpoint::EnvoyJson,
+        _ => Endpoint::Unknown,
+    };
+    if endpoint == Endpoint::Unknown {
         return reply::problem(
             StatusCode::NOT_FOUND,
             format!("no such endpoint `{path}`; the decision API has POST /v1/check, /v1/settle and /v1/release, forward-auth at /v1/auth, /v1/auth/nginx and /v1/auth/envoy/… (and POST /json, GET /healthcheck for Envoy configs)"),
@@ -251,9 +280,8 @@ pub(crate) async fn handle(
             .insert(http::header::ALLOW, http::HeaderValue::from_static("POST"));
         return response;
     }
-    let path = path.to_owned();
     // envoyproxy/ratelimit takes /json whatever its Content-Type (curl -d sends a form type).
-    let strict = path != "/json";
+    let strict = endpoint != Endpoint::EnvoyJson;
     // The body is read (bounded in bytes and time) before a slot is taken: a client
     // sending its body a byte at a time holds a connection, never a place in flight
     // (issue 12, item 6). The slot is taken before deciding: shed load before the store.
@@ -269,18 +297,18 @@ pub(crate) async fn handle(
             "the server is at capacity",
         ));
     };
-    match path.as_str() {
-        "/json" => crate::serve::envoy::json(app, body).await,
-        "/v1/check" => match parse::<Check<'_>>(&body) {
+    match endpoint {
+        Endpoint::EnvoyJson => Box::pin(crate::serve::envoy::json(app, body)).await,
+        Endpoint::Check => match parse_check(&body) {
             Ok(check) => decide(app, &settings, peer, check).await,
             Err(problem) => problem.response(),
         },
-        "/v1/settle" => match parse::<Settle>(&body) {
-            Ok(settle) => self::settle(app, peer, settle).await,
+        Endpoint::Settle => match parse::<Settle>(&body) {
+            Ok(settle) => Box::pin(self::settle(app, peer, settle)).await,
             Err(problem) => problem.response(),
         },
-        _ => match parse::<Release>(&body) {
-            Ok(release) => self::release(app, peer, release).await,
+        Endpoint::Release | Endpoint::Unknown => match parse::<Release>(&body) {
+            Ok(release) => Box::pin(self::release(app, peer, release)).await,
             Err(problem) => problem.response(),
         },
     }
@@ -361,17 +389,38 @@ async fn read_json(
         }
     }
     let (max, timeout) = (settings.max_body, settings.bounds.api_body_timeout);
-    // A declared length over the bound is refused before a byte of the body is read.
-    let declared = request
-        .headers()
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|length| length > max as u64) {
+    // A declared length over the bound is refused before a byte of the body is read (hyper
+    // has read `Content-Length` into the body's exact size already).
+    let body = request.into_body();
+    if body
+        .size_hint()
+        .exact()
+        .is_some_and(|length| length > max as u64)
+    {
         return Err(too_large(max));
     }
-    let read = Limited::new(request.into_body(), max).collect();
-    let Ok(read) = tokio::time::timeout(timeout, read).await else {
+    let mut read = std::pin::pin!(read_to_end(body, max));
+    // The timer is armed only for a body that is not there at once. hyper hands a body over
+    // only once it is asked for, so the first poll always waits; it wakes this task again
+    // (as asking for the body does), and a body still missing at the second poll, a moment
+    // later, gets `timeout` from then. A body that came with its head, nearly every one,
+    // costs no timer: arming and dropping one was 1,700 instructions a request (2026-12-03).
+    let mut polls = 0;
+    let early = std::future::poll_fn(|cx| match read.as_mut().poll(cx) {
+        Poll::Ready(read) => Poll::Ready(Some(read)),
+        Poll::Pending if polls == 0 => {
+            polls += 1;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+        Poll::Pending => Poll::Ready(None),
+    })
+    .await;
+    let timed = match early {
+        Some(read) => Ok(read),
+        None => tokio::time::timeout(timeout, read).await,
+    };
+    let Ok(read) = timed else {
         return Err(Problem::new(
             StatusCode::REQUEST_TIMEOUT,
             format!(
@@ -381,13 +430,52 @@ async fn read_json(
         ));
     };
     match read {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(too_large(max)),
-        Err(error) => Err(Problem::new(
+        Ok(body) => Ok(body),
+        Err(BodyError::TooLarge) => Err(too_large(max)),
+        Err(BodyError::Read(error)) => Err(Problem::new(
             StatusCode::BAD_REQUEST,
             format!("the body could not be read: {error}"),
         )),
     }
+}
+
+/// Why a body could not be read whole.
+enum BodyError {
+    /// It is over the bound.
+    TooLarge,
+    Read(hyper::Error),
+}
+
+/// `body` to its end, refused past `max` bytes. Kept as hyper hands it over when it comes
+/// in one piece, as a small body nearly always does (http-body-util's `Limited` and
+/// `Collect` queued every piece first, an allocation and 1,000 instructions a request).
+async fn read_to_end(mut body: Incoming, max: usize) -> Result<Bytes, BodyError> {
+    let mut first = Bytes::new();
+    let mut joined = Vec::new();
+    while let Some(frame) = body.frame().await {
+        // Trailers are not part of the body.
+        let Ok(data) = frame.map_err(BodyError::Read)?.into_data() else {
+            continue;
+        };
+        let read = first.len() + joined.len() + data.len();
+        if read > max {
+            return Err(BodyError::TooLarge);
+        }
+        if first.is_empty() && joined.is_empty() {
+            first = data;
+        } else {
+            if joined.is_empty() {
+                joined.reserve(read);
+                joined.extend_from_slice(&std::mem::take(&mut first));
+            }
+            joined.extend_from_slice(&data);
+        }
+    }
+    Ok(if joined.is_empty() {
+        first
+    } else {
+        Bytes::from(joined)
+    })
 }
 
 fn too_large(max: usize) -> Problem {
@@ -395,6 +483,14 @@ fn too_large(max: usize) -> Problem {
         StatusCode::PAYLOAD_TOO_LARGE,
         format!("the body is over {max} bytes (`[server] max_body`)"),
     )
+}
+
+/// A `/v1/check` body: by hand when it is plain (`check_json`), else as [`parse`] reads it.
+fn parse_check(body: &[u8]) -> Result<Check<'_>, Problem> {
+    match super::check_json::read(body) {
+        Some(check) => Ok(check),
+        None => parse(body),
+    }
 }
 
 fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Problem> {
@@ -435,7 +531,7 @@ pub(crate) struct CheckRequest<'a> {
 impl<'a> CheckBody<'a> {
     /// The body, or the 4xx `/v1/check` would answer it with.
     pub(crate) fn parse(body: &'a [u8]) -> Result<Self, Problem> {
-        let check: Check<'a> = parse(body)?;
+        let check = parse_check(body)?;
         if let Some(cost) = check.cost.filter(|&c| c > MAX_COST) {
             return Err(Problem::new(
                 StatusCode::UNPROCESSABLE_ENTITY,

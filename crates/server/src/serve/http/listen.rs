@@ -10,7 +10,6 @@ use http::{Request, Response};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -18,6 +17,7 @@ use crate::serve::app::App;
 use crate::serve::reply::Body;
 
 use super::clients::Clients;
+use super::graceful::Shutdown;
 use super::idle;
 use super::upstream::Local;
 
@@ -59,7 +59,7 @@ pub(crate) async fn serve(
     mut stop: watch::Receiver<bool>,
     grace: Duration,
 ) {
-    let graceful = GracefulShutdown::new();
+    let graceful = Shutdown::new();
     // As started: these `[server]` bounds take a restart (a reload says so).
     let bounds = app.started().bounds;
     let mut http = hyper::server::conn::http1::Builder::new();

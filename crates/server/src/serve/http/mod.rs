@@ -5,10 +5,12 @@
 mod admin;
 mod api;
 mod auth;
+mod check_json;
 mod clients;
 mod dashboard;
 mod decision_json;
 mod gateway;
+mod graceful;
 mod guard;
 mod idle;
 mod limits;
