@@ -73,6 +73,9 @@ pub struct Call {
     /// list before finds its origin again.
     generation: u64,
     started: u64,
+    /// When the attempt last begun is sent: [`Policy::before_attempt`]'s reading of the
+    /// clock plus the hold it asked for.
+    attempt_at: u64,
     attempts: u32,
     repeatable: bool,
 }
@@ -291,17 +294,62 @@ impl Policy {
         headers: &HeaderMap,
     ) -> Result<Call, Error> {
         let now = self.now();
+        self.start_at(&mut self.state(), now, origin.as_ref(), method, headers)
+    }
+
+    /// [`start`](Self::start) and the first [`before_attempt`](Self::before_attempt) at
+    /// once: one reading of the clock and one hold of the policy's lock where the two
+    /// take two of each (what the middlewares do first for every request).
+    ///
+    /// # Errors
+    ///
+    /// As [`start`](Self::start) and [`before_attempt`](Self::before_attempt).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use http::{HeaderMap, Method};
+    /// use ratewarden_client::Policy;
+    /// use std::time::Duration;
+    ///
+    /// let policy = Policy::default();
+    /// let (call, hold) = policy.begin("http://api.test", &Method::GET, &HeaderMap::new())?;
+    /// assert_eq!((call.attempts(), hold), (1, Duration::ZERO));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn begin(
+        &self,
+        origin: impl AsRef<str>,
+        method: &Method,
+        headers: &HeaderMap,
+    ) -> Result<(Call, Duration), Error> {
+        let now = self.now();
+        let mut state = self.state();
+        let mut call = self.start_at(&mut state, now, origin.as_ref(), method, headers)?;
+        let hold = self.hold_at(&mut state, now, &mut call);
+        drop(state);
+        let hold = self.attempt_at(now, hold, &mut call)?;
+        Ok((call, hold))
+    }
+
+    fn start_at(
+        &self,
+        state: &mut State,
+        now: u64,
+        origin: &str,
+        method: &Method,
+        headers: &HeaderMap,
+    ) -> Result<Call, Error> {
         let c = &self.inner.counters;
         Counters::bump(&c.requests, 1);
-        let mut state = self.state();
-        let (origin, slot) = state.slot(origin.as_ref());
+        let (origin, slot) = state.slot(origin);
         let generation = state.generation;
         let State {
             rng,
             budget,
             per_origin,
             ..
-        } = &mut *state;
+        } = state;
         if let Some(budget) = budget {
             budget.deposit(now);
         }
@@ -323,6 +371,7 @@ impl Policy {
             slot,
             generation,
             started: now,
+            attempt_at: now,
             attempts: 0,
             repeatable: is_repeatable(method, headers),
         })
@@ -336,8 +385,13 @@ impl Policy {
     /// [`Error::Deadline`] when the hold would end past the call's deadline.
     pub fn before_attempt(&self, call: &mut Call) -> Result<Duration, Error> {
         let now = self.now();
+        let hold = self.hold_at(&mut self.state(), now, call);
+        self.attempt_at(now, hold, call)
+    }
+
+    /// How long pacing and the adaptive rate hold an attempt of `call` at `now`.
+    fn hold_at(&self, state: &mut State, now: u64, call: &mut Call) -> Duration {
         let settings = &self.inner.settings;
-        let mut state = self.state();
         let origin = state.origin_of(call);
         let mut hold = Duration::ZERO;
         if settings.pacing {
@@ -346,7 +400,12 @@ impl Policy {
         if settings.adaptive_rate {
             hold = hold.max(origin.rate.acquire(now));
         }
-        drop(state);
+        hold
+    }
+
+    /// Begins an attempt of `call` held `hold` at `now`, unless that ends past the deadline.
+    fn attempt_at(&self, now: u64, hold: Duration, call: &mut Call) -> Result<Duration, Error> {
+        let settings = &self.inner.settings;
         if let Some(deadline) = settings.deadline {
             if now.saturating_add(ns(hold)) > call.started.saturating_add(ns(deadline)) {
                 Counters::bump(&self.inner.counters.deadline_give_ups, 1);
@@ -363,6 +422,7 @@ impl Policy {
             Counters::bump(&c.pacing_ns, ns(hold));
         }
         call.attempts += 1;
+        call.attempt_at = now.saturating_add(ns(hold));
         Counters::bump(&c.attempts, 1);
         if call.attempts > 1 {
             Counters::bump(&c.retries, 1);
@@ -380,9 +440,21 @@ impl Policy {
     /// The time `call` has left before its deadline (`None`: no deadline); an attempt in
     /// flight should be cut off after it.
     pub fn time_left(&self, call: &Call) -> Option<Duration> {
+        self.time_left_at(call, self.now())
+    }
+
+    /// [`time_left`](Self::time_left) as the attempt just begun is sent, read without the
+    /// clock: for a middleware that did not hold the attempt, so that no time has passed
+    /// since [`before_attempt`](Self::before_attempt) read it (a held attempt has slept for
+    /// at least its hold, maybe longer: read the clock with `time_left` then).
+    pub(crate) fn time_left_unheld(&self, call: &Call) -> Option<Duration> {
+        self.time_left_at(call, call.attempt_at)
+    }
+
+    fn time_left_at(&self, call: &Call, now: u64) -> Option<Duration> {
         let deadline = self.inner.settings.deadline?;
         let end = call.started.saturating_add(ns(deadline));
-        Some(Duration::from_nanos(end.saturating_sub(self.now())))
+        Some(Duration::from_nanos(end.saturating_sub(now)))
     }
 
     /// The deadline error for `call` (an attempt outlived it).
@@ -468,5 +540,40 @@ impl Policy {
         let state = self.state();
         let slot = *state.slots.get(origin)?;
         state.per_origin[slot].pace.quota(policy).cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratewarden_core::ManualClock;
+
+    /// The middleware's reading without the clock is `time_left`'s while no time passes,
+    /// on the first attempt and on a retry; a held attempt reads the clock instead.
+    #[test]
+    fn time_left_unheld_is_time_left_read_as_the_attempt_begins() {
+        let clock = ManualClock::new(1_000_000_000);
+        let policy = Policy::new(Settings::default(), Arc::new(clock.clone()));
+        let (mut call, hold) = policy
+            .begin("http://a.test", &Method::GET, &HeaderMap::new())
+            .unwrap();
+        assert!(hold.is_zero());
+        assert_eq!(policy.time_left_unheld(&call), policy.time_left(&call));
+        assert_eq!(policy.time_left(&call), Some(Duration::from_secs(30)));
+        clock.advance(Duration::from_secs(7));
+        policy.before_attempt(&mut call).unwrap();
+        assert_eq!(policy.time_left_unheld(&call), policy.time_left(&call));
+        assert_eq!(policy.time_left(&call), Some(Duration::from_secs(23)));
+        let no_deadline = Policy::new(
+            Settings {
+                deadline: None,
+                ..Settings::default()
+            },
+            Arc::new(clock),
+        );
+        let (call, _) = no_deadline
+            .begin("http://a.test", &Method::GET, &HeaderMap::new())
+            .unwrap();
+        assert_eq!(no_deadline.time_left_unheld(&call), None);
     }
 }

@@ -83,15 +83,13 @@ impl Middleware for RetryMiddleware {
         next: Chain<'_>,
     ) -> Result<Response> {
         let policy = &self.policy;
-        let mut call = policy
-            .start(origin(request.url()), request.method(), request.headers())
+        let (mut call, mut hold) = policy
+            .begin(origin(request.url()), request.method(), request.headers())
             .map_err(reqwest_middleware::Error::middleware)?;
         let mut request = Some(request);
         loop {
-            let hold = policy
-                .before_attempt(&mut call)
-                .map_err(reqwest_middleware::Error::middleware)?;
-            if !hold.is_zero() {
+            let held = !hold.is_zero();
+            if held {
                 tokio::time::sleep(hold).await;
             }
             let Some(this) = request.take() else {
@@ -106,8 +104,15 @@ impl Middleware for RetryMiddleware {
                     call.cannot_repeat();
                 }
             }
+            // Unheld, no time has passed since `before_attempt` read the clock (the copy
+            // aside): its reading serves, where reading the clock again cost as much.
+            let left = if held {
+                policy.time_left(&call)
+            } else {
+                policy.time_left_unheld(&call)
+            };
             let sent = next.clone().run(this, extensions);
-            let result = match policy.time_left(&call) {
+            let result = match left {
                 Some(left) => match tokio::time::timeout(left, sent).await {
                     Ok(result) => result,
                     Err(_) => {
@@ -137,6 +142,9 @@ impl Middleware for RetryMiddleware {
                 Next::Retry(wait) if request.is_some() => tokio::time::sleep(wait).await,
                 _ => return result,
             }
+            hold = policy
+                .before_attempt(&mut call)
+                .map_err(reqwest_middleware::Error::middleware)?;
         }
     }
 }

@@ -281,3 +281,76 @@ fn the_state_kept_per_origin_is_bounded() {
     let mut next = p.start(a, &Method::GET, &none).unwrap();
     assert!(p.before_attempt(&mut next).unwrap() > Duration::ZERO);
 }
+
+/// `begin` is `start` then `before_attempt` at one reading of the clock: driven through the
+/// same answers, a policy begun each way holds, refuses, retries and counts alike (pacing
+/// holds, Retry-After, throttling, retries, the budget).
+#[test]
+fn begin_is_start_then_before_attempt() {
+    let settings = Settings {
+        deadline: Some(Duration::from_secs(4)),
+        throttle: Some(AdaptiveThrottle::default()),
+        adaptive_rate: true,
+        budget: Some(RetryBudget::new(Duration::from_secs(10), 1, 0.2)),
+        ..Settings::default()
+    };
+    let (begun, begun_clock) = policy(settings.clone());
+    let (started, started_clock) = policy(settings);
+    let mut answers = Vec::new();
+    for (code, fields) in [
+        (200, r#""p";r=4;t=1"#),
+        (200, r#""p";r=0;t=2"#),
+        (429, r#""p";r=0;t=1"#),
+        (503, ""),
+        (503, ""),
+        (200, r#""p";r=9;t=1"#),
+    ] {
+        let mut h = HeaderMap::new();
+        if !fields.is_empty() {
+            h.insert("ratelimit", fields.parse().unwrap());
+        }
+        if code == 429 {
+            h.insert("retry-after", "1".parse().unwrap());
+        }
+        answers.push((code, h));
+    }
+    let none = HeaderMap::new();
+    for i in 0..60 {
+        let (code, headers) = &answers[i % answers.len()];
+        let a = begun.begin(origin(), &Method::GET, &none);
+        let b = started
+            .start(origin(), &Method::GET, &none)
+            .and_then(|mut call| Ok((started.before_attempt(&mut call)?, call)));
+        let (mut a, mut b) = match (a, b) {
+            (Ok((a, hold_a)), Ok((hold_b, b))) => {
+                assert_eq!(hold_a, hold_b, "request {i}");
+                begun_clock.advance(hold_a);
+                started_clock.advance(hold_b);
+                assert_eq!(begun.time_left(&a), started.time_left(&b), "request {i}");
+                (a, b)
+            }
+            (Err(a), Err(b)) => {
+                assert_eq!(a.to_string(), b.to_string(), "request {i}");
+                continue;
+            }
+            (a, b) => panic!("request {i}: {a:?} against {b:?}"),
+        };
+        assert_eq!(a.attempts(), b.attempts());
+        let next = begun.after_attempt(&mut a, status(*code, headers));
+        assert_eq!(next, started.after_attempt(&mut b, status(*code, headers)));
+        if let Next::Retry(wait) = next {
+            begun_clock.advance(wait);
+            started_clock.advance(wait);
+            let (ra, rb) = (begun.before_attempt(&mut a), started.before_attempt(&mut b));
+            assert_eq!(format!("{ra:?}"), format!("{rb:?}"), "request {i}'s retry");
+        }
+        begun_clock.advance(Duration::from_millis(300));
+        started_clock.advance(Duration::from_millis(300));
+    }
+    assert_eq!(begun.stats(), started.stats());
+    let stats = begun.stats();
+    assert!(
+        stats.paced > 0 && stats.retries > 0 && stats.attempts > 60,
+        "{stats:?}"
+    );
+}

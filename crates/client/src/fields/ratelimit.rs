@@ -274,7 +274,7 @@ fn joined<'h>(
 
 /// The integer parameters a quota reads (the last of each name wins, as RFC 9651 says;
 /// a non-integer or negative one is absent).
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 struct Params {
     r: Option<u64>,
     t: Option<u64>,
@@ -283,9 +283,113 @@ struct Params {
 }
 
 /// Hands `each` every member of the Structured Field list `value` of `field`: a named item
-/// (the name a String, or a Token as early drafts sent) and its parameters. Parsed with
-/// `sfv`'s visitors, so nothing is allocated for a name without escapes.
+/// (the name a String, or a Token as early drafts sent) and its parameters. The usual shape
+/// is read by hand ([`usual`]); anything else is parsed with `sfv`'s visitors, so nothing
+/// is allocated for a name without escapes.
 fn entries<'v>(
+    field: &'static str,
+    value: &'v str,
+    mut each: impl FnMut(Cow<'v, str>, Params) -> Result<(), String>,
+) -> Result<(), Error> {
+    let Some((members, len)) = usual(value) else {
+        return entries_sfv(field, value, each);
+    };
+    for (name, params) in &members[..len] {
+        each(Cow::Borrowed(name), *params).map_err(|reason| Error::Field {
+            field,
+            value: value.to_owned(),
+            reason,
+        })?;
+    }
+    Ok(())
+}
+
+/// The most members [`usual`] reads (a response names one or two policies); a longer list
+/// goes to `sfv`.
+const USUAL_MEMBERS: usize = 4;
+
+/// The members of `value` when it has the shape servers send, `"name";r=N;t=N` (any
+/// lowercase keys, integer values), members apart by a comma and spaces: read by hand,
+/// since `sfv`'s general parse was most of what a changed `RateLimit` cost. `None` for
+/// anything else, which `sfv` then reads (or refuses): other spacing, escapes, tokens,
+/// booleans, decimals, negative numbers, inner lists, more than [`USUAL_MEMBERS`] members
+/// and every malformed field. Read whole before any member is handed over, so a field
+/// that turns out unusual half-way is not handed over twice.
+fn usual(value: &str) -> Option<([(&str, Params); USUAL_MEMBERS], usize)> {
+    let b = value.as_bytes();
+    let mut members = [("", Params::default()); USUAL_MEMBERS];
+    let mut len = 0;
+    let mut i = 0;
+    loop {
+        // A String with no escapes (RFC 9651 section 3.3.3: %x20-21 / %x23-5B / %x5D-7E).
+        if b.get(i) != Some(&b'"') {
+            return None;
+        }
+        i += 1;
+        let start = i;
+        loop {
+            match *b.get(i)? {
+                b'"' => break,
+                b'\\' => return None,
+                0x20..=0x7e => i += 1,
+                _ => return None,
+            }
+        }
+        let name = &value[start..i];
+        i += 1;
+        let mut params = Params::default();
+        while b.get(i) == Some(&b';') {
+            i += 1;
+            let key_start = i;
+            while matches!(b.get(i), Some(b'a'..=b'z')) {
+                i += 1;
+            }
+            let key = &b[key_start..i];
+            // Space after `;`, a key with other characters, or a Boolean: `sfv`'s.
+            if key.is_empty() || b.get(i) != Some(&b'=') {
+                return None;
+            }
+            i += 1;
+            let digits_start = i;
+            let mut n: u64 = 0;
+            while let Some(d @ b'0'..=b'9') = b.get(i) {
+                n = n * 10 + u64::from(d - b'0');
+                i += 1;
+                // An Integer has at most 15 digits; more is malformed, for `sfv` to say.
+                if i - digits_start > 15 {
+                    return None;
+                }
+            }
+            if i == digits_start {
+                return None;
+            }
+            // The last of a key wins (RFC 9651 section 4.2.3.2), as in `Member::parameter`.
+            match key {
+                b"r" => params.r = Some(n),
+                b"t" => params.t = Some(n),
+                b"q" => params.q = Some(n),
+                b"w" => params.w = Some(n),
+                _ => {}
+            }
+        }
+        let slot = members.get_mut(len)?;
+        *slot = (name, params);
+        len += 1;
+        // What follows a member: the end, or a comma and spaces before the next one; a
+        // decimal's `.`, a letter after the digits, space before the comma: `sfv`'s.
+        match b.get(i) {
+            None => return Some((members, len)),
+            Some(b',') => i += 1,
+            Some(_) => return None,
+        }
+        while b.get(i) == Some(&b' ') {
+            i += 1;
+        }
+    }
+}
+
+/// [`entries`] by `sfv`'s parse, for every field that is not [`usual`].
+fn entries_sfv<'v>(
     field: &'static str,
     value: &'v str,
     mut each: impl FnMut(Cow<'v, str>, Params) -> Result<(), String>,
@@ -557,6 +661,206 @@ mod tests {
         // A name with an escape is read as well (owned, not borrowed).
         let h = headers(&[("ratelimit", r#""x\"y";r=1;t=2"#)]);
         assert_eq!(quotas(&h, 0).unwrap()[0].policy.as_deref(), Some("x\"y"));
+    }
+
+    /// A member's callback, as the readers below take it.
+    type Each<'e> = &'e mut dyn FnMut(Cow<'_, str>, Params) -> Result<(), String>;
+
+    /// What [`entries`] and [`entries_sfv`] hand over for `value`, or their error: `each`
+    /// refuses a member named `refused`, as a caller's check does.
+    fn read_by(
+        value: &str,
+        read: fn(&'static str, &str, Each<'_>) -> Result<(), Error>,
+    ) -> Result<Vec<(String, Params)>, String> {
+        let mut got = Vec::new();
+        read("ratelimit", value, &mut |name, p| {
+            if name == "refused" {
+                return Err(format!("{name} refused"));
+            }
+            got.push((name.into_owned(), p));
+            Ok(())
+        })
+        .map_err(|e| e.to_string())?;
+        Ok(got)
+    }
+
+    fn by_hand_first(field: &'static str, value: &str, each: Each<'_>) -> Result<(), Error> {
+        entries(field, value, each)
+    }
+
+    fn by_sfv(field: &'static str, value: &str, each: Each<'_>) -> Result<(), Error> {
+        entries_sfv(field, value, each)
+    }
+
+    /// The hand-read path agrees with sfv on `value`: the same members or the same error,
+    /// and a field it reads by hand is one sfv accepts.
+    fn agrees_with_sfv(value: &str) {
+        let sfv = read_by(value, by_sfv);
+        assert_eq!(read_by(value, by_hand_first), sfv, "{value:?}");
+        if let Some((members, len)) = usual(value) {
+            let by_hand: Vec<_> = members[..len]
+                .iter()
+                .map(|(n, p)| ((*n).to_owned(), *p))
+                .collect();
+            if !by_hand.iter().any(|(n, _)| n == "refused") {
+                assert_eq!(Ok(by_hand), sfv, "read by hand: {value:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_usual_shapes_are_read_by_hand_as_sfv_reads_them() {
+        for value in [
+            r#""per-key";r=99999999;t=1"#,
+            r#""per-key";q=100000000;w=60"#,
+            r#""burst";r=40;t=12, "day";r=900;t=3600"#,
+            r#""a";r=1;t=2,"b";q=5;w=60,  "c";r=0"#,
+            r#""";r=007;t=0;x=5;r=3"#,
+            r#""sp ace!#$%&'()*+,-./:;<=>?@[]^_`{|}~";r=999999999999999"#,
+            r#""a";r=1, "refused";r=2"#,
+            r#""a";t=1"#,
+            r#""a""#,
+        ] {
+            assert!(usual(value).is_some(), "read by hand: {value}");
+            agrees_with_sfv(value);
+        }
+    }
+
+    #[test]
+    fn anything_unusual_goes_to_sfv_and_malformed_fields_are_still_errors() {
+        for value in [
+            "",
+            " \"a\";r=1",
+            "\"a\";r=1 ",
+            "\"a\" ;r=1",
+            "\"a\"; r=1",
+            "\"a\";r=1 , \"b\";r=2",
+            "\"a\";r=1,\t\"b\";r=2",
+            "a;r=1",
+            "\"x\\\"y\";r=1",
+            "\"a\";r=-1",
+            "\"a\";r=1.5;t=2",
+            "\"a\";r;t=2",
+            "\"a\";r=?1",
+            "\"a\";r=\"1\"",
+            "\"a\";r1=2",
+            "\"a\";R=2",
+            "\"a\";*x=2",
+            "\"a\";r=1234567890123456",
+            "\"a\";r=1a",
+            "\"a\";r=1,",
+            "\"a\";r=1,,\"b\"",
+            "(\"a\" \"b\");r=1",
+            "\"unterminated",
+            "\"a\tb\";r=1",
+            "\"a\";r=",
+            "\"a\";=1",
+            "\"1\";r=1, \"2\";r=2, \"3\";r=3, \"4\";r=4, \"5\";r=5",
+        ] {
+            assert!(usual(value).is_none(), "left to sfv: {value:?}");
+            agrees_with_sfv(value);
+        }
+    }
+
+    /// One of `choices`, drawn from `rng` (`below` is inclusive).
+    fn pick<'c>(rng: &mut crate::SplitMix64, choices: &[&'c str]) -> &'c str {
+        choices[rng.below(choices.len() as u64 - 1) as usize]
+    }
+
+    /// Fields made of the pieces servers send and the ones that break them, in any order
+    /// (a seeded generator, so a failure names its field and comes back every run): mostly
+    /// malformed, often usual.
+    #[test]
+    fn by_hand_or_by_sfv_any_string_of_pieces_reads_the_same() {
+        const PIECES: &[&str] = &[
+            "\"per-key\"",
+            "\"a\"",
+            "\"\"",
+            "\"refused\"",
+            "\"x\\\"y\"",
+            "\"t b\"",
+            "tok",
+            "\"",
+            ";",
+            "r",
+            "t",
+            "q",
+            "w",
+            "x",
+            "R",
+            "*",
+            "=",
+            "0",
+            "1",
+            "42",
+            "007",
+            "999999999999999",
+            "1234567890123456",
+            "-",
+            ".",
+            ",",
+            ", ",
+            " ",
+            "\t",
+            "(",
+            ")",
+            "?1",
+            "\\",
+            ";r=",
+            ";t=",
+            "\";r=1",
+        ];
+        let mut rng = crate::SplitMix64::new(15);
+        let mut usual_seen = 0;
+        for _ in 0..50_000 {
+            let len = rng.below(16);
+            let field: String = (0..len).map(|_| pick(&mut rng, PIECES)).collect();
+            usual_seen += usize::from(usual(&field).is_some());
+            agrees_with_sfv(&field);
+        }
+        assert!(usual_seen > 100, "the usual shape drawn {usual_seen} times");
+    }
+
+    /// Lists of well-formed members, now and then spaced or valued unusually.
+    #[test]
+    fn by_hand_or_by_sfv_lists_of_members_read_the_same() {
+        const NAMES: &[&str] = &["\"p\"", "\"per-key\"", "\"refused\"", "tok", "\"a\\\\b\""];
+        const KEYS: &[&str] = &["r", "t", "q", "w", "pk", "x-y", "*"];
+        const VALUES: &[&str] = &[
+            "=0",
+            "=1",
+            "=60",
+            "=007",
+            "=999999999999999",
+            "=1000000000000000",
+            "=-1",
+            "=1.5",
+            "",
+            "=?0",
+            "=\"s\"",
+            "=1a",
+        ];
+        const SEPARATORS: &[&str] = &[",", ", ", ",  ", " ,", ",\t"];
+        let mut rng = crate::SplitMix64::new(15);
+        let mut usual_seen = 0;
+        for _ in 0..20_000 {
+            let separator = pick(&mut rng, SEPARATORS);
+            let members: Vec<String> = (0..1 + rng.below(6))
+                .map(|_| {
+                    let mut member = pick(&mut rng, NAMES).to_owned();
+                    for _ in 0..rng.below(5) {
+                        member.push(';');
+                        member.push_str(pick(&mut rng, KEYS));
+                        member.push_str(pick(&mut rng, VALUES));
+                    }
+                    member
+                })
+                .collect();
+            let field = members.join(separator);
+            usual_seen += usize::from(usual(&field).is_some());
+            agrees_with_sfv(&field);
+        }
+        assert!(usual_seen > 300, "the usual shape drawn {usual_seen} times");
     }
 
     #[test]

@@ -60,11 +60,10 @@ where
         let policy = self.policy.clone();
         Box::pin(async move {
             let origin = crate::origin_of(request.uri());
-            let mut call = policy.start(origin, request.method(), request.headers())?;
+            let (mut call, mut hold) = policy.begin(origin, request.method(), request.headers())?;
             let mut request = Some(request.into_parts());
             let mut first = true;
             loop {
-                let hold = policy.before_attempt(&mut call)?;
                 if !hold.is_zero() {
                     tokio::time::sleep(hold).await;
                 }
@@ -113,6 +112,7 @@ where
                     Next::Done => return outcome,
                     Next::Retry(wait) => tokio::time::sleep(wait).await,
                 }
+                hold = policy.before_attempt(&mut call)?;
             }
         })
     }
