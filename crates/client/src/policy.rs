@@ -446,7 +446,9 @@ impl Policy {
     /// [`time_left`](Self::time_left) as the attempt just begun is sent, read without the
     /// clock: for a middleware that did not hold the attempt, so that no time has passed
     /// since [`before_attempt`](Self::before_attempt) read it (a held attempt has slept for
-    /// at least its hold, maybe longer: read the clock with `time_left` then).
+    /// at least its hold, maybe longer: read the clock with `time_left` then). Only the
+    /// reqwest middleware reads it (the tower layer arms no per-attempt timer).
+    #[cfg(feature = "reqwest")]
     pub(crate) fn time_left_unheld(&self, call: &Call) -> Option<Duration> {
         self.time_left_at(call, call.attempt_at)
     }
@@ -543,7 +545,7 @@ impl Policy {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "reqwest"))]
 mod tests {
     use super::*;
     use ratewarden_core::ManualClock;
