@@ -789,3 +789,51 @@ async fn a_yaml_rules_store_failure_is_counted_as_failed_closed() {
         "{lines:#?}"
     );
 }
+
+#[tokio::test]
+async fn a_sensitive_rule_shows_envoy_no_fields_and_refuses_bare_as_http_does() {
+    // Envoy passes these fields on to the client: a login or OTP rule's numbers must not
+    // reach it through gRPC either (over HTTP they never did).
+    let toml = format!(
+        "{SERVER}\n[[limit]]\nname = \"otp\"\nmatch = {{ domain = \"auth\", descriptor = \"user\" }}\nkey = [\"descriptor\"]\nalgorithm = \"fixed-window\"\nlimit = 1\nwindow = \"1m\"\nsensitive = true\n"
+    );
+    let (_running, mut client) = serve_grpc(
+        &toml,
+        ratewarden_policy::envoy::EnvoyConfig::default(),
+        None,
+    )
+    .await;
+    let otp = || RateLimitRequest {
+        domain: "auth".to_owned(),
+        ..request(vec![descriptor(&[("user", "ann")])])
+    };
+    let first = ask(&mut client, otp()).await;
+    assert_eq!(first.overall_code, Code::Ok as i32);
+    assert_eq!(header(&first, "ratelimit"), None);
+    assert_eq!(header(&first, "ratelimit-policy"), None);
+    let second = ask(&mut client, otp()).await;
+    assert_eq!(second.overall_code, Code::OverLimit as i32);
+    assert!(header(&second, "retry-after").is_some());
+    assert_eq!(header(&second, "ratelimit"), None);
+    assert_eq!(header(&second, "ratelimit-policy"), None);
+}
+
+#[tokio::test]
+async fn a_shadow_rule_that_would_refuse_does_not_set_the_wait() {
+    let yaml = "domain: w\ndescriptors:\n  - key: fast\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: slow\n    rate_limit: {unit: hour, requests_per_unit: 1}\n    shadow_mode: true\n";
+    let envoy = ratewarden_policy::envoy::parse("w.yaml", yaml).unwrap();
+    let (_running, mut client) = serve_grpc(SERVER, envoy, None).await;
+    let both = || RateLimitRequest {
+        domain: "w".to_owned(),
+        ..request(vec![
+            descriptor(&[("fast", "a")]),
+            descriptor(&[("slow", "a")]),
+        ])
+    };
+    assert_eq!(ask(&mut client, both()).await.overall_code, Code::Ok as i32);
+    let refused = ask(&mut client, both()).await;
+    assert_eq!(refused.overall_code, Code::OverLimit as i32);
+    // The enforced rule's window is a second; the shadow rule's hour is not the client's.
+    let retry: u64 = header(&refused, "retry-after").unwrap().parse().unwrap();
+    assert!(retry <= 2, "{retry}");
+}

@@ -103,33 +103,23 @@ pub(crate) async fn decide(
 }
 
 fn response(app: &App, verdict: &Verdict) -> RateLimitResponse {
-    // The fields Envoy passes on to the client: enforced rules with a decision.
-    let shown: Vec<_> = verdict
-        .descriptors
-        .iter()
-        .filter(|d| !d.shadow)
-        .filter_map(|d| {
-            let o = &verdict.outcomes[d.outcome?];
-            let rule = &verdict.rules[o.rule];
-            // A YAML rule decided alone keeps its rendered policy between calls.
-            Some(
-                ratewarden_http::PolicyState::of(&rule.name, &rule.limit, &o.decision)
-                    .rendered(&rule.rendered),
-            )
-        })
-        .collect();
+    // The fields Envoy passes on to the client: the policies every HTTP door shows (enforced,
+    // neither sensitive nor adaptive), and none when a sensitive rule refused (the bare 429
+    // of a login or OTP rule, as `ratewarden_http::limited` answers it).
+    let shown = if !verdict.allowed && verdict.sensitive() {
+        Vec::new()
+    } else {
+        verdict.shown_policies()
+    };
     let mut headers = ratewarden_http::allowed_headers(&shown, false);
     headers.retain(|(name, _)| *name != ratewarden_http::CACHE_CONTROL);
     if !verdict.allowed {
-        let retry = verdict
-            .outcomes
-            .iter()
-            .filter_map(|o| o.decision.retry_after_ns())
-            .max()
-            .unwrap_or(NANOS_PER_SEC);
+        // The enforced rules' longest wait, as every door says it: a shadow rule that would
+        // have refused does not make the client wait.
+        let retry = app.jittered(verdict.retry_ns());
         headers.push((
             ratewarden_http::RETRY_AFTER,
-            http::HeaderValue::from(ratewarden_http::retry_after_secs(app.jittered(retry))),
+            http::HeaderValue::from(ratewarden_http::retry_after_secs(retry)),
         ));
     }
     RateLimitResponse {
