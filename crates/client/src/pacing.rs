@@ -234,6 +234,7 @@ impl Pacer {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fields::answer_with;
 
     const MS: u64 = 1_000_000;
 
@@ -274,17 +275,6 @@ mod tests {
         assert_eq!(p.reserve("other", MS), Duration::ZERO);
     }
 
-    fn answer(state: &[&str], policy: &[&str]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for v in state {
-            h.append("ratelimit", v.parse().unwrap());
-        }
-        for v in policy {
-            h.append("ratelimit-policy", v.parse().unwrap());
-        }
-        h
-    }
-
     /// What pacing goes by (the cache aside).
     fn seen(p: &OriginPace) -> (u64, u64, Vec<Quota>) {
         (p.next_at, p.gap, p.quotas.clone())
@@ -309,7 +299,7 @@ mod tests {
 
     #[test]
     fn the_same_field_bytes_give_the_same_pace_as_a_fresh_parse() {
-        let same = answer(
+        let same = answer_with(
             &[r#""a";r=4;t=1, "b";r=0;t=2"#],
             &[r#""a";q=5;w=1, "b";q=9;w=2"#],
         );
@@ -319,10 +309,10 @@ mod tests {
 
     #[test]
     fn a_changed_field_is_parsed_again() {
-        let first = answer(&[r#""a";r=4;t=1"#], &[r#""a";q=5;w=1"#]);
-        let state_changed = answer(&[r#""a";r=3;t=1"#], &[r#""a";q=5;w=1"#]);
-        let policy_changed = answer(&[r#""a";r=3;t=1"#], &[r#""a";q=6;w=1"#]);
-        let split = answer(&[r#""a";r=3;t=1"#, r#""b";r=0;t=5"#], &[r#""a";q=6;w=1"#]);
+        let first = answer_with(&[r#""a";r=4;t=1"#], &[r#""a";q=5;w=1"#]);
+        let state_changed = answer_with(&[r#""a";r=3;t=1"#], &[r#""a";q=5;w=1"#]);
+        let policy_changed = answer_with(&[r#""a";r=3;t=1"#], &[r#""a";q=6;w=1"#]);
+        let split = answer_with(&[r#""a";r=3;t=1"#, r#""b";r=0;t=5"#], &[r#""a";q=6;w=1"#]);
         let pace = cached_and_fresh_agree(&[
             first.clone(),
             state_changed,
@@ -338,10 +328,10 @@ mod tests {
 
     #[test]
     fn a_malformed_field_seen_again_is_still_ignored() {
-        let good = answer(&[r#""a";r=4;t=1"#], &[]);
-        let bad = answer(&[r#""a";t=1"#], &[]);
-        let bad_policy = answer(&[r#""a";r=3;t=1"#], &["(a b)"]);
-        let bad_policy_again = answer(&[r#""a";r=2;t=1"#], &["(a b)"]);
+        let good = answer_with(&[r#""a";r=4;t=1"#], &[]);
+        let bad = answer_with(&[r#""a";t=1"#], &[]);
+        let bad_policy = answer_with(&[r#""a";r=3;t=1"#], &["(a b)"]);
+        let bad_policy_again = answer_with(&[r#""a";r=2;t=1"#], &["(a b)"]);
         let pace = cached_and_fresh_agree(&[good, bad.clone(), bad, bad_policy, bad_policy_again]);
         assert_eq!(pace.quota(Some("a")).unwrap().remaining, 4);
     }
@@ -350,7 +340,7 @@ mod tests {
     fn quotas_observed_by_hand_make_the_next_same_fields_count_again() {
         // The fields say 4 remain; a hand-fed quota says none do; the same fields again must
         // put back 4 and their pace, not keep the hand-fed state as if nothing had come.
-        let fields = answer(&[r#""a";r=4;t=1"#], &[]);
+        let fields = answer_with(&[r#""a";r=4;t=1"#], &[]);
         let mut pace = OriginPace::default();
         pace.observe_fields(&fields, None, 0);
         pace.observe(&[quota("a", 0, 5_000)], None, 0);

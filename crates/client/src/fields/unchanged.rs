@@ -73,18 +73,8 @@ impl RawFields {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fields::answer_with;
     use http::HeaderMap;
-
-    fn map(state: &[&str], policy: &[&str]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for v in state {
-            h.append("ratelimit", v.parse().unwrap());
-        }
-        for v in policy {
-            h.append("ratelimit-policy", v.parse().unwrap());
-        }
-        h
-    }
 
     fn kept(h: &HeaderMap) -> RawFields {
         let mut raw = RawFields::default();
@@ -98,17 +88,17 @@ mod tests {
 
     #[test]
     fn the_same_lines_match_and_any_other_split_or_byte_does_not() {
-        let one = map(&["a;r=1, b;r=2"], &["a;q=5"]);
+        let one = answer_with(&["a;r=1, b;r=2"], &["a;q=5"]);
         let raw = kept(&one);
         assert!(matches(&raw, &one));
         for other in [
-            map(&["a;r=1", "b;r=2"], &["a;q=5"]),
-            map(&["a;r=1, b;r=3"], &["a;q=5"]),
-            map(&["a;r=1, b;r=2"], &[]),
-            map(&["a;r=1, b;r=2"], &["a;q=5", ""]),
-            map(&["a;r=1, b;r=2", ""], &["a;q=5"]),
-            map(&["a;r=1, b;r=2a;q=5"], &[]),
-            map(&[], &["a;r=1, b;r=2", "a;q=5"]),
+            answer_with(&["a;r=1", "b;r=2"], &["a;q=5"]),
+            answer_with(&["a;r=1, b;r=3"], &["a;q=5"]),
+            answer_with(&["a;r=1, b;r=2"], &[]),
+            answer_with(&["a;r=1, b;r=2"], &["a;q=5", ""]),
+            answer_with(&["a;r=1, b;r=2", ""], &["a;q=5"]),
+            answer_with(&["a;r=1, b;r=2a;q=5"], &[]),
+            answer_with(&[], &["a;r=1, b;r=2", "a;q=5"]),
         ] {
             assert!(!matches(&raw, &other), "{other:?}");
         }
