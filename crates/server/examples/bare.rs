@@ -7,6 +7,9 @@
 //! gateway and nginx. As a proxy it is the gateway's own stack (hyper's server, hyper-util's
 //! pooled client, one pool per worker) with nothing of Ratewarden in it: the gateway against
 //! it is the cost of limiting, and it against nginx is what that stack can reach at best.
+//! With `--relay` it is the floor of any proxy on tokio: each client connection gets one
+//! upstream connection of its own and the bytes are copied both ways, with no HTTP parsed,
+//! no header added, no pool; no proxy that reads the requests it limits does less work.
 //! Like `ratewarden serve` it runs a thread per core, each with a single-threaded tokio
 //! runtime accepting on the same socket, and sets `TCP_NODELAY` on every connection.
 //!
@@ -16,9 +19,12 @@
 //! cargo run --release -p ratewarden-server --example bare -- --listen 127.0.0.1:3000 --body ok
 //! cargo run --release -p ratewarden-server --example bare -- \
 //!     --listen 127.0.0.1:3001 --proxy http://127.0.0.1:3000
+//! cargo run --release -p ratewarden-server --example bare -- \
+//!     --listen 127.0.0.1:3002 --relay 127.0.0.1:3000
 //! ```
 
 use std::convert::Infallible;
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
@@ -38,16 +44,19 @@ const USAGE: &str = "\
 usage: bare --listen ADDR [--body-file FILE | --body STRING] [--content-type TYPE]
             [--header 'NAME: VALUE']...
        bare --listen ADDR --proxy URL
+       bare --listen ADDR --relay ADDR
 
 Answers every HTTP/1 request with 200 and exactly the given bytes; or, with --proxy,
 forwards every request to URL (adding X-Forwarded-For and X-Forwarded-Proto, as the
-benchmark's nginx does) and returns what it answers, deciding nothing.
+benchmark's nginx does) and returns what it answers, deciding nothing; or, with --relay,
+copies each connection's bytes both ways to a connection of its own to ADDR, reading no HTTP.
   --listen ADDR          where to listen, such as 127.0.0.1:3000
   --body-file FILE       the response body, read from FILE
   --body STRING          the response body, given inline (default: empty)
   --content-type TYPE    the Content-Type header (default: text/plain)
   --header 'NAME: VALUE' one more response header; repeat for several
-  --proxy URL            forward to this upstream, such as http://127.0.0.1:3000";
+  --proxy URL            forward to this upstream, such as http://127.0.0.1:3000
+  --relay ADDR           relay bytes to this address, such as 127.0.0.1:3000";
 
 /// What to serve, from the command line.
 #[derive(Clone)]
@@ -58,6 +67,8 @@ struct Args {
     headers: HeaderMap,
     /// The upstream to forward to, instead of answering.
     proxy: Option<Authority>,
+    /// The address to relay bytes to, instead of answering.
+    relay: Option<SocketAddr>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -66,6 +77,7 @@ fn parse_args() -> Result<Args, String> {
     let mut content_type = HeaderValue::from_static("text/plain");
     let mut headers = HeaderMap::new();
     let mut proxy = None;
+    let mut relay = None;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "-h" || flag == "--help" {
@@ -114,16 +126,26 @@ fn parse_args() -> Result<Args, String> {
                     .ok_or_else(|| format!("--proxy `{value}`: no host"))?;
                 proxy = Some(authority);
             }
+            "--relay" => {
+                let addr = value
+                    .parse()
+                    .map_err(|e| format!("--relay `{value}`: {e}"))?;
+                relay = Some(addr);
+            }
             _ => return Err(format!("unknown argument `{flag}`")),
         }
     }
     let listen = listen.ok_or("--listen is required")?;
+    if proxy.is_some() && relay.is_some() {
+        return Err("--proxy and --relay are two modes; give one".to_owned());
+    }
     Ok(Args {
         listen,
         body,
         content_type,
         headers,
         proxy,
+        relay,
     })
 }
 
@@ -136,7 +158,8 @@ fn main() -> ExitCode {
         Ok(args) => args,
         Err(message) => {
             if message.is_empty() {
-                println!("{USAGE}");
+                // Not `println!`: `bare --help | head` must not panic on the closed pipe.
+                let _ = writeln!(std::io::stdout(), "{USAGE}");
                 return ExitCode::SUCCESS;
             }
             eprintln!("error: {message}\n{USAGE}");
@@ -179,9 +202,10 @@ fn worker(listener: std::net::TcpListener, args: Args) {
             return;
         }
     };
-    let served = match args.proxy.clone() {
-        Some(upstream) => runtime.block_on(proxy(listener, upstream)),
-        None => runtime.block_on(serve(listener, args)),
+    let served = match (args.proxy.clone(), args.relay) {
+        (Some(upstream), _) => runtime.block_on(proxy(listener, upstream)),
+        (None, Some(upstream)) => runtime.block_on(relay(listener, upstream)),
+        (None, None) => runtime.block_on(serve(listener, args)),
     };
     if let Err(e) = served {
         eprintln!("error: {e}");
@@ -301,6 +325,29 @@ async fn proxy(listener: std::net::TcpListener, upstream: Authority) -> std::io:
         })
     })
     .await
+}
+
+/// Copies each connection's bytes both ways to a connection of its own to `upstream`.
+async fn relay(listener: std::net::TcpListener, upstream: SocketAddr) -> std::io::Result<()> {
+    listener.set_nonblocking(true)?;
+    let listener = TcpListener::from_std(listener)?;
+    loop {
+        let (mut client, _) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                eprintln!("bare: accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        tokio::spawn(async move {
+            let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await else {
+                return;
+            };
+            let _ = (client.set_nodelay(true), server.set_nodelay(true));
+            let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+        });
+    }
 }
 
 /// An empty answer with `code`.
