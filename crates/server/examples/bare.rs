@@ -10,6 +10,12 @@
 //! With `--relay` it is the floor of any proxy on tokio: each client connection gets one
 //! upstream connection of its own and the bytes are copied both ways, with no HTTP parsed,
 //! no header added, no pool; no proxy that reads the requests it limits does less work.
+//! With `--lean-proxy` it is the floor of a proxy that reads HTTP: each request's head is
+//! parsed (httparse, as hyper does), forwarded with the hop-by-hop lines dropped and
+//! `X-Forwarded-For`/`-Proto` added, to an upstream connection of its own; the answer's
+//! head is parsed and relayed with its `Content-Length` body. No pool, no `Request` or
+//! `Response` objects, no limits of any kind: a measuring tool, not a server to deploy (it
+//! takes no chunked bodies and trusts the upstream's framing).
 //! Like `ratewarden serve` it runs a thread per core, each with a single-threaded tokio
 //! runtime accepting on the same socket, and sets `TCP_NODELAY` on every connection.
 //!
@@ -21,6 +27,8 @@
 //!     --listen 127.0.0.1:3001 --proxy http://127.0.0.1:3000
 //! cargo run --release -p ratewarden-server --example bare -- \
 //!     --listen 127.0.0.1:3002 --relay 127.0.0.1:3000
+//! cargo run --release -p ratewarden-server --example bare -- \
+//!     --listen 127.0.0.1:3003 --lean-proxy 127.0.0.1:3000
 //! ```
 
 use std::convert::Infallible;
@@ -45,18 +53,22 @@ usage: bare --listen ADDR [--body-file FILE | --body STRING] [--content-type TYP
             [--header 'NAME: VALUE']...
        bare --listen ADDR --proxy URL
        bare --listen ADDR --relay ADDR
+       bare --listen ADDR --lean-proxy ADDR
 
 Answers every HTTP/1 request with 200 and exactly the given bytes; or, with --proxy,
 forwards every request to URL (adding X-Forwarded-For and X-Forwarded-Proto, as the
 benchmark's nginx does) and returns what it answers, deciding nothing; or, with --relay,
-copies each connection's bytes both ways to a connection of its own to ADDR, reading no HTTP.
+copies each connection's bytes both ways to a connection of its own to ADDR, reading no HTTP;
+or, with --lean-proxy, forwards each request to a connection of its own to ADDR, parsing both
+heads by hand (a measuring tool: Content-Length bodies only, no bounds).
   --listen ADDR          where to listen, such as 127.0.0.1:3000
   --body-file FILE       the response body, read from FILE
   --body STRING          the response body, given inline (default: empty)
   --content-type TYPE    the Content-Type header (default: text/plain)
   --header 'NAME: VALUE' one more response header; repeat for several
   --proxy URL            forward to this upstream, such as http://127.0.0.1:3000
-  --relay ADDR           relay bytes to this address, such as 127.0.0.1:3000";
+  --relay ADDR           relay bytes to this address, such as 127.0.0.1:3000
+  --lean-proxy ADDR      forward requests to this address, heads parsed by hand";
 
 /// What to serve, from the command line.
 #[derive(Clone)]
@@ -69,6 +81,8 @@ struct Args {
     proxy: Option<Authority>,
     /// The address to relay bytes to, instead of answering.
     relay: Option<SocketAddr>,
+    /// The address to forward requests to by hand, instead of answering.
+    lean: Option<SocketAddr>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -78,6 +92,7 @@ fn parse_args() -> Result<Args, String> {
     let mut headers = HeaderMap::new();
     let mut proxy = None;
     let mut relay = None;
+    let mut lean = None;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "-h" || flag == "--help" {
@@ -132,12 +147,19 @@ fn parse_args() -> Result<Args, String> {
                     .map_err(|e| format!("--relay `{value}`: {e}"))?;
                 relay = Some(addr);
             }
+            "--lean-proxy" => {
+                let addr = value
+                    .parse()
+                    .map_err(|e| format!("--lean-proxy `{value}`: {e}"))?;
+                lean = Some(addr);
+            }
             _ => return Err(format!("unknown argument `{flag}`")),
         }
     }
     let listen = listen.ok_or("--listen is required")?;
-    if proxy.is_some() && relay.is_some() {
-        return Err("--proxy and --relay are two modes; give one".to_owned());
+    if usize::from(proxy.is_some()) + usize::from(relay.is_some()) + usize::from(lean.is_some()) > 1
+    {
+        return Err("--proxy, --relay and --lean-proxy are three modes; give one".to_owned());
     }
     Ok(Args {
         listen,
@@ -146,6 +168,7 @@ fn parse_args() -> Result<Args, String> {
         headers,
         proxy,
         relay,
+        lean,
     })
 }
 
@@ -202,10 +225,11 @@ fn worker(listener: std::net::TcpListener, args: Args) {
             return;
         }
     };
-    let served = match (args.proxy.clone(), args.relay) {
-        (Some(upstream), _) => runtime.block_on(proxy(listener, upstream)),
-        (None, Some(upstream)) => runtime.block_on(relay(listener, upstream)),
-        (None, None) => runtime.block_on(serve(listener, args)),
+    let served = match (args.proxy.clone(), args.relay, args.lean) {
+        (Some(upstream), _, _) => runtime.block_on(proxy(listener, upstream)),
+        (None, Some(upstream), _) => runtime.block_on(relay(listener, upstream)),
+        (None, None, Some(upstream)) => runtime.block_on(lean_proxy(listener, upstream)),
+        (None, None, None) => runtime.block_on(serve(listener, args)),
     };
     if let Err(e) = served {
         eprintln!("error: {e}");
@@ -347,6 +371,188 @@ async fn relay(listener: std::net::TcpListener, upstream: SocketAddr) -> std::io
             let _ = (client.set_nodelay(true), server.set_nodelay(true));
             let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
         });
+    }
+}
+
+/// Forwards each connection's requests to a connection of its own to `upstream`, both
+/// heads parsed by hand.
+async fn lean_proxy(listener: std::net::TcpListener, upstream: SocketAddr) -> std::io::Result<()> {
+    listener.set_nonblocking(true)?;
+    let listener = TcpListener::from_std(listener)?;
+    loop {
+        let (client, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                eprintln!("bare: accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        tokio::spawn(async move {
+            let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
+                return;
+            };
+            let _ = (client.set_nodelay(true), server.set_nodelay(true));
+            if let Err(e) = lean_connection(client, server, peer).await {
+                if e.kind() != std::io::ErrorKind::UnexpectedEof {
+                    eprintln!("bare: lean proxy connection: {e}");
+                }
+            }
+        });
+    }
+}
+
+/// Hop-by-hop lines, not forwarded either way.
+fn hop_by_hop(name: &str) -> bool {
+    [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+    ]
+    .iter()
+    .any(|h| name.eq_ignore_ascii_case(h))
+}
+
+/// Reads from `stream` into `buf` until `parse` finds a whole head in it; its length.
+async fn read_head(
+    stream: &mut tokio::net::TcpStream,
+    buf: &mut bytes::BytesMut,
+    mut parse: impl FnMut(&[u8]) -> Result<Option<usize>, httparse::Error>,
+) -> std::io::Result<usize> {
+    use tokio::io::AsyncReadExt as _;
+    loop {
+        if !buf.is_empty() {
+            match parse(buf) {
+                Ok(Some(len)) => return Ok(len),
+                Ok(None) => {}
+                Err(e) => return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, e)),
+            }
+        }
+        if buf.len() > 64 * 1024 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "head too large",
+            ));
+        }
+        buf.reserve(8192);
+        if stream.read_buf(buf).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+}
+
+/// Reads `len` bytes of body after `buf`'s first `head` bytes into `out`.
+async fn body_into(
+    stream: &mut tokio::net::TcpStream,
+    buf: &mut bytes::BytesMut,
+    len: usize,
+    out: &mut Vec<u8>,
+) -> std::io::Result<()> {
+    use tokio::io::AsyncReadExt as _;
+    while buf.len() < len {
+        buf.reserve(len - buf.len());
+        if stream.read_buf(buf).await? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    out.extend_from_slice(&buf.split_to(len));
+    Ok(())
+}
+
+/// The value of `Content-Length` among `headers`, 0 when absent.
+fn content_length(headers: &[httparse::Header<'_>]) -> std::io::Result<usize> {
+    let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "bad framing");
+    let mut length = 0;
+    for h in headers {
+        if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            return Err(bad());
+        }
+        if h.name.eq_ignore_ascii_case("content-length") {
+            length = std::str::from_utf8(h.value)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(bad)?;
+        }
+    }
+    Ok(length)
+}
+
+/// One client connection's requests, each forwarded on `server` and answered in turn.
+async fn lean_connection(
+    mut client: tokio::net::TcpStream,
+    mut server: tokio::net::TcpStream,
+    peer: SocketAddr,
+) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use tokio::io::AsyncWriteExt as _;
+    let forwarded_for = peer.ip().to_string();
+    let (mut from_client, mut from_server) = (bytes::BytesMut::new(), bytes::BytesMut::new());
+    let mut out = Vec::with_capacity(1024);
+    loop {
+        // The request: its head rewritten, then its body.
+        out.clear();
+        let mut length = 0;
+        let head = read_head(&mut client, &mut from_client, |bytes| {
+            let mut headers = [httparse::EMPTY_HEADER; 32];
+            let mut request = httparse::Request::new(&mut headers);
+            let httparse::Status::Complete(len) = request.parse(bytes)? else {
+                return Ok(None);
+            };
+            let _ = write!(
+                out,
+                "{} {} HTTP/1.1\r\n",
+                request.method.unwrap_or("GET"),
+                request.path.unwrap_or("/")
+            );
+            for h in request.headers.iter().filter(|h| !hop_by_hop(h.name)) {
+                out.extend_from_slice(h.name.as_bytes());
+                out.extend_from_slice(b": ");
+                out.extend_from_slice(h.value);
+                out.extend_from_slice(b"\r\n");
+            }
+            let _ = write!(
+                out,
+                "x-forwarded-for: {forwarded_for}\r\nx-forwarded-proto: http\r\n\r\n"
+            );
+            length = content_length(request.headers).map_err(|_| httparse::Error::Token)?;
+            Ok(Some(len))
+        })
+        .await?;
+        let _ = from_client.split_to(head);
+        body_into(&mut client, &mut from_client, length, &mut out).await?;
+        server.write_all(&out).await?;
+        // The answer: its head without hop-by-hop lines, then its body.
+        out.clear();
+        let head = read_head(&mut server, &mut from_server, |bytes| {
+            let mut headers = [httparse::EMPTY_HEADER; 32];
+            let mut response = httparse::Response::new(&mut headers);
+            let httparse::Status::Complete(len) = response.parse(bytes)? else {
+                return Ok(None);
+            };
+            let _ = write!(
+                out,
+                "HTTP/1.1 {} {}\r\n",
+                response.code.unwrap_or(502),
+                response.reason.unwrap_or("")
+            );
+            for h in response.headers.iter().filter(|h| !hop_by_hop(h.name)) {
+                out.extend_from_slice(h.name.as_bytes());
+                out.extend_from_slice(b": ");
+                out.extend_from_slice(h.value);
+                out.extend_from_slice(b"\r\n");
+            }
+            out.extend_from_slice(b"\r\n");
+            length = content_length(response.headers).map_err(|_| httparse::Error::Token)?;
+            Ok(Some(len))
+        })
+        .await?;
+        let _ = from_server.split_to(head);
+        body_into(&mut server, &mut from_server, length, &mut out).await?;
+        client.write_all(&out).await?;
     }
 }
 
