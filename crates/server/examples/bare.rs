@@ -15,7 +15,11 @@
 //! `X-Forwarded-For`/`-Proto` added, to an upstream connection of its own; the answer's
 //! head is parsed and relayed with its `Content-Length` body. No pool, no `Request` or
 //! `Response` objects, no limits of any kind: a measuring tool, not a server to deploy (it
-//! takes no chunked bodies and trusts the upstream's framing).
+//! takes no chunked bodies and trusts the upstream's framing). `--lean-limit` adds to it
+//! the limiter's own part, through the real engine on the in-memory store: each request
+//! decided by one GCRA rule per client address (the gateway benchmark's rule), its path
+//! normalized first, and the allowed answer given the RateLimit fields; what a lean
+//! gateway would cost, short of the guards, bounds and metrics a real one needs.
 //! Like `ratewarden serve` it runs a thread per core, each with a single-threaded tokio
 //! runtime accepting on the same socket, and sets `TCP_NODELAY` on every connection.
 //!
@@ -35,6 +39,7 @@ use std::convert::Infallible;
 use std::io::Write as _;
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -53,14 +58,16 @@ usage: bare --listen ADDR [--body-file FILE | --body STRING] [--content-type TYP
             [--header 'NAME: VALUE']...
        bare --listen ADDR --proxy URL
        bare --listen ADDR --relay ADDR
-       bare --listen ADDR --lean-proxy ADDR
+       bare --listen ADDR --lean-proxy ADDR [--lean-limit]
 
 Answers every HTTP/1 request with 200 and exactly the given bytes; or, with --proxy,
 forwards every request to URL (adding X-Forwarded-For and X-Forwarded-Proto, as the
 benchmark's nginx does) and returns what it answers, deciding nothing; or, with --relay,
 copies each connection's bytes both ways to a connection of its own to ADDR, reading no HTTP;
 or, with --lean-proxy, forwards each request to a connection of its own to ADDR, parsing both
-heads by hand (a measuring tool: Content-Length bodies only, no bounds).
+heads by hand (a measuring tool: Content-Length bodies only, no bounds); --lean-limit also
+decides each request with ratewarden's engine (GCRA per client address, nothing refused at
+the benchmark's rates) and adds the RateLimit fields to the answer.
   --listen ADDR          where to listen, such as 127.0.0.1:3000
   --body-file FILE       the response body, read from FILE
   --body STRING          the response body, given inline (default: empty)
@@ -68,7 +75,8 @@ heads by hand (a measuring tool: Content-Length bodies only, no bounds).
   --header 'NAME: VALUE' one more response header; repeat for several
   --proxy URL            forward to this upstream, such as http://127.0.0.1:3000
   --relay ADDR           relay bytes to this address, such as 127.0.0.1:3000
-  --lean-proxy ADDR      forward requests to this address, heads parsed by hand";
+  --lean-proxy ADDR      forward requests to this address, heads parsed by hand
+  --lean-limit           with --lean-proxy: decide each request first, as the gateway does";
 
 /// What to serve, from the command line.
 #[derive(Clone)]
@@ -83,6 +91,10 @@ struct Args {
     relay: Option<SocketAddr>,
     /// The address to forward requests to by hand, instead of answering.
     lean: Option<SocketAddr>,
+    /// Whether the lean proxy decides each request with the engine first.
+    lean_limit: bool,
+    /// The engine it decides with, one for every worker (as the gateway's).
+    engine: Option<Arc<(Limiter, ratewarden_core::RealClock)>>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -93,10 +105,15 @@ fn parse_args() -> Result<Args, String> {
     let mut proxy = None;
     let mut relay = None;
     let mut lean = None;
+    let mut lean_limit = false;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         if flag == "-h" || flag == "--help" {
             return Err(String::new());
+        }
+        if flag == "--lean-limit" {
+            lean_limit = true;
+            continue;
         }
         let value = args
             .next()
@@ -161,6 +178,9 @@ fn parse_args() -> Result<Args, String> {
     {
         return Err("--proxy, --relay and --lean-proxy are three modes; give one".to_owned());
     }
+    if lean_limit && lean.is_none() {
+        return Err("--lean-limit goes with --lean-proxy".to_owned());
+    }
     Ok(Args {
         listen,
         body,
@@ -169,6 +189,8 @@ fn parse_args() -> Result<Args, String> {
         proxy,
         relay,
         lean,
+        lean_limit,
+        engine: None,
     })
 }
 
@@ -177,7 +199,7 @@ fn parse_args() -> Result<Args, String> {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    let args = match parse_args() {
+    let mut args = match parse_args() {
         Ok(args) => args,
         Err(message) => {
             if message.is_empty() {
@@ -189,6 +211,15 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.lean_limit {
+        match limiter() {
+            Ok(engine) => args.engine = Some(Arc::new(engine)),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     let listener = match std::net::TcpListener::bind(args.listen) {
         Ok(listener) => listener,
         Err(e) => {
@@ -228,7 +259,9 @@ fn worker(listener: std::net::TcpListener, args: Args) {
     let served = match (args.proxy.clone(), args.relay, args.lean) {
         (Some(upstream), _, _) => runtime.block_on(proxy(listener, upstream)),
         (None, Some(upstream), _) => runtime.block_on(relay(listener, upstream)),
-        (None, None, Some(upstream)) => runtime.block_on(lean_proxy(listener, upstream)),
+        (None, None, Some(upstream)) => {
+            runtime.block_on(lean_proxy(listener, upstream, args.engine.clone()))
+        }
         (None, None, None) => runtime.block_on(serve(listener, args)),
     };
     if let Err(e) = served {
@@ -376,7 +409,11 @@ async fn relay(listener: std::net::TcpListener, upstream: SocketAddr) -> std::io
 
 /// Forwards each connection's requests to a connection of its own to `upstream`, both
 /// heads parsed by hand.
-async fn lean_proxy(listener: std::net::TcpListener, upstream: SocketAddr) -> std::io::Result<()> {
+async fn lean_proxy(
+    listener: std::net::TcpListener,
+    upstream: SocketAddr,
+    engine: Option<Arc<(Limiter, ratewarden_core::RealClock)>>,
+) -> std::io::Result<()> {
     listener.set_nonblocking(true)?;
     let listener = TcpListener::from_std(listener)?;
     loop {
@@ -388,18 +425,42 @@ async fn lean_proxy(listener: std::net::TcpListener, upstream: SocketAddr) -> st
                 continue;
             }
         };
+        let engine = engine.clone();
         tokio::spawn(async move {
             let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
                 return;
             };
             let _ = (client.set_nodelay(true), server.set_nodelay(true));
-            if let Err(e) = lean_connection(client, server, peer).await {
+            if let Err(e) = lean_connection(client, server, peer, engine.as_deref()).await {
                 if e.kind() != std::io::ErrorKind::UnexpectedEof {
                     eprintln!("bare: lean proxy connection: {e}");
                 }
             }
         });
     }
+}
+
+/// The engine `--lean-limit` decides with: the gateway benchmark's rule, in memory.
+type Limiter = ratewarden_policy::Engine<ratewarden_memory::MemoryStore>;
+
+/// The engine of the gateway benchmark's rule (one GCRA per client address, never refusing
+/// at the rates a benchmark reaches), on the in-memory store, with the real clock.
+fn limiter() -> Result<(Limiter, ratewarden_core::RealClock), String> {
+    const RULE: &str = r#"
+[[limit]]
+name = "per-ip"
+key = ["ip"]
+algorithm = "gcra"
+rate = "1000000/s"
+burst = 1000000
+"#;
+    let config =
+        ratewarden_policy::config::parse("lean-limit.toml", RULE).map_err(|e| e.to_string())?;
+    let store = ratewarden_memory::MemoryStore::new(ratewarden_memory::StoreConfig::default());
+    Ok((
+        ratewarden_policy::Engine::new(config, store),
+        ratewarden_core::RealClock::new(),
+    ))
 }
 
 /// Hop-by-hop lines, not forwarded either way.
@@ -486,22 +547,45 @@ async fn lean_connection(
     mut client: tokio::net::TcpStream,
     mut server: tokio::net::TcpStream,
     peer: SocketAddr,
+    engine: Option<&(Limiter, ratewarden_core::RealClock)>,
 ) -> std::io::Result<()> {
+    use ratewarden_core::Clock as _;
     use std::io::Write as _;
     use tokio::io::AsyncWriteExt as _;
     let forwarded_for = peer.ip().to_string();
     let (mut from_client, mut from_server) = (bytes::BytesMut::new(), bytes::BytesMut::new());
     let mut out = Vec::with_capacity(1024);
+    // The RateLimit fields for the answer, when deciding.
+    let mut fields = Vec::with_capacity(256);
     loop {
-        // The request: its head rewritten, then its body.
+        // The request: decided, its head rewritten, then its body.
         out.clear();
+        fields.clear();
         let mut length = 0;
+        let mut decide = None;
         let head = read_head(&mut client, &mut from_client, |bytes| {
             let mut headers = [httparse::EMPTY_HEADER; 32];
             let mut request = httparse::Request::new(&mut headers);
             let httparse::Status::Complete(len) = request.parse(bytes)? else {
                 return Ok(None);
             };
+            if engine.is_some() {
+                // What the engine is asked: the method, the path as forwarded, the host.
+                let path = request.path.unwrap_or("/");
+                let path = path.split('?').next().unwrap_or(path);
+                let host = request
+                    .headers
+                    .iter()
+                    .find(|h| h.name.eq_ignore_ascii_case("host"))
+                    .and_then(|h| std::str::from_utf8(h.value).ok());
+                decide = Some((
+                    request.method.unwrap_or("GET").to_owned(),
+                    ratewarden_policy::path::normalize(path)
+                        .map_err(|_| httparse::Error::Token)?
+                        .into_owned(),
+                    host.map(str::to_owned),
+                ));
+            }
             let _ = write!(
                 out,
                 "{} {} HTTP/1.1\r\n",
@@ -523,6 +607,44 @@ async fn lean_connection(
         })
         .await?;
         let _ = from_client.split_to(head);
+        if let (Some((engine, clock)), Some((method, path, host))) = (engine, decide) {
+            let request = ratewarden_policy::Request {
+                peer: peer.ip(),
+                method: &method,
+                path: &path,
+                host: host.as_deref(),
+                headers: &[],
+                cost: None,
+                api_key: None,
+                tenant: None,
+            };
+            let verdict = engine
+                .decide(&request, clock.now())
+                .await
+                .map_err(std::io::Error::other)?;
+            match verdict.answer(false, verdict.retry_ns()) {
+                ratewarden_policy::Answer::Go { headers, .. } => {
+                    for (name, value) in headers {
+                        fields.extend_from_slice(name.as_str().as_bytes());
+                        fields.extend_from_slice(b": ");
+                        fields.extend_from_slice(value.as_bytes());
+                        fields.extend_from_slice(b"\r\n");
+                    }
+                }
+                ratewarden_policy::Answer::Stop(refusal) => {
+                    let _ = write!(
+                        out,
+                        "HTTP/1.1 {} Too Many Requests\r\ncontent-length: {}\r\n\r\n{}",
+                        refusal.status,
+                        refusal.body.len(),
+                        refusal.body
+                    );
+                    let _ = from_client.split_to(length.min(from_client.len()));
+                    client.write_all(&out).await?;
+                    continue;
+                }
+            }
+        }
         body_into(&mut client, &mut from_client, length, &mut out).await?;
         server.write_all(&out).await?;
         // The answer: its head without hop-by-hop lines, then its body.
@@ -545,6 +667,7 @@ async fn lean_connection(
                 out.extend_from_slice(h.value);
                 out.extend_from_slice(b"\r\n");
             }
+            out.extend_from_slice(&fields);
             out.extend_from_slice(b"\r\n");
             length = content_length(response.headers).map_err(|_| httparse::Error::Token)?;
             Ok(Some(len))
