@@ -6,6 +6,7 @@ use http::Extensions;
 use reqwest::{Request, Response};
 use reqwest_middleware::{Middleware, Next as Chain, Result};
 
+use crate::policy::Cut;
 use crate::{classify_error, Attempt, Next, Policy};
 
 /// reqwest-middleware middleware that paces, retries and budgets per its [`Policy`].
@@ -92,18 +93,27 @@ impl Middleware for RetryMiddleware {
             if held {
                 tokio::time::sleep(hold).await;
             }
-            let Some(this) = request.take() else {
-                unreachable!("a request is kept for every attempt made");
+            // While a retry could happen, a copy is sent and the request kept for it (the
+            // request stays where it is: a copy sent costs one move of it less than the
+            // request sent and the copy kept). A body that cannot be copied (a stream)
+            // makes the request one that is sent once, so a retryable answer does not take
+            // a retry from the budget that could never be made.
+            let copy = match &request {
+                Some(kept) if policy.may_retry(&call) => kept.try_clone(),
+                _ => None,
             };
-            // A copy only for a retry that could happen; a body that cannot be copied (a
-            // stream) makes the request one that is sent once, so a retryable answer does
-            // not take a retry from the budget that could never be made.
-            if policy.may_retry(&call) {
-                request = this.try_clone();
-                if request.is_none() {
-                    call.cannot_repeat();
+            let this = match copy {
+                Some(copy) => copy,
+                None => {
+                    if policy.may_retry(&call) {
+                        call.cannot_repeat();
+                    }
+                    let Some(this) = request.take() else {
+                        unreachable!("a request is kept for every attempt made");
+                    };
+                    this
                 }
-            }
+            };
             // Unheld, no time has passed since `before_attempt` read the clock (the copy
             // aside): its reading serves, where reading the clock again cost as much.
             let left = if held {
@@ -113,9 +123,9 @@ impl Middleware for RetryMiddleware {
             };
             let sent = next.clone().run(this, extensions);
             let result = match left {
-                Some(left) => match tokio::time::timeout(left, sent).await {
+                Some(left) => match policy.within(left, sent).await {
                     Ok(result) => result,
-                    Err(_) => {
+                    Err(Cut) => {
                         return Err(reqwest_middleware::Error::middleware(
                             policy.deadline_error(&call),
                         ))
