@@ -92,33 +92,43 @@ fn find(watches: &mut [Watch], serial: u64) -> Option<&mut Watch> {
 
 impl Watchdog {
     /// Runs `attempt`, cut with [`Cut`] if it is not done `left` from now.
-    pub(crate) async fn within<F: Future>(
-        &self,
+    ///
+    /// Not an `async fn`: one binds its arguments a second time inside its future
+    /// (rust-lang/rust#62958), and this one is part of every attempt's.
+    #[allow(clippy::manual_async_fn)] // the argument bound twice, above
+    pub(crate) fn within<'a, F: Future + 'a>(
+        &'a self,
         left: Duration,
         attempt: F,
-    ) -> Result<F::Output, Cut> {
-        let (Ok(runtime), Some(deadline)) =
-            (Handle::try_current(), Instant::now().checked_add(left))
-        else {
-            // No runtime to watch in (or a deadline past the clock's range): as before.
-            return tokio::time::timeout(left, attempt).await.map_err(|_| Cut);
-        };
-        let mut attempt = std::pin::pin!(attempt);
-        let mut entry = Entry {
-            shared: &self.shared,
-            runtime: runtime.id(),
-            deadline,
-            registered: None,
-        };
-        drop(runtime);
-        std::future::poll_fn(|cx| {
-            // The attempt first, as `timeout` does: an answer ready at the deadline wins.
-            if let Poll::Ready(output) = attempt.as_mut().poll(cx) {
-                return Poll::Ready(Ok(output));
-            }
-            entry.poll_cut(cx).map(Err)
-        })
-        .await
+    ) -> impl Future<Output = Result<F::Output, Cut>> + 'a {
+        async move {
+            let (Ok(runtime), Some(deadline)) =
+                (Handle::try_current(), Instant::now().checked_add(left))
+            else {
+                // No runtime to watch in (or a deadline past the clock's range): as before.
+                // Boxed: this rare path's timer would otherwise make every attempt's future
+                // larger, and the middleware's future past the allocator's fast sizes.
+                return Box::pin(tokio::time::timeout(left, attempt))
+                    .await
+                    .map_err(|_| Cut);
+            };
+            let mut attempt = std::pin::pin!(attempt);
+            let mut entry = Entry {
+                shared: &self.shared,
+                runtime: runtime.id(),
+                deadline,
+                registered: None,
+            };
+            drop(runtime);
+            std::future::poll_fn(|cx| {
+                // The attempt first, as `timeout` does: an answer ready at the deadline wins.
+                if let Poll::Ready(output) = attempt.as_mut().poll(cx) {
+                    return Poll::Ready(Ok(output));
+                }
+                entry.poll_cut(cx).map(Err)
+            })
+            .await
+        }
     }
 
     /// Attempts in flight being watched, in every runtime.
