@@ -25,6 +25,7 @@ mod rng;
 mod stats;
 mod throttle;
 pub mod tower;
+mod watchdog;
 mod window;
 
 pub use backoff::Backoff;

@@ -9,6 +9,8 @@ use ratewarden_core::{Clock, RealClock};
 
 use crate::pacing::OriginPace;
 use crate::stats::Counters;
+pub(crate) use crate::watchdog::Cut;
+use crate::watchdog::Watchdog;
 use crate::{
     is_repeatable, retry_after, AdaptiveRate, AdaptiveThrottle, Attempt, Backoff, Error, Quota,
     RetryBudget, SplitMix64, Stats,
@@ -178,6 +180,7 @@ struct Inner {
     clock: Arc<dyn Clock>,
     state: Mutex<State>,
     counters: Counters,
+    watchdog: Watchdog,
 }
 
 /// The retry and pacing policy of one client: its budget, per-origin pacing, throttling and
@@ -259,6 +262,7 @@ impl Policy {
                 clock,
                 state: Mutex::new(state),
                 counters: Counters::default(),
+                watchdog: Watchdog::default(),
             }),
         }
     }
@@ -457,6 +461,27 @@ impl Policy {
         let deadline = self.inner.settings.deadline?;
         let end = call.started.saturating_add(ns(deadline));
         Some(Duration::from_nanos(end.saturating_sub(now)))
+    }
+
+    /// Runs an attempt that has `left` before its call's deadline (see
+    /// [`time_left`](Self::time_left)), cut off with [`Cut`] if it is not done by then
+    /// (the middleware answers [`deadline_error`](Self::deadline_error)). The policy
+    /// watches every attempt's deadline in one task per tokio runtime rather than arming a
+    /// timer for each (see `watchdog.rs` for its precision: tokio's timer's, plus one task
+    /// wakeup). Not an `async fn` of its own: a layer of future less to build and move.
+    pub(crate) fn within<'a, F: std::future::Future + 'a>(
+        &'a self,
+        left: Duration,
+        attempt: F,
+    ) -> impl std::future::Future<Output = Result<F::Output, Cut>> + 'a {
+        self.inner.watchdog.within(left, attempt)
+    }
+
+    /// Attempts in flight whose deadline the policy is watching (those not done on their
+    /// first poll). For tests and diagnostics: it returns to 0 when every request has
+    /// ended or been dropped.
+    pub fn watched_attempts(&self) -> usize {
+        self.inner.watchdog.watched()
     }
 
     /// The deadline error for `call` (an attempt outlived it).

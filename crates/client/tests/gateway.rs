@@ -200,6 +200,34 @@ async fn the_deadline_spans_every_attempt_and_wait() {
     }
 }
 
+/// Requests dropped while their attempt is in flight leave nothing in the policy's watch
+/// over deadlines (`watchdog.rs`: its own test drops 10,000).
+#[tokio::test(start_paused = true)]
+async fn requests_dropped_in_flight_leave_no_deadline_watched() {
+    for via in BOTH {
+        let clock = clock();
+        let up = upstream(clock.clone()).await;
+        let gw = gateway(&up, "", "", clock.clone()).await;
+        let p = policy(no_pacing(), &clock);
+        let url = format!("http://{}/hang", gw.listen);
+        let requests: Vec<_> = (0..100)
+            .map(|_| {
+                let (p, url) = (p.clone(), url.clone());
+                tokio::spawn(async move { send(via, &p, Method::GET, &url, &[]).await })
+            })
+            .collect();
+        // Paused time stands still while this task keeps the runtime busy.
+        while p.watched_attempts() < 100 {
+            tokio::task::yield_now().await;
+        }
+        requests.iter().for_each(|r| r.abort());
+        for r in requests {
+            assert!(r.await.unwrap_err().is_cancelled(), "{via:?}");
+        }
+        assert_eq!(p.watched_attempts(), 0, "{via:?}");
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_refused_connection_is_retried_and_then_reported() {
     for via in BOTH {

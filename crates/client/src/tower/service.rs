@@ -7,6 +7,7 @@ use std::task::{Context, Poll};
 use http::{Request, Response};
 use tower_service::Service;
 
+use crate::policy::Cut;
 use crate::{classify_error, Attempt, BoxError, Error, Next, Policy};
 
 /// A client service that paces, retries and budgets per its [`Policy`].
@@ -85,9 +86,9 @@ where
                 };
                 let sent = inner.call(attempt);
                 let result = match policy.time_left(&call) {
-                    Some(left) => match tokio::time::timeout(left, sent).await {
+                    Some(left) => match policy.within(left, sent).await {
                         Ok(result) => result,
-                        Err(_) => return Err(policy.deadline_error(&call)),
+                        Err(Cut) => return Err(policy.deadline_error(&call)),
                     },
                     None => sent.await,
                 };
