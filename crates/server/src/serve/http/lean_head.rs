@@ -56,34 +56,38 @@ pub(super) fn read(buf: &[u8]) -> Head<'_> {
     let mut close = None;
     for header in request.headers.iter() {
         let name = header.name.as_bytes();
-        if name.eq_ignore_ascii_case(b"content-length") {
-            // Exactly one, digits only: anything else (a list, a sign, two of them) is
-            // what request smuggling is made of, and hyper's to judge.
-            if body.is_some() {
-                return Head::Other;
+        // By length first: most lines (Host, User-Agent...) are then one compare away from
+        // being skipped (matching each name against each of six was 350 instructions).
+        let is = |wanted: &[u8]| name.eq_ignore_ascii_case(wanted);
+        match name.len() {
+            14 if is(b"content-length") => {
+                // Exactly one, digits only: anything else (a list, a sign, two of them) is
+                // what request smuggling is made of, and hyper's to judge.
+                if body.is_some() {
+                    return Head::Other;
+                }
+                body = match decimal(header.value) {
+                    Some(length) => Some(length),
+                    None => return Head::Other,
+                };
             }
-            body = match decimal(header.value) {
-                Some(length) => Some(length),
-                None => return Head::Other,
-            };
-        } else if name.eq_ignore_ascii_case(b"content-type") {
-            kind = kind.or(Some(header.value));
-        } else if name.eq_ignore_ascii_case(b"connection") {
-            if close.is_some() {
-                return Head::Other;
+            12 if is(b"content-type") => kind = kind.or(Some(header.value)),
+            10 if is(b"connection") => {
+                if close.is_some() {
+                    return Head::Other;
+                }
+                close = if header.value.eq_ignore_ascii_case(b"close") {
+                    Some(true)
+                } else if header.value.eq_ignore_ascii_case(b"keep-alive") {
+                    Some(false)
+                } else {
+                    return Head::Other;
+                };
             }
-            close = if header.value.eq_ignore_ascii_case(b"close") {
-                Some(true)
-            } else if header.value.eq_ignore_ascii_case(b"keep-alive") {
-                Some(false)
-            } else {
-                return Head::Other;
-            };
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding")
-            || name.eq_ignore_ascii_case(b"expect")
-            || name.eq_ignore_ascii_case(b"upgrade")
-        {
-            return Head::Other;
+            17 if is(b"transfer-encoding") => return Head::Other,
+            6 if is(b"expect") => return Head::Other,
+            7 if is(b"upgrade") => return Head::Other,
+            _ => {}
         }
     }
     let Some(body) = body else {
