@@ -473,3 +473,31 @@ proptest! {
         });
     }
 }
+
+#[tokio::test]
+async fn a_body_as_large_as_max_body_is_read_whole_and_the_connection_goes_on() {
+    let server = start(&api("max_body = 100000", "")).await;
+    let large = format!(r#"{{"tenant":"{}"}}"#, "t".repeat(90_000));
+    let request = check(&large, "");
+    let mut answers = Answers::connect(server.listen).await;
+    // In pieces, so the buffer grows while the body arrives.
+    for piece in request.chunks(7_000) {
+        answers.send(piece).await;
+        tokio::task::yield_now().await;
+    }
+    let answer = answers.next().await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    for _ in 0..3 {
+        answers.send(&check(r#"{"path":"/orders"}"#, "")).await;
+        let answer = answers.next().await;
+        assert!(answer.contains(r#""allowed":true"#), "{answer}");
+    }
+    // One byte over is refused before it is sent (a body the server will not read would
+    // make its close a reset).
+    let over = check(&"x".repeat(100_001), "");
+    let head_end = over.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    let mut answers = Answers::connect(server.listen).await;
+    answers.send(&over[..head_end]).await;
+    let answer = answers.next().await;
+    assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
+}

@@ -45,6 +45,9 @@ use crate::serve::reply::Plain;
 /// The read buffer's first size: a check's head and body are a few hundred bytes.
 const FIRST_BUFFER: usize = 4 * 1024;
 
+/// A buffer grown past this goes back to its first size once empty.
+const SHRINK_OVER: usize = 16 * 1024;
+
 /// Answers past this many bytes are written before serving more pipelined requests.
 const FLUSH_AT: usize = 64 * 1024;
 
@@ -139,8 +142,8 @@ pub(super) async fn serve(
         let settings = app.settings();
         let refused = api::json_content_type(check.kind)
             .and_then(|()| api::declared_length(body_len, settings.max_body));
-        // Within max_body, checked above before any use.
-        let whole = head_len + body_len as usize;
+        // Used as a length only within max_body, checked below first.
+        let whole = head_len.saturating_add(usize::try_from(body_len).unwrap_or(usize::MAX));
         if let Err(problem) = refused {
             // Answered before the body is read, as hyper's path does; the connection is
             // kept only when the body is here already to skip (hyper drains what it can,
@@ -202,6 +205,10 @@ impl Conn {
     fn next(&mut self) {
         if self.start == self.end {
             (self.start, self.end) = (0, 0);
+            // A large body grew the buffer: an idle connection does not keep that memory.
+            if self.buf.len() > SHRINK_OVER {
+                self.buf = vec![0; FIRST_BUFFER];
+            }
             self.begin(Wait::Idle);
         } else {
             // Pipelined: already begun.
@@ -289,6 +296,10 @@ impl Conn {
         }
         let written = self.stream.write_all(&self.out).await.is_ok();
         self.out.clear();
+        // Many pipelined answers grew it: not kept for the connection's life.
+        if self.out.capacity() > SHRINK_OVER {
+            self.out = Vec::new();
+        }
         written
     }
 
