@@ -7,10 +7,10 @@
 //! to register its waker (again only when its task's waker changes) and otherwise reads one
 //! flag; the shutdown sets the flag before it wakes the connections, so none misses it.
 //!
-//! A connection of the decision API's lean path (`lean.rs`) takes a [`Ticket`] at accept:
-//! it reads the same flag between requests and registers with the channel ([`Stop`]) only
-//! when it waits for one, and hands the ticket on with the connection if hyper takes it
-//! over.
+//! Every connection takes a [`Ticket`] at accept. hyper's are watched with it
+//! ([`Ticket::watch`]); one of the decision API's lean path (`lean.rs`) reads the same flag
+//! between requests, registers with the channel ([`Stop`]) only when it waits for one, and
+//! hands the ticket on with the connection if hyper takes it over.
 
 use std::future::{poll_fn, Future};
 use std::pin::{pin, Pin};
@@ -61,7 +61,8 @@ pub(crate) struct Ticket {
 }
 
 impl Ticket {
-    /// `connection` (hyper's), served to its end as [`Shutdown::watch`] serves it.
+    /// `connection` (hyper's), served to its end, shut down gracefully (its request in
+    /// flight finished, then closed) once [`Shutdown::shutdown`] is called.
     pub(crate) fn watch<C>(
         self,
         connection: C,
