@@ -24,11 +24,66 @@ pub(crate) fn full(bytes: impl Into<Bytes>) -> Body {
 
 /// A response of the rate limiting contract (429 or 503), as built by `ratewarden-http`.
 pub(crate) fn contract(answer: ratewarden_http::Response) -> Response<Body> {
-    let mut response = Response::new(full(answer.body));
-    *response.status_mut() =
-        StatusCode::from_u16(answer.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS);
-    add_headers(&mut response, &answer.headers);
-    response
+    Plain::contract(answer).response()
+}
+
+/// An answer as its status, header lines and body, before it is a hyper `Response`: the
+/// decision API's lean path (`http/lean.rs`) writes it straight to its connection and
+/// hyper's path turns it into a `Response` ([`Plain::response`]), so that both paths send
+/// the same lines from one place.
+#[derive(Debug)]
+pub(crate) struct Plain {
+    pub(crate) status: StatusCode,
+    /// The `content-type` of the API's own answers, sent with `cache-control: no-store`;
+    /// `None` when `headers` carry every line (a contract answer).
+    pub(crate) kind: Option<&'static str>,
+    /// Header lines after those, in order; a value that cannot be a header (none of ours)
+    /// is skipped.
+    pub(crate) headers: Vec<(HeaderName, String)>,
+    pub(crate) body: Bytes,
+}
+
+impl Plain {
+    /// A JSON answer, not to be cached.
+    pub(crate) fn json(status: StatusCode, body: impl Into<Bytes>) -> Self {
+        Self {
+            status,
+            kind: Some("application/json"),
+            headers: Vec::new(),
+            body: body.into(),
+        }
+    }
+
+    /// A response of the rate limiting contract (429 or 503), as built by `ratewarden-http`.
+    pub(crate) fn contract(answer: ratewarden_http::Response) -> Self {
+        Self {
+            status: StatusCode::from_u16(answer.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS),
+            kind: None,
+            headers: answer.headers,
+            body: answer.body.into(),
+        }
+    }
+
+    /// Whether `value` can be a header value: what `HeaderValue::from_str` takes, so that
+    /// the lean path skips the lines [`add_headers`] skips.
+    pub(crate) fn is_header_value(value: &str) -> bool {
+        value
+            .bytes()
+            .all(|b| (b >= 0x20 && b != 0x7f) || b == b'\t')
+    }
+
+    /// As hyper's path sends it.
+    pub(crate) fn response(self) -> Response<Body> {
+        let mut response = Response::new(full(self.body));
+        *response.status_mut() = self.status;
+        if let Some(kind) = self.kind {
+            let headers = response.headers_mut();
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static(kind));
+            headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+        }
+        add_headers(&mut response, &self.headers);
+        response
+    }
 }
 
 /// Appends header lines made ready by the contract (an allowed request's RateLimit fields).
@@ -55,21 +110,7 @@ pub(crate) fn add_headers<B>(response: &mut Response<B>, headers: &[(HeaderName,
 /// A problem+json error (RFC 9457) for a request we cannot serve because of the request
 /// itself or the route: `detail` says what was wrong.
 pub(crate) fn problem(status: StatusCode, detail: impl Into<String>) -> Response<Body> {
-    let body = serde_json::json!({
-        "type": "about:blank",
-        "title": status.canonical_reason().unwrap_or("Error"),
-        "status": status.as_u16(),
-        "detail": detail.into(),
-    });
-    let mut response = Response::new(full(body.to_string()));
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
+    Problem::new(status, detail).plain().response()
 }
 
 /// A request that cannot be served, for the problem+json answer built at the end.
@@ -88,7 +129,23 @@ impl Problem {
     }
 
     pub(crate) fn response(self) -> Response<Body> {
-        problem(self.status, self.detail)
+        self.plain().response()
+    }
+
+    /// Its problem+json answer.
+    pub(crate) fn plain(self) -> Plain {
+        let body = serde_json::json!({
+            "type": "about:blank",
+            "title": self.status.canonical_reason().unwrap_or("Error"),
+            "status": self.status.as_u16(),
+            "detail": self.detail,
+        });
+        Plain {
+            status: self.status,
+            kind: Some("application/problem+json"),
+            headers: Vec::new(),
+            body: body.to_string().into(),
+        }
     }
 }
 
@@ -99,12 +156,7 @@ pub(crate) fn json(status: StatusCode, value: &serde_json::Value) -> Response<Bo
 
 /// A JSON response from serialized bytes.
 pub(crate) fn json_bytes(status: StatusCode, bytes: Vec<u8>) -> Response<Body> {
-    let mut response = Response::new(full(bytes));
-    *response.status_mut() = status;
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
+    Plain::json(status, bytes).response()
 }
 
 /// A body that keeps something alive (a concurrency permit, a place in flight) until the

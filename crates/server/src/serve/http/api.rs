@@ -27,7 +27,7 @@ use serde_json::json;
 
 use super::auth::{Flavour, ENVOY_PREFIX};
 use crate::serve::app::{Answer, App};
-use crate::serve::reply::{self, Body, Problem};
+use crate::serve::reply::{self, Body, Plain, Problem};
 
 /// The most a caller may claim one request costs.
 pub(crate) const MAX_COST: u64 = 1_000_000_000;
@@ -290,24 +290,19 @@ pub(crate) async fn handle(
         Ok(body) => body,
         Err(problem) => return problem.response(),
     };
+    if endpoint == Endpoint::Check {
+        return check(app, &settings, peer, &body).await.response();
+    }
     let Some(_slot) = app.shedder.enter(false).await else {
-        app.metrics.shed("in_flight");
-        return reply::contract(ratewarden_http::unavailable(
-            app.jittered(NANOS_PER_SEC),
-            "the server is at capacity",
-        ));
+        return at_capacity(app).response();
     };
     match endpoint {
         Endpoint::EnvoyJson => Box::pin(crate::serve::envoy::json(app, body)).await,
-        Endpoint::Check => match parse_check(&body) {
-            Ok(check) => decide(app, &settings, peer, check).await,
-            Err(problem) => problem.response(),
-        },
         Endpoint::Settle => match parse::<Settle>(&body) {
             Ok(settle) => Box::pin(self::settle(app, peer, settle)).await,
             Err(problem) => problem.response(),
         },
-        Endpoint::Release | Endpoint::Unknown => match parse::<Release>(&body) {
+        Endpoint::Check | Endpoint::Release | Endpoint::Unknown => match parse::<Release>(&body) {
             Ok(release) => Box::pin(self::release(app, peer, release)).await,
             Err(problem) => problem.response(),
         },
@@ -316,7 +311,7 @@ pub(crate) async fn handle(
 
 async fn settle(app: &App, peer: SocketAddr, settle: Settle) -> Response<Body> {
     if settle.cost > MAX_COST {
-        return too_costly(settle.cost);
+        return too_costly(settle.cost).response();
     }
     let id = match settle.reservation.parse::<GrantId>() {
         Ok(id) => id,
@@ -378,26 +373,15 @@ async fn read_json(
     request: Request<Incoming>,
     strict: bool,
 ) -> Result<Bytes, Problem> {
-    if let Some(kind) = request.headers().get(CONTENT_TYPE).filter(|_| strict) {
-        let kind = kind.to_str().unwrap_or("");
-        let essence = kind.split(';').next().unwrap_or("").trim();
-        if !essence.eq_ignore_ascii_case("application/json") {
-            return Err(Problem::new(
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                format!("the body must be `application/json`, not `{kind}`"),
-            ));
-        }
+    if strict {
+        json_content_type(request.headers().get(CONTENT_TYPE).map(|v| v.as_bytes()))?;
     }
     let (max, timeout) = (settings.max_body, settings.bounds.api_body_timeout);
     // A declared length over the bound is refused before a byte of the body is read (hyper
     // has read `Content-Length` into the body's exact size already).
     let body = request.into_body();
-    if body
-        .size_hint()
-        .exact()
-        .is_some_and(|length| length > max as u64)
-    {
-        return Err(too_large(max));
+    if let Some(length) = body.size_hint().exact() {
+        declared_length(length, max)?;
     }
     let mut read = std::pin::pin!(read_to_end(body, max));
     // The timer is armed only for a body that is not there at once. hyper hands a body over
@@ -421,13 +405,7 @@ async fn read_json(
         None => tokio::time::timeout(timeout, read).await,
     };
     let Ok(read) = timed else {
-        return Err(Problem::new(
-            StatusCode::REQUEST_TIMEOUT,
-            format!(
-                "the body did not arrive within {} (`[server] api_body_timeout`)",
-                DisplayDuration(timeout)
-            ),
-        ));
+        return Err(body_timed_out(timeout));
     };
     match read {
         Ok(body) => Ok(body),
@@ -437,6 +415,79 @@ async fn read_json(
             format!("the body could not be read: {error}"),
         )),
     }
+}
+
+/// The 415 of a body that is not JSON, from its `Content-Type` (absent: taken as JSON).
+/// Shared by hyper's path and the lean one (`lean.rs`).
+pub(super) fn json_content_type(kind: Option<&[u8]>) -> Result<(), Problem> {
+    let Some(kind) = kind else {
+        return Ok(());
+    };
+    // As `HeaderValue::to_str` reads it: visible ASCII, else nothing.
+    let kind = if kind
+        .iter()
+        .all(|&b| (0x20..0x7f).contains(&b) || b == b'\t')
+    {
+        std::str::from_utf8(kind).unwrap_or("")
+    } else {
+        ""
+    };
+    let essence = kind.split(';').next().unwrap_or("").trim();
+    if essence.eq_ignore_ascii_case("application/json") {
+        Ok(())
+    } else {
+        Err(Problem::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("the body must be `application/json`, not `{kind}`"),
+        ))
+    }
+}
+
+/// The 413 of a declared `Content-Length` over `max`, before a byte of the body is read.
+pub(super) fn declared_length(length: u64, max: usize) -> Result<(), Problem> {
+    if length > max as u64 {
+        Err(too_large(max))
+    } else {
+        Ok(())
+    }
+}
+
+/// The 408 of a body that did not arrive within `[server] api_body_timeout`.
+pub(super) fn body_timed_out(timeout: std::time::Duration) -> Problem {
+    Problem::new(
+        StatusCode::REQUEST_TIMEOUT,
+        format!(
+            "the body did not arrive within {} (`[server] api_body_timeout`)",
+            DisplayDuration(timeout)
+        ),
+    )
+}
+
+/// `/v1/check` once its body is read whole: a place in flight, the body read, the decision.
+/// Both hyper's path (`handle`) and the lean one (`lean.rs`) answer through this.
+pub(super) async fn check(
+    app: &Arc<App>,
+    settings: &ServerSettings,
+    peer: SocketAddr,
+    body: &[u8],
+) -> Plain {
+    // The slot is taken before deciding: shed load before the store.
+    let Some(_slot) = app.shedder.enter(false).await else {
+        return at_capacity(app);
+    };
+    match parse_check(body) {
+        Ok(check) => decide(app, settings, peer, check).await,
+        Err(problem) => problem.plain(),
+    }
+}
+
+/// The contract's 503 of a server with every place in flight taken.
+fn at_capacity(app: &App) -> Plain {
+    app.metrics.shed("in_flight");
+    Plain::contract(ratewarden_http::unavailable(
+        app.jittered(NANOS_PER_SEC),
+        "the server is at capacity",
+    ))
 }
 
 /// Why a body could not be read whole.
@@ -557,31 +608,26 @@ impl CheckRequest<'_> {
     }
 }
 
-fn too_costly(cost: u64) -> Response<Body> {
-    reply::problem(
+fn too_costly(cost: u64) -> Problem {
+    Problem::new(
         StatusCode::UNPROCESSABLE_ENTITY,
         format!("`cost` is {cost}; it must be at most {MAX_COST}"),
     )
 }
 
-async fn decide(
-    app: &App,
-    settings: &ServerSettings,
-    peer: SocketAddr,
-    check: Check<'_>,
-) -> Response<Body> {
+async fn decide(app: &App, settings: &ServerSettings, peer: SocketAddr, check: Check<'_>) -> Plain {
     if let Some(cost) = check.cost.filter(|&c| c > MAX_COST) {
-        return too_costly(cost);
+        return too_costly(cost).plain();
     }
     let resolved = match subject!(check).resolve(peer) {
         Ok(resolved) => resolved,
-        Err(refused) => return refused.response(),
+        Err(refused) => return refused.plain(),
     };
     let request = resolved.request(check.cost);
     let started = app.clock.now();
     let verdict = match app.engine.decide(&request, started).await {
         Ok(verdict) => verdict,
-        Err(e) => return reply::problem(request_error_status(&e), e.to_string()),
+        Err(e) => return Problem::new(request_error_status(&e), e.to_string()).plain(),
     };
     app.metrics
         .decision_seconds
@@ -649,7 +695,7 @@ async fn decide(
         headers,
         body,
     };
-    reply::json_bytes(StatusCode::OK, out.to_json())
+    Plain::json(StatusCode::OK, out.to_json())
 }
 
 /// Milliseconds, rounded up so a client waiting them is never early.

@@ -6,12 +6,17 @@
 //! request (2026-12-03), more than the idle timer. Here a connection polls the channel only
 //! to register its waker (again only when its task's waker changes) and otherwise reads one
 //! flag; the shutdown sets the flag before it wakes the connections, so none misses it.
+//!
+//! Every connection takes a [`Ticket`] at accept. hyper's are watched with it
+//! ([`Ticket::watch`]); one of the decision API's lean path (`lean.rs`) reads the same flag
+//! between requests, registers with the channel ([`Stop`]) only when it waits for one, and
+//! hands the ticket on with the connection if hyper takes it over.
 
 use std::future::{poll_fn, Future};
-use std::pin::pin;
+use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::Waker;
+use std::task::{Context, Waker};
 
 use hyper_util::server::graceful::GracefulConnection;
 use tokio::sync::watch;
@@ -31,18 +36,13 @@ impl Shutdown {
         }
     }
 
-    /// `connection`, served to its end, shut down gracefully (its request in flight
-    /// finished, then closed) once [`Shutdown::shutdown`] is called.
-    pub(crate) fn watch<C>(
-        &self,
-        connection: C,
-    ) -> impl Future<Output = Result<(), C::Error>> + Send + 'static
-    where
-        C: GracefulConnection + Send + 'static,
-    {
-        let stopping = Arc::clone(&self.stopping);
-        let rx = self.tx.subscribe();
-        watched(connection, stopping, rx)
+    /// A connection's place in the shutdown, taken at accept: the shutdown waits for it to
+    /// be dropped.
+    pub(crate) fn ticket(&self) -> Ticket {
+        Ticket {
+            stopping: Arc::clone(&self.stopping),
+            rx: self.tx.subscribe(),
+        }
     }
 
     /// Signals every connection to finish, and waits until all have.
@@ -54,6 +54,78 @@ impl Shutdown {
     }
 }
 
+/// A connection's place in its listener's shutdown (see [`Shutdown::ticket`]).
+pub(crate) struct Ticket {
+    stopping: Arc<AtomicBool>,
+    rx: watch::Receiver<()>,
+}
+
+impl Ticket {
+    /// `connection` (hyper's), served to its end, shut down gracefully (its request in
+    /// flight finished, then closed) once [`Shutdown::shutdown`] is called.
+    pub(crate) fn watch<C>(
+        self,
+        connection: C,
+    ) -> impl Future<Output = Result<(), C::Error>> + Send + 'static
+    where
+        C: GracefulConnection + Send + 'static,
+    {
+        watched(connection, self.stopping, self.rx)
+    }
+
+    /// The flag and the channel, for a [`Stop`] pinned where the connection is served.
+    pub(crate) fn parts(&mut self) -> (&AtomicBool, &mut watch::Receiver<()>) {
+        (&self.stopping, &mut self.rx)
+    }
+}
+
+/// What [`Stop`] polls: the channel's `changed()`, pinned by its connection.
+pub(crate) type Changed<'a> =
+    Pin<&'a mut (dyn Future<Output = Result<(), watch::error::RecvError>> + Send + 'a)>;
+
+/// The shutdown's signal as one connection polls it: a flag read, and the channel polled
+/// only to register a waker the channel does not hold yet.
+pub(crate) struct Stop<'a> {
+    stopping: &'a AtomicBool,
+    changed: Changed<'a>,
+    /// The waker the channel holds.
+    registered: Option<Waker>,
+    /// Whether the channel can still wake (its sender is gone when the listener is dropped
+    /// without a shutdown).
+    listening: bool,
+}
+
+impl<'a> Stop<'a> {
+    pub(crate) fn new(stopping: &'a AtomicBool, changed: Changed<'a>) -> Self {
+        Self {
+            stopping,
+            changed,
+            registered: None,
+            listening: true,
+        }
+    }
+
+    /// Whether the shutdown has begun.
+    pub(crate) fn now(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+
+    /// Whether the shutdown has begun; if not, `cx` is woken when it does.
+    pub(crate) fn poll(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.listening
+            && !self
+                .registered
+                .as_ref()
+                .is_some_and(|w| w.will_wake(cx.waker()))
+        {
+            self.listening = self.changed.as_mut().poll(cx).is_pending();
+            self.registered = Some(cx.waker().clone());
+        }
+        // After registering: a shutdown that came before is seen here, one after wakes.
+        self.now()
+    }
+}
+
 async fn watched<C: GracefulConnection>(
     connection: C,
     stopping: Arc<AtomicBool>,
@@ -61,23 +133,13 @@ async fn watched<C: GracefulConnection>(
 ) -> Result<(), C::Error> {
     let mut connection = pin!(connection);
     // Held to the end: the shutdown counts the connection open until then.
-    let mut changed = pin!(rx.changed());
-    // The waker the channel holds, and whether the channel can still wake (its sender is
-    // gone when the listener is dropped without a shutdown).
-    let mut registered: Option<Waker> = None;
-    let mut listening = true;
+    let changed = pin!(rx.changed());
+    let mut stop = Stop::new(&stopping, changed);
     let mut shut = false;
     poll_fn(|cx| {
-        if !shut {
-            if listening && !registered.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                listening = changed.as_mut().poll(cx).is_pending();
-                registered = Some(cx.waker().clone());
-            }
-            // After registering: a shutdown that came before is seen here, one after wakes.
-            if stopping.load(Ordering::Acquire) {
-                shut = true;
-                connection.as_mut().graceful_shutdown();
-            }
+        if !shut && stop.poll(cx) {
+            shut = true;
+            connection.as_mut().graceful_shutdown();
         }
         connection.as_mut().poll(cx)
     })

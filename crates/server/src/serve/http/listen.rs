@@ -1,15 +1,19 @@
 //! Listeners: accept connections, serve HTTP/1.1 on each, and stop gracefully.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use http::{Request, Response};
 use hyper::body::Incoming;
+use hyper::server::conn::http1::Builder;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -17,7 +21,7 @@ use crate::serve::app::App;
 use crate::serve::reply::Body;
 
 use super::clients::Clients;
-use super::graceful::Shutdown;
+use super::graceful::{Shutdown, Stop, Ticket};
 use super::idle;
 use super::upstream::Local;
 
@@ -94,20 +98,28 @@ pub(crate) async fn serve(
         };
         let _ = stream.set_nodelay(true);
         let (app, local) = (Arc::clone(&app), Arc::clone(&local));
-        let service = service_fn(move |request: Request<Incoming>| {
-            let (app, local) = (Arc::clone(&app), Arc::clone(&local));
-            async move { Ok::<_, Infallible>(route(&app, &local, role, peer, request).await) }
-        });
-        let (stream, timer) = idle::timed(stream, bounds.idle_timeout, bounds.header_read_timeout);
-        let connection = http
-            .clone()
-            .timer(timer)
-            .serve_connection(TokioIo::new(stream), service);
-        let connection = graceful.watch(connection);
+        let mut ticket = graceful.ticket();
+        let http = http.clone();
+        if role != Role::Api {
+            let connection = served(http, stream, app, local, role, peer, ticket);
+            tokio::spawn(async move {
+                let _open = open;
+                connection.await;
+            });
+            continue;
+        }
+        // The decision API: `/v1/check` on its own path (`lean.rs`), anything else handed
+        // to hyper with the bytes read so far.
         tokio::spawn(async move {
             let _open = open;
-            if let Err(error) = connection.await {
-                tracing::debug!(%error, %peer, "connection ended with an error");
+            let rest = {
+                let (stopping, rx) = ticket.parts();
+                let changed = pin!(rx.changed());
+                let mut stop = Stop::new(stopping, changed);
+                super::lean::serve(stream, &app, peer, bounds, &mut stop).await
+            };
+            if let Some(rest) = rest {
+                served(http, rest, app, local, role, peer, ticket).await;
             }
         });
     }
@@ -120,6 +132,37 @@ pub(crate) async fn serve(
             role = role.as_str(),
             "shutdown grace ran out with connections still open; closing them"
         );
+    }
+}
+
+/// `stream` served by hyper to its end (or the shutdown's). Built outside the task's
+/// future, whose `Send` the compiler cannot prove for hyper's connection inside it.
+fn served<S>(
+    mut http: Builder,
+    stream: S,
+    app: Arc<App>,
+    local: Arc<Local>,
+    role: Role,
+    peer: SocketAddr,
+    ticket: Ticket,
+) -> impl Future<Output = ()> + Send + 'static
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let bounds = app.started().bounds;
+    let service = service_fn(move |request: Request<Incoming>| {
+        let (app, local) = (Arc::clone(&app), Arc::clone(&local));
+        async move { Ok::<_, Infallible>(route(&app, &local, role, peer, request).await) }
+    });
+    let (stream, timer) = idle::timed(stream, bounds.idle_timeout, bounds.header_read_timeout);
+    let connection = http
+        .timer(timer)
+        .serve_connection(TokioIo::new(stream), service);
+    let connection = ticket.watch(connection);
+    async move {
+        if let Err(error) = connection.await {
+            tracing::debug!(%error, %peer, "connection ended with an error");
+        }
     }
 }
 

@@ -13,9 +13,13 @@ mod gateway;
 mod graceful;
 mod guard;
 mod idle;
+mod lean;
+mod lean_answer;
+mod lean_head;
 mod limits;
 mod listen;
 mod operator;
+mod rewind;
 mod upstream;
 
 pub(crate) use api::request_error_status;
