@@ -17,6 +17,13 @@
 //! `--print-command` prints the call the store sends (the compact form of one check where
 //! the script's fast path knows the algorithm); with `--general`, the general form every
 //! version of the library reads (for measuring an older library beside this one).
+//!
+//! `--floor` runs the same callers, keys and pacing without the store: a bare redis-rs
+//! connection manager (the connection the store itself holds) calling `FLOOR_LIBRARY`'s
+//! function, which makes the three Redis calls any decision makes (`TIME`, `GET`, `SET`)
+//! and nothing else. It is the physical baseline of a latency figure: what any client on
+//! this machine at this rate sees, so that `ours / floor` in the same run says what the
+//! store adds to a tail the machine sets. `--print-floor` prints the library's source.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -26,7 +33,8 @@ use ratewarden_core::{
     AlgorithmKind, AsyncStore, CalendarUnit, Clock, Concurrency, FixedWindow, Gcra, LeakyBucket,
     LeakyQueue, Limit, Quota, Rate, RealClock, SlidingLog, SlidingWindow, TokenBucket,
 };
-use ratewarden_redis::{RedisConfig, RedisStore, Target, TimeSource};
+use ratewarden_redis::{RedisConfig, RedisStore, TimeSource};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::mpsc::UnboundedReceiver as Receiver;
 use tokio::time::Instant;
 
@@ -41,6 +49,47 @@ struct Args {
     print_command: bool,
     general: bool,
     algorithm: AlgorithmKind,
+    floor: bool,
+    print_floor: bool,
+}
+
+/// The baseline's function: `TIME`, `GET` and `SET` of the key, as every decision makes
+/// them, and nothing else (`scripts/bench-redis` also measures Redis's CPU per decision
+/// against it).
+const FLOOR_LIBRARY: &str = "#!lua name=ratewarden_floor
+redis.register_function('ratewarden_floor', function(keys, args)
+  local t = redis.call('TIME')
+  local v = redis.call('GET', keys[1])
+  redis.call('SET', keys[1], t[1] .. ',' .. t[2], 'PX', 60000)
+  return {t[1], v or ''}
+end)
+";
+
+/// Who the callers call: the store deciding, or the bare baseline.
+enum Target {
+    Store(Arc<RedisStore>, Limit),
+    Floor(ConnectionManager),
+}
+
+impl Target {
+    /// One decision (or the baseline's one call) for `key`.
+    async fn call(&self, key: &str, clock: &RealClock) -> Result<(), ()> {
+        match self {
+            Target::Store(store, limit) => store
+                .decide(limit, key, clock.now(), 1)
+                .await
+                .map(drop)
+                .map_err(drop),
+            Target::Floor(connection) => redis::cmd("FCALL")
+                .arg("ratewarden_floor")
+                .arg(1)
+                .arg(key)
+                .query_async::<redis::Value>(&mut connection.clone())
+                .await
+                .map(drop)
+                .map_err(drop),
+        }
+    }
 }
 
 fn parse() -> Result<Args, String> {
@@ -55,6 +104,8 @@ fn parse() -> Result<Args, String> {
         print_command: false,
         general: false,
         algorithm: AlgorithmKind::Gcra,
+        floor: false,
+        print_floor: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -85,6 +136,8 @@ fn parse() -> Result<Args, String> {
             }
             "--print-command" => args.print_command = true,
             "--general" => args.general = true,
+            "--floor" => args.floor = true,
+            "--print-floor" => args.print_floor = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument `{other}`")),
         }
@@ -93,6 +146,21 @@ fn parse() -> Result<Args, String> {
         return Err("--callers and --keys must be above zero".to_owned());
     }
     Ok(args)
+}
+
+/// The baseline's connection, made as the store makes its own (no response timeout of the
+/// manager's), with the floor's library loaded.
+async fn floor(url: &str) -> Result<ConnectionManager, redis::RedisError> {
+    let client = redis::Client::open(url)?;
+    let config = ConnectionManagerConfig::new().set_response_timeout(None);
+    let mut connection = ConnectionManager::new_with_config(client, config).await?;
+    redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(FLOOR_LIBRARY)
+        .query_async::<redis::Value>(&mut connection)
+        .await?;
+    Ok(connection)
 }
 
 /// A limit of `kind` that never says no during a run, so every decision does the full work
@@ -148,12 +216,12 @@ async fn main() -> ExitCode {
     let args = match parse() {
         Ok(args) => args,
         Err(e) => {
-            eprintln!("{e}\nusage: bench --url URL --callers N --seconds S [--naive] [--rate R [--pacer timer|thread]] [--keys K] [--print-command [--general]]");
+            eprintln!("{e}\nusage: bench --url URL --callers N --seconds S [--naive] [--rate R [--pacer timer|thread]] [--keys K] [--floor] [--print-command [--general]] [--print-floor]");
             return ExitCode::from(2);
         }
     };
     let store = match RedisStore::new(RedisConfig {
-        target: Target::Single(args.url.clone()),
+        target: ratewarden_redis::Target::Single(args.url.clone()),
         deadline: Duration::from_secs(5),
         time: TimeSource::Redis,
         pipeline: !args.naive,
@@ -165,6 +233,10 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if args.print_floor {
+        print!("{FLOOR_LIBRARY}");
+        return ExitCode::SUCCESS;
+    }
     if args.print_command {
         // The function's name, the number of keys, the key and the arguments of one
         // decision, one a line (an argument may be empty): for redis-benchmark's
@@ -184,15 +256,25 @@ async fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    // Load the library, warm the connection.
-    let limit = limit(args.algorithm);
     // Redis's clock decides; the caller's is only the hint a quota's periods are built from.
     let clock = RealClock::new();
-    if let Err(e) = store.decide(&limit, "bench|warm", clock.now(), 1).await {
-        eprintln!("error: {e}");
+    let target = if args.floor {
+        match floor(&args.url).await {
+            Ok(connection) => Target::Floor(connection),
+            Err(e) => {
+                eprintln!("error: the baseline's connection: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        Target::Store(store, limit(args.algorithm))
+    };
+    // Load the library, warm the connection.
+    if target.call("bench|warm", &clock).await.is_err() {
+        eprintln!("error: the first call to Redis failed");
         return ExitCode::FAILURE;
     }
-    let limit = Arc::new(limit);
+    let target = Arc::new(target);
     let start = Instant::now();
     let end = start + Duration::from_secs(args.seconds);
     let interval = args
@@ -208,7 +290,7 @@ async fn main() -> ExitCode {
     };
     let mut tasks = Vec::new();
     for c in 0..args.callers {
-        let (store, limit) = (Arc::clone(&store), Arc::clone(&limit));
+        let target = Arc::clone(&target);
         let paced = paced.clone();
         let keys = args.keys;
         tasks.push(tokio::spawn(async move {
@@ -238,8 +320,8 @@ async fn main() -> ExitCode {
                 }
                 let key = format!("bench|k{}", (c * 7919 + n) % keys);
                 n += 1;
-                match store.decide(&limit, &key, clock.now(), 1).await {
-                    Ok(_) => {
+                match target.call(&key, &clock).await {
+                    Ok(()) => {
                         let us = |from: Instant| {
                             u32::try_from(from.elapsed().as_micros()).unwrap_or(u32::MAX)
                         };
@@ -283,7 +365,11 @@ async fn main() -> ExitCode {
     let pct = |p: f64| at(&all, p);
     println!(
         "{{\"mode\":\"{}\",\"callers\":{},\"rate\":{},\"decisions\":{},\"errors\":{},\"per_second\":{:.0},\"p50_us\":{},\"p90_us\":{},\"p99_us\":{},\"p99_due_us\":{},\"late_p50_us\":{},\"late_p99_us\":{}}}",
-        if args.naive { "naive" } else { "ours" },
+        match (args.floor, args.naive) {
+            (true, _) => "floor",
+            (false, true) => "naive",
+            (false, false) => "ours",
+        },
         args.callers,
         args.rate.map_or("null".to_owned(), |r| r.to_string()),
         all.len(),
