@@ -23,8 +23,6 @@
 //! the algorithm's name and parameters as one string separated by spaces; its reply is one
 //! string of the decision's five values ([`decode_compact`]).
 
-use std::fmt::Write as _;
-
 use ratewarden_core::{Algorithm, Decision, Limit, Outcome, Rate};
 
 /// Appends one check to a script's arguments: the algorithm's name, `cost_or_delta` (a
@@ -38,11 +36,12 @@ pub(crate) fn push_check(
     now_hint_ns: u64,
 ) {
     let params = params(limit, now_hint_ns);
+    let mut digits = itoa::Buffer::new();
     args.reserve(3 + params.len());
     args.push(limit.kind().as_str().to_owned());
     args.push(cost_or_delta.to_owned());
-    args.push(params.len().to_string());
-    args.extend(params.iter().map(u64::to_string));
+    args.push(digits.format(params.len()).to_owned());
+    args.extend(params.iter().map(|&p| digits.format(p).to_owned()));
 }
 
 /// A check's spec for the compact call of one check (modes `decide1` and `peek1`): the
@@ -57,19 +56,53 @@ pub(crate) fn compact_spec(limit: &Limit, now_hint_ns: u64) -> Option<String> {
     let params = params(limit, now_hint_ns);
     let mut spec = String::with_capacity(16 + params.len() * 20);
     spec.push_str(limit.kind().as_str());
-    for p in params {
-        // Writing to a String cannot fail.
-        let _ = write!(spec, " {p}");
+    // Integers written by `itoa`, not `core::fmt`: this string is made for every decision.
+    let mut digits = itoa::Buffer::new();
+    for &p in params.iter() {
+        spec.push(' ');
+        spec.push_str(digits.format(p));
     }
     Some(spec)
 }
 
+/// A limit's parameters: at most seven (a quota's limit and three periods), kept on the
+/// stack since they are made for every decision.
+#[derive(Debug, Clone, Copy)]
+struct Params {
+    values: [u64; 7],
+    len: usize,
+}
+
+impl Params {
+    fn of(values: &[u64]) -> Self {
+        let mut params = Params {
+            values: [0; 7],
+            len: 0,
+        };
+        params.extend(values);
+        params
+    }
+
+    fn extend(&mut self, values: &[u64]) {
+        self.values[self.len..self.len + values.len()].copy_from_slice(values);
+        self.len += values.len();
+    }
+}
+
+impl std::ops::Deref for Params {
+    type Target = [u64];
+
+    fn deref(&self) -> &[u64] {
+        &self.values[..self.len]
+    }
+}
+
 /// The script's parameters for `limit`.
-fn params(limit: &Limit, now_hint_ns: u64) -> Vec<u64> {
+fn params(limit: &Limit, now_hint_ns: u64) -> Params {
     match limit {
-        Limit::FixedWindow(a) => vec![a.limit(), duration_ns(a.window())],
-        Limit::SlidingWindow(a) => vec![a.limit(), duration_ns(a.window())],
-        Limit::SlidingLog(a) => vec![a.limit(), duration_ns(a.window())],
+        Limit::FixedWindow(a) => Params::of(&[a.limit(), duration_ns(a.window())]),
+        Limit::SlidingWindow(a) => Params::of(&[a.limit(), duration_ns(a.window())]),
+        Limit::SlidingLog(a) => Params::of(&[a.limit(), duration_ns(a.window())]),
         Limit::TokenBucket(a) => ticks(a.rate(), a.burst()),
         Limit::LeakyBucket(a) => ticks(a.rate(), a.burst()),
         Limit::Gcra(a) => ticks(a.rate(), a.burst()),
@@ -79,18 +112,18 @@ fn params(limit: &Limit, now_hint_ns: u64) -> Vec<u64> {
             // The period holding the caller's time first (the script takes the first pair
             // holding its own `now`), then its neighbours, for a Redis clock a period away.
             let current = a.period_at(now_hint_ns);
-            let mut params = vec![a.limit(), current.0, current.1];
+            let mut params = Params::of(&[a.limit(), current.0, current.1]);
             if let Some(before) = current.0.checked_sub(1) {
                 let previous = a.period_at(before);
-                params.extend([previous.0, previous.1]);
+                params.extend(&[previous.0, previous.1]);
             }
             if current.1 < u64::MAX {
                 let next = a.period_at(current.1);
-                params.extend([next.0, next.1]);
+                params.extend(&[next.0, next.1]);
             }
             params
         }
-        Limit::Concurrency(a) => vec![a.limit(), duration_ns(a.lease())],
+        Limit::Concurrency(a) => Params::of(&[a.limit(), duration_ns(a.lease())]),
     }
 }
 
@@ -100,10 +133,10 @@ fn duration_ns(d: std::time::Duration) -> u64 {
 }
 
 /// `ticks_per_ns`, `ticks_per_cell` and a capacity, as the core's schedule and bucket use.
-fn ticks(rate: Rate, capacity: u64) -> Vec<u64> {
+fn ticks(rate: Rate, capacity: u64) -> Params {
     let (count, period) = (rate.count(), rate.period_ns());
     let g = gcd(count, period);
-    vec![count / g, period / g, capacity]
+    Params::of(&[count / g, period / g, capacity])
 }
 
 fn gcd(mut a: u64, mut b: u64) -> u64 {
@@ -180,8 +213,13 @@ fn decode_one<S: AsRef<str>>(c: &[S]) -> Result<Decision, String> {
 
 /// A decimal from the script, saturated to `u64` as the core saturates nanoseconds.
 fn number(s: &str, what: &str) -> Result<u64, String> {
-    s.parse::<u128>()
-        .map(|n| u64::try_from(n).unwrap_or(u64::MAX))
+    // Nearly every number fits in 64 bits; a larger one (the script's arithmetic is exact
+    // past them) is read whole and saturates.
+    s.parse::<u64>()
+        .or_else(|_| {
+            s.parse::<u128>()
+                .map(|n| u64::try_from(n).unwrap_or(u64::MAX))
+        })
         .map_err(|_| format!("the script replied with {what} `{s}`, not a decimal number"))
 }
 
@@ -332,6 +370,36 @@ mod tests {
                     }
                     _ => prop_assert_eq!(n, 2),
                 }
+            }
+
+            /// The compact spec is the general form's name and parameters, joined by spaces
+            /// (both are written for every decision, by separate code).
+            #[test]
+            fn the_compact_spec_is_the_general_check_joined(
+                limit in limit(),
+                hint in prop_oneof![any::<u64>(), 1_700_000_000_000_000_000..1_900_000_000_000_000_000u64],
+            ) {
+                let mut args = Vec::new();
+                push_check(&mut args, &limit, "1", hint);
+                let joined = std::iter::once(&args[0]).chain(&args[3..]).cloned().collect::<Vec<_>>().join(" ");
+                match compact_spec(&limit, hint) {
+                    Some(spec) => prop_assert_eq!(spec, joined),
+                    None => prop_assert!(matches!(limit, Limit::SlidingLog(_) | Limit::Concurrency(_))),
+                }
+            }
+
+            /// A reply's number reads as it did through `u128` alone: exact below 2^64,
+            /// saturated above, refused when it is not a decimal.
+            #[test]
+            fn a_number_reads_as_through_u128(
+                text in prop_oneof![
+                    any::<u64>().prop_map(|n| n.to_string()),
+                    any::<u128>().prop_map(|n| n.to_string()),
+                    "[-+0-9]{0,45}",
+                ],
+            ) {
+                let through_u128 = text.parse::<u128>().map(|n| u64::try_from(n).unwrap_or(u64::MAX)).ok();
+                prop_assert_eq!(number(&text, "n").ok(), through_u128);
             }
 
             #[test]

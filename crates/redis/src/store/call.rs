@@ -42,6 +42,15 @@ impl RedisStore {
         checks: &[(&Limit, &str, i128)],
         now: u64,
     ) -> Result<Vec<Decision>, RedisError> {
+        if let [(_, key, _)] = checks {
+            // One key is one script, on a server or in a Cluster (the common call: no
+            // grouping by slot to allocate).
+            let keys = [self.redis_key(key)];
+            let mut connection = self.connection().await?;
+            return self
+                .script_call(&mut connection, mode, checks, &keys, now)
+                .await;
+        }
         let keys: Vec<String> = checks
             .iter()
             .map(|(_, key, _)| self.redis_key(key))
@@ -119,8 +128,21 @@ impl RedisStore {
         keys: &[String],
         now: u64,
     ) -> Result<Vec<Decision>, RedisError> {
-        if let Some(args) = self.compact_args(mode, checks, now) {
-            let reply: String = self.invoke(connection, keys, &args).await?;
+        if let Some(compact) = self.compact(mode, checks, now) {
+            // Built straight into the command, sized once: no string per argument, no
+            // buffer grown argument by argument.
+            let data = 64
+                + self.function.len()
+                + keys.iter().map(String::len).sum::<usize>()
+                + compact.spec.len();
+            let mut fcall = redis::Cmd::with_capacity(7 + keys.len(), data);
+            fcall
+                .arg("FCALL")
+                .arg(self.function)
+                .arg(keys.len())
+                .arg(keys);
+            compact.push_to(&mut fcall);
+            let reply: String = self.send(connection, &fcall).await?;
             let decision = encode::decode_compact(&reply).map_err(RedisError::Protocol)?;
             return Ok(vec![decision]);
         }
@@ -143,17 +165,17 @@ impl RedisStore {
         Ok(decisions)
     }
 
-    /// The arguments of the compact call of one check (modes `decide1` and `peek1`, see
-    /// `store.lua`), for a decide or a peek of one check whose algorithm the script's fast
-    /// path knows; `None` otherwise. Five arguments fewer than the general form, each of
-    /// which costs Redis a Lua string and the script a look-up; and the reply is one string.
-    pub(super) fn compact_args(
+    /// The compact call of one check (modes `decide1` and `peek1`, see `store.lua`), for a
+    /// decide or a peek of one check whose algorithm the script's fast path knows; `None`
+    /// otherwise. Five arguments fewer than the general form, each of which costs Redis a
+    /// Lua string and the script a look-up; and the reply is one string.
+    pub(super) fn compact(
         &self,
         mode: Mode,
         checks: &[(&Limit, &str, i128)],
         now: u64,
-    ) -> Option<Vec<String>> {
-        let compact = match mode {
+    ) -> Option<Compact> {
+        let mode = match mode {
             Mode::Decide => "decide1",
             Mode::Peek => "peek1",
             Mode::Settle => return None,
@@ -161,12 +183,43 @@ impl RedisStore {
         let [(limit, _, cost)] = checks else {
             return None;
         };
-        let spec = encode::compact_spec(limit, now)?;
-        Some(vec![
-            compact.to_owned(),
-            self.time_arg(now),
-            cost.to_string(),
-            spec,
-        ])
+        Some(Compact {
+            mode,
+            now: self.caller_time(now),
+            cost: *cost,
+            spec: encode::compact_spec(limit, now)?,
+        })
+    }
+}
+
+/// The arguments of a compact call after its key: the mode, the caller's time (empty for
+/// Redis's clock), the cost, and the check's spec.
+#[derive(Debug)]
+pub(super) struct Compact {
+    pub(super) mode: &'static str,
+    pub(super) now: Option<u64>,
+    pub(super) cost: i128,
+    pub(super) spec: String,
+}
+
+impl Compact {
+    /// Appends the arguments to `fcall` (numbers written by the client, with `itoa`).
+    fn push_to(&self, fcall: &mut redis::Cmd) {
+        fcall.arg(self.mode);
+        match self.now {
+            Some(now) => fcall.arg(now),
+            None => fcall.arg(""),
+        };
+        fcall.arg(self.cost).arg(self.spec.as_str());
+    }
+
+    /// The same arguments as strings, for tools that send the call themselves.
+    pub(super) fn strings(self) -> Vec<String> {
+        vec![
+            self.mode.to_owned(),
+            self.now.map_or_else(String::new, |now| now.to_string()),
+            self.cost.to_string(),
+            self.spec,
+        ]
     }
 }

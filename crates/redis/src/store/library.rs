@@ -56,15 +56,25 @@ impl RedisStore {
     ) -> Result<T, RedisError> {
         let mut fcall = redis::cmd("FCALL");
         fcall.arg(self.function).arg(keys.len()).arg(keys).arg(args);
+        self.send(connection, &fcall).await
+    }
+
+    /// Sends `fcall` (a whole `FCALL` of the library's function), loading the library
+    /// first where the server lacks it, as [`RedisStore::invoke`] says.
+    pub(super) async fn send<T: redis::FromRedisValue>(
+        &self,
+        connection: &mut Connection,
+        fcall: &redis::Cmd,
+    ) -> Result<T, RedisError> {
         let _turn = if self.config.pipeline {
             None
         } else {
             Some(self.one_at_a_time.lock().await)
         };
-        match Self::query(connection, &fcall).await {
+        match Self::query(connection, fcall).await {
             Err(RedisError::Redis(e)) if Self::function_missing(&e) => {
                 Self::load(connection).await?;
-                Self::query(connection, &fcall).await
+                Self::query(connection, fcall).await
             }
             reply => reply,
         }

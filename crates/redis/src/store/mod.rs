@@ -104,12 +104,15 @@ impl RedisStore {
         now_hint: u64,
     ) -> (String, Vec<String>) {
         let check = [(limit, key, i128::from(cost))];
-        match self.compact_args(Mode::Decide, &check, now_hint) {
-            Some(mut args) => {
+        match self.compact(Mode::Decide, &check, now_hint) {
+            Some(compact) => {
                 // On Redis's clock whatever this store's time source: `now_hint` only
                 // places a quota's periods, as in `decide_command`.
-                args[1] = String::new();
-                (self.redis_key(key), args)
+                let compact = call::Compact {
+                    now: None,
+                    ..compact
+                };
+                (self.redis_key(key), compact.strings())
             }
             None => self.decide_command(limit, key, cost, now_hint),
         }
@@ -124,17 +127,32 @@ impl RedisStore {
     /// client's address, API key digest, tenant) is the hash tag, so rules keyed by the same
     /// parts share a Cluster slot and are decided in one script.
     fn redis_key(&self, key: &str) -> String {
+        // Pushed, not `format!`ed: made for every decision.
         let prefix = &self.config.key_prefix;
+        let mut redis_key = String::with_capacity(prefix.len() + key.len() + 2);
+        redis_key.push_str(prefix);
         match key.split_once('|') {
-            Some((rule, parts)) if !parts.is_empty() => format!("{prefix}{rule}|{{{parts}}}"),
-            _ => format!("{prefix}{key}"),
+            Some((rule, parts)) if !parts.is_empty() => {
+                redis_key.push_str(rule);
+                redis_key.push_str("|{");
+                redis_key.push_str(parts);
+                redis_key.push('}');
+            }
+            _ => redis_key.push_str(key),
+        }
+        redis_key
+    }
+
+    /// The `now` argument: the caller's time, or none (empty) for Redis's own clock.
+    fn caller_time(&self, now: u64) -> Option<u64> {
+        match self.config.time {
+            TimeSource::Redis => None,
+            TimeSource::Caller => Some(now),
         }
     }
 
     fn time_arg(&self, now: u64) -> String {
-        match self.config.time {
-            TimeSource::Redis => String::new(),
-            TimeSource::Caller => now.to_string(),
-        }
+        self.caller_time(now)
+            .map_or_else(String::new, |now| now.to_string())
     }
 }
