@@ -16,9 +16,21 @@
 //! machine skews; a last, paired phase interleaves the three and prints their ratios.
 //! `examples/count.rs` runs one of them a fixed number of times for an instruction counter
 //! (the figure that holds on a busy machine), against the same server (`common`).
+//!
+//! With `MIDDLEWARE_PARTS` set, the paired phase also interleaves a middleware that only
+//! hands the request on (what any middleware costs) and `retry` without each of its parts
+//! (`one-attempt`: no copy kept for a retry; `no-deadline`: no watch; `no-pacing`; `none`:
+//! none of those nor the budget), and prints each against `bare`: the parts priced in time,
+//! as `count.rs` prices them in instructions.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 
 use criterion::Criterion;
-use ratewarden_client::{Policy, RetryMiddleware};
+use ratewarden_client::{Policy, RetryMiddleware, Settings};
+use ratewarden_core::RealClock;
+use reqwest_middleware::{ClientWithMiddleware, Middleware, Next};
 
 mod common;
 use common::server;
@@ -59,8 +71,80 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
+/// A middleware that hands the request on and awaits the answer: the floor under any
+/// middleware that looks at the answer (its future boxed, the middleware stack copied for
+/// each request).
+struct PassOn;
+
+impl Middleware for PassOn {
+    fn handle<'a, 'b, 'c, 'call>(
+        &'a self,
+        request: reqwest::Request,
+        extensions: &'b mut http::Extensions,
+        next: Next<'c>,
+    ) -> Pin<Box<dyn Future<Output = reqwest_middleware::Result<reqwest::Response>> + Send + 'call>>
+    where
+        'a: 'call,
+        'b: 'call,
+        'c: 'call,
+        Self: 'call,
+    {
+        Box::pin(async move { next.run(request, extensions).await })
+    }
+}
+
+/// The clients `MIDDLEWARE_PARTS` adds, by name.
+fn parts(bare: &reqwest::Client) -> Vec<(&'static str, ClientWithMiddleware)> {
+    let retry = |settings: Settings| {
+        let policy = Policy::new(settings, Arc::new(RealClock::new()));
+        reqwest_middleware::ClientBuilder::new(bare.clone())
+            .with(RetryMiddleware::new(policy))
+            .build()
+    };
+    vec![
+        (
+            "pass-on",
+            reqwest_middleware::ClientBuilder::new(bare.clone())
+                .with(PassOn)
+                .build(),
+        ),
+        (
+            "one-attempt",
+            retry(Settings {
+                max_attempts: 1,
+                ..Settings::default()
+            }),
+        ),
+        (
+            "no-deadline",
+            retry(Settings {
+                deadline: None,
+                ..Settings::default()
+            }),
+        ),
+        (
+            "no-pacing",
+            retry(Settings {
+                pacing: false,
+                ..Settings::default()
+            }),
+        ),
+        (
+            "none",
+            retry(Settings {
+                max_attempts: 1,
+                deadline: None,
+                pacing: false,
+                budget: None,
+                ..Settings::default()
+            }),
+        ),
+    ]
+}
+
 /// The same three clients interleaved: rounds of `PER_ROUND` requests each, in turn, so a
 /// noisy neighbour slows all three alike; the ratios of their median rounds are the figure.
+/// With `MIDDLEWARE_PARTS` set, the clients of [`parts`] take their turns too.
 fn paired() {
     const ROUNDS: usize = 40;
     const PER_ROUND: usize = 200;
@@ -77,7 +161,11 @@ fn paired() {
     let retry = reqwest_middleware::ClientBuilder::new(bare.clone())
         .with(RetryMiddleware::new(Policy::default()))
         .build();
-    let mut rounds: [Vec<f64>; 3] = Default::default();
+    let extra = match std::env::var_os("MIDDLEWARE_PARTS") {
+        Some(_) => parts(&bare),
+        None => Vec::new(),
+    };
+    let mut rounds = vec![Vec::new(); 3 + extra.len()];
     rt.block_on(async {
         for _ in 0..ROUNDS {
             for (i, times) in rounds.iter_mut().enumerate() {
@@ -86,7 +174,8 @@ fn paired() {
                     let r = match i {
                         0 => bare.get(&url).send().await.expect("an answer"),
                         1 => chain.get(&url).send().await.expect("an answer"),
-                        _ => retry.get(&url).send().await.expect("an answer"),
+                        2 => retry.get(&url).send().await.expect("an answer"),
+                        _ => extra[i - 3].1.get(&url).send().await.expect("an answer"),
                     };
                     r.bytes().await.expect("a body");
                 }
@@ -98,8 +187,8 @@ fn paired() {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let [mut b, mut c, mut r] = rounds;
-    let (b, c, r) = (median(&mut b), median(&mut c), median(&mut r));
+    let medians: Vec<f64> = rounds.iter_mut().map(median).collect();
+    let (b, c, r) = (medians[0], medians[1], medians[2]);
     println!(
         "paired ({ROUNDS} rounds of {PER_ROUND}): bare {:.1} us, chain {:.1} us ({:.3}), retry {:.1} us ({:.3} of bare, {:.3} of chain)",
         b * 1e6,
@@ -109,6 +198,14 @@ fn paired() {
         r / b,
         r / c
     );
+    if !extra.is_empty() {
+        let each: Vec<String> = extra
+            .iter()
+            .zip(&medians[3..])
+            .map(|((name, _), m)| format!("{name} {:.3}", m / b))
+            .collect();
+        println!("parts, of bare: {}", each.join(", "));
+    }
 }
 
 fn main() {

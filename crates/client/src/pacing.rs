@@ -4,10 +4,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use http::HeaderMap;
-use ratewarden_http::{RATELIMIT, RATELIMIT_POLICY};
 
 use crate::fields::{
-    each_quota, each_stated_quota, has_legacy_quota, PolicyTable, RawFields, Reported,
+    each_quota, each_stated_quota, AnswerFields, PolicyTable, RawFields, Reported,
 };
 use crate::Quota;
 
@@ -67,7 +66,8 @@ impl OriginPace {
     }
 
     /// [`observe`](Self::observe), reading the quotas straight from an answer's `headers`
-    /// (a malformed field is ignored: the answer still reaches the caller).
+    /// (a malformed field is ignored: the answer still reaches the caller), whose fields the
+    /// policy reads are `fields` (found in one walk over a small map).
     ///
     /// `RateLimit` and `RateLimit-Policy` the same, byte for byte, as the last answer's
     /// are not parsed again: they say what they said then, and `quotas` already holds it
@@ -76,20 +76,20 @@ impl OriginPace {
     pub(crate) fn observe_fields(
         &mut self,
         headers: &HeaderMap,
+        fields: &AnswerFields<'_>,
         retry_after: Option<Duration>,
         now: u64,
     ) {
-        let state = headers.get_all(&RATELIMIT);
-        if state.iter().next().is_some() {
-            let policy = headers.get_all(&RATELIMIT_POLICY);
-            if !self.last_fields.matches(&[&state, &policy]) {
+        if fields.state.any() {
+            let (state, policy) = (&fields.state, &fields.policy);
+            if !self.last_fields.matches(&[state, policy]) {
                 let mut sighting = Sighting::default();
                 let mut policies_read = true;
-                if !self.last_policy.matches(&[&policy]) {
+                if !self.last_policy.matches(&[policy]) {
                     match PolicyTable::read(headers) {
                         Ok(table) => {
                             self.policies = table;
-                            self.last_policy.keep(&[&policy]);
+                            self.last_policy.keep(&[policy]);
                         }
                         Err(_) => {
                             self.last_policy.forget();
@@ -104,14 +104,14 @@ impl OriginPace {
                         sighting.quota(quotas, &q)
                     });
                 }
-                self.last_fields.keep(&[&state, &policy]);
+                self.last_fields.keep(&[state, policy]);
                 self.last_sighting = sighting;
             }
             let sighting = self.last_sighting;
             sighting.apply(self, retry_after, now);
             return;
         }
-        if !has_legacy_quota(headers) && retry_after.is_none() {
+        if !fields.legacy && retry_after.is_none() {
             return;
         }
         self.last_fields.forget();
@@ -280,19 +280,30 @@ mod tests {
         (p.next_at, p.gap, p.quotas.clone())
     }
 
+    /// `pace` takes in `h` at `now`, its fields found as the policy finds them.
+    fn observe(pace: &mut OriginPace, h: &HeaderMap, now: u64) {
+        pace.observe_fields(h, &AnswerFields::of(h), None, now);
+    }
+
     /// `answers` in turn, 100 ms apart, to a pace that keeps the last fields and to one
     /// that forgets them before each answer (a fresh parse every time): the same state
-    /// after each, and the cached one parsed only when the bytes changed.
+    /// after each, and the cached one parsed only when the bytes changed. A third keeps the
+    /// fields too but finds them by lookups, never by the walk: the same again.
     fn cached_and_fresh_agree(answers: &[HeaderMap]) -> OriginPace {
         let (mut cached, mut fresh) = (OriginPace::default(), OriginPace::default());
+        let mut looked_up = OriginPace::default();
         for (i, h) in answers.iter().enumerate() {
             let now = 1_000 * MS + i as u64 * 100 * MS;
             fresh.last_fields.forget();
             fresh.last_policy.forget();
-            cached.observe_fields(h, None, now);
-            fresh.observe_fields(h, None, now);
+            observe(&mut cached, h, now);
+            observe(&mut fresh, h, now);
+            looked_up.observe_fields(h, &AnswerFields::looked_up(h), None, now);
             assert_eq!(seen(&cached), seen(&fresh), "after answer {i}: {h:?}");
-            assert_eq!(cached.reserve(now), fresh.reserve(now), "answer {i}");
+            assert_eq!(seen(&cached), seen(&looked_up), "after answer {i}: {h:?}");
+            let hold = fresh.reserve(now);
+            assert_eq!(cached.reserve(now), hold, "answer {i}");
+            assert_eq!(looked_up.reserve(now), hold, "answer {i}");
         }
         cached
     }
@@ -342,10 +353,10 @@ mod tests {
         // put back 4 and their pace, not keep the hand-fed state as if nothing had come.
         let fields = answer_with(&[r#""a";r=4;t=1"#], &[]);
         let mut pace = OriginPace::default();
-        pace.observe_fields(&fields, None, 0);
+        observe(&mut pace, &fields, 0);
         pace.observe(&[quota("a", 0, 5_000)], None, 0);
         assert_eq!(pace.quota(Some("a")).unwrap().remaining, 0);
-        pace.observe_fields(&fields, None, 6_000 * MS);
+        observe(&mut pace, &fields, 6_000 * MS);
         assert_eq!(pace.quota(Some("a")).unwrap().remaining, 4);
         assert_eq!(pace.gap, 250 * MS);
     }
@@ -357,9 +368,9 @@ mod tests {
         h.insert("x-ratelimit-reset", "1700000060".parse().unwrap());
         let mut pace = OriginPace::default();
         let now = 1_700_000_000 * 1_000 * MS;
-        pace.observe_fields(&h, None, now);
+        observe(&mut pace, &h, now);
         assert_eq!(pace.quota(None).unwrap().reset, Duration::from_secs(60));
-        pace.observe_fields(&h, None, now + 20_000 * MS);
+        observe(&mut pace, &h, now + 20_000 * MS);
         assert_eq!(pace.quota(None).unwrap().reset, Duration::from_secs(40));
     }
 }

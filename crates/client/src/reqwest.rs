@@ -47,19 +47,14 @@ impl RetryMiddleware {
 }
 
 /// `scheme://host:port` of a URL, as [`crate::origin_of`] writes it for a `Uri`: the
-/// start of the URL as it is serialized, unless it carries credentials (formatting it
-/// cost a tenth of the middleware's time); borrowed then, since the policy copies an
-/// origin's name on its first request only.
+/// start of the URL as it is serialized, up to its path, unless it carries credentials
+/// (formatting it cost a tenth of the middleware's time); borrowed then, since the policy
+/// copies an origin's name on its first request only.
 fn origin(url: &reqwest::Url) -> Cow<'_, str> {
     if url.username().is_empty() && url.password().is_none() {
-        // A URL serializes as `scheme://host[:port]` + path + `?query` + `#fragment`.
-        let s = url.as_str();
-        let rest = url.path().len()
-            + url.query().map_or(0, |q| q.len() + 1)
-            + url.fragment().map_or(0, |f| f.len() + 1);
-        if let Some(origin) = s.get(..s.len().saturating_sub(rest)) {
-            return Cow::Borrowed(origin);
-        }
+        // `scheme://host[:port]` + path + `?query` + `#fragment`: the URL keeps where its
+        // path starts, where subtracting the lengths of the rest cost three more walks.
+        return Cow::Borrowed(&url[..url::Position::BeforePath]);
     }
     let host = url.host_str().unwrap_or("");
     Cow::Owned(match url.port() {
@@ -279,7 +274,13 @@ mod tests {
             ("https://api.example/", "https://api.example"),
             ("https://api.example:443/x", "https://api.example"),
             ("http://[::1]:9000?q", "http://[::1]:9000"),
+            ("http://a.test", "http://a.test"),
+            ("http://a.test#f", "http://a.test"),
+            ("http://a.test:8080?q=/x#/y", "http://a.test:8080"),
+            ("foo://host:12/p?q", "foo://host:12"),
             ("http://user:pw@api.example:81/x", "http://api.example:81"),
+            ("http://user@api.example/x", "http://api.example"),
+            ("http://:pw@api.example/x", "http://api.example"),
         ] {
             assert_eq!(origin(&url.parse().unwrap()), expected, "{url}");
         }

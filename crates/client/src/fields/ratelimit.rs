@@ -105,12 +105,6 @@ impl<'a> From<&'a Quota> for Reported<'a> {
     }
 }
 
-/// Whether `headers` carry the legacy field [`each_quota`] reads when `RateLimit` is
-/// absent: a response without either costs two lookups and nothing else.
-pub(crate) fn has_legacy_quota(headers: &HeaderMap) -> bool {
-    headers.contains_key(&X_RATELIMIT_REMAINING)
-}
-
 /// Hands `each` every quota `headers` report, as [`quotas`] reads them, all or none: the
 /// fields are checked whole before the first is handed over, so a malformed one never
 /// leaves half its quotas applied.

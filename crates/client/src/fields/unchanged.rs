@@ -3,8 +3,7 @@
 //! parse costs thousands, and a server whose policy has not changed sends the same
 //! `RateLimit-Policy` on every answer.
 
-use http::header::GetAll;
-use http::HeaderValue;
+use crate::fields::Lines;
 
 /// The raw lines of an answer's `RateLimit` and `RateLimit-Policy` fields, kept to compare
 /// the next answer's against.
@@ -27,7 +26,7 @@ fn len_bytes(line: &[u8]) -> [u8; 8] {
 
 impl RawFields {
     /// Whether the fields are, line for line, the ones kept.
-    pub(crate) fn matches(&self, fields: &[&GetAll<'_, HeaderValue>]) -> bool {
+    pub(crate) fn matches(&self, fields: &[&Lines<'_>]) -> bool {
         if self.raw.is_empty() {
             return false;
         }
@@ -52,7 +51,7 @@ impl RawFields {
     }
 
     /// Keeps these fields (the buffer is reused: no allocation once it is large enough).
-    pub(crate) fn keep(&mut self, fields: &[&GetAll<'_, HeaderValue>]) {
+    pub(crate) fn keep(&mut self, fields: &[&Lines<'_>]) {
         self.raw.clear();
         for field in fields {
             for line in field.iter() {
@@ -73,17 +72,23 @@ impl RawFields {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fields::answer_with;
+    use crate::fields::{answer_with, AnswerFields};
     use http::HeaderMap;
 
     fn kept(h: &HeaderMap) -> RawFields {
         let mut raw = RawFields::default();
-        raw.keep(&[&h.get_all("ratelimit"), &h.get_all("ratelimit-policy")]);
+        let f = AnswerFields::looked_up(h);
+        raw.keep(&[&f.state, &f.policy]);
         raw
     }
 
+    /// Matched through lookups, and through the walk when it reads the map: the same.
     fn matches(raw: &RawFields, h: &HeaderMap) -> bool {
-        raw.matches(&[&h.get_all("ratelimit"), &h.get_all("ratelimit-policy")])
+        let f = AnswerFields::looked_up(h);
+        let looked_up = raw.matches(&[&f.state, &f.policy]);
+        let f = AnswerFields::of(h);
+        assert_eq!(raw.matches(&[&f.state, &f.policy]), looked_up, "{h:?}");
+        looked_up
     }
 
     #[test]
@@ -109,10 +114,8 @@ mod tests {
         let mut raw = RawFields::default();
         let none = HeaderMap::new();
         assert!(!matches(&raw, &none), "an empty buffer is nothing kept");
-        raw.keep(&[
-            &none.get_all("ratelimit"),
-            &none.get_all("ratelimit-policy"),
-        ]);
+        let f = AnswerFields::of(&none);
+        raw.keep(&[&f.state, &f.policy]);
         assert!(matches(&raw, &none));
         raw.forget();
         assert!(!matches(&raw, &none));
