@@ -25,12 +25,12 @@ use crate::serve::timer::ClockTimer;
 /// Releases an allowed request's concurrency permit when dropped: when its response has
 /// been sent, or the client went away. It keeps the verdict that carried the permit: the
 /// engine releases a permit only to its owner.
-struct PermitGuard {
-    app: Arc<App>,
-    held: Option<(ratewarden_policy::GrantId, ratewarden_policy::Verdict)>,
+pub(super) struct PermitGuard {
+    pub(super) app: Arc<App>,
+    pub(super) held: Option<(ratewarden_policy::GrantId, ratewarden_policy::Verdict)>,
     /// How the upstream answered, once it has: what adaptive rules learn from. `None`
     /// (the client went away first, or its own body was too slow) teaches them nothing.
-    completion: Option<Completion>,
+    pub(super) completion: Option<Completion>,
 }
 
 impl Drop for PermitGuard {
@@ -333,7 +333,7 @@ fn joined(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
 }
 
 /// `for=` and the client as a `Forwarded` node: RFC 7239 §6 quotes and brackets IPv6.
-fn push_node(out: &mut String, ip: std::net::IpAddr, client: &str) {
+pub(super) fn push_node(out: &mut String, ip: std::net::IpAddr, client: &str) {
     out.push_str("for=");
     match ip {
         std::net::IpAddr::V4(_) => out.push_str(client),
