@@ -392,3 +392,51 @@ async fn upstream_connections_are_reused_across_requests_and_clients() {
     }
     assert_eq!(up.heads().len(), 9);
 }
+
+/// The raw bytes of the answer to `GET /chunked` on a new connection: the lean path relays
+/// the upstream's chunks as they came, its extension (`;e=1`) with them, where hyper
+/// decodes and encodes them again without it.
+async fn chunked_raw(gateway: SocketAddr) -> String {
+    let mut answers = Answers::connect(gateway).await;
+    answers.send(&get("/chunked", "")).await;
+    while !answers.buf.ends_with(b"0\r\n\r\n") {
+        assert!(answers.more().await > 0, "closed mid-answer");
+    }
+    String::from_utf8(answers.buf).unwrap()
+}
+
+#[tokio::test]
+async fn rules_the_lean_path_does_not_serve_whole_hand_every_connection_to_hyper() {
+    let up = Upstream::start().await;
+    let lean = start(up.addr, "").await;
+    assert!(
+        chunked_raw(lean.listen).await.contains("7;e=1\r\n"),
+        "the lean path's"
+    );
+    // A concurrency rule holds a permit the lean path does not serve yet: hyper's.
+    let concurrency = "[[limit]]\nname = \"reports\"\nmatch = { path = \"/reports\" }\nkey = [\"ip\"]\nalgorithm = \"concurrency\"\nlimit = 2\nlease = \"30s\"\n";
+    let hyper = start(up.addr, concurrency).await;
+    let raw = chunked_raw(hyper.listen).await;
+    assert!(raw.starts_with("HTTP/1.1 200 OK\r\n"), "{raw}");
+    assert!(!raw.contains(";e=1"), "hyper's: {raw}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_head_is_cut_at_the_header_timeout_as_hyper_cuts_it() {
+    // An upstream is configured, never reached.
+    let up = Upstream::start().await;
+    let server = start(up.addr, "").await;
+    // A head a few bytes at a time (slowloris): cut 10 s after the accept.
+    let mut slow = Answers::connect(server.listen).await;
+    let started = tokio::time::Instant::now();
+    slow.send(b"GET / HTTP/1.1\r\nHo").await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    slow.send(b"st: x\r\n").await;
+    assert!(slow.closed().await);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(10) && waited <= Duration::from_secs(11),
+        "{waited:?}"
+    );
+    assert!(up.heads().is_empty());
+}
