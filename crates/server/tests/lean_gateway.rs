@@ -440,3 +440,44 @@ async fn a_slow_head_is_cut_at_the_header_timeout_as_hyper_cuts_it() {
     );
     assert!(up.heads().is_empty());
 }
+
+#[tokio::test]
+async fn a_reload_bringing_a_rule_the_lean_path_does_not_serve_applies_to_open_connections() {
+    let up = Upstream::start().await;
+    let toml = |extra: &str| {
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"off\"\nupstream = \"http://{}\"\n{extra}\n{RULES}",
+            up.addr
+        )
+    };
+    let dir = std::env::temp_dir().join(format!("ratewarden-leangw-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("ratewarden.toml");
+    std::fs::write(&path, toml("")).unwrap();
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
+    let server = common::start(ratewarden_server::serve::Options {
+        config_path: Some(path.clone()),
+        ..common::options(&toml(""), clock)
+    })
+    .await;
+    let mut kept = Answers::connect(server.listen).await;
+    kept.send(&get("/chunked", "")).await;
+    while !kept.buf.ends_with(b"0\r\n\r\n") {
+        assert!(kept.more().await > 0);
+    }
+    assert!(String::from_utf8(std::mem::take(&mut kept.buf))
+        .unwrap()
+        .contains("7;e=1\r\n"));
+    let concurrency = "[[limit]]\nname = \"reports\"\nmatch = { path = \"/reports\" }\nkey = [\"ip\"]\nalgorithm = \"concurrency\"\nlimit = 2\nlease = \"30s\"\n";
+    std::fs::write(&path, toml(concurrency)).unwrap();
+    server.reload().await.expect("the new rules load");
+    // The same connection: its next request is hyper's.
+    kept.send(&get("/chunked", "")).await;
+    while !kept.buf.ends_with(b"0\r\n\r\n") {
+        assert!(kept.more().await > 0);
+    }
+    let answer = String::from_utf8(std::mem::take(&mut kept.buf)).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    assert!(!answer.contains(";e=1"), "hyper's: {answer}");
+    std::fs::remove_dir_all(dir).unwrap();
+}

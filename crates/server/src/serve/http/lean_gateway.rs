@@ -91,9 +91,6 @@ pub(super) async fn serve(
     let Some(upstream) = local.upstream.as_ref() else {
         return Some(Rewind::new(Vec::new(), stream));
     };
-    if !eligible(app) {
-        return Some(Rewind::new(Vec::new(), stream));
-    }
     let mut conn = Conn::new(stream, bounds);
     // The forwarded head, and the upstream's answer as read: one of each per connection.
     let mut forwarded = Vec::with_capacity(1024);
@@ -103,6 +100,9 @@ pub(super) async fn serve(
             let identity = app.engine.identity();
             let mut lines = lean_gateway_head::lines();
             match lean_gateway_head::read(&conn.buf[conn.start..conn.end], &mut lines, &identity) {
+                // Asked per request: a reload that brings a rule the lean path does not
+                // serve applies to kept-alive connections too.
+                _ if !eligible(app, &identity) => Step::Other,
                 Head::Other => Step::Other,
                 Head::Partial => Step::Partial,
                 Head::Get(get) => decide(app, peer, &get, &mut forwarded).await,
@@ -706,17 +706,17 @@ fn strip_hop_by_hop(groups: &mut Vec<usize>, lines: &[(&[u8], &[u8])]) {
 
 /// Whether the rules in force need nothing the lean path does not do: no rule that holds
 /// a request (a queue, an adaptive limit) or a permit past the answer's head (a
-/// concurrency limit, which hyper's gateway releases when the client has the body). Worked
-/// out once per rule set (its identity is made anew at each reload) on each worker.
-fn eligible(app: &App) -> bool {
+/// concurrency limit, which hyper's gateway releases when the client has the body). Asked
+/// per request, worked out once per rule set (its identity is made anew at each reload) on
+/// each worker.
+fn eligible(app: &App, identity: &Arc<Identity>) -> bool {
     thread_local! {
         static SEEN: RefCell<Option<(Arc<Identity>, bool)>> = const { RefCell::new(None) };
     }
-    let identity = app.engine.identity();
     SEEN.with(|seen| {
         let mut seen = seen.borrow_mut();
         if let Some((known, eligible)) = &*seen {
-            if Arc::ptr_eq(known, &identity) {
+            if Arc::ptr_eq(known, identity) {
                 return *eligible;
             }
         }
@@ -727,7 +727,7 @@ fn eligible(app: &App) -> bool {
                     AlgorithmKind::Concurrency | AlgorithmKind::LeakyQueue
                 )
         });
-        *seen = Some((identity, eligible));
+        *seen = Some((Arc::clone(identity), eligible));
         eligible
     })
 }
