@@ -269,6 +269,26 @@ fn worker(listener: std::net::TcpListener, args: Args) {
     }
 }
 
+/// `listener` on this thread's runtime.
+fn listening(listener: std::net::TcpListener) -> std::io::Result<TcpListener> {
+    listener.set_nonblocking(true)?;
+    TcpListener::from_std(listener)
+}
+
+/// The next connection, waiting a little after a failed accept rather than spinning (out
+/// of file descriptors, say).
+async fn accept(listener: &TcpListener) -> (tokio::net::TcpStream, SocketAddr) {
+    loop {
+        match listener.accept().await {
+            Ok(accepted) => return accepted,
+            Err(e) => {
+                eprintln!("bare: accept failed: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
 /// Accepts connections forever, one task each, serving each with what `service_for` makes
 /// for its peer.
 async fn accept_each<S, B>(
@@ -283,18 +303,9 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    listener.set_nonblocking(true)?;
-    let listener = TcpListener::from_std(listener)?;
+    let listener = listening(listener)?;
     loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                // Out of file descriptors, say: wait a little rather than spin.
-                eprintln!("bare: accept failed: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
+        let (stream, peer) = accept(&listener).await;
         let _ = stream.set_nodelay(true);
         let service = service_for(peer);
         tokio::spawn(async move {
@@ -386,17 +397,9 @@ async fn proxy(listener: std::net::TcpListener, upstream: Authority) -> std::io:
 
 /// Copies each connection's bytes both ways to a connection of its own to `upstream`.
 async fn relay(listener: std::net::TcpListener, upstream: SocketAddr) -> std::io::Result<()> {
-    listener.set_nonblocking(true)?;
-    let listener = TcpListener::from_std(listener)?;
+    let listener = listening(listener)?;
     loop {
-        let (mut client, _) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                eprintln!("bare: accept failed: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
+        let (mut client, _) = accept(&listener).await;
         tokio::spawn(async move {
             let Ok(mut server) = tokio::net::TcpStream::connect(upstream).await else {
                 return;
@@ -414,17 +417,9 @@ async fn lean_proxy(
     upstream: SocketAddr,
     engine: Option<Arc<(Limiter, ratewarden_core::RealClock)>>,
 ) -> std::io::Result<()> {
-    listener.set_nonblocking(true)?;
-    let listener = TcpListener::from_std(listener)?;
+    let listener = listening(listener)?;
     loop {
-        let (client, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                eprintln!("bare: accept failed: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
+        let (client, peer) = accept(&listener).await;
         let engine = engine.clone();
         tokio::spawn(async move {
             let Ok(server) = tokio::net::TcpStream::connect(upstream).await else {
@@ -524,22 +519,31 @@ async fn body_into(
     Ok(())
 }
 
-/// The value of `Content-Length` among `headers`, 0 when absent.
+/// The most body the lean proxy buffers for one request or answer: a measuring tool still
+/// must not let a client's `Content-Length` size its memory.
+const MAX_LEAN_BODY: usize = 1 << 20;
+
+/// The value of `Content-Length` among `headers`, 0 when absent; over [`MAX_LEAN_BODY`],
+/// or given twice, is bad framing.
 fn content_length(headers: &[httparse::Header<'_>]) -> std::io::Result<usize> {
     let bad = || std::io::Error::new(std::io::ErrorKind::InvalidData, "bad framing");
-    let mut length = 0;
+    let mut length = None;
     for h in headers {
         if h.name.eq_ignore_ascii_case("transfer-encoding") {
             return Err(bad());
         }
         if h.name.eq_ignore_ascii_case("content-length") {
-            length = std::str::from_utf8(h.value)
+            let value = std::str::from_utf8(h.value)
                 .ok()
-                .and_then(|v| v.parse().ok())
-                .ok_or_else(bad)?;
+                .and_then(|v| v.parse::<usize>().ok())
+                .filter(|&n| n <= MAX_LEAN_BODY);
+            if length.is_some() || value.is_none() {
+                return Err(bad());
+            }
+            length = value;
         }
     }
-    Ok(length)
+    Ok(length.unwrap_or(0))
 }
 
 /// One client connection's requests, each forwarded on `server` and answered in turn.

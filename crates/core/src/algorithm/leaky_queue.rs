@@ -10,8 +10,9 @@ use crate::{Decision, Error, Rate, Ticks};
 /// This is nginx's `limit_req rate=… burst=…` without `nodelay`: the first request of an idle
 /// key goes at once, the next `burst` are accepted with growing delays, and the one after is
 /// rejected. The decision says how long to hold the request
-/// ([`Outcome::Delayed`]); the caller does the holding. Its accept/reject decisions equal
-/// [`Gcra`](super::Gcra) with a burst of `burst + 1`; only the delays differ.
+/// ([`Outcome::Delayed`](crate::Outcome::Delayed)); the caller does the holding. Its
+/// accept/reject decisions equal [`Gcra`](super::Gcra) with a burst of `burst + 1`; only the
+/// delays differ.
 ///
 /// # Examples
 ///

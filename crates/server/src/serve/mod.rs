@@ -1,6 +1,6 @@
 //! `ratewarden serve`: the decision API, the gateway and the admin listener.
 //!
-//! [`start`] binds every listener of a config and serves until [`Running::shutdown`] (or a
+//! [`start()`] binds every listener of a config and serves until [`Running::shutdown`] (or a
 //! signal, under [`main`]); tests start it in-process on `127.0.0.1:0` with a clock of
 //! their own.
 //!

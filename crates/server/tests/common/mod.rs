@@ -309,3 +309,13 @@ impl Drop for Served {
         let _ = self.child.wait();
     }
 }
+
+/// Asserts that `waited` (measured on tokio's clock, paused in these tests) is within
+/// `from..=to`: a bound was enforced at its time, not early and not much later.
+#[track_caller]
+pub fn assert_waited(waited: Duration, from: Duration, to: Duration) {
+    assert!(
+        waited >= from && waited <= to,
+        "waited {waited:?}, not within {from:?}..={to:?}"
+    );
+}

@@ -302,6 +302,7 @@ pub(crate) async fn handle(
             Ok(settle) => Box::pin(self::settle(app, peer, settle)).await,
             Err(problem) => problem.response(),
         },
+        // `Check` and `Unknown` were answered above; the match must name them.
         Endpoint::Check | Endpoint::Release | Endpoint::Unknown => match parse::<Release>(&body) {
             Ok(release) => Box::pin(self::release(app, peer, release)).await,
             Err(problem) => problem.response(),
