@@ -1,6 +1,7 @@
 //! The gateway's own HTTP/1.1 path (`serve/http/lean_gateway.rs`): its answers are those
 //! of hyper's gateway byte for byte (but the date), the upstream receives the same heads
-//! from both, and every request it does not take is handed to hyper.
+//! from both, every request it does not take is handed to hyper (and counted so), and every
+//! bound a client or an upstream controls holds: timeouts, a client gone, the shutdown.
 
 mod common;
 
@@ -12,6 +13,7 @@ use ratewarden_core::{Clock, ManualClock};
 use ratewarden_server::serve::Running;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
 
 const T0: u64 = 1_700_000_000_000_000_000;
 
@@ -38,38 +40,66 @@ sensitive = true
 async fn start(upstream: SocketAddr, extra: &str) -> Running {
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
     let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"off\"\nupstream = \"http://{upstream}\"\nretry_after_jitter = \"0s\"\n{extra}\n{RULES}"
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nupstream = \"http://{upstream}\"\nretry_after_jitter = \"0s\"\n{extra}\n{RULES}"
     );
     common::start(common::options(&toml, clock)).await
+}
+
+/// The gateway's requests so far by the path that served them: (lean, hyper).
+async fn paths(server: &Running) -> (u64, u64) {
+    let admin = server.admin.expect("an admin listener");
+    let metrics = common::get(admin, "/metrics", &[]).await.body;
+    let count = |path: &str| -> u64 {
+        let series = format!("ratewarden_gateway_path_total{{path=\"{path}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series.as_str()))
+            .unwrap_or_else(|| panic!("no {series}in {metrics}"))
+            .parse()
+            .unwrap()
+    };
+    (count("lean"), count("hyper"))
 }
 
 /// An upstream that answers by path, and records each request head it receives.
 struct Upstream {
     addr: SocketAddr,
-    heads: Arc<Mutex<Vec<String>>>,
+    shared: Arc<Shared>,
+}
+
+/// What the test and the upstream's connections share.
+#[derive(Default)]
+struct Shared {
+    heads: Mutex<Vec<String>>,
+    /// Notified when a `GET /held` arrives.
+    arrived: Notify,
+    /// Lets one `GET /held` be answered.
+    release: Notify,
+    /// Notified when the connection of a `GET /held` closed before its answer.
+    gone: Notify,
 }
 
 impl Upstream {
     async fn start() -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let heads = Arc::new(Mutex::new(Vec::new()));
-        let recorded = Arc::clone(&heads);
+        let shared = Arc::new(Shared::default());
+        let served = Arc::clone(&shared);
         tokio::spawn(async move {
             loop {
                 let (stream, _) = listener.accept().await.unwrap();
-                tokio::spawn(upstream_connection(stream, Arc::clone(&recorded)));
+                tokio::spawn(upstream_connection(stream, Arc::clone(&served)));
             }
         });
-        Self { addr, heads }
+        Self { addr, shared }
     }
 
     fn heads(&self) -> Vec<String> {
-        self.heads.lock().unwrap().clone()
+        self.shared.heads.lock().unwrap().clone()
     }
 }
 
-async fn upstream_connection(mut stream: TcpStream, heads: Arc<Mutex<Vec<String>>>) {
+async fn upstream_connection(mut stream: TcpStream, shared: Arc<Shared>) {
     let mut buf = Vec::new();
     loop {
         let end = loop {
@@ -83,7 +113,7 @@ async fn upstream_connection(mut stream: TcpStream, heads: Arc<Mutex<Vec<String>
             }
         };
         let head = String::from_utf8(buf.drain(..end).collect()).unwrap();
-        heads.lock().unwrap().push(head.clone());
+        shared.heads.lock().unwrap().push(head.clone());
         let target = head.split(' ').nth(1).unwrap_or("/").to_owned();
         let path = target.split('?').next().unwrap_or("/");
         let answer: &[u8] = match path {
@@ -104,6 +134,51 @@ async fn upstream_connection(mut stream: TcpStream, heads: Arc<Mutex<Vec<String>
                 std::future::pending::<()>().await;
                 return;
             }
+            "/held" => {
+                shared.arrived.notify_one();
+                let mut byte = [0u8; 1];
+                tokio::select! {
+                    () = shared.release.notified() => {}
+                    read = stream.read(&mut byte) => {
+                        if matches!(read, Ok(0) | Err(_)) {
+                            shared.gone.notify_one();
+                        }
+                        return;
+                    }
+                }
+                b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nheld"
+            }
+            "/stall-length" => {
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello")
+                    .await;
+                std::future::pending::<()>().await;
+                return;
+            }
+            "/stall-chunked" => {
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+                    .await;
+                std::future::pending::<()>().await;
+                return;
+            }
+            "/bad-chunked" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\nx\r\n0\r\n\r\n",
+            "/trailers" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n5;a=b\r\nhello\r\n0\r\nX-T: 1\r\n\r\n",
+            "/te-and-length" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            "/te-length-under" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            "/te-length-over" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 9\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            "/te-bad-length" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5, 5\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            "/http10" => b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            "/http10-te" => b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+            "/http10-close" => {
+                let _ = stream
+                    .write_all(b"HTTP/1.0 404 Not Found\r\nX-A: 1\r\n\r\nnot here, until the close")
+                    .await;
+                return;
+            }
+            "/continue" => b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            "/lf" => b"HTTP/1.1 200 OK\nX-A: 1\nContent-Length: 2\n\nok",
+            "/length-named" => b"HTTP/1.1 200 OK\r\nConnection: content-length\r\nContent-Length: 2\r\n\r\nok",
             _ => b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\nX-A: 1\r\nX-B: 2\r\nX-A: 3\r\n\r\nhello",
         };
         if stream.write_all(answer).await.is_err() {
@@ -272,7 +347,35 @@ fn cases() -> Vec<(&'static str, Vec<u8>, bool)> {
         ("empty", get("/empty", ""), false),
         ("upstream 503", get("/error", ""), false),
         ("chunked", get("/chunked", ""), false),
+        (
+            "chunked, an extension and a trailer",
+            get("/trailers", ""),
+            false,
+        ),
+        (
+            "transfer-encoding and content-length",
+            get("/te-and-length", ""),
+            false,
+        ),
+        (
+            "a content-length under the chunked body",
+            get("/te-length-under", ""),
+            false,
+        ),
         ("until the upstream closes", get("/until-close", ""), false),
+        ("HTTP/1.0", get("/http10", ""), false),
+        (
+            "HTTP/1.0 with transfer-encoding",
+            get("/http10-te", ""),
+            false,
+        ),
+        ("100 Continue first", get("/continue", ""), false),
+        ("lines ended by LF", get("/lf", ""), false),
+        (
+            "content-length named by connection",
+            get("/length-named", ""),
+            false,
+        ),
         ("after those", get("/", ""), false),
     ]
 }
@@ -393,12 +496,10 @@ async fn upstream_connections_are_reused_across_requests_and_clients() {
     assert_eq!(up.heads().len(), 9);
 }
 
-/// The raw bytes of the answer to `GET /chunked` on a new connection: the lean path relays
-/// the upstream's chunks as they came, its extension (`;e=1`) with them, where hyper
-/// decodes and encodes them again without it.
-async fn chunked_raw(gateway: SocketAddr) -> String {
+/// The raw bytes of the answer to `GET /trailers` on a new connection.
+async fn trailers_raw(gateway: SocketAddr) -> String {
     let mut answers = Answers::connect(gateway).await;
-    answers.send(&get("/chunked", "")).await;
+    answers.send(&get("/trailers", "")).await;
     while !answers.buf.ends_with(b"0\r\n\r\n") {
         assert!(answers.more().await > 0, "closed mid-answer");
     }
@@ -406,19 +507,285 @@ async fn chunked_raw(gateway: SocketAddr) -> String {
 }
 
 #[tokio::test]
+async fn a_chunked_answer_loses_its_extensions_and_trailers_as_through_hyper() {
+    let up = Upstream::start().await;
+    let server = start(up.addr, "").await;
+    let raw = trailers_raw(server.listen).await;
+    assert!(raw.ends_with("\r\n\r\n5\r\nhello\r\n0\r\n\r\n"), "{raw}");
+    assert!(!raw.contains("a=b") && !raw.contains("X-T: 1"), "{raw}");
+    assert_eq!(paths(&server).await, (1, 0), "served on the lean path");
+}
+
+#[tokio::test]
 async fn rules_the_lean_path_does_not_serve_whole_hand_every_connection_to_hyper() {
     let up = Upstream::start().await;
     let lean = start(up.addr, "").await;
-    assert!(
-        chunked_raw(lean.listen).await.contains("7;e=1\r\n"),
-        "the lean path's"
-    );
+    trailers_raw(lean.listen).await;
+    assert_eq!(paths(&lean).await, (1, 0), "the lean path's");
     // A concurrency rule holds a permit the lean path does not serve yet: hyper's.
     let concurrency = "[[limit]]\nname = \"reports\"\nmatch = { path = \"/reports\" }\nkey = [\"ip\"]\nalgorithm = \"concurrency\"\nlimit = 2\nlease = \"30s\"\n";
     let hyper = start(up.addr, concurrency).await;
-    let raw = chunked_raw(hyper.listen).await;
+    let raw = trailers_raw(hyper.listen).await;
     assert!(raw.starts_with("HTTP/1.1 200 OK\r\n"), "{raw}");
-    assert!(!raw.contains(";e=1"), "hyper's: {raw}");
+    assert_eq!(paths(&hyper).await, (0, 1), "hyper's");
+}
+
+#[tokio::test]
+async fn a_request_the_lean_path_does_not_take_is_counted_as_hyper_s() {
+    let up = Upstream::start().await;
+    let server = start(up.addr, "").await;
+    let mut answers = Answers::connect(server.listen).await;
+    answers.send(&get("/", "")).await;
+    assert!(answers.next(false).await.ends_with("hello"));
+    assert_eq!(paths(&server).await, (1, 0));
+    // A forwarding header from the client: hyper's, for the rest of the connection.
+    answers
+        .send(&get("/", "X-Forwarded-For: 203.0.113.9\r\n"))
+        .await;
+    assert!(answers.next(false).await.ends_with("hello"));
+    answers.send(&get("/", "")).await;
+    assert!(answers.next(false).await.ends_with("hello"));
+    assert_eq!(paths(&server).await, (1, 2));
+}
+
+/// The bytes a gateway sends for `request` on `answers` until it closes the connection.
+async fn until_closed(answers: &mut Answers, request: &[u8]) -> String {
+    answers.send(request).await;
+    while answers.more().await > 0 {}
+    String::from_utf8(std::mem::take(&mut answers.buf)).unwrap()
+}
+
+#[tokio::test]
+async fn an_answer_cut_or_ended_by_a_close_ends_the_connection_as_through_hyper() {
+    let up = Upstream::start().await;
+    let lean = start(up.addr, "").await;
+    let hyper = start(up.addr, "").await;
+    for (target, expect) in [
+        // A malformed chunk after a good one: the head and the good data, then the close.
+        ("/bad-chunked", "HTTP/1.1 200 OK\r\n"),
+        // A `Content-Length` past the chunked body: the body, short, then the close.
+        ("/te-length-over", "HTTP/1.1 200 OK\r\n"),
+        // `Content-Length: 5, 5` beside chunked: no head can be written, closed.
+        ("/te-bad-length", ""),
+        // HTTP/1.0 framed by the upstream's close: relayed as it comes (not chunked), then
+        // the client's connection closed.
+        ("/http10-close", "HTTP/1.0 404 Not Found\r\n"),
+    ] {
+        let mut ours = Answers::connect(lean.listen).await;
+        let mut theirs = Answers::through_hyper(hyper.listen).await;
+        let a = until_closed(&mut ours, &get(target, "")).await;
+        let b = until_closed(&mut theirs, &get(target, "")).await;
+        assert!(a.starts_with(expect), "{target}: {a}");
+        assert!(!a.ends_with("0\r\n\r\n"), "{target}: not whole: {a}");
+        if target == "/http10-close" {
+            assert!(a.ends_with("\r\n\r\nnot here, until the close"), "{a}");
+        }
+        if target == "/bad-chunked" {
+            // Chunks cut in different places: the data sent is the same.
+            assert!(a.contains("hello") && b.contains("hello"), "{a}\n{b}");
+            assert!(b.starts_with(expect), "{b}");
+        } else {
+            assert_eq!(blank_date(&a), blank_date(&b), "{target}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_pooled_connection_the_upstream_closed_is_retried_once_never_after_an_answer_began() {
+    // An upstream that answers the first request of each connection and, on the second,
+    // closes it without a byte; `/partial` begins an answer and closes.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let heads = Arc::new(Mutex::new(Vec::<String>::new()));
+    let recorded = Arc::clone(&heads);
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let heads = Arc::clone(&recorded);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                for n in 0.. {
+                    let head = loop {
+                        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break String::from_utf8(buf.drain(..at + 4).collect()).unwrap();
+                        }
+                        let mut chunk = [0u8; 4096];
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                        }
+                    };
+                    heads.lock().unwrap().push(head.clone());
+                    if head.starts_with("GET /partial ") {
+                        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-").await;
+                        return;
+                    }
+                    if n == 1 {
+                        return;
+                    }
+                    let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+                    if stream.write_all(answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let server = start(addr, "").await;
+    let mut answers = Answers::connect(server.listen).await;
+    answers.send(&get("/", "")).await;
+    assert!(answers.next(false).await.ends_with("hello"));
+    // The pooled connection closes on this one: sent again on a new connection.
+    answers.send(&get("/again", "")).await;
+    let answer = answers.next(false).await;
+    assert!(answer.ends_with("hello"), "{answer}");
+    let sent: Vec<String> = heads.lock().unwrap().clone();
+    assert_eq!(sent.len(), 3, "{sent:?}");
+    assert!(sent[1].starts_with("GET /again ") && sent[2].starts_with("GET /again "));
+    // On the pooled connection again (the new one, answered once): an answer begun, then
+    // closed. Not sent again: a 502.
+    answers.send(&get("/partial", "")).await;
+    let answer = answers.next(false).await;
+    assert!(answer.starts_with("HTTP/1.1 502 "), "{answer}");
+    let partial = heads
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|h| h.starts_with("GET /partial "))
+        .count();
+    assert_eq!(partial, 1);
+}
+
+#[tokio::test]
+async fn a_client_gone_while_the_upstream_answers_drops_the_exchange_as_hyper_does() {
+    let up = Upstream::start().await;
+    let lean = start(up.addr, "").await;
+    let hyper = start(up.addr, "").await;
+    for gateway in [lean.listen, hyper.listen] {
+        let mut answers = if gateway == lean.listen {
+            Answers::connect(gateway).await
+        } else {
+            Answers::through_hyper(gateway).await
+        };
+        answers.send(&get("/held", "")).await;
+        up.shared.arrived.notified().await;
+        drop(answers);
+        // The upstream sees its connection closed before it answers.
+        tokio::time::timeout(Duration::from_secs(30), up.shared.gone.notified())
+            .await
+            .expect("the exchange was dropped with its client");
+    }
+    // The lean path's next request takes no connection it dropped.
+    let mut answers = Answers::connect(lean.listen).await;
+    answers.send(&get("/", "")).await;
+    assert!(answers.next(false).await.ends_with("hello"));
+}
+
+#[tokio::test]
+async fn a_request_pipelined_while_the_upstream_answers_is_kept_and_served_next() {
+    let up = Upstream::start().await;
+    let server = start(up.addr, "").await;
+    let mut answers = Answers::connect(server.listen).await;
+    answers.send(&get("/held", "")).await;
+    up.shared.arrived.notified().await;
+    // Read by the gateway while it waits for the upstream: kept for after.
+    answers.send(&get("/limited", "")).await;
+    answers.send(&get("/limited", "")).await;
+    up.shared.release.notify_one();
+    assert!(answers.next(false).await.ends_with("\n\nheld"));
+    assert!(answers.next(false).await.starts_with("HTTP/1.1 200 OK\n"));
+    assert!(answers.next(false).await.starts_with("HTTP/1.1 429 "));
+    assert_eq!(paths(&server).await, (3, 0));
+}
+
+#[tokio::test]
+async fn shutdown_closes_an_idle_lean_connection_at_once_and_lets_one_in_flight_finish() {
+    let up = Upstream::start().await;
+    let grace = "shutdown_grace = \"30s\"";
+    let lean = start(up.addr, grace).await;
+    let hyper = start(up.addr, grace).await;
+    let mut idle = Answers::connect(lean.listen).await;
+    idle.send(&get("/", "")).await;
+    assert!(idle.next(false).await.ends_with("hello"));
+    // In flight on both, a second request pipelined behind it.
+    let mut ours = Answers::connect(lean.listen).await;
+    let mut theirs = Answers::through_hyper(hyper.listen).await;
+    for answers in [&mut ours, &mut theirs] {
+        answers.send(&get("/held", "")).await;
+        up.shared.arrived.notified().await;
+        answers.send(&get("/", "")).await;
+    }
+    lean.shutdown();
+    hyper.shutdown();
+    assert!(
+        idle.closed().await,
+        "the idle connection was closed at once"
+    );
+    up.shared.release.notify_one();
+    up.shared.release.notify_one();
+    let answer = ours.next(false).await;
+    assert!(answer.contains("\nconnection: close\n"), "{answer}");
+    assert!(answer.ends_with("\n\nheld"), "{answer}");
+    assert_eq!(answer, theirs.next(false).await);
+    // The pipelined request is not served: closed, as hyper closes.
+    assert!(ours.closed().await && theirs.closed().await);
+    for server in [lean, hyper] {
+        tokio::time::timeout(Duration::from_secs(10), server.wait())
+            .await
+            .expect("the server stops once its connections are done");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_upstream_stalled_mid_body_is_cut_at_upstream_idle_timeout_as_through_hyper() {
+    let up = Upstream::start().await;
+    let idle = "upstream_idle_timeout = \"5s\"";
+    let lean = start(up.addr, idle).await;
+    let hyper = start(up.addr, idle).await;
+    for target in ["/stall-length", "/stall-chunked"] {
+        for gateway in [lean.listen, hyper.listen] {
+            let mut answers = if gateway == lean.listen {
+                Answers::connect(gateway).await
+            } else {
+                Answers::through_hyper(gateway).await
+            };
+            answers.send(&get(target, "")).await;
+            while !String::from_utf8_lossy(&answers.buf).contains("hello") {
+                assert!(answers.more().await > 0, "{target}: closed before the body");
+            }
+            let stalled = tokio::time::Instant::now();
+            while answers.more().await > 0 {}
+            common::assert_waited(
+                stalled.elapsed(),
+                Duration::from_secs(5),
+                Duration::from_secs(6),
+            );
+            let raw = String::from_utf8(answers.buf).unwrap();
+            assert!(raw.starts_with("HTTP/1.1 200 OK\r\n"), "{target}: {raw}");
+            assert!(!raw.ends_with("0\r\n\r\n"), "{target}: not whole: {raw}");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_kept_alive_lean_connection_is_closed_at_idle_timeout() {
+    let up = Upstream::start().await;
+    let server = start(up.addr, "idle_timeout = \"30s\"").await;
+    let mut idle = Answers::connect(server.listen).await;
+    idle.send(&get("/", "")).await;
+    assert!(idle.next(false).await.ends_with("hello"));
+    // Past the header timeout (10 s) and still open: its wait is the idle one.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    idle.send(&get("/", "")).await;
+    assert!(idle.next(false).await.ends_with("hello"));
+    let idled = tokio::time::Instant::now();
+    assert!(idle.closed().await);
+    common::assert_waited(
+        idled.elapsed(),
+        Duration::from_secs(30),
+        Duration::from_secs(31),
+    );
+    assert_eq!(paths(&server).await, (2, 0));
 }
 
 #[tokio::test(start_paused = true)]
@@ -446,7 +813,7 @@ async fn a_reload_bringing_a_rule_the_lean_path_does_not_serve_applies_to_open_c
     let up = Upstream::start().await;
     let toml = |extra: &str| {
         format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"off\"\nupstream = \"http://{}\"\n{extra}\n{RULES}",
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nupstream = \"http://{}\"\n{extra}\n{RULES}",
             up.addr
         )
     };
@@ -461,23 +828,15 @@ async fn a_reload_bringing_a_rule_the_lean_path_does_not_serve_applies_to_open_c
     })
     .await;
     let mut kept = Answers::connect(server.listen).await;
-    kept.send(&get("/chunked", "")).await;
-    while !kept.buf.ends_with(b"0\r\n\r\n") {
-        assert!(kept.more().await > 0);
-    }
-    assert!(String::from_utf8(std::mem::take(&mut kept.buf))
-        .unwrap()
-        .contains("7;e=1\r\n"));
+    kept.send(&get("/", "")).await;
+    assert!(kept.next(false).await.ends_with("hello"));
+    assert_eq!(paths(&server).await, (1, 0));
     let concurrency = "[[limit]]\nname = \"reports\"\nmatch = { path = \"/reports\" }\nkey = [\"ip\"]\nalgorithm = \"concurrency\"\nlimit = 2\nlease = \"30s\"\n";
     std::fs::write(&path, toml(concurrency)).unwrap();
     server.reload().await.expect("the new rules load");
     // The same connection: its next request is hyper's.
-    kept.send(&get("/chunked", "")).await;
-    while !kept.buf.ends_with(b"0\r\n\r\n") {
-        assert!(kept.more().await > 0);
-    }
-    let answer = String::from_utf8(std::mem::take(&mut kept.buf)).unwrap();
-    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
-    assert!(!answer.contains(";e=1"), "hyper's: {answer}");
+    kept.send(&get("/", "")).await;
+    assert!(kept.next(false).await.ends_with("hello"));
+    assert_eq!(paths(&server).await, (1, 1), "hyper's");
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -1,10 +1,10 @@
-//! Where a chunked body ends (RFC 9112 §7.1), found while its bytes are relayed as they
-//! came: the gateway's lean path (`lean_gateway.rs`) forwards an upstream's chunked answer
-//! without decoding it, and must know when it is whole to reuse the connection, and when
-//! it is malformed to stop.
+//! A chunked body (RFC 9112 §7.1) decoded as its bytes come: the gateway's lean path
+//! (`lean_gateway.rs`) relays an upstream's chunked answer as hyper's gateway does, its data
+//! framed anew and its chunk extensions and trailers dropped, and must know when it is whole
+//! to reuse the connection, and when it is malformed to stop.
 
-/// The longest chunk size line's hex digits (16: a `u64`).
-const MAX_DIGITS: u8 = 16;
+/// The most bytes of chunk extensions in a body, as hyper's client.
+const MAX_EXTENSIONS: u64 = 16 * 1024;
 
 /// The most bytes of trailer lines after the last chunk.
 const MAX_TRAILERS: usize = 16 * 1024;
@@ -12,9 +12,12 @@ const MAX_TRAILERS: usize = 16 * 1024;
 /// What is wrong with a chunked body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum ChunkedError {
-    /// A size that is not hex, or too long.
-    #[error("a chunk size that is not a hex number of at most 16 digits")]
+    /// A size that is not hex, or past a `u64`.
+    #[error("a chunk size that is not a hex number of at most 64 bits")]
     Size,
+    /// Chunk extensions past their bound.
+    #[error("chunk extensions past 16 KiB")]
+    Extensions,
     /// A line not ended by CRLF where one must end.
     #[error("a chunk not followed by CRLF")]
     LineEnd,
@@ -26,9 +29,11 @@ pub(crate) enum ChunkedError {
 /// Where in a chunked body the bytes read so far end.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
-    /// In a size line's hex digits: the size so far, and how many digits.
-    Size(u64, u8),
-    /// After the size: whitespace or an extension, up to CR.
+    /// In a size line's hex digits: the size so far, and whether a digit came.
+    Size(u64, bool),
+    /// Whitespace after the size: more of it, an extension or CR.
+    SizeLws(u64),
+    /// In an extension, up to CR.
     Extension(u64),
     /// The size line's LF.
     SizeLf(u64),
@@ -54,23 +59,29 @@ enum State {
 #[derive(Debug, Clone)]
 pub(crate) struct Chunked {
     state: State,
+    extensions: u64,
     trailers: usize,
 }
 
 impl Default for Chunked {
     fn default() -> Self {
         Self {
-            state: State::Size(0, 0),
+            state: State::Size(0, false),
+            extensions: 0,
             trailers: 0,
         }
     }
 }
 
 impl Chunked {
-    /// Reads the body's next bytes: `Some(n)` when it ends after `bytes[..n]` (what
-    /// follows is not the body's), `None` when all of `bytes` is the body's and more is to
-    /// come.
-    pub(crate) fn feed(&mut self, bytes: &[u8]) -> Result<Option<usize>, ChunkedError> {
+    /// Reads the body's next bytes, appending the chunks' data to `data`: `Some(n)` when it
+    /// ends after `bytes[..n]` (what follows is not the body's), `None` when all of `bytes`
+    /// is the body's and more is to come.
+    pub(crate) fn feed(
+        &mut self,
+        bytes: &[u8],
+        data: &mut Vec<u8>,
+    ) -> Result<Option<usize>, ChunkedError> {
         let mut at = 0;
         while at < bytes.len() {
             if let State::Data(left) = self.state {
@@ -78,6 +89,7 @@ impl Chunked {
                 let take = usize::try_from(left)
                     .unwrap_or(usize::MAX)
                     .min(bytes.len() - at);
+                data.extend_from_slice(&bytes[at..at + take]);
                 at += take;
                 let left = left - take as u64;
                 self.state = if left == 0 {
@@ -90,20 +102,38 @@ impl Chunked {
             let b = bytes[at];
             at += 1;
             self.state = match self.state {
+                // As hyper's client reads them: any number of digits within a `u64`, then
+                // whitespace, an extension (bounded, no LF) or CR.
                 State::Size(size, digits) => match b {
-                    b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F' if digits < MAX_DIGITS => {
-                        let digit = (b as char).to_digit(16).unwrap_or(0);
-                        State::Size(size << 4 | u64::from(digit), digits + 1)
+                    b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F' => {
+                        let digit = u64::from((b as char).to_digit(16).unwrap_or(0));
+                        match size.checked_mul(16).and_then(|s| s.checked_add(digit)) {
+                            Some(size) => State::Size(size, true),
+                            None => return Err(ChunkedError::Size),
+                        }
                     }
-                    _ if digits == 0 => return Err(ChunkedError::Size),
-                    b';' | b' ' | b'\t' => State::Extension(size),
+                    _ if !digits => return Err(ChunkedError::Size),
+                    b' ' | b'\t' => State::SizeLws(size),
+                    b';' => State::Extension(size),
+                    b'\r' => State::SizeLf(size),
+                    _ => return Err(ChunkedError::Size),
+                },
+                State::SizeLws(size) => match b {
+                    b' ' | b'\t' => State::SizeLws(size),
+                    b';' => State::Extension(size),
                     b'\r' => State::SizeLf(size),
                     _ => return Err(ChunkedError::Size),
                 },
                 State::Extension(size) => match b {
                     b'\r' => State::SizeLf(size),
                     b'\n' => return Err(ChunkedError::LineEnd),
-                    _ => State::Extension(size),
+                    _ => {
+                        self.extensions += 1;
+                        if self.extensions >= MAX_EXTENSIONS {
+                            return Err(ChunkedError::Extensions);
+                        }
+                        State::Extension(size)
+                    }
                 },
                 State::SizeLf(size) => match b {
                     b'\n' if size == 0 => State::TrailerStart,
@@ -115,7 +145,7 @@ impl Chunked {
                     _ => return Err(ChunkedError::LineEnd),
                 },
                 State::DataLf => match b {
-                    b'\n' => State::Size(0, 0),
+                    b'\n' => State::Size(0, false),
                     _ => return Err(ChunkedError::LineEnd),
                 },
                 State::TrailerStart => match b {
@@ -161,17 +191,24 @@ mod tests {
     use proptest::prelude::*;
 
     fn whole(body: &[u8]) -> Result<Option<usize>, ChunkedError> {
-        Chunked::default().feed(body)
+        Chunked::default().feed(body, &mut Vec::new())
     }
 
     #[test]
     fn a_body_ends_after_its_last_chunk_and_trailers() {
         let body = b"5\r\nhello\r\nA;name=value\r\n0123456789\r\n0\r\n\r\nNEXT";
+        // Leading zeros, as hyper reads them, and whitespace before an extension.
+        let padded = b"00000000000000000003 \t;x\r\nabc\r\n0\r\n\r\n";
+        assert_eq!(whole(padded), Ok(Some(padded.len())));
         assert_eq!(whole(body), Ok(Some(body.len() - 4)));
         let trailers = b"1\r\nx\r\n0\r\nX-Sum: 1\r\nX-B: 2\r\n\r\n";
         assert_eq!(whole(trailers), Ok(Some(trailers.len())));
         assert_eq!(whole(b"0\r\n\r\n"), Ok(Some(5)));
         assert_eq!(whole(b"5\r\nhel"), Ok(None));
+        // The data alone: no size line, extension or trailer.
+        let mut data = Vec::new();
+        Chunked::default().feed(body, &mut data).unwrap();
+        assert_eq!(data, b"hello0123456789");
     }
 
     #[test]
@@ -179,6 +216,9 @@ mod tests {
         assert_eq!(whole(b"x\r\n"), Err(ChunkedError::Size));
         assert_eq!(whole(b";x\r\n"), Err(ChunkedError::Size));
         assert_eq!(whole(b"12345678901234567\r\n"), Err(ChunkedError::Size));
+        assert_eq!(whole(b"1 x\r\n"), Err(ChunkedError::Size));
+        let ext = [&b"1;"[..], &vec![b'a'; MAX_EXTENSIONS as usize]].concat();
+        assert_eq!(whole(&ext), Err(ChunkedError::Extensions));
         assert_eq!(whole(b"1\nx"), Err(ChunkedError::Size));
         assert_eq!(whole(b"1\r\nxy\r\n"), Err(ChunkedError::LineEnd));
         assert_eq!(whole(b"1\r\nx\r\r"), Err(ChunkedError::LineEnd));
@@ -204,8 +244,8 @@ mod tests {
     }
 
     proptest! {
-        /// However a body is cut into reads, its end is found exactly where it is, and
-        /// nothing after it is taken.
+        /// However a body is cut into reads, its end is found exactly where it is, nothing
+        /// after it is taken, and its data is the chunks' data.
         #[test]
         fn the_end_is_found_wherever_the_reads_cut(
             chunks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..40), 0..8),
@@ -219,14 +259,16 @@ mod tests {
             let mut chunked = Chunked::default();
             let mut at = 0;
             let mut end = None;
+            let mut data = Vec::new();
             for cut in cuts {
-                if let Some(n) = chunked.feed(&stream[at..cut]).expect("well formed") {
+                if let Some(n) = chunked.feed(&stream[at..cut], &mut data).expect("well formed") {
                     end = Some(at + n);
                     break;
                 }
                 at = cut;
             }
             prop_assert_eq!(end, Some(body.len()));
+            prop_assert_eq!(data, chunks.concat());
         }
     }
 }

@@ -66,6 +66,7 @@ pub(crate) async fn handle(
     peer: SocketAddr,
     request: Request<Incoming>,
 ) -> Response<Body> {
+    app.metrics.gateway_path(false);
     let Some(upstream) = &local.upstream else {
         return reply::problem(StatusCode::BAD_GATEWAY, "no upstream is configured");
     };

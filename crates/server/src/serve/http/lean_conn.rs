@@ -179,6 +179,29 @@ impl Conn {
         .await
     }
 
+    /// While a request is in flight: whether the client went away (its read side closed or
+    /// failed), as hyper's server watches a busy connection. It reads only while nothing
+    /// unserved is buffered, at most `limit` bytes: bytes that come are the next request's,
+    /// kept, and from then on the connection is not watched (as hyper: a half-closed
+    /// pipelining client still gets its answers).
+    pub(super) fn poll_gone(&mut self, cx: &mut std::task::Context<'_>, limit: usize) -> bool {
+        if self.start != self.end {
+            return false;
+        }
+        (self.start, self.end) = (0, 0);
+        let upto = self.buf.len().min(limit);
+        let mut read = ReadBuf::new(&mut self.buf[..upto]);
+        match Pin::new(&mut self.stream).poll_read(cx, &mut read) {
+            Poll::Ready(Ok(())) if read.filled().is_empty() => true,
+            Poll::Ready(Ok(())) => {
+                self.end = read.filled().len();
+                false
+            }
+            Poll::Ready(Err(_)) => true,
+            Poll::Pending => false,
+        }
+    }
+
     /// Writes the answers buffered; false when the connection failed.
     pub(super) async fn flush(&mut self) -> bool {
         if self.out.is_empty() {

@@ -20,9 +20,13 @@
 //! chunked, as hyper sends it.
 
 use std::cell::RefCell;
+use std::future::{poll_fn, Future};
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
+use std::pin::pin;
 use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
 
 use http::header::{HeaderName, HeaderValue};
 use http::StatusCode;
@@ -32,11 +36,12 @@ use ratewarden_policy::config::Bounds;
 use ratewarden_policy::Identity;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
+use tokio::time::Instant;
 
 use super::chunked::Chunked;
 use super::gateway::{push_node, PermitGuard};
 use super::graceful::Stop;
-use super::lean_conn::{Conn, Filled, Wait, FLUSH_AT};
+use super::lean_conn::{Conn, Filled, Wait, FLUSH_AT, SHRINK_OVER};
 use super::lean_gateway_head::{self, Get, Head};
 use super::lean_upstream::{Answered, Failed, MAX_RESPONSE_HEADERS};
 use super::rewind::Rewind;
@@ -92,9 +97,9 @@ pub(super) async fn serve(
         return Some(Rewind::new(Vec::new(), stream));
     };
     let mut conn = Conn::new(stream, bounds);
-    // The forwarded head, and the upstream's answer as read: one of each per connection.
+    // The forwarded head, and the upstream's answer: one of each per connection.
     let mut forwarded = Vec::with_capacity(1024);
-    let mut answer = Vec::new();
+    let mut bufs = Buffers::default();
     loop {
         let step = {
             let identity = app.engine.identity();
@@ -133,6 +138,7 @@ pub(super) async fn serve(
                 }
             }
             Step::Refused(len, close, plain) => {
+                app.metrics.gateway_path(true);
                 let close = close || stop.now();
                 conn.answer(app, ROLE, &plain, close);
                 if close {
@@ -145,24 +151,29 @@ pub(super) async fn serve(
             }
             Step::Forward(len, close, allowed) => (len, close, allowed),
         };
+        app.metrics.gateway_path(true);
         conn.start += len;
         let relayed = relay(
-            app,
-            upstream,
-            &mut conn,
-            &forwarded,
-            &mut answer,
-            allowed,
-            close || stop.now(),
+            app, upstream, &mut conn, stop, &forwarded, &mut bufs, allowed, close,
         )
         .await;
         match relayed {
+            // A shutdown begun while the body was relayed: no further request is served,
+            // as hyper serves none once keep-alive is off.
+            Relayed::Kept if stop.now() => {
+                conn.close().await;
+                return None;
+            }
             Relayed::Kept => {}
             Relayed::Close => {
                 conn.close().await;
                 return None;
             }
             Relayed::Abort => return None,
+        }
+        // A long head or chunked body grew them: an idle connection does not keep that.
+        if bufs.answer.len() > SHRINK_OVER || bufs.decoded.capacity() > SHRINK_OVER {
+            bufs = Buffers::default();
         }
         conn.next();
         if conn.out.len() >= FLUSH_AT && !conn.flush().await {
@@ -353,31 +364,95 @@ fn write_line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 enum Relayed {
     /// Ready for its next request.
     Kept,
-    /// To be closed once written (asked for, or the answer was framed by the close).
+    /// To be closed once written (asked for, or the shutdown began).
     Close,
-    /// Broken mid-answer: dropped, as hyper drops a connection whose body failed.
+    /// Broken mid-answer, or the client went away: dropped, as hyper drops a connection
+    /// whose body failed, and a request whose client is gone.
     Abort,
 }
 
-/// How the upstream's answer body is framed.
+/// How the upstream's answer body is framed, as hyper's client reads it.
+#[derive(Debug, Clone, Copy)]
 enum Framing {
     /// No body (`HEAD`, 204, 304).
     None,
     /// `Content-Length`.
     Length(u64),
-    /// `Transfer-Encoding` ending in `chunked`: relayed as it came.
+    /// `Transfer-Encoding` ending in `chunked`: decoded.
     Chunked,
-    /// Until the upstream closes: relayed chunked.
+    /// Until the upstream closes.
     Close,
 }
 
+/// How the body goes to the client, as hyper's server frames the body the gateway hands
+/// it: the upstream's `Content-Length` when one is left (after `Transfer-Encoding` is
+/// dropped as hop-by-hop), chunked otherwise.
+#[derive(Debug, Clone, Copy)]
+enum Out {
+    /// No body.
+    None,
+    /// This many bytes still to send; what the upstream sends past them is not relayed.
+    Length(u64),
+    /// Chunked anew: the data of each read one chunk, no extension, no trailer.
+    Chunked,
+    /// As it comes, the end told by closing the connection: an HTTP/1.0 answer of unknown
+    /// length, which hyper's server does not chunk.
+    Close,
+}
+
+/// What a wait raced against the client and the clock came to.
+enum Raced<T> {
+    Done(T),
+    /// The client went away.
+    Gone,
+    /// The deadline passed.
+    TimedOut,
+}
+
+/// Runs `work` until it is done, the client goes away (`Conn::poll_gone`), or the deadline
+/// `at` gives passes: the connection's one timer entry, armed only once `work` waits.
+async fn race<F: Future>(
+    conn: &mut Conn,
+    at: impl FnOnce() -> Instant,
+    work: F,
+) -> Raced<F::Output> {
+    let mut work = pin!(work);
+    let mut at = Some(at);
+    let limit = conn.bounds.max_header_bytes;
+    poll_fn(|cx| {
+        if let Poll::Ready(done) = work.as_mut().poll(cx) {
+            return Poll::Ready(Raced::Done(done));
+        }
+        if conn.poll_gone(cx, limit) {
+            return Poll::Ready(Raced::Gone);
+        }
+        if let Some(at) = at.take() {
+            conn.sleep.as_mut().reset(at());
+        }
+        if conn.sleep.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Raced::TimedOut);
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// The connection's buffers for the upstream's answer: as read, and a chunked body's data.
+#[derive(Default)]
+struct Buffers {
+    answer: Vec<u8>,
+    decoded: Vec<u8>,
+}
+
 /// Forwards the head in `forwarded` and relays the answer into `conn`'s write buffer.
+#[allow(clippy::too_many_arguments)]
 async fn relay(
     app: &Arc<App>,
     upstream: &Upstream,
     conn: &mut Conn,
+    stop: &mut Stop<'_>,
     forwarded: &[u8],
-    buf: &mut Vec<u8>,
+    bufs: &mut Buffers,
     allowed: Allowed,
     close: bool,
 ) -> Relayed {
@@ -388,17 +463,21 @@ async fn relay(
         bounds,
     } = allowed;
     let sent = app.clock.now();
-    let exchanged = upstream
-        .lean
-        .exchange(
-            forwarded,
-            buf,
-            bounds.upstream_connect_timeout,
-            bounds.upstream_response_timeout,
-            bounds.upstream_pool_idle,
-        )
-        .await;
+    // One reading of the time for the exchange: its deadline, and the pool's idle ages.
+    let now = Instant::now();
+    let exchange = upstream.lean.exchange(
+        forwarded,
+        &mut bufs.answer,
+        bounds.upstream_connect_timeout,
+        bounds.upstream_pool_idle,
+        now,
+    );
+    let exchanged = race(conn, || now + bounds.upstream_response_timeout, exchange).await;
     let rtt_ns = Some(app.clock.now().saturating_sub(sent));
+    // A shutdown begun while the upstream answered: this answer says the connection closes,
+    // as hyper's does once keep-alive is off.
+    let close = close || stop.now();
+    let done = if close { Relayed::Close } else { Relayed::Kept };
     let failed = |conn: &mut Conn, permit: &mut PermitGuard, problem: Problem| {
         permit.completion = Some(Completion {
             rtt_ns,
@@ -411,13 +490,19 @@ async fn relay(
             Relayed::Kept
         }
     };
-    let Answered {
-        mut stream,
-        head,
-        filled,
-    } = match exchanged {
-        Ok(answered) => answered,
-        Err(Failed::Timeout) => {
+    let broken = |conn: &mut Conn, permit: &mut PermitGuard| {
+        let problem = Problem::new(
+            StatusCode::BAD_GATEWAY,
+            "the upstream could not be reached or failed to answer",
+        );
+        failed(conn, permit, problem)
+    };
+    let Answered { mut stream, filled } = match exchanged {
+        Raced::Done(Ok(answered)) => answered,
+        // The client went away first: its exchange is dropped with it, as hyper drops the
+        // request's future, and the rules learn nothing from it.
+        Raced::Gone => return Relayed::Abort,
+        Raced::TimedOut => {
             tracing::warn!("the upstream did not answer in time");
             let detail = format!(
                 "the upstream did not answer within {}",
@@ -429,7 +514,7 @@ async fn relay(
                 Problem::new(StatusCode::GATEWAY_TIMEOUT, detail),
             );
         }
-        Err(Failed::ConnectTimeout) => {
+        Raced::Done(Err(Failed::ConnectTimeout)) => {
             tracing::warn!("the upstream did not take the connection in time");
             let problem = Problem::new(
                 StatusCode::GATEWAY_TIMEOUT,
@@ -437,33 +522,44 @@ async fn relay(
             );
             return failed(conn, &mut permit, problem);
         }
-        Err(Failed::Broken(error)) => {
+        Raced::Done(Err(Failed::Broken(error))) => {
             tracing::warn!(%error, "upstream request failed");
-            let problem = Problem::new(
-                StatusCode::BAD_GATEWAY,
-                "the upstream could not be reached or failed to answer",
-            );
-            return failed(conn, &mut permit, problem);
+            return broken(conn, &mut permit);
         }
     };
+    // The head, parsed once: its end was found by the exchange.
     let mut headers =
         [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_HEADERS];
     let mut response = httparse::Response::new(&mut []);
-    // Parsed whole by the exchange already.
-    let _ = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+    let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
         &mut response,
-        &buf[..head],
+        &bufs.answer[..filled],
         &mut headers,
     );
-    let code = response.code.unwrap_or(0);
-    let Ok(status) = StatusCode::from_u16(code) else {
-        tracing::warn!(code, "upstream answered a status that is not one");
-        let problem = Problem::new(
-            StatusCode::BAD_GATEWAY,
-            "the upstream could not be reached or failed to answer",
-        );
-        return failed(conn, &mut permit, problem);
+    let head = match parsed {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => {
+            tracing::warn!("upstream request failed: a malformed response head");
+            return broken(conn, &mut permit);
+        }
+        Err(error) => {
+            tracing::warn!(%error, "upstream request failed: a malformed response head");
+            return broken(conn, &mut permit);
+        }
     };
+    let code = response.code.unwrap_or(0);
+    let status = match StatusCode::from_u16(code) {
+        // Nothing the lean path forwards asks to switch protocols.
+        Ok(status) if code != 101 => status,
+        _ => {
+            tracing::warn!(
+                code,
+                "upstream answered a status the gateway does not relay"
+            );
+            return broken(conn, &mut permit);
+        }
+    };
+    let http10 = response.version != Some(1);
     let lines: Vec<(&[u8], &[u8])> = response
         .headers
         .iter()
@@ -475,33 +571,40 @@ async fn relay(
         )
         .collect();
     let upstream_lines = response.headers.len();
-    let framing = match framing(&lines[..upstream_lines], status, head_only) {
+    let framing = match framing(&lines[..upstream_lines], status, head_only, http10) {
         Ok(framing) => framing,
         Err(why) => {
             tracing::warn!(%why, "upstream answer not relayed");
-            let problem = Problem::new(
-                StatusCode::BAD_GATEWAY,
-                "the upstream could not be reached or failed to answer",
-            );
-            return failed(conn, &mut permit, problem);
+            return broken(conn, &mut permit);
         }
     };
     permit.completion = Some(Completion {
         rtt_ns,
         dropped: status.is_server_error(),
     });
-    let reusable = response.version == Some(1)
+    // Counted as hyper's listener counts the response the gateway returns, whether or not
+    // its head can be written.
+    app.metrics.responded(ROLE, status.as_u16());
+    let reusable = !http10
         && !has_token(&lines[..upstream_lines], b"connection", b"close")
         && !matches!(framing, Framing::Close);
-    // The head as hyper writes the response `gateway::handle` makes of this one.
-    let out = &mut conn.out;
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(status.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(response.reason.unwrap_or("").as_bytes());
-    out.extend_from_slice(b"\r\n");
     let mut groups = groups(&lines[..upstream_lines]);
     strip_hop_by_hop(&mut groups, &lines[..upstream_lines]);
+    let out = match out_framing(&lines, &groups, framing) {
+        Some(Out::Chunked) if http10 => Out::Close,
+        Some(out) => out,
+        None => {
+            // Hyper's server cannot write a head whose `Content-Length` lines disagree
+            // with each other once `Transfer-Encoding` is gone: it closes the connection
+            // without an answer.
+            tracing::warn!(
+                "upstream answer with `transfer-encoding` and an invalid `content-length` \
+                 not relayed"
+            );
+            let _ = conn.flush().await;
+            return Relayed::Abort;
+        }
+    };
     for (at, (name, _)) in lines.iter().enumerate().skip(upstream_lines) {
         if !groups
             .iter()
@@ -510,93 +613,196 @@ async fn relay(
             groups.push(at);
         }
     }
-    write_groups(out, &lines, &groups, Some(b"content-length"));
+    // The head as hyper writes the response `gateway::handle` makes of this one (the
+    // version is the upstream's: hyper writes the response's).
+    let out_buf = &mut conn.out;
+    out_buf.extend_from_slice(if http10 { b"HTTP/1.0 " } else { b"HTTP/1.1 " });
+    out_buf.extend_from_slice(status.as_str().as_bytes());
+    out_buf.push(b' ');
+    out_buf.extend_from_slice(response.reason.unwrap_or("").as_bytes());
+    out_buf.extend_from_slice(b"\r\n");
+    write_groups(out_buf, &lines, &groups, Some(b"content-length"));
     if close {
-        out.extend_from_slice(b"connection: close\r\n");
+        out_buf.extend_from_slice(b"connection: close\r\n");
     }
     let named = |n: &[u8]| groups.iter().any(|&g| lines[g].0.eq_ignore_ascii_case(n));
-    if matches!(framing, Framing::Chunked | Framing::Close) {
-        out.extend_from_slice(b"transfer-encoding: chunked\r\n");
-    } else if !named(b"content-length") {
-        let implicit = !head_only
-            && !status.is_informational()
-            && status != StatusCode::NO_CONTENT
-            && status != StatusCode::NOT_MODIFIED;
-        if implicit {
-            out.extend_from_slice(b"content-length: 0\r\n");
+    match out {
+        Out::Chunked => out_buf.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+        // A length the upstream's lines no longer say (`Connection` named them): hyper's
+        // server writes the body's.
+        Out::Length(n) if !named(b"content-length") => {
+            out_buf.extend_from_slice(b"content-length: ");
+            out_buf.extend_from_slice(n.to_string().as_bytes());
+            out_buf.extend_from_slice(b"\r\n");
         }
+        Out::Length(_) | Out::None | Out::Close => {}
     }
     if !named(b"date") {
-        super::lean_answer::date(out);
+        super::lean_answer::date(out_buf);
     }
-    out.extend_from_slice(b"\r\n");
-    app.metrics.responded(ROLE, status.as_u16());
+    out_buf.extend_from_slice(b"\r\n");
     drop(lines);
-    // The body.
-    let mut body = &buf[head..filled];
+    let relayed = body(
+        conn,
+        bufs,
+        &mut stream,
+        (framing, out),
+        head..filled,
+        bounds.upstream_idle_timeout,
+    )
+    .await;
+    match relayed {
+        // An answer framed by the close is ended by closing.
+        Some(_) if matches!(out, Out::Close) => Relayed::Close,
+        Some(ended) => {
+            if ended && reusable {
+                upstream.lean.put(stream, now);
+            }
+            done
+        }
+        None => Relayed::Abort,
+    }
+}
+
+/// Relays the body that starts at `bufs.answer[read]`, each further read of `stream`
+/// within `idle` of the last: `None` when the client's answer could not be finished (its
+/// connection is to be dropped), `Some(ended)` when it is whole, `ended` when the
+/// upstream's answer ended exactly there (no byte past it, not at its close).
+async fn body(
+    conn: &mut Conn,
+    bufs: &mut Buffers,
+    stream: &mut TcpStream,
+    (framing, mut out): (Framing, Out),
+    read: std::ops::Range<usize>,
+    idle: Duration,
+) -> Option<bool> {
+    let (mut lo, mut hi) = (read.start, read.end);
     let mut left = match framing {
         Framing::Length(n) => n,
         _ => 0,
     };
     let mut chunked = Chunked::default();
+    // The upstream closed (a body framed by its close).
+    let mut eof = false;
     loop {
-        // How much of `body` ends the answer, once it is whole.
-        let end = match framing {
-            Framing::None => Some(0),
+        // This read's data, where in it the upstream's body ended once it has, and whether
+        // it is malformed past that data.
+        let mut malformed = false;
+        let (data, ended): (&[u8], Option<usize>) = match framing {
+            _ if eof => (&[], Some(0)),
+            Framing::None => (&[], Some(0)),
             Framing::Length(_) => {
-                let take = body.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-                conn.out.extend_from_slice(&body[..take]);
+                let take = (hi - lo).min(usize::try_from(left).unwrap_or(usize::MAX));
                 left -= take as u64;
-                (left == 0).then_some(take)
+                (&bufs.answer[lo..lo + take], (left == 0).then_some(take))
             }
-            Framing::Chunked => match chunked.feed(body) {
-                Ok(end) => {
-                    conn.out
-                        .extend_from_slice(&body[..end.unwrap_or(body.len())]);
-                    end
+            Framing::Chunked => {
+                bufs.decoded.clear();
+                match chunked.feed(&bufs.answer[lo..hi], &mut bufs.decoded) {
+                    Ok(end) => (&bufs.decoded[..], end),
+                    Err(error) => {
+                        // The data before the fault goes first, as hyper's client hands
+                        // it on before the error.
+                        tracing::warn!(%error, "the upstream's chunked answer is malformed");
+                        malformed = true;
+                        (&bufs.decoded[..], None)
+                    }
                 }
-                Err(error) => {
-                    tracing::warn!(%error, "the upstream's chunked answer is malformed");
-                    let _ = conn.flush().await;
-                    return Relayed::Abort;
+            }
+            Framing::Close => (&bufs.answer[lo..hi], None),
+        };
+        // Written as the client's framing has it; `whole` once it has all it was told of.
+        let whole = match &mut out {
+            Out::None => true,
+            Out::Length(owed) => {
+                let take = data.len().min(usize::try_from(*owed).unwrap_or(usize::MAX));
+                conn.out.extend_from_slice(&data[..take]);
+                *owed -= take as u64;
+                *owed == 0
+            }
+            Out::Chunked => {
+                if !data.is_empty() {
+                    push_chunk(&mut conn.out, data);
                 }
-            },
-            Framing::Close => {
-                // Framed anew as chunked, as hyper frames a body of unknown length.
-                if !body.is_empty() {
-                    conn.out
-                        .extend_from_slice(format!("{:x}\r\n", body.len()).as_bytes());
-                    conn.out.extend_from_slice(body);
-                    conn.out.extend_from_slice(b"\r\n");
-                }
-                None
+                false
+            }
+            Out::Close => {
+                conn.out.extend_from_slice(data);
+                false
             }
         };
-        if let Some(end) = end {
-            // Bytes past the answer are nobody's: that connection is not reused.
-            if end == body.len() && reusable {
-                upstream.lean.put(stream);
+        if malformed && !whole {
+            let _ = conn.flush().await;
+            return None;
+        }
+        if let Some(end) = ended {
+            if !whole && matches!(out, Out::Length(_)) {
+                // The upstream's body ended short of the length the client was told: hyper's
+                // server aborts such an answer.
+                tracing::warn!("the upstream's body ended short of its `content-length`");
+                let _ = conn.flush().await;
+                return None;
             }
-            return if close { Relayed::Close } else { Relayed::Kept };
+            match out {
+                Out::Chunked => conn.out.extend_from_slice(b"0\r\n\r\n"),
+                // Its end is the close: the caller closes the client's connection.
+                Out::Close => return Some(false),
+                Out::None | Out::Length(_) => {}
+            }
+            // Bytes past the answer are nobody's: that connection is not reused.
+            return Some(!eof && lo + end == hi);
+        }
+        if whole {
+            // The client has the length it was told (a `Content-Length` beside
+            // `Transfer-Encoding`): the rest is not relayed, as hyper's server sends no
+            // more; the upstream's connection, mid-answer, goes.
+            return Some(false);
         }
         // The client has what there is while the upstream sends the rest: a body streams.
         if !conn.flush().await {
-            return Relayed::Abort;
+            return None;
         }
-        let read = tokio::time::timeout(bounds.upstream_idle_timeout, stream.read(&mut buf[..]));
-        match read.await {
-            Ok(Ok(0)) if matches!(framing, Framing::Close) => {
-                conn.out.extend_from_slice(b"0\r\n\r\n");
-                return if close { Relayed::Close } else { Relayed::Kept };
-            }
-            Ok(Ok(n)) if n > 0 => body = &buf[..n],
-            // Closed short, failed, or stalled: the client's answer cannot be finished.
+        let read = race(
+            conn,
+            || Instant::now() + idle,
+            stream.read(&mut bufs.answer[..]),
+        )
+        .await;
+        match read {
+            Raced::Done(Ok(0)) if matches!(framing, Framing::Close) => eof = true,
+            Raced::Done(Ok(n)) if n > 0 => (lo, hi) = (0, n),
+            // Closed short, failed, stalled, or the client went away: the client's answer
+            // cannot be finished.
             _ => {
+                tracing::warn!(
+                    "the upstream's body was cut, or stalled past upstream_idle_timeout"
+                );
                 let _ = conn.flush().await;
-                return Relayed::Abort;
+                return None;
             }
         }
     }
+}
+
+/// `data` as one chunk.
+fn push_chunk(out: &mut Vec<u8>, data: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut size = [0u8; 16];
+    let mut at = size.len();
+    let mut n = data.len();
+    loop {
+        at -= 1;
+        size[at] = HEX[n & 15];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    out.reserve(size.len() - at + data.len() + 4);
+    out.extend_from_slice(&size[at..]);
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
 }
 
 /// How the body of an answer with `lines` is framed, as hyper's client reads it.
@@ -604,25 +810,24 @@ fn framing(
     lines: &[(&[u8], &[u8])],
     status: StatusCode,
     head_only: bool,
+    http10: bool,
 ) -> Result<Framing, String> {
     if head_only || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
         return Ok(Framing::None);
     }
-    let codings: Vec<&[u8]> = lines
+    let mut codings = lines
         .iter()
         .filter(|(n, _)| n.eq_ignore_ascii_case(b"transfer-encoding"))
-        .flat_map(|(_, v)| v.split(|&b| b == b','))
-        .map(<[u8]>::trim_ascii)
-        .collect();
-    if let Some(last) = codings.last() {
-        if lines
-            .iter()
-            .any(|(n, _)| n.eq_ignore_ascii_case(b"content-length"))
-        {
-            // Two framings: what request smuggling is made of.
-            return Err("both `transfer-encoding` and `content-length`".into());
+        .peekable();
+    if codings.peek().is_some() {
+        if http10 {
+            return Err("`transfer-encoding` in an HTTP/1.0 answer".into());
         }
-        return Ok(if last.eq_ignore_ascii_case(b"chunked") {
+        // Hyper's client: `Transfer-Encoding` wins over any `Content-Length`; chunked
+        // when the last line's last coding is.
+        let last = codings.last().map_or(&b""[..], |(_, v)| v);
+        let coding = last.rsplit(|&b| b == b',').next().unwrap_or(b"");
+        return Ok(if coding.trim_ascii().eq_ignore_ascii_case(b"chunked") {
             Framing::Chunked
         } else {
             Framing::Close
@@ -634,8 +839,7 @@ fn framing(
         .filter(|(n, _)| n.eq_ignore_ascii_case(b"content-length"))
     {
         for part in value.split(|&b| b == b',') {
-            let part = part.trim_ascii();
-            let n = decimal(part).ok_or_else(|| "an invalid `content-length`".to_owned())?;
+            let n = decimal(part.trim_ascii()).ok_or("an invalid `content-length`")?;
             if length.is_some_and(|l| l != n) {
                 return Err("two different `content-length` values".into());
             }
@@ -648,13 +852,49 @@ fn framing(
     })
 }
 
-/// A `Content-Length` value: decimal digits only, no overflow.
+/// How hyper's server frames the body it is handed, for an answer read as `framing`
+/// whose lines left (hop-by-hop dropped) are `groups` of `lines`; `None` when it cannot
+/// write the head (`Content-Length` lines, beside a `Transfer-Encoding` that framed the
+/// body, that are not one number each, all the same).
+fn out_framing(lines: &[(&[u8], &[u8])], groups: &[usize], framing: Framing) -> Option<Out> {
+    match framing {
+        Framing::None => Some(Out::None),
+        // The body's length is known: the first line is written as it is, or the length
+        // when none is left.
+        Framing::Length(n) => Some(Out::Length(n)),
+        Framing::Chunked | Framing::Close => {
+            let Some(&first) = groups
+                .iter()
+                .find(|&&g| lines[g].0.eq_ignore_ascii_case(b"content-length"))
+            else {
+                return Some(Out::Chunked);
+            };
+            let mut length = None;
+            for (_, value) in lines[first..]
+                .iter()
+                .filter(|(n, _)| n.eq_ignore_ascii_case(b"content-length"))
+            {
+                let n = decimal(value)?;
+                if length.is_some_and(|l| l != n) {
+                    return None;
+                }
+                length = Some(n);
+            }
+            length.map(Out::Length)
+        }
+    }
+}
+
+/// A `Content-Length` value: decimal digits only, within a `u64`.
 fn decimal(value: &[u8]) -> Option<u64> {
-    if value.is_empty() || value.len() > 19 {
+    if value.is_empty() {
         return None;
     }
     value.iter().try_fold(0u64, |n, &b| {
-        b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        n.checked_mul(10)?.checked_add(u64::from(b - b'0'))
     })
 }
 

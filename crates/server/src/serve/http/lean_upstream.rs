@@ -47,17 +47,14 @@ struct Idle {
 pub(super) enum Failed {
     /// No connection within `upstream_connect_timeout`: 504.
     ConnectTimeout,
-    /// No response head within `upstream_response_timeout`: 504.
-    Timeout,
     /// Not reached, or no well-formed answer: 502.
     Broken(String),
 }
 
-/// A response head read whole: its connection, and `buf[..head]` is the head, the bytes
-/// after it (up to `filled`) the start of its body.
+/// A response head read whole (not yet parsed): its connection, and `buf[..filled]` holds
+/// the head and the start of its body.
 pub(super) struct Answered {
     pub(super) stream: TcpStream,
-    pub(super) head: usize,
     pub(super) filled: usize,
 }
 
@@ -74,22 +71,20 @@ impl Pool {
         }
     }
 
-    /// Gives back a connection whose last response was complete and well framed.
-    pub(super) fn put(&self, stream: TcpStream) {
+    /// Gives back a connection whose last response was complete and well framed, its idle
+    /// time counted from `now`.
+    pub(super) fn put(&self, stream: TcpStream, now: Instant) {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         if idle.len() < MAX_IDLE {
-            idle.push(Idle {
-                stream,
-                since: Instant::now(),
-            });
+            idle.push(Idle { stream, since: now });
         }
     }
 
-    /// The most recently pooled connection still open and idle less than `keep`.
-    fn take(&self, keep: Duration) -> Option<TcpStream> {
+    /// The most recently pooled connection still open and idle less than `keep` at `now`.
+    fn take(&self, keep: Duration, now: Instant) -> Option<TcpStream> {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         while let Some(Idle { stream, since }) = idle.pop() {
-            if since.elapsed() >= keep {
+            if now.saturating_duration_since(since) >= keep {
                 // The rest are older still.
                 idle.clear();
                 return None;
@@ -105,45 +100,40 @@ impl Pool {
     }
 
     /// Sends `request` (a whole head, no body) and reads the response head into `buf`,
-    /// skipping interim (1xx) answers; the whole within `response_timeout`, a new
-    /// connection within `connect_timeout`.
+    /// skipping interim (1xx) answers; a new connection within `connect_timeout`. The
+    /// caller times the whole (`upstream_response_timeout`) and may drop it at any point:
+    /// the connection goes with it, never back to the pool.
     pub(super) async fn exchange(
         &self,
         request: &[u8],
         buf: &mut Vec<u8>,
         connect_timeout: Duration,
-        response_timeout: Duration,
         keep_idle: Duration,
+        now: Instant,
     ) -> Result<Answered, Failed> {
-        let exchange = async {
-            if let Some(stream) = self.take(keep_idle) {
-                match send(stream, request, buf).await {
-                    Ok(answered) => return Ok(answered),
-                    // Closed before answering: the upstream dropped it while it idled.
-                    Err(Sent::Unanswered) => {}
-                    Err(Sent::Failed(why)) => return Err(Failed::Broken(why)),
-                }
+        if let Some(stream) = self.take(keep_idle, now) {
+            match send(stream, request, buf).await {
+                Ok(answered) => return Ok(answered),
+                // Closed before any byte of an answer: the upstream dropped it while it
+                // idled. Sent once more below; never once an answer has begun.
+                Err(Sent::Unanswered) => {}
+                Err(Sent::Failed(why)) => return Err(Failed::Broken(why)),
             }
-            let stream = match tokio::time::timeout(
-                connect_timeout,
-                TcpStream::connect(self.target.as_str()),
-            )
-            .await
+        }
+        let stream =
+            match tokio::time::timeout(connect_timeout, TcpStream::connect(self.target.as_str()))
+                .await
             {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(e)) => return Err(Failed::Broken(format!("connecting: {e}"))),
                 Err(_) => return Err(Failed::ConnectTimeout),
             };
-            let _ = stream.set_nodelay(true);
-            match send(stream, request, buf).await {
-                Ok(answered) => Ok(answered),
-                Err(Sent::Unanswered) => Err(Failed::Broken("closed without an answer".into())),
-                Err(Sent::Failed(why)) => Err(Failed::Broken(why)),
-            }
-        };
-        tokio::time::timeout(response_timeout, exchange)
-            .await
-            .unwrap_or(Err(Failed::Timeout))
+        let _ = stream.set_nodelay(true);
+        match send(stream, request, buf).await {
+            Ok(answered) => Ok(answered),
+            Err(Sent::Unanswered) => Err(Failed::Broken("closed without an answer".into())),
+            Err(Sent::Failed(why)) => Err(Failed::Broken(why)),
+        }
     }
 }
 
@@ -159,26 +149,24 @@ async fn send(mut stream: TcpStream, request: &[u8], buf: &mut Vec<u8>) -> Resul
         return Err(Sent::Unanswered);
     }
     let mut filled = 0;
+    // Where the search for the head's end resumes.
+    let mut scanned = 0;
     let mut answered_any = false;
     loop {
-        match head_len(&buf[..filled]) {
-            Ok(Some((len, interim))) if interim => {
-                // An interim answer (`100 Continue`, `103 Early Hints`): not relayed, as
-                // hyper's client does not.
-                buf.copy_within(len..filled, 0);
-                filled -= len;
-                continue;
+        if let Some(end) = head_end(buf, scanned, filled) {
+            if !interim(&buf[..end]) {
+                // Parsed once, by the caller.
+                return Ok(Answered { stream, filled });
             }
-            Ok(Some((head, _))) => {
-                return Ok(Answered {
-                    stream,
-                    head,
-                    filled,
-                })
-            }
-            Ok(None) => {}
-            Err(why) => return Err(Sent::Failed(why)),
+            // An interim answer (`100 Continue`, `103 Early Hints`): not relayed, as
+            // hyper's client does not.
+            let len = interim_len(&buf[..filled]).map_err(Sent::Failed)?;
+            buf.copy_within(len..filled, 0);
+            filled -= len;
+            scanned = 0;
+            continue;
         }
+        scanned = filled.saturating_sub(2);
         if filled >= MAX_RESPONSE_HEAD {
             return Err(Sent::Failed("a response head past its bound".into()));
         }
@@ -198,10 +186,31 @@ async fn send(mut stream: TcpStream, request: &[u8], buf: &mut Vec<u8>) -> Resul
     }
 }
 
-/// The length of the response head at the start of `buf`, and whether it is an interim
-/// (1xx) one; `None` while not whole.
-fn head_len(buf: &[u8]) -> Result<Option<(usize, bool)>, String> {
-    // Not zeroed first: 100 empty lines were 600 instructions a response.
+/// Where the head in `buf[..filled]` ends (after its empty line, CRLF or LF as httparse
+/// takes them), looking from `from`; `None` while not whole.
+fn head_end(buf: &[u8], from: usize, filled: usize) -> Option<usize> {
+    let buf = &buf[..filled];
+    let mut at = from;
+    while let Some(found) = buf[at..].iter().position(|&b| b == b'\n') {
+        let lf = at + found;
+        match buf.get(lf + 1..) {
+            Some([b'\n', ..]) => return Some(lf + 2),
+            Some([b'\r', b'\n', ..]) => return Some(lf + 3),
+            _ => at = lf + 1,
+        }
+    }
+    None
+}
+
+/// Whether the head starting `buf` is an interim (1xx) answer other than a 101 (which is
+/// the caller's to refuse).
+fn interim(buf: &[u8]) -> bool {
+    matches!(buf, [b'H', b'T', b'T', b'P', b'/', b'1', b'.', _, b' ', b'1', tens, ones, ..]
+        if (*tens, *ones) != (b'0', b'1'))
+}
+
+/// The length of the interim answer at the start of `buf`, parsed whole.
+fn interim_len(buf: &[u8]) -> Result<usize, String> {
     let mut headers =
         [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_HEADERS];
     let mut response = httparse::Response::new(&mut []);
@@ -210,15 +219,36 @@ fn head_len(buf: &[u8]) -> Result<Option<(usize, bool)>, String> {
         buf,
         &mut headers,
     ) {
-        Ok(httparse::Status::Complete(len)) => {
-            let code = response.code.unwrap_or(0);
-            if code == 101 {
-                // Nothing the lean path forwards asks to switch protocols.
-                return Err("an unasked `101 Switching Protocols`".into());
-            }
-            Ok(Some((len, (100..200).contains(&code))))
-        }
-        Ok(httparse::Status::Partial) => Ok(None),
+        Ok(httparse::Status::Complete(len)) => Ok(len),
+        Ok(httparse::Status::Partial) => Err("a malformed interim answer".into()),
         Err(e) => Err(format!("a malformed response head: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_head_ends_at_its_first_empty_line_crlf_or_lf() {
+        let head = b"HTTP/1.1 200 OK\r\nA: 1\r\n\r\nbody";
+        assert_eq!(head_end(head, 0, head.len()), Some(head.len() - 4));
+        assert_eq!(head_end(head, 0, head.len() - 6), None);
+        let bare = b"HTTP/1.1 200 OK\nA: 1\n\nbody";
+        assert_eq!(head_end(bare, 0, bare.len()), Some(bare.len() - 4));
+        // Resumed two bytes back, an end cut between reads is found.
+        assert_eq!(
+            head_end(head, head.len() - 8, head.len()),
+            Some(head.len() - 4)
+        );
+    }
+
+    #[test]
+    fn interim_answers_are_1xx_but_101() {
+        assert!(interim(b"HTTP/1.1 100 Continue\r\n\r\n"));
+        assert!(interim(b"HTTP/1.1 103 Early Hints\r\n\r\n"));
+        assert!(!interim(b"HTTP/1.1 101 Switching Protocols\r\n\r\n"));
+        assert!(!interim(b"HTTP/1.1 200 OK\r\n\r\n"));
+        assert!(!interim(b"HTTP/1.1 1"));
     }
 }
