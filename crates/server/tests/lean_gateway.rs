@@ -770,7 +770,9 @@ async fn an_upstream_stalled_mid_body_is_cut_at_upstream_idle_timeout_as_through
 #[tokio::test(start_paused = true)]
 async fn a_kept_alive_lean_connection_is_closed_at_idle_timeout() {
     let up = Upstream::start().await;
-    let server = start(up.addr, "idle_timeout = \"30s\"").await;
+    // Longer than the exchange's `upstream_response_timeout` (30 s), whose timer fires
+    // first, while the connection idles: it must not close it.
+    let server = start(up.addr, "idle_timeout = \"45s\"").await;
     let mut idle = Answers::connect(server.listen).await;
     idle.send(&get("/", "")).await;
     assert!(idle.next(false).await.ends_with("hello"));
@@ -782,8 +784,8 @@ async fn a_kept_alive_lean_connection_is_closed_at_idle_timeout() {
     assert!(idle.closed().await);
     common::assert_waited(
         idled.elapsed(),
-        Duration::from_secs(30),
-        Duration::from_secs(31),
+        Duration::from_secs(45),
+        Duration::from_secs(46),
     );
     assert_eq!(paths(&server).await, (2, 0));
 }

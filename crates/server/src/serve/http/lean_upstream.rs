@@ -190,16 +190,14 @@ async fn send(mut stream: TcpStream, request: &[u8], buf: &mut Vec<u8>) -> Resul
 /// takes them), looking from `from`; `None` while not whole.
 fn head_end(buf: &[u8], from: usize, filled: usize) -> Option<usize> {
     let buf = &buf[..filled];
-    let mut at = from;
-    while let Some(found) = buf[at..].iter().position(|&b| b == b'\n') {
-        let lf = at + found;
+    memchr::memchr_iter(b'\n', &buf[from..]).find_map(|found| {
+        let lf = from + found;
         match buf.get(lf + 1..) {
-            Some([b'\n', ..]) => return Some(lf + 2),
-            Some([b'\r', b'\n', ..]) => return Some(lf + 3),
-            _ => at = lf + 1,
+            Some([b'\n', ..]) => Some(lf + 2),
+            Some([b'\r', b'\n', ..]) => Some(lf + 3),
+            _ => None,
         }
-    }
-    None
+    })
 }
 
 /// Whether the head starting `buf` is an interim (1xx) answer other than a 101 (which is
