@@ -35,6 +35,14 @@ algorithm = "fixed-window"
 limit = 1
 window = "1h"
 sensitive = true
+
+[[limit]]
+name = "lower"
+match = { path = "/lower*" }
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 100
+window = "1h"
 "#;
 
 async fn start(upstream: SocketAddr, extra: &str) -> Running {
@@ -178,6 +186,9 @@ async fn upstream_connection(mut stream: TcpStream, shared: Arc<Shared>) {
             }
             "/continue" => b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
             "/lf" => b"HTTP/1.1 200 OK\nX-A: 1\nContent-Length: 2\n\nok",
+            "/lower" => b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nx-a: 1\r\ncontent-length: 2\r\n\r\nok",
+            "/lower-repeated" => b"HTTP/1.1 200 OK\r\nx-a: 1\r\nx-b:  2\r\nx-a: 3\r\ncontent-length: 2\r\n\r\nok",
+            "/lower-fields" => b"HTTP/1.1 200 OK\r\nratelimit: theirs\r\ncontent-length: 2\r\n\r\nok",
             "/length-named" => b"HTTP/1.1 200 OK\r\nConnection: content-length\r\nContent-Length: 2\r\n\r\nok",
             _ => b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\nX-A: 1\r\nX-B: 2\r\nX-A: 3\r\n\r\nhello",
         };
