@@ -3,7 +3,8 @@
 //! hyper-util client, `Request`, `Response` or header map in between. Through hyper the
 //! gateway reaches 0.77 of nginx's `limit_req` because hyper's server and hyper-util's
 //! pooled client, deciding nothing, already execute 2.0x nginx's instructions; a sketch on
-//! this design (`examples/bare.rs --lean-limit`) reached 1.14x (`docs/lean-gateway-plan.md`).
+//! this design (`examples/bare.rs --lean-limit`) reached 1.14x (`docs/benchmarks.md`,
+//! "Below hyper"; what it serves and hands over: `docs/serving.md`).
 //!
 //! As the decision API's lean path (`lean.rs`): it serves only what `lean_gateway_head`
 //! recognises exactly, under rules it serves whole (`eligible`), and hands anything else to
@@ -14,10 +15,14 @@
 //! writes them, in the order hyper's header map leaves them), the response head as hyper
 //! writes it back (hop-by-hop dropped, the RateLimit fields appended), and the metrics.
 //!
-//! Bodies: a `Content-Length` answer relayed as it comes; a chunked one relayed as it
-//! comes while `chunked.rs` follows its framing (hyper's gateway decodes and encodes it
-//! again: the same body, in chunks cut elsewhere); one framed by the upstream's close sent
-//! chunked, as hyper sends it.
+//! Bodies are framed as hyper's client reads them and hyper's server sends them: a
+//! `Content-Length` answer relayed as it comes; a chunked one decoded (`chunked.rs`) and
+//! chunked anew, its extensions and trailers dropped; one framed by the upstream's close
+//! sent chunked (an HTTP/1.0 one as it comes, then the close); a `Content-Length` left
+//! beside `Transfer-Encoding` sent as that length. The client is watched while the
+//! upstream answers (gone: the exchange and its upstream connection are dropped, as hyper
+//! drops the request's future), and one timer entry, the connection's, times the exchange
+//! and each body read.
 
 use std::cell::RefCell;
 use std::future::{poll_fn, Future};
