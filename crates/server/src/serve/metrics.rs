@@ -53,6 +53,11 @@ struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PathLabels {
+    path: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EvictedLabels {
     state: &'static str,
 }
@@ -165,6 +170,9 @@ pub(crate) struct Metrics {
     /// SipHash under a lock) cost about 1,200 instructions a request. Taken at the first, not
     /// at start, so a listener's series appears when it answers, as before.
     ok: [OnceLock<Counter>; 3],
+    /// The gateway's requests by the path that served them: the lean one, then hyper's.
+    /// Taken from their family at start, so a request pays one atomic add.
+    gateway_path: [Counter; 2],
 }
 
 /// Reads the engine's own per-rule counters at scrape time, so a decision pays for no
@@ -300,6 +308,16 @@ impl Metrics {
             "Responses by listener and status code",
             responses.clone(),
         );
+        let paths = Family::<PathLabels, Counter>::default();
+        registry.register(
+            "gateway_path",
+            "Gateway requests by the HTTP/1.1 path that served them: lean (the gateway's own, \
+             for plain GET and HEAD) or hyper (everything the lean path hands over: other \
+             methods, bodies, forwarding headers from the client, rules it does not serve)",
+            paths.clone(),
+        );
+        let gateway_path =
+            ["lean", "hyper"].map(|path| paths.get_or_create(&PathLabels { path }).clone());
         Self {
             registry,
             decision_seconds,
@@ -308,6 +326,7 @@ impl Metrics {
             reloads,
             responses,
             ok: Default::default(),
+            gateway_path,
         }
     }
 
@@ -323,6 +342,11 @@ impl Metrics {
                 self.shed.get_or_create(&ReasonLabels { reason }).get(),
             )
         })
+    }
+
+    /// Counts a gateway request served on the lean path, or by hyper.
+    pub(crate) fn gateway_path(&self, lean: bool) {
+        self.gateway_path[usize::from(!lean)].inc();
     }
 
     pub(crate) fn reloaded(&self, ok: bool) {

@@ -25,12 +25,12 @@ use crate::serve::timer::ClockTimer;
 /// Releases an allowed request's concurrency permit when dropped: when its response has
 /// been sent, or the client went away. It keeps the verdict that carried the permit: the
 /// engine releases a permit only to its owner.
-struct PermitGuard {
-    app: Arc<App>,
-    held: Option<(ratewarden_policy::GrantId, ratewarden_policy::Verdict)>,
+pub(super) struct PermitGuard {
+    pub(super) app: Arc<App>,
+    pub(super) held: Option<(ratewarden_policy::GrantId, ratewarden_policy::Verdict)>,
     /// How the upstream answered, once it has: what adaptive rules learn from. `None`
     /// (the client went away first, or its own body was too slow) teaches them nothing.
-    completion: Option<Completion>,
+    pub(super) completion: Option<Completion>,
 }
 
 impl Drop for PermitGuard {
@@ -66,6 +66,7 @@ pub(crate) async fn handle(
     peer: SocketAddr,
     request: Request<Incoming>,
 ) -> Response<Body> {
+    app.metrics.gateway_path(false);
     let Some(upstream) = &local.upstream else {
         return reply::problem(StatusCode::BAD_GATEWAY, "no upstream is configured");
     };
@@ -333,7 +334,7 @@ fn joined(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
 }
 
 /// `for=` and the client as a `Forwarded` node: RFC 7239 §6 quotes and brackets IPv6.
-fn push_node(out: &mut String, ip: std::net::IpAddr, client: &str) {
+pub(super) fn push_node(out: &mut String, ip: std::net::IpAddr, client: &str) {
     out.push_str("for=");
     match ip {
         std::net::IpAddr::V4(_) => out.push_str(client),

@@ -24,70 +24,18 @@
 //! Shutdown: a connection waiting for a head closes at once, one with a body or a decision
 //! in flight answers it with `connection: close` first.
 
-use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::Poll;
 
 use ratewarden_policy::config::Bounds;
-use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::time::Instant;
 
 use super::api;
 use super::graceful::Stop;
+use super::lean_conn::{Conn, Filled, Wait, FLUSH_AT};
 use super::lean_head::{self, Head};
 use super::rewind::Rewind;
 use crate::serve::app::App;
-use crate::serve::reply::Plain;
-
-/// The read buffer's first size: a check's head and body are a few hundred bytes.
-const FIRST_BUFFER: usize = 4 * 1024;
-
-/// A buffer grown past this goes back to its first size once empty.
-const SHRINK_OVER: usize = 16 * 1024;
-
-/// Answers past this many bytes are written before serving more pipelined requests.
-const FLUSH_AT: usize = 64 * 1024;
-
-/// What a read is waiting for, which sets its deadline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Wait {
-    /// A kept-alive connection's next request: `idle_timeout` until its first byte.
-    Idle,
-    /// The rest of a head: `header_read_timeout`.
-    Head,
-    /// The rest of a body: `api_body_timeout`.
-    Body,
-}
-
-/// How a read ended.
-enum Filled {
-    Read,
-    /// The peer closed, or the connection failed.
-    Closed,
-    TimedOut,
-    /// The shutdown began while waiting for a head.
-    Stopped,
-}
-
-/// One connection's state.
-struct Conn {
-    stream: TcpStream,
-    /// Bytes read; the unserved ones are `buf[start..end]`.
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
-    /// Answers not yet written.
-    out: Vec<u8>,
-    wait: Wait,
-    /// The current wait's deadline, once a read has blocked in it.
-    deadline: Option<Instant>,
-    /// The connection's one timer entry.
-    sleep: Pin<Box<tokio::time::Sleep>>,
-    bounds: Bounds,
-}
 
 /// Serves `stream` (an API listener's connection, just accepted) until it closes; or hands
 /// it back, with what was read of it, for hyper to serve the rest.
@@ -98,19 +46,7 @@ pub(super) async fn serve(
     bounds: Bounds,
     stop: &mut Stop<'_>,
 ) -> Option<Rewind<TcpStream>> {
-    // The first head is timed from the accept.
-    let deadline = Instant::now() + bounds.header_read_timeout;
-    let mut conn = Conn {
-        stream,
-        buf: vec![0; FIRST_BUFFER],
-        start: 0,
-        end: 0,
-        out: Vec::new(),
-        wait: Wait::Head,
-        deadline: Some(deadline),
-        sleep: Box::pin(tokio::time::sleep_until(deadline)),
-        bounds,
-    };
+    let mut conn = Conn::new(stream, bounds);
     loop {
         let check = match lean_head::read(&conn.buf[conn.start..conn.end]) {
             Head::Check(check) => check,
@@ -149,7 +85,7 @@ pub(super) async fn serve(
             // kept only when the body is here already to skip (hyper drains what it can,
             // then closes without saying so in the answer).
             let keep = conn.end - conn.start >= whole;
-            conn.answer(app, &problem.plain(), close || stop.now());
+            conn.answer(app, "api", &problem.plain(), close || stop.now());
             if close || !keep {
                 conn.close().await;
                 return None;
@@ -167,7 +103,7 @@ pub(super) async fn serve(
                     Filled::Read => {}
                     Filled::TimedOut => {
                         let timed_out = api::body_timed_out(bounds.api_body_timeout);
-                        conn.answer(app, &timed_out.plain(), false);
+                        conn.answer(app, "api", &timed_out.plain(), false);
                         conn.close().await;
                         return None;
                     }
@@ -181,7 +117,7 @@ pub(super) async fn serve(
         let body = &conn.buf[conn.start + head_len..conn.start + whole];
         let answer = api::check(app, &settings, peer, body).await;
         let close = close || stop.now();
-        conn.answer(app, &answer, close);
+        conn.answer(app, "api", &answer, close);
         if close {
             conn.close().await;
             return None;
@@ -191,132 +127,5 @@ pub(super) async fn serve(
         if conn.out.len() >= FLUSH_AT && !conn.flush().await {
             return None;
         }
-    }
-}
-
-impl Conn {
-    /// Starts a wait of `kind`: its deadline is set when a read first blocks in it.
-    fn begin(&mut self, kind: Wait) {
-        self.wait = kind;
-        self.deadline = None;
-    }
-
-    /// After a request: the next one's wait.
-    fn next(&mut self) {
-        if self.start == self.end {
-            (self.start, self.end) = (0, 0);
-            // A large body grew the buffer: an idle connection does not keep that memory.
-            if self.buf.len() > SHRINK_OVER {
-                self.buf = vec![0; FIRST_BUFFER];
-            }
-            self.begin(Wait::Idle);
-        } else {
-            // Pipelined: already begun.
-            self.begin(Wait::Head);
-        }
-    }
-
-    /// Writes `answer` into the write buffer, and counts it as hyper's path does.
-    fn answer(&mut self, app: &App, answer: &Plain, close: bool) {
-        super::lean_answer::write(&mut self.out, answer, close);
-        app.metrics.responded("api", answer.status.as_u16());
-    }
-
-    /// Makes the buffer hold `len` unserved bytes from `start`.
-    fn make_room(&mut self, len: usize) {
-        if self.start + len > self.buf.len() && self.start > 0 {
-            self.buf.copy_within(self.start..self.end, 0);
-            (self.start, self.end) = (0, self.end - self.start);
-        }
-        if self.buf.len() < len {
-            self.buf.resize(len, 0);
-        }
-    }
-
-    /// Reads more, keeping at most `limit` unserved bytes.
-    async fn fill(&mut self, limit: usize, stop: &mut Stop<'_>) -> Filled {
-        let unserved = self.end - self.start;
-        if self.end == self.buf.len() {
-            // Room to read into: compacted, or grown (doubling) up to the limit.
-            let grown = (self.buf.len() * 2).min(limit).max(unserved + 1);
-            self.make_room(grown);
-        }
-        let upto = self.buf.len().min(self.start + limit);
-        let Self {
-            stream,
-            buf,
-            end,
-            wait,
-            deadline,
-            sleep,
-            bounds,
-            ..
-        } = self;
-        let wait = *wait;
-        poll_fn(|cx| {
-            let mut read = ReadBuf::new(&mut buf[*end..upto]);
-            match Pin::new(&mut *stream).poll_read(cx, &mut read) {
-                Poll::Ready(Ok(())) if read.filled().is_empty() => {
-                    return Poll::Ready(Filled::Closed)
-                }
-                Poll::Ready(Ok(())) => {
-                    *end += read.filled().len();
-                    return Poll::Ready(Filled::Read);
-                }
-                Poll::Ready(Err(_)) => return Poll::Ready(Filled::Closed),
-                Poll::Pending => {}
-            }
-            // The read would block: only now the shutdown and the deadline.
-            if wait != Wait::Body && stop.poll(cx) {
-                return Poll::Ready(Filled::Stopped);
-            }
-            let at = *deadline.get_or_insert_with(|| {
-                Instant::now()
-                    + match wait {
-                        Wait::Idle => bounds.idle_timeout,
-                        Wait::Head => bounds.header_read_timeout,
-                        Wait::Body => bounds.api_body_timeout,
-                    }
-            });
-            if sleep.deadline() != at {
-                sleep.as_mut().reset(at);
-            }
-            if sleep.as_mut().poll(cx).is_ready() {
-                return Poll::Ready(Filled::TimedOut);
-            }
-            Poll::Pending
-        })
-        .await
-    }
-
-    /// Writes the answers buffered; false when the connection failed.
-    async fn flush(&mut self) -> bool {
-        if self.out.is_empty() {
-            return true;
-        }
-        let written = self.stream.write_all(&self.out).await.is_ok();
-        self.out.clear();
-        // Many pipelined answers grew it: not kept for the connection's life.
-        if self.out.capacity() > SHRINK_OVER {
-            self.out = Vec::new();
-        }
-        written
-    }
-
-    /// Writes what is buffered and closes.
-    async fn close(mut self) {
-        if self.flush().await {
-            let _ = self.stream.shutdown().await;
-        }
-    }
-
-    /// The connection for hyper, the bytes not served first.
-    async fn hand_off(mut self) -> Option<Rewind<TcpStream>> {
-        // Answers to earlier pipelined requests go first.
-        if !self.flush().await {
-            return None;
-        }
-        let unserved = self.buf[self.start..self.end].to_vec();
-        Some(Rewind::new(unserved, self.stream))
     }
 }

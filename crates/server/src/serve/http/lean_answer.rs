@@ -44,10 +44,17 @@ pub(super) fn write(out: &mut Vec<u8>, answer: &Plain, close: bool) {
     }
     out.extend_from_slice(b"content-length: ");
     out.extend_from_slice(itoa::Buffer::new().format(answer.body.len()).as_bytes());
-    out.extend_from_slice(b"\r\ndate: ");
-    DATE.with(|date| out.extend_from_slice(date.borrow_mut().now()));
-    out.extend_from_slice(b"\r\n\r\n");
+    out.extend_from_slice(b"\r\n");
+    date(out);
+    out.extend_from_slice(b"\r\n");
     out.extend_from_slice(&answer.body);
+}
+
+/// Appends a `date` line with the time now, as hyper writes it.
+pub(super) fn date(out: &mut Vec<u8>) {
+    out.extend_from_slice(b"date: ");
+    DATE.with(|date| out.extend_from_slice(date.borrow_mut().now()));
+    out.extend_from_slice(b"\r\n");
 }
 
 fn line(out: &mut Vec<u8>, name: &str, value: &str) {

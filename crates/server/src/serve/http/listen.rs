@@ -100,7 +100,7 @@ pub(crate) async fn serve(
         let (app, local) = (Arc::clone(&app), Arc::clone(&local));
         let mut ticket = graceful.ticket();
         let http = http.clone();
-        if role != Role::Api {
+        if role == Role::Admin {
             let connection = served(http, stream, app, local, role, peer, ticket);
             tokio::spawn(async move {
                 let _open = open;
@@ -108,15 +108,20 @@ pub(crate) async fn serve(
             });
             continue;
         }
-        // The decision API: `/v1/check` on its own path (`lean.rs`), anything else handed
-        // to hyper with the bytes read so far.
+        // The decision API's `/v1/check` (`lean.rs`) and the gateway's plain `GET` and
+        // `HEAD` (`lean_gateway.rs`) on their own paths, anything else handed to hyper with
+        // the bytes read so far.
         tokio::spawn(async move {
             let _open = open;
             let rest = {
                 let (stopping, rx) = ticket.parts();
                 let changed = pin!(rx.changed());
                 let mut stop = Stop::new(stopping, changed);
-                super::lean::serve(stream, &app, peer, bounds, &mut stop).await
+                if role == Role::Api {
+                    super::lean::serve(stream, &app, peer, bounds, &mut stop).await
+                } else {
+                    super::lean_gateway::serve(stream, &app, &local, peer, bounds, &mut stop).await
+                }
             };
             if let Some(rest) = rest {
                 served(http, rest, app, local, role, peer, ticket).await;

@@ -17,6 +17,9 @@ use ratewarden_policy::Bounds;
 pub(crate) struct Upstream {
     pub(crate) authority: Authority,
     client: Client<HttpConnector, Body>,
+    /// The connections of the gateway's lean path (`lean_gateway.rs`), kept apart from
+    /// hyper-util's pool.
+    pub(crate) lean: super::lean_upstream::Pool,
 }
 
 impl Upstream {
@@ -38,7 +41,12 @@ impl Upstream {
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(bounds.upstream_pool_idle)
             .build(connector);
-        Ok(Self { authority, client })
+        let lean = super::lean_upstream::Pool::new(&authority);
+        Ok(Self {
+            authority,
+            client,
+            lean,
+        })
     }
 
     pub(crate) fn client(&self) -> &Client<HttpConnector, Body> {

@@ -1,0 +1,322 @@
+//! Which request heads the gateway's lean path (`lean_gateway.rs`) serves itself: a plain
+//! HTTP/1.1 `GET` or `HEAD` without a body, whose identity nobody could read two ways.
+//!
+//! Everything this does not recognise exactly goes to hyper's gateway (`gateway.rs`, with
+//! `guard.rs` and `forwarded.rs`), which serves the rest of the connection: a head this
+//! reads wrongly can only be sent there, never answered or forwarded differently. So it
+//! hands off, besides what hyper answers with an error, every head `guard.rs` would look at
+//! twice (a second `Host`, an override header, an underscore in a name, an identity header
+//! repeated or not visible ASCII, `Connection` naming a header) and every head whose
+//! forwarded form takes more than dropping `Connection` and adding our three forwarding
+//! lines: any other hop-by-hop header, and any forwarding header the client sent itself.
+
+use std::mem::MaybeUninit;
+
+use ratewarden_policy::Identity;
+
+/// The most header lines a head the lean path serves may have; more go to hyper (whose
+/// own bound is 100).
+pub(super) const MAX_HEADERS: usize = 32;
+
+/// The longest header name looked up among the identity headers; a longer one goes to
+/// hyper (no header the rules name is that long in practice).
+const MAX_NAME: usize = 64;
+
+/// What the bytes at the start of a connection's buffer are.
+#[derive(Debug)]
+pub(super) enum Head<'h, 'b> {
+    /// A request the lean path serves.
+    Get(Get<'h, 'b>),
+    /// Not a whole head yet: read more (the caller bounds how much).
+    Partial,
+    /// Anything else (another request, a parse error): hyper's.
+    Other,
+}
+
+/// A `GET` or `HEAD` the lean path serves.
+#[derive(Debug)]
+pub(super) struct Get<'h, 'b> {
+    /// The head's length in bytes: the next request starts there.
+    pub(super) len: usize,
+    /// `GET` or `HEAD`.
+    pub(super) method: &'b str,
+    /// The target's path, as sent (not yet normalized).
+    pub(super) path: &'b str,
+    /// What follows the target's `?`, if it has one.
+    pub(super) query: Option<&'b str>,
+    /// The one `Host` line's value.
+    pub(super) host: &'b str,
+    /// Every header line, `Connection` among them, in order; each value visible ASCII.
+    pub(super) headers: &'h [httparse::Header<'b>],
+    /// `Connection: close`: answer, then close.
+    pub(super) close: bool,
+}
+
+/// Storage for a head's header lines, on the caller's stack.
+pub(super) type Lines<'b> = [MaybeUninit<httparse::Header<'b>>; MAX_HEADERS];
+
+/// Empty storage for [`read`].
+pub(super) fn lines<'b>() -> Lines<'b> {
+    [const { MaybeUninit::uninit() }; MAX_HEADERS]
+}
+
+/// Reads the head at the start of `buf`, its lines into `lines`; `identity` names the
+/// headers that decide who a request is under the rules in force.
+pub(super) fn read<'h, 'b>(
+    buf: &'b [u8],
+    lines: &'h mut Lines<'b>,
+    identity: &Identity,
+) -> Head<'h, 'b> {
+    let mut request = httparse::Request::new(&mut []);
+    let len = match request.parse_with_uninit_headers(buf, lines) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Head::Partial,
+        // Too many headers, a byte out of place: hyper answers (400, 431) or serves it.
+        Err(_) => return Head::Other,
+    };
+    let (Some(1), Some(method @ ("GET" | "HEAD")), Some(target)) =
+        (request.version, request.method, request.path)
+    else {
+        return Head::Other;
+    };
+    // Origin-form, and only bytes every parser reads alike (hyper's `Uri` refuses some that
+    // httparse takes, such as UTF-8).
+    if !target.starts_with('/') || !target.bytes().all(plain_target_byte) {
+        return Head::Other;
+    }
+    let (path, query) = match target.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (target, None),
+    };
+    let headers: &'h [httparse::Header<'b>] = request.headers;
+    let mut host = None;
+    let mut close = None;
+    for (at, header) in headers.iter().enumerate() {
+        let name = header.name.as_bytes();
+        if !header
+            .value
+            .iter()
+            .all(|&b| (b' '..=b'~').contains(&b) || b == b'\t')
+            || name.contains(&b'_')
+        {
+            return Head::Other;
+        }
+        // By length first: most lines are then one compare away from being passed.
+        let is = |wanted: &[u8]| name.eq_ignore_ascii_case(wanted);
+        let handed = match name.len() {
+            2 => is(b"te"),
+            4 if is(b"host") => {
+                if host.is_some() {
+                    return Head::Other;
+                }
+                // Visible ASCII, checked above.
+                host = std::str::from_utf8(header.value).ok();
+                false
+            }
+            // A header `Connection: close` would name, to be removed.
+            5 => is(b"close"),
+            6 => is(b"expect"),
+            7 => is(b"upgrade") || is(b"trailer"),
+            9 => is(b"forwarded") || is(b"x-real-ip"),
+            10 if is(b"connection") => {
+                if close.is_some() {
+                    return Head::Other;
+                }
+                close = if header.value.eq_ignore_ascii_case(b"close") {
+                    Some(true)
+                } else if header.value.eq_ignore_ascii_case(b"keep-alive") {
+                    Some(false)
+                } else {
+                    return Head::Other;
+                };
+                false
+            }
+            10 => is(b"keep-alive"),
+            13 => is(b"x-http-method") || is(b"x-rewrite-url"),
+            14 => is(b"content-length") || is(b"x-original-url"),
+            15 => is(b"x-forwarded-for"),
+            16 => is(b"x-forwarded-host") || is(b"proxy-connection"),
+            17 => is(b"transfer-encoding") || is(b"x-forwarded-proto") || is(b"x-method-override"),
+            18 => is(b"proxy-authenticate"),
+            19 => is(b"proxy-authorization"),
+            22 => is(b"x-http-method-override"),
+            _ => false,
+        };
+        if handed || repeated_identity(headers, at, identity) {
+            return Head::Other;
+        }
+    }
+    let Some(host) = host else {
+        return Head::Other;
+    };
+    Head::Get(Get {
+        len,
+        method,
+        path,
+        query,
+        host,
+        headers,
+        close: close.unwrap_or(false),
+    })
+}
+
+/// Whether the line at `at` is an identity header that comes again later: the limiter
+/// could count one line and the upstream read the other (`guard::ambiguous_identity`).
+fn repeated_identity(headers: &[httparse::Header<'_>], at: usize, identity: &Identity) -> bool {
+    let name = headers[at].name;
+    let later = &headers[at + 1..];
+    if !later.iter().any(|h| h.name.eq_ignore_ascii_case(name)) {
+        return false;
+    }
+    let mut lower = [0u8; MAX_NAME];
+    let Some(lower) = lower.get_mut(..name.len()) else {
+        // Too long to look up: not ours to judge.
+        return true;
+    };
+    lower.copy_from_slice(name.as_bytes());
+    lower.make_ascii_lowercase();
+    // A header name is ASCII (httparse's token bytes).
+    std::str::from_utf8(lower).map_or(true, |lower| identity.decides(lower))
+}
+
+/// A byte of a target the lean path takes: RFC 3986's unreserved and sub-delims, `:`, `@`,
+/// `/`, `?` and `%` (not checked as an escape: the path's normalizer does that).
+fn plain_target_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/?%".contains(&b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratewarden_memory::{MemoryStore, StoreConfig};
+    use ratewarden_policy::{config, Engine};
+
+    /// The identity of a rule keyed on `X-Team`.
+    fn identity() -> std::sync::Arc<Identity> {
+        let rules = "[[limit]]\nname = \"per-team\"\nkey = [\"header:X-Team\"]\n\
+                     algorithm = \"gcra\"\nrate = \"5/s\"\nburst = 5\n";
+        let engine: Engine<MemoryStore> = Engine::new(
+            config::parse("r.toml", rules).expect("valid rules"),
+            MemoryStore::new(StoreConfig::default()),
+        );
+        engine.identity()
+    }
+
+    /// What the lean path makes of `head`: `Some((method, path, query, host, close,
+    /// lines))` when it serves it.
+    fn get(head: &[u8]) -> Option<(String, String, Option<String>, String, bool, usize)> {
+        let identity = identity();
+        let mut lines = lines();
+        match read(head, &mut lines, &identity) {
+            Head::Get(get) => {
+                assert!(get.len <= head.len());
+                Some((
+                    get.method.to_owned(),
+                    get.path.to_owned(),
+                    get.query.map(str::to_owned),
+                    get.host.to_owned(),
+                    get.close,
+                    get.headers.len(),
+                ))
+            }
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_plain_get_or_head_is_served_here() {
+        let head =
+            b"GET /a/b?x=1&y HTTP/1.1\r\nHost: example.com\r\nX-Team: t\r\nAccept: */*\r\n\r\nGET";
+        let (method, path, query, host, close, lines) = get(head).expect("served");
+        assert_eq!(
+            (method.as_str(), path.as_str(), query.as_deref()),
+            ("GET", "/a/b", Some("x=1&y"))
+        );
+        assert_eq!((host.as_str(), close, lines), ("example.com", false, 3));
+        let head = b"HEAD / HTTP/1.1\r\nhost: a\r\nConnection: Close\r\n\r\n";
+        let (method, _, query, _, close, _) = get(head).expect("served");
+        assert_eq!((method.as_str(), query, close), ("HEAD", None, true));
+        let kept = b"GET /%7e? HTTP/1.1\r\nHost: a\r\nconnection: keep-alive\r\nAccept: a\r\nAccept: b\r\n\r\n";
+        let (_, path, query, _, close, _) = get(kept).expect("a repeated header no rule reads");
+        assert_eq!(
+            (path.as_str(), query.as_deref(), close),
+            ("/%7e", Some(""), false)
+        );
+    }
+
+    #[test]
+    fn a_head_not_whole_yet_is_partial() {
+        let head = b"GET / HTTP/1.1\r\nHost: a\r\n\r\n";
+        let identity = identity();
+        for end in 0..head.len() {
+            let mut lines = lines();
+            assert!(
+                matches!(read(&head[..end], &mut lines, &identity), Head::Partial),
+                "{end} bytes"
+            );
+        }
+    }
+
+    #[test]
+    fn anything_the_guard_or_the_forwarding_would_look_at_goes_to_hyper() {
+        for head in [
+            &b"POST / HTTP/1.1\r\nHost: a\r\n\r\n"[..],
+            b"get / HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"OPTIONS / HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"CONNECT a:443 HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"GET / HTTP/1.0\r\nHost: a\r\n\r\n",
+            b"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"GET * HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"GET /caf\xc3\xa9 HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"GET /a{b} HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"GET /a#b HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"GET / HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: x-team\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\nConnection: close\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\nClose: 1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nKeep-Alive: timeout=5\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nTE: trailers\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nTrailer: x\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nProxy-Connection: keep-alive\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nProxy-Authorization: Basic x\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nProxy-Authenticate: Basic\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.2.3.4\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nForwarded: for=1.2.3.4\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-Host: b\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-Proto: https\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Real-IP: 1.2.3.4\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-HTTP-Method-Override: DELETE\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-HTTP-Method: DELETE\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Method-Override: DELETE\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Original-URL: /admin\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Rewrite-URL: /admin\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX_Team: t\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Other_Name: t\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Team: t\r\nx-team: u\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nAuthorization: a\r\nAuthorization: b\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Team: caf\xc3\xa9\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Other: \x80\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost : a\r\n\r\n",
+            b"\x00\x01garbage\r\n\r\n",
+        ] {
+            assert!(
+                get(head).is_none(),
+                "{:?} is hyper's",
+                String::from_utf8_lossy(head)
+            );
+        }
+        let many: Vec<u8> = [
+            &b"GET / HTTP/1.1\r\nHost: a\r\n"[..],
+            &b"X-A: 1\r\n".repeat(MAX_HEADERS),
+            b"\r\n",
+        ]
+        .concat();
+        assert!(get(&many).is_none(), "more header lines than the array");
+    }
+}

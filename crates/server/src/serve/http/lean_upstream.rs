@@ -1,0 +1,252 @@
+//! The gateway's lean path (`lean_gateway.rs`) to the upstream: a worker's pool of plain
+//! TCP connections, a request head sent on one, and the response head read back, with the
+//! bounds hyper-util's client has (`upstream.rs`): the connect timeout, and a head of at
+//! most hyper's client buffer.
+//!
+//! A connection is pooled only after a complete, well-framed response (the caller says);
+//! one taken from the pool is checked first (closed by the upstream, or with bytes nobody
+//! asked for: dropped), and a request whose reused connection closes before any byte of
+//! the answer is sent again once on a new one, as hyper-util's client retries: the lean
+//! path only forwards `GET` and `HEAD`, which may be repeated.
+
+use std::mem::MaybeUninit;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use http::uri::Authority;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// The most idle connections a worker keeps (hyper-util keeps any number; a bound keeps a
+/// burst's connections from staying open for `upstream_pool_idle`).
+const MAX_IDLE: usize = 256;
+
+/// The longest response head read: hyper's client buffer (8 KiB plus 100 lines of 4 KiB).
+pub(super) const MAX_RESPONSE_HEAD: usize = 8192 + 4096 * 100;
+
+/// The most header lines a response may have, as hyper's client.
+pub(super) const MAX_RESPONSE_HEADERS: usize = 100;
+
+/// A worker's idle connections to the upstream.
+#[derive(Debug)]
+pub(crate) struct Pool {
+    /// Where to connect: `host:port`.
+    target: String,
+    idle: Mutex<Vec<Idle>>,
+}
+
+#[derive(Debug)]
+struct Idle {
+    stream: TcpStream,
+    since: Instant,
+}
+
+/// Why an exchange failed, as the gateway answers it.
+#[derive(Debug)]
+pub(super) enum Failed {
+    /// No connection within `upstream_connect_timeout`: 504.
+    ConnectTimeout,
+    /// Not reached, or no well-formed answer: 502.
+    Broken(String),
+}
+
+/// A response head read whole (not yet parsed): its connection, and `buf[..filled]` holds
+/// the head and the start of its body.
+pub(super) struct Answered {
+    pub(super) stream: TcpStream,
+    pub(super) filled: usize,
+}
+
+impl Pool {
+    /// The pool of connections to `authority` (port 80 when it names none).
+    pub(crate) fn new(authority: &Authority) -> Self {
+        let target = match authority.port_u16() {
+            Some(_) => authority.as_str().to_owned(),
+            None => format!("{}:80", authority.as_str()),
+        };
+        Self {
+            target,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Gives back a connection whose last response was complete and well framed, its idle
+    /// time counted from `now`.
+    pub(super) fn put(&self, stream: TcpStream, now: Instant) {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() < MAX_IDLE {
+            idle.push(Idle { stream, since: now });
+        }
+    }
+
+    /// The most recently pooled connection still open and idle less than `keep` at `now`.
+    fn take(&self, keep: Duration, now: Instant) -> Option<TcpStream> {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        while let Some(Idle { stream, since }) = idle.pop() {
+            if now.saturating_duration_since(since) >= keep {
+                // The rest are older still.
+                idle.clear();
+                return None;
+            }
+            let mut probe = [0u8; 1];
+            match stream.try_read(&mut probe) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some(stream),
+                // Closed by the upstream, failed, or sending what nobody asked for.
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// Sends `request` (a whole head, no body) and reads the response head into `buf`,
+    /// skipping interim (1xx) answers; a new connection within `connect_timeout`. The
+    /// caller times the whole (`upstream_response_timeout`) and may drop it at any point:
+    /// the connection goes with it, never back to the pool.
+    pub(super) async fn exchange(
+        &self,
+        request: &[u8],
+        buf: &mut Vec<u8>,
+        connect_timeout: Duration,
+        keep_idle: Duration,
+        now: Instant,
+    ) -> Result<Answered, Failed> {
+        if let Some(stream) = self.take(keep_idle, now) {
+            match send(stream, request, buf).await {
+                Ok(answered) => return Ok(answered),
+                // Closed before any byte of an answer: the upstream dropped it while it
+                // idled. Sent once more below; never once an answer has begun.
+                Err(Sent::Unanswered) => {}
+                Err(Sent::Failed(why)) => return Err(Failed::Broken(why)),
+            }
+        }
+        let stream =
+            match tokio::time::timeout(connect_timeout, TcpStream::connect(self.target.as_str()))
+                .await
+            {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => return Err(Failed::Broken(format!("connecting: {e}"))),
+                Err(_) => return Err(Failed::ConnectTimeout),
+            };
+        let _ = stream.set_nodelay(true);
+        match send(stream, request, buf).await {
+            Ok(answered) => Ok(answered),
+            Err(Sent::Unanswered) => Err(Failed::Broken("closed without an answer".into())),
+            Err(Sent::Failed(why)) => Err(Failed::Broken(why)),
+        }
+    }
+}
+
+/// How one attempt failed.
+enum Sent {
+    /// The connection closed or failed before any byte of an answer.
+    Unanswered,
+    Failed(String),
+}
+
+async fn send(mut stream: TcpStream, request: &[u8], buf: &mut Vec<u8>) -> Result<Answered, Sent> {
+    if stream.write_all(request).await.is_err() {
+        return Err(Sent::Unanswered);
+    }
+    let mut filled = 0;
+    // Where the search for the head's end resumes.
+    let mut scanned = 0;
+    let mut answered_any = false;
+    loop {
+        if let Some(end) = head_end(buf, scanned, filled) {
+            if !interim(&buf[..end]) {
+                // Parsed once, by the caller.
+                return Ok(Answered { stream, filled });
+            }
+            // An interim answer (`100 Continue`, `103 Early Hints`): not relayed, as
+            // hyper's client does not.
+            let len = interim_len(&buf[..filled]).map_err(Sent::Failed)?;
+            buf.copy_within(len..filled, 0);
+            filled -= len;
+            scanned = 0;
+            continue;
+        }
+        scanned = filled.saturating_sub(2);
+        if filled >= MAX_RESPONSE_HEAD {
+            return Err(Sent::Failed("a response head past its bound".into()));
+        }
+        if buf.len() == filled {
+            let grown = (buf.len() * 2).clamp(4096, MAX_RESPONSE_HEAD);
+            buf.resize(grown, 0);
+        }
+        match stream.read(&mut buf[filled..]).await {
+            Ok(0) | Err(_) if !answered_any => return Err(Sent::Unanswered),
+            Ok(0) => return Err(Sent::Failed("closed mid-head".into())),
+            Err(e) => return Err(Sent::Failed(format!("reading: {e}"))),
+            Ok(n) => {
+                filled += n;
+                answered_any = true;
+            }
+        }
+    }
+}
+
+/// Where the head in `buf[..filled]` ends (after its empty line, CRLF or LF as httparse
+/// takes them), looking from `from`; `None` while not whole.
+fn head_end(buf: &[u8], from: usize, filled: usize) -> Option<usize> {
+    let buf = &buf[..filled];
+    memchr::memchr_iter(b'\n', &buf[from..]).find_map(|found| {
+        let lf = from + found;
+        match buf.get(lf + 1..) {
+            Some([b'\n', ..]) => Some(lf + 2),
+            Some([b'\r', b'\n', ..]) => Some(lf + 3),
+            _ => None,
+        }
+    })
+}
+
+/// Whether the head starting `buf` is an interim (1xx) answer other than a 101 (which is
+/// the caller's to refuse).
+fn interim(buf: &[u8]) -> bool {
+    matches!(buf, [b'H', b'T', b'T', b'P', b'/', b'1', b'.', _, b' ', b'1', tens, ones, ..]
+        if (*tens, *ones) != (b'0', b'1'))
+}
+
+/// The length of the interim answer at the start of `buf`, parsed whole.
+fn interim_len(buf: &[u8]) -> Result<usize, String> {
+    let mut headers =
+        [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_HEADERS];
+    let mut response = httparse::Response::new(&mut []);
+    match httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut response,
+        buf,
+        &mut headers,
+    ) {
+        Ok(httparse::Status::Complete(len)) => Ok(len),
+        Ok(httparse::Status::Partial) => Err("a malformed interim answer".into()),
+        Err(e) => Err(format!("a malformed response head: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_head_ends_at_its_first_empty_line_crlf_or_lf() {
+        let head = b"HTTP/1.1 200 OK\r\nA: 1\r\n\r\nbody";
+        assert_eq!(head_end(head, 0, head.len()), Some(head.len() - 4));
+        assert_eq!(head_end(head, 0, head.len() - 6), None);
+        let bare = b"HTTP/1.1 200 OK\nA: 1\n\nbody";
+        assert_eq!(head_end(bare, 0, bare.len()), Some(bare.len() - 4));
+        // Resumed two bytes back, an end cut between reads is found.
+        assert_eq!(
+            head_end(head, head.len() - 8, head.len()),
+            Some(head.len() - 4)
+        );
+    }
+
+    #[test]
+    fn interim_answers_are_1xx_but_101() {
+        assert!(interim(b"HTTP/1.1 100 Continue\r\n\r\n"));
+        assert!(interim(b"HTTP/1.1 103 Early Hints\r\n\r\n"));
+        assert!(!interim(b"HTTP/1.1 101 Switching Protocols\r\n\r\n"));
+        assert!(!interim(b"HTTP/1.1 200 OK\r\n\r\n"));
+        assert!(!interim(b"HTTP/1.1 1"));
+    }
+}

@@ -1,0 +1,855 @@
+//! The gateway's own HTTP/1.1 path (`serve/http/lean_gateway.rs`): its answers are those
+//! of hyper's gateway byte for byte (but the date), the upstream receives the same heads
+//! from both, every request it does not take is handed to hyper (and counted so), and every
+//! bound a client or an upstream controls holds: timeouts, a client gone, the shutdown.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ratewarden_core::{Clock, ManualClock};
+use ratewarden_server::serve::Running;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
+
+const T0: u64 = 1_700_000_000_000_000_000;
+
+/// `/limited` once an hour per client; `/secret` likewise, and sensitive (a bare 429).
+const RULES: &str = r#"
+[[limit]]
+name = "limited"
+match = { path = "/limited" }
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 1
+window = "1h"
+
+[[limit]]
+name = "secret"
+match = { path = "/secret" }
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 1
+window = "1h"
+sensitive = true
+
+[[limit]]
+name = "lower"
+match = { path = "/lower*" }
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 100
+window = "1h"
+"#;
+
+async fn start(upstream: SocketAddr, extra: &str) -> Running {
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nupstream = \"http://{upstream}\"\nretry_after_jitter = \"0s\"\n{extra}\n{RULES}"
+    );
+    common::start(common::options(&toml, clock)).await
+}
+
+/// The gateway's requests so far by the path that served them: (lean, hyper).
+async fn paths(server: &Running) -> (u64, u64) {
+    let admin = server.admin.expect("an admin listener");
+    let metrics = common::get(admin, "/metrics", &[]).await.body;
+    let count = |path: &str| -> u64 {
+        let series = format!("ratewarden_gateway_path_total{{path=\"{path}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series.as_str()))
+            .unwrap_or_else(|| panic!("no {series}in {metrics}"))
+            .parse()
+            .unwrap()
+    };
+    (count("lean"), count("hyper"))
+}
+
+/// An upstream that answers by path, and records each request head it receives.
+struct Upstream {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+}
+
+/// What the test and the upstream's connections share.
+#[derive(Default)]
+struct Shared {
+    heads: Mutex<Vec<String>>,
+    /// Notified when a `GET /held` arrives.
+    arrived: Notify,
+    /// Lets one `GET /held` be answered.
+    release: Notify,
+    /// Notified when the connection of a `GET /held` closed before its answer.
+    gone: Notify,
+}
+
+impl Upstream {
+    async fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shared = Arc::new(Shared::default());
+        let served = Arc::clone(&shared);
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                tokio::spawn(upstream_connection(stream, Arc::clone(&served)));
+            }
+        });
+        Self { addr, shared }
+    }
+
+    fn heads(&self) -> Vec<String> {
+        self.shared.heads.lock().unwrap().clone()
+    }
+}
+
+async fn upstream_connection(mut stream: TcpStream, shared: Arc<Shared>) {
+    let mut buf = Vec::new();
+    loop {
+        let end = loop {
+            if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at + 4;
+            }
+            let mut chunk = [0u8; 4096];
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            }
+        };
+        let head = String::from_utf8(buf.drain(..end).collect()).unwrap();
+        shared.heads.lock().unwrap().push(head.clone());
+        let target = head.split(' ').nth(1).unwrap_or("/").to_owned();
+        let path = target.split('?').next().unwrap_or("/");
+        let answer: &[u8] = match path {
+            "/nocontent" => b"HTTP/1.1 204 No Content\r\nX-Up: 1\r\n\r\n",
+            "/reason" => b"HTTP/1.1 200 Fine Thanks\r\nContent-Length: 2\r\n\r\nok",
+            "/dated" => b"HTTP/1.1 200 OK\r\nDate: Mon, 01 Jan 2024 00:00:00 GMT\r\nContent-Length: 2\r\n\r\nok",
+            "/hop" => b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: keep-alive, X-Private\r\nX-Private: 1\r\nKeep-Alive: timeout=5\r\nX-A: 1\r\nX-B: 2\r\nX-A: 3\r\nContent-Length: 2\r\n\r\nok",
+            "/empty" => b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n",
+            "/error" => b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\nRetry-After: 7\r\n\r\ndown",
+            "/chunked" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-A: 1\r\n\r\n5\r\nhello\r\n7;e=1\r\n, world\r\n0\r\n\r\n",
+            "/until-close" => {
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\nX-A: 1\r\n\r\nall of it, until the close")
+                    .await;
+                return;
+            }
+            "/slow" => {
+                std::future::pending::<()>().await;
+                return;
+            }
+            "/held" => {
+                shared.arrived.notify_one();
+                let mut byte = [0u8; 1];
+                tokio::select! {
+                    () = shared.release.notified() => {}
+                    read = stream.read(&mut byte) => {
+                        if matches!(read, Ok(0) | Err(_)) {
+                            shared.gone.notify_one();
+                        }
+                        return;
+                    }
+                }
+                b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nheld"
+            }
+            "/stall-length" => {
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhello")
+                    .await;
+                std::future::pending::<()>().await;
+                return;
+            }
+            "/stall-chunked" => {
+                let _ = stream
+                    .write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+                    .await;
+                std::future::pending::<()>().await;
+                return;
+            }
+            "/bad-chunked" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\nx\r\n0\r\n\r\n",
+            "/trailers" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\n\r\n5;a=b\r\nhello\r\n0\r\nX-T: 1\r\n\r\n",
+            "/te-and-length" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            "/te-length-under" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            "/te-length-over" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 9\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            "/te-bad-length" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 5, 5\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            "/http10" => b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            "/http10-te" => b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+            "/http10-close" => {
+                let _ = stream
+                    .write_all(b"HTTP/1.0 404 Not Found\r\nX-A: 1\r\n\r\nnot here, until the close")
+                    .await;
+                return;
+            }
+            "/continue" => b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            "/lf" => b"HTTP/1.1 200 OK\nX-A: 1\nContent-Length: 2\n\nok",
+            "/lower" => b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nx-a: 1\r\ncontent-length: 2\r\n\r\nok",
+            "/lower-repeated" => b"HTTP/1.1 200 OK\r\nx-a: 1\r\nx-b:  2\r\nx-a: 3\r\ncontent-length: 2\r\n\r\nok",
+            "/lower-fields" => b"HTTP/1.1 200 OK\r\nratelimit: theirs\r\ncontent-length: 2\r\n\r\nok",
+            "/length-named" => b"HTTP/1.1 200 OK\r\nConnection: content-length\r\nContent-Length: 2\r\n\r\nok",
+            _ => b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\nX-A: 1\r\nX-B: 2\r\nX-A: 3\r\n\r\nhello",
+        };
+        if stream.write_all(answer).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A connection's answers, read one at a time (bytes read past one are kept for the next).
+struct Answers {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Answers {
+    async fn connect(addr: SocketAddr) -> Self {
+        let stream = TcpStream::connect(addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        Self {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    /// A connection hyper serves: its first request (two `Host` lines) is one the lean
+    /// path hands over, and hyper's guard refuses without asking the upstream.
+    async fn through_hyper(addr: SocketAddr) -> Self {
+        let mut answers = Self::connect(addr).await;
+        answers
+            .send(b"GET /x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")
+            .await;
+        let refused = answers.next(false).await;
+        assert!(refused.starts_with("HTTP/1.1 400 "), "{refused}");
+        answers
+    }
+
+    async fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.unwrap();
+    }
+
+    async fn more(&mut self) -> usize {
+        let mut chunk = [0u8; 16 * 1024];
+        let n = tokio::time::timeout(Duration::from_secs(60), self.stream.read(&mut chunk))
+            .await
+            .expect("an answer within 60 s")
+            .unwrap_or(0);
+        self.buf.extend_from_slice(&chunk[..n]);
+        n
+    }
+
+    /// The next answer, whole (no body when `bodiless`, as for `HEAD`), its `date` value
+    /// blanked: `""` if the connection closed.
+    async fn next(&mut self, bodiless: bool) -> String {
+        let head_end = loop {
+            if let Some(at) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at + 4;
+            }
+            if self.more().await == 0 {
+                assert!(self.buf.is_empty(), "closed mid-head: {:?}", self.buf);
+                return String::new();
+            }
+        };
+        let head = String::from_utf8(self.buf[..head_end].to_vec()).unwrap();
+        if !bodiless && head.contains("\r\ntransfer-encoding: chunked\r\n") {
+            // The chunks may be cut anywhere: compared decoded.
+            self.buf.drain(..head_end);
+            let body = self.chunked().await;
+            return format!("{}\n\n{body}", blank_date(head.trim_end()));
+        }
+        let length: usize = if bodiless {
+            0
+        } else {
+            head.lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .map_or(0, |v| v.parse().unwrap())
+        };
+        while self.buf.len() < head_end + length {
+            assert!(self.more().await > 0, "closed mid-body");
+        }
+        let answer: Vec<u8> = self.buf.drain(..head_end + length).collect();
+        blank_date(&String::from_utf8(answer).unwrap())
+    }
+
+    /// A chunked body, decoded (its chunk extensions and trailers dropped).
+    async fn chunked(&mut self) -> String {
+        let mut body = Vec::new();
+        loop {
+            let line_end = loop {
+                if let Some(at) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                    break at;
+                }
+                assert!(self.more().await > 0, "closed mid-chunk");
+            };
+            let line = String::from_utf8(self.buf.drain(..line_end + 2).collect()).unwrap();
+            let size = line.trim_end().split(';').next().unwrap();
+            let size = usize::from_str_radix(size, 16).unwrap();
+            if size == 0 {
+                while !self.buf.starts_with(b"\r\n") {
+                    assert!(self.more().await > 0, "closed in the trailers");
+                }
+                self.buf.drain(..2);
+                return String::from_utf8(body).unwrap();
+            }
+            while self.buf.len() < size + 2 {
+                assert!(self.more().await > 0, "closed mid-chunk");
+            }
+            body.extend(self.buf.drain(..size));
+            assert_eq!(self.buf.drain(..2).collect::<Vec<_>>(), b"\r\n");
+        }
+    }
+
+    /// Whether the server closed the connection (within 60 s).
+    async fn closed(&mut self) -> bool {
+        self.buf.is_empty() && self.more().await == 0
+    }
+}
+
+/// `answer` with its `date` value blanked: the one line that may differ.
+fn blank_date(answer: &str) -> String {
+    answer
+        .lines()
+        .map(|line| match line.strip_prefix("date: ") {
+            Some(date) => {
+                assert!(httpdate::parse_http_date(date).is_ok(), "{date}");
+                "date: <date>"
+            }
+            None => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn get(target: &str, headers: &str) -> Vec<u8> {
+    format!("GET {target} HTTP/1.1\r\nHost: example.com\r\n{headers}\r\n").into_bytes()
+}
+
+/// The cases both gateways are held to, in order, and whether each answer has no body.
+fn cases() -> Vec<(&'static str, Vec<u8>, bool)> {
+    vec![
+        (
+            "allowed",
+            get("/a/./b/../c?x=1&y", "Accept: */*\r\nX-Team: t\r\n"),
+            false,
+        ),
+        ("limited: first", get("/limited", ""), false),
+        ("limited: refused", get("/limited", ""), false),
+        ("sensitive: first", get("/secret", ""), false),
+        ("sensitive: refused", get("/secret", ""), false),
+        (
+            "repeated header, connection kept",
+            get(
+                "/",
+                "Accept: a\r\nConnection: keep-alive\r\nUser-Agent: t\r\nAccept: b\r\n",
+            ),
+            false,
+        ),
+        (
+            "HEAD",
+            b"HEAD /page HTTP/1.1\r\nHost: example.com\r\n\r\n".to_vec(),
+            true,
+        ),
+        ("204", get("/nocontent", ""), false),
+        ("own reason", get("/reason", ""), false),
+        ("upstream date", get("/dated", ""), false),
+        ("hop-by-hop answer", get("/hop", ""), false),
+        ("empty", get("/empty", ""), false),
+        ("upstream 503", get("/error", ""), false),
+        ("chunked", get("/chunked", ""), false),
+        (
+            "chunked, an extension and a trailer",
+            get("/trailers", ""),
+            false,
+        ),
+        (
+            "transfer-encoding and content-length",
+            get("/te-and-length", ""),
+            false,
+        ),
+        (
+            "a content-length under the chunked body",
+            get("/te-length-under", ""),
+            false,
+        ),
+        ("until the upstream closes", get("/until-close", ""), false),
+        ("HTTP/1.0", get("/http10", ""), false),
+        (
+            "HTTP/1.0 with transfer-encoding",
+            get("/http10-te", ""),
+            false,
+        ),
+        ("100 Continue first", get("/continue", ""), false),
+        ("lines ended by LF", get("/lf", ""), false),
+        (
+            "content-length named by connection",
+            get("/length-named", ""),
+            false,
+        ),
+        ("after those", get("/", ""), false),
+    ]
+}
+
+#[tokio::test]
+async fn the_lean_gateway_answers_and_forwards_as_hyper_does_but_the_date() {
+    let (lean_up, hyper_up) = (Upstream::start().await, Upstream::start().await);
+    let lean = start(lean_up.addr, "").await;
+    let hyper = start(hyper_up.addr, "").await;
+    let mut ours = Answers::connect(lean.listen).await;
+    let mut theirs = Answers::through_hyper(hyper.listen).await;
+    for (name, request, bodiless) in cases() {
+        ours.send(&request).await;
+        theirs.send(&request).await;
+        let (a, b) = (ours.next(bodiless).await, theirs.next(bodiless).await);
+        assert!(!a.is_empty(), "{name}");
+        assert_eq!(a, b, "{name}");
+    }
+    // `Connection: close`: answered so, then closed, by both.
+    let close = get("/", "Connection: close\r\n");
+    ours.send(&close).await;
+    theirs.send(&close).await;
+    let answer = ours.next(false).await;
+    assert!(answer.contains("\nconnection: close\n"), "{answer}");
+    assert_eq!(answer, theirs.next(false).await);
+    assert!(ours.closed().await && theirs.closed().await);
+    // The upstream saw the same heads from both (hyper's first, refused, never reached it).
+    assert_eq!(lean_up.heads(), hyper_up.heads());
+    let first = &lean_up.heads()[0];
+    assert!(
+        first.starts_with("GET /a/c?x=1&y HTTP/1.1\r\nhost: example.com\r\naccept: */*\r\nx-team: t\r\nx-forwarded-for: 127.0.0.1\r\nforwarded: for=127.0.0.1;proto=http\r\nx-forwarded-proto: http\r\n\r\n"),
+        "{first}"
+    );
+}
+
+#[tokio::test]
+async fn pipelined_requests_are_answered_in_order_and_one_it_does_not_take_goes_to_hyper() {
+    let up = Upstream::start().await;
+    let server = start(up.addr, "").await;
+    let stream = [
+        get("/limited", ""),
+        get("/limited", ""),
+        get("/", "X-Forwarded-For: 203.0.113.9\r\n"),
+        get("/limited", ""),
+    ]
+    .concat();
+    let mut answers = Answers::connect(server.listen).await;
+    answers.send(&stream).await;
+    let first = answers.next(false).await;
+    assert!(first.starts_with("HTTP/1.1 200 OK\n"), "{first}");
+    let second = answers.next(false).await;
+    assert!(second.starts_with("HTTP/1.1 429 "), "{second}");
+    let third = answers.next(false).await;
+    assert!(third.starts_with("HTTP/1.1 200 OK\n"), "{third}");
+    let fourth = answers.next(false).await;
+    assert!(
+        fourth.starts_with("HTTP/1.1 429 "),
+        "hyper's, after: {fourth}"
+    );
+    // Hyper forwarded the third with the client's address replaced (not a trusted proxy).
+    let heads = up.heads();
+    assert_eq!(heads.len(), 2, "{heads:?}");
+    assert!(
+        heads[1].contains("x-forwarded-for: 127.0.0.1\r\n"),
+        "{}",
+        heads[1]
+    );
+    assert!(!heads[1].contains("203.0.113.9"), "{}", heads[1]);
+}
+
+#[tokio::test]
+async fn an_upstream_down_is_a_502_and_one_too_slow_a_504_as_hyper_answers_them() {
+    // Down: a port nobody listens on.
+    let closed = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let down = closed.local_addr().unwrap();
+    drop(closed);
+    let lean = start(down, "").await;
+    let hyper = start(down, "").await;
+    let mut ours = Answers::connect(lean.listen).await;
+    let mut theirs = Answers::through_hyper(hyper.listen).await;
+    let request = get("/", "");
+    ours.send(&request).await;
+    theirs.send(&request).await;
+    let answer = ours.next(false).await;
+    assert!(answer.starts_with("HTTP/1.1 502 "), "{answer}");
+    assert_eq!(answer, theirs.next(false).await);
+    // Slow: no answer within `upstream_response_timeout`.
+    let up = Upstream::start().await;
+    let slow = "upstream_response_timeout = \"1s\"";
+    let lean = start(up.addr, slow).await;
+    let hyper = start(up.addr, slow).await;
+    let mut ours = Answers::connect(lean.listen).await;
+    let mut theirs = Answers::through_hyper(hyper.listen).await;
+    let request = get("/slow", "");
+    ours.send(&request).await;
+    theirs.send(&request).await;
+    let answer = ours.next(false).await;
+    assert!(answer.starts_with("HTTP/1.1 504 "), "{answer}");
+    assert_eq!(answer, theirs.next(false).await);
+    // And the connection goes on.
+    ours.send(&get("/", "")).await;
+    let answer = ours.next(false).await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK\n"), "{answer}");
+}
+
+#[tokio::test]
+async fn upstream_connections_are_reused_across_requests_and_clients() {
+    let up = Upstream::start().await;
+    let server = start(up.addr, "").await;
+    for _ in 0..3 {
+        let mut answers = Answers::connect(server.listen).await;
+        for _ in 0..3 {
+            answers.send(&get("/", "")).await;
+            let answer = answers.next(false).await;
+            assert!(answer.ends_with("\n\nhello"), "{answer}");
+        }
+    }
+    assert_eq!(up.heads().len(), 9);
+}
+
+/// The raw bytes of the answer to `GET /trailers` on a new connection.
+async fn trailers_raw(gateway: SocketAddr) -> String {
+    let mut answers = Answers::connect(gateway).await;
+    answers.send(&get("/trailers", "")).await;
+    while !answers.buf.ends_with(b"0\r\n\r\n") {
+        assert!(answers.more().await > 0, "closed mid-answer");
+    }
+    String::from_utf8(answers.buf).unwrap()
+}
+
+#[tokio::test]
+async fn a_chunked_answer_loses_its_extensions_and_trailers_as_through_hyper() {
+    let up = Upstream::start().await;
+    let server = start(up.addr, "").await;
+    let raw = trailers_raw(server.listen).await;
+    assert!(raw.ends_with("\r\n\r\n5\r\nhello\r\n0\r\n\r\n"), "{raw}");
+    assert!(!raw.contains("a=b") && !raw.contains("X-T: 1"), "{raw}");
+    assert_eq!(paths(&server).await, (1, 0), "served on the lean path");
+}
+
+#[tokio::test]
+async fn rules_the_lean_path_does_not_serve_whole_hand_every_connection_to_hyper() {
+    let up = Upstream::start().await;
+    let lean = start(up.addr, "").await;
+    trailers_raw(lean.listen).await;
+    assert_eq!(paths(&lean).await, (1, 0), "the lean path's");
+    // A concurrency rule holds a permit the lean path does not serve yet: hyper's.
+    let concurrency = "[[limit]]\nname = \"reports\"\nmatch = { path = \"/reports\" }\nkey = [\"ip\"]\nalgorithm = \"concurrency\"\nlimit = 2\nlease = \"30s\"\n";
+    let hyper = start(up.addr, concurrency).await;
+    let raw = trailers_raw(hyper.listen).await;
+    assert!(raw.starts_with("HTTP/1.1 200 OK\r\n"), "{raw}");
+    assert_eq!(paths(&hyper).await, (0, 1), "hyper's");
+}
+
+#[tokio::test]
+async fn a_request_the_lean_path_does_not_take_is_counted_as_hyper_s() {
+    let up = Upstream::start().await;
+    let server = start(up.addr, "").await;
+    let mut answers = Answers::connect(server.listen).await;
+    answers.send(&get("/", "")).await;
+    assert!(answers.next(false).await.ends_with("hello"));
+    assert_eq!(paths(&server).await, (1, 0));
+    // A forwarding header from the client: hyper's, for the rest of the connection.
+    answers
+        .send(&get("/", "X-Forwarded-For: 203.0.113.9\r\n"))
+        .await;
+    assert!(answers.next(false).await.ends_with("hello"));
+    answers.send(&get("/", "")).await;
+    assert!(answers.next(false).await.ends_with("hello"));
+    assert_eq!(paths(&server).await, (1, 2));
+}
+
+/// The bytes a gateway sends for `request` on `answers` until it closes the connection.
+async fn until_closed(answers: &mut Answers, request: &[u8]) -> String {
+    answers.send(request).await;
+    while answers.more().await > 0 {}
+    String::from_utf8(std::mem::take(&mut answers.buf)).unwrap()
+}
+
+#[tokio::test]
+async fn an_answer_cut_or_ended_by_a_close_ends_the_connection_as_through_hyper() {
+    let up = Upstream::start().await;
+    let lean = start(up.addr, "").await;
+    let hyper = start(up.addr, "").await;
+    for (target, expect) in [
+        // A malformed chunk after a good one: the head and the good data, then the close.
+        ("/bad-chunked", "HTTP/1.1 200 OK\r\n"),
+        // A `Content-Length` past the chunked body: the body, short, then the close.
+        ("/te-length-over", "HTTP/1.1 200 OK\r\n"),
+        // `Content-Length: 5, 5` beside chunked: no head can be written, closed.
+        ("/te-bad-length", ""),
+        // HTTP/1.0 framed by the upstream's close: relayed as it comes (not chunked), then
+        // the client's connection closed.
+        ("/http10-close", "HTTP/1.0 404 Not Found\r\n"),
+    ] {
+        let mut ours = Answers::connect(lean.listen).await;
+        let mut theirs = Answers::through_hyper(hyper.listen).await;
+        let a = until_closed(&mut ours, &get(target, "")).await;
+        let b = until_closed(&mut theirs, &get(target, "")).await;
+        assert!(a.starts_with(expect), "{target}: {a}");
+        assert!(!a.ends_with("0\r\n\r\n"), "{target}: not whole: {a}");
+        if target == "/http10-close" {
+            assert!(a.ends_with("\r\n\r\nnot here, until the close"), "{a}");
+        }
+        if target == "/bad-chunked" {
+            // Chunks cut in different places: the data sent is the same.
+            assert!(a.contains("hello") && b.contains("hello"), "{a}\n{b}");
+            assert!(b.starts_with(expect), "{b}");
+        } else {
+            assert_eq!(blank_date(&a), blank_date(&b), "{target}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_pooled_connection_the_upstream_closed_is_retried_once_never_after_an_answer_began() {
+    // An upstream that answers the first request of each connection and, on the second,
+    // closes it without a byte; `/partial` begins an answer and closes.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let heads = Arc::new(Mutex::new(Vec::<String>::new()));
+    let recorded = Arc::clone(&heads);
+    tokio::spawn(async move {
+        loop {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let heads = Arc::clone(&recorded);
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                for n in 0.. {
+                    let head = loop {
+                        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            break String::from_utf8(buf.drain(..at + 4).collect()).unwrap();
+                        }
+                        let mut chunk = [0u8; 4096];
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(k) => buf.extend_from_slice(&chunk[..k]),
+                        }
+                    };
+                    heads.lock().unwrap().push(head.clone());
+                    if head.starts_with("GET /partial ") {
+                        let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-").await;
+                        return;
+                    }
+                    if n == 1 {
+                        return;
+                    }
+                    let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+                    if stream.write_all(answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let server = start(addr, "").await;
+    let mut answers = Answers::connect(server.listen).await;
+    answers.send(&get("/", "")).await;
+    assert!(answers.next(false).await.ends_with("hello"));
+    // The pooled connection closes on this one: sent again on a new connection.
+    answers.send(&get("/again", "")).await;
+    let answer = answers.next(false).await;
+    assert!(answer.ends_with("hello"), "{answer}");
+    let sent: Vec<String> = heads.lock().unwrap().clone();
+    assert_eq!(sent.len(), 3, "{sent:?}");
+    assert!(sent[1].starts_with("GET /again ") && sent[2].starts_with("GET /again "));
+    // On the pooled connection again (the new one, answered once): an answer begun, then
+    // closed. Not sent again: a 502.
+    answers.send(&get("/partial", "")).await;
+    let answer = answers.next(false).await;
+    assert!(answer.starts_with("HTTP/1.1 502 "), "{answer}");
+    let partial = heads
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|h| h.starts_with("GET /partial "))
+        .count();
+    assert_eq!(partial, 1);
+}
+
+#[tokio::test]
+async fn a_client_gone_while_the_upstream_answers_drops_the_exchange_as_hyper_does() {
+    let up = Upstream::start().await;
+    let lean = start(up.addr, "").await;
+    let hyper = start(up.addr, "").await;
+    for gateway in [lean.listen, hyper.listen] {
+        let mut answers = if gateway == lean.listen {
+            Answers::connect(gateway).await
+        } else {
+            Answers::through_hyper(gateway).await
+        };
+        answers.send(&get("/held", "")).await;
+        up.shared.arrived.notified().await;
+        drop(answers);
+        // The upstream sees its connection closed before it answers.
+        tokio::time::timeout(Duration::from_secs(30), up.shared.gone.notified())
+            .await
+            .expect("the exchange was dropped with its client");
+    }
+    // The lean path's next request takes no connection it dropped.
+    let mut answers = Answers::connect(lean.listen).await;
+    answers.send(&get("/", "")).await;
+    assert!(answers.next(false).await.ends_with("hello"));
+}
+
+#[tokio::test]
+async fn a_request_pipelined_while_the_upstream_answers_is_kept_and_served_next() {
+    let up = Upstream::start().await;
+    let server = start(up.addr, "").await;
+    let mut answers = Answers::connect(server.listen).await;
+    answers.send(&get("/held", "")).await;
+    up.shared.arrived.notified().await;
+    // Read by the gateway while it waits for the upstream: kept for after.
+    answers.send(&get("/limited", "")).await;
+    answers.send(&get("/limited", "")).await;
+    up.shared.release.notify_one();
+    assert!(answers.next(false).await.ends_with("\n\nheld"));
+    assert!(answers.next(false).await.starts_with("HTTP/1.1 200 OK\n"));
+    assert!(answers.next(false).await.starts_with("HTTP/1.1 429 "));
+    assert_eq!(paths(&server).await, (3, 0));
+}
+
+#[tokio::test]
+async fn shutdown_closes_an_idle_lean_connection_at_once_and_lets_one_in_flight_finish() {
+    let up = Upstream::start().await;
+    let grace = "shutdown_grace = \"30s\"";
+    let lean = start(up.addr, grace).await;
+    let hyper = start(up.addr, grace).await;
+    let mut idle = Answers::connect(lean.listen).await;
+    idle.send(&get("/", "")).await;
+    assert!(idle.next(false).await.ends_with("hello"));
+    // In flight on both, a second request pipelined behind it.
+    let mut ours = Answers::connect(lean.listen).await;
+    let mut theirs = Answers::through_hyper(hyper.listen).await;
+    for answers in [&mut ours, &mut theirs] {
+        answers.send(&get("/held", "")).await;
+        up.shared.arrived.notified().await;
+        answers.send(&get("/", "")).await;
+    }
+    lean.shutdown();
+    hyper.shutdown();
+    assert!(
+        idle.closed().await,
+        "the idle connection was closed at once"
+    );
+    up.shared.release.notify_one();
+    up.shared.release.notify_one();
+    let answer = ours.next(false).await;
+    assert!(answer.contains("\nconnection: close\n"), "{answer}");
+    assert!(answer.ends_with("\n\nheld"), "{answer}");
+    assert_eq!(answer, theirs.next(false).await);
+    // The pipelined request is not served: closed, as hyper closes.
+    assert!(ours.closed().await && theirs.closed().await);
+    for server in [lean, hyper] {
+        tokio::time::timeout(Duration::from_secs(10), server.wait())
+            .await
+            .expect("the server stops once its connections are done");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_upstream_stalled_mid_body_is_cut_at_upstream_idle_timeout_as_through_hyper() {
+    let up = Upstream::start().await;
+    let idle = "upstream_idle_timeout = \"5s\"";
+    let lean = start(up.addr, idle).await;
+    let hyper = start(up.addr, idle).await;
+    for target in ["/stall-length", "/stall-chunked"] {
+        for gateway in [lean.listen, hyper.listen] {
+            let mut answers = if gateway == lean.listen {
+                Answers::connect(gateway).await
+            } else {
+                Answers::through_hyper(gateway).await
+            };
+            answers.send(&get(target, "")).await;
+            while !String::from_utf8_lossy(&answers.buf).contains("hello") {
+                assert!(answers.more().await > 0, "{target}: closed before the body");
+            }
+            let stalled = tokio::time::Instant::now();
+            while answers.more().await > 0 {}
+            common::assert_waited(
+                stalled.elapsed(),
+                Duration::from_secs(5),
+                Duration::from_secs(6),
+            );
+            let raw = String::from_utf8(answers.buf).unwrap();
+            assert!(raw.starts_with("HTTP/1.1 200 OK\r\n"), "{target}: {raw}");
+            assert!(!raw.ends_with("0\r\n\r\n"), "{target}: not whole: {raw}");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_kept_alive_lean_connection_is_closed_at_idle_timeout() {
+    let up = Upstream::start().await;
+    // Longer than the exchange's `upstream_response_timeout` (30 s), whose timer fires
+    // first, while the connection idles: it must not close it.
+    let server = start(up.addr, "idle_timeout = \"45s\"").await;
+    let mut idle = Answers::connect(server.listen).await;
+    idle.send(&get("/", "")).await;
+    assert!(idle.next(false).await.ends_with("hello"));
+    // Past the header timeout (10 s) and still open: its wait is the idle one.
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    idle.send(&get("/", "")).await;
+    assert!(idle.next(false).await.ends_with("hello"));
+    let idled = tokio::time::Instant::now();
+    assert!(idle.closed().await);
+    common::assert_waited(
+        idled.elapsed(),
+        Duration::from_secs(45),
+        Duration::from_secs(46),
+    );
+    assert_eq!(paths(&server).await, (2, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_head_is_cut_at_the_header_timeout_as_hyper_cuts_it() {
+    // An upstream is configured, never reached.
+    let up = Upstream::start().await;
+    let server = start(up.addr, "").await;
+    // A head a few bytes at a time (slowloris): cut 10 s after the accept.
+    let mut slow = Answers::connect(server.listen).await;
+    let started = tokio::time::Instant::now();
+    slow.send(b"GET / HTTP/1.1\r\nHo").await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    slow.send(b"st: x\r\n").await;
+    assert!(slow.closed().await);
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(10) && waited <= Duration::from_secs(11),
+        "{waited:?}"
+    );
+    assert!(up.heads().is_empty());
+}
+
+#[tokio::test]
+async fn a_reload_bringing_a_rule_the_lean_path_does_not_serve_applies_to_open_connections() {
+    let up = Upstream::start().await;
+    let toml = |extra: &str| {
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nupstream = \"http://{}\"\n{extra}\n{RULES}",
+            up.addr
+        )
+    };
+    let dir = std::env::temp_dir().join(format!("ratewarden-leangw-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("ratewarden.toml");
+    std::fs::write(&path, toml("")).unwrap();
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
+    let server = common::start(ratewarden_server::serve::Options {
+        config_path: Some(path.clone()),
+        ..common::options(&toml(""), clock)
+    })
+    .await;
+    let mut kept = Answers::connect(server.listen).await;
+    kept.send(&get("/", "")).await;
+    assert!(kept.next(false).await.ends_with("hello"));
+    assert_eq!(paths(&server).await, (1, 0));
+    let concurrency = "[[limit]]\nname = \"reports\"\nmatch = { path = \"/reports\" }\nkey = [\"ip\"]\nalgorithm = \"concurrency\"\nlimit = 2\nlease = \"30s\"\n";
+    std::fs::write(&path, toml(concurrency)).unwrap();
+    server.reload().await.expect("the new rules load");
+    // The same connection: its next request is hyper's.
+    kept.send(&get("/", "")).await;
+    assert!(kept.next(false).await.ends_with("hello"));
+    assert_eq!(paths(&server).await, (1, 1), "hyper's");
+    std::fs::remove_dir_all(dir).unwrap();
+}
