@@ -19,7 +19,7 @@
 //! version of the library reads (for measuring an older library beside this one).
 //!
 //! `--floor` runs the same callers, keys and pacing without the store: a bare redis-rs
-//! connection manager (the connection the store itself holds) calling `FLOOR_LIBRARY`'s
+//! connection manager (the connection the store itself holds) calling `testing::FLOOR_LIBRARY`'s
 //! function, which makes the three Redis calls any decision makes (`TIME`, `GET`, `SET`)
 //! and nothing else. It is the physical baseline of a latency figure: what any client on
 //! this machine at this rate sees, so that `ours / floor` in the same run says what the
@@ -33,8 +33,8 @@ use ratewarden_core::{
     AlgorithmKind, AsyncStore, CalendarUnit, Clock, Concurrency, FixedWindow, Gcra, LeakyBucket,
     LeakyQueue, Limit, Quota, Rate, RealClock, SlidingLog, SlidingWindow, TokenBucket,
 };
-use ratewarden_redis::{RedisConfig, RedisStore, TimeSource};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ratewarden_redis::{testing, RedisConfig, RedisStore, TimeSource};
+use redis::aio::ConnectionManager;
 use tokio::sync::mpsc::UnboundedReceiver as Receiver;
 use tokio::time::Instant;
 
@@ -53,18 +53,6 @@ struct Args {
     print_floor: bool,
 }
 
-/// The baseline's function: `TIME`, `GET` and `SET` of the key, as every decision makes
-/// them, and nothing else (`scripts/bench-redis` also measures Redis's CPU per decision
-/// against it).
-const FLOOR_LIBRARY: &str = "#!lua name=ratewarden_floor
-redis.register_function('ratewarden_floor', function(keys, args)
-  local t = redis.call('TIME')
-  local v = redis.call('GET', keys[1])
-  redis.call('SET', keys[1], t[1] .. ',' .. t[2], 'PX', 60000)
-  return {t[1], v or ''}
-end)
-";
-
 /// Who the callers call: the store deciding, or the bare baseline.
 enum Target {
     Store(Arc<RedisStore>, Limit),
@@ -80,14 +68,7 @@ impl Target {
                 .await
                 .map(drop)
                 .map_err(drop),
-            Target::Floor(connection) => redis::cmd("FCALL")
-                .arg("ratewarden_floor")
-                .arg(1)
-                .arg(key)
-                .query_async::<redis::Value>(&mut connection.clone())
-                .await
-                .map(drop)
-                .map_err(drop),
+            Target::Floor(connection) => testing::floor_call(connection, key).await.map_err(drop),
         }
     }
 }
@@ -146,21 +127,6 @@ fn parse() -> Result<Args, String> {
         return Err("--callers and --keys must be above zero".to_owned());
     }
     Ok(args)
-}
-
-/// The baseline's connection, made as the store makes its own (no response timeout of the
-/// manager's), with the floor's library loaded.
-async fn floor(url: &str) -> Result<ConnectionManager, redis::RedisError> {
-    let client = redis::Client::open(url)?;
-    let config = ConnectionManagerConfig::new().set_response_timeout(None);
-    let mut connection = ConnectionManager::new_with_config(client, config).await?;
-    redis::cmd("FUNCTION")
-        .arg("LOAD")
-        .arg("REPLACE")
-        .arg(FLOOR_LIBRARY)
-        .query_async::<redis::Value>(&mut connection)
-        .await?;
-    Ok(connection)
 }
 
 /// A limit of `kind` that never says no during a run, so every decision does the full work
@@ -234,7 +200,7 @@ async fn main() -> ExitCode {
         }
     };
     if args.print_floor {
-        print!("{FLOOR_LIBRARY}");
+        print!("{}", testing::FLOOR_LIBRARY);
         return ExitCode::SUCCESS;
     }
     if args.print_command {
@@ -259,7 +225,7 @@ async fn main() -> ExitCode {
     // Redis's clock decides; the caller's is only the hint a quota's periods are built from.
     let clock = RealClock::new();
     let target = if args.floor {
-        match floor(&args.url).await {
+        match testing::floor(&args.url).await {
             Ok(connection) => Target::Floor(connection),
             Err(e) => {
                 eprintln!("error: the baseline's connection: {e}");

@@ -245,6 +245,57 @@ impl Cluster {
     }
 }
 
+/// A Redis Function making only the three calls every decision makes (`TIME`, then `GET`
+/// and `SET` of its key) and nothing else: the floor the store's figures are measured
+/// against (`benches/store.rs`, `examples/bench.rs --floor`, and the CPU table of
+/// `scripts/bench-redis`). Its function is `ratewarden_floor`, called with one key.
+pub const FLOOR_LIBRARY: &str = "#!lua name=ratewarden_floor
+redis.register_function('ratewarden_floor', function(keys, args)
+  local t = redis.call('TIME')
+  local v = redis.call('GET', keys[1])
+  redis.call('SET', keys[1], t[1] .. ',' .. t[2], 'PX', 60000)
+  return {t[1], v or ''}
+end)
+";
+
+/// A bare redis-rs connection to `url`, made as the store makes its own (a connection
+/// manager with no response timeout of its own), with [`FLOOR_LIBRARY`] loaded: the peer a
+/// store's call is measured beside.
+///
+/// # Errors
+///
+/// Redis's, connecting or loading the library.
+pub async fn floor(url: &str) -> Result<redis::aio::ConnectionManager, redis::RedisError> {
+    let client = redis::Client::open(url)?;
+    let config = redis::aio::ConnectionManagerConfig::new().set_response_timeout(None);
+    let mut connection = redis::aio::ConnectionManager::new_with_config(client, config).await?;
+    redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(FLOOR_LIBRARY)
+        .query_async::<redis::Value>(&mut connection)
+        .await?;
+    Ok(connection)
+}
+
+/// One call of the floor's function for `key` on `connection`.
+///
+/// # Errors
+///
+/// Redis's.
+pub async fn floor_call(
+    connection: &redis::aio::ConnectionManager,
+    key: &str,
+) -> Result<(), redis::RedisError> {
+    redis::cmd("FCALL")
+        .arg("ratewarden_floor")
+        .arg(1)
+        .arg(key)
+        .query_async::<redis::Value>(&mut connection.clone())
+        .await
+        .map(drop)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
