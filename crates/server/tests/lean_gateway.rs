@@ -853,3 +853,169 @@ async fn a_reload_bringing_a_rule_the_lean_path_does_not_serve_applies_to_open_c
     assert_eq!(paths(&server).await, (1, 1), "hyper's");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// `request` on a new connection to each gateway (hyper's served by hyper from its first
+/// request): the two answers, `date` blanked, `""` for a connection closed without one.
+async fn both(lean: SocketAddr, hyper: SocketAddr, request: &[u8]) -> (String, String) {
+    let bodiless = request.starts_with(b"HEAD ");
+    let mut ours = Answers::connect(lean).await;
+    let mut theirs = Answers::through_hyper(hyper).await;
+    ours.send(request).await;
+    theirs.send(request).await;
+    (ours.next(bodiless).await, theirs.next(bodiless).await)
+}
+
+/// A rule keyed on `X-Team`: a repeated line of it is a head the guard refuses.
+const TEAM: &str = "[[limit]]\nname = \"team\"\nmatch = { path = \"/team*\" }\nkey = [\"header:X-Team\"]\nalgorithm = \"fixed-window\"\nlimit = 1\nwindow = \"1h\"\n";
+
+#[tokio::test]
+async fn heads_from_a_grammar_of_odd_pieces_are_answered_and_forwarded_as_hyper_does() {
+    let (lean_up, hyper_up) = (Upstream::start().await, Upstream::start().await);
+    let lean = start(lean_up.addr, TEAM).await;
+    let hyper = start(hyper_up.addr, TEAM).await;
+    let methods = ["GET", "HEAD"];
+    let targets = [
+        "/",
+        "/a",
+        "//a//b",
+        "/%2e%2e/x",
+        "/a/%2E./b",
+        "/a;b=c",
+        "/?",
+        "/a?b?c",
+        "/a/../../b",
+        "/%2F",
+        "/%",
+        "/%zz",
+        "/a%00b",
+        "/limited",
+        "/lower/x",
+        "/team",
+        "/TEAM",
+        "/team/../x",
+        "/a/./b/",
+        "/~u",
+        "/a@b:c",
+        "/'!$&()*+,=",
+        "/nocontent",
+        "/hop",
+        "/chunked",
+        "/lf",
+        "/continue",
+        "/http10",
+        "/te-and-length",
+        "/length-named",
+    ];
+    let hosts = [
+        "Host: example.com",
+        "Host: ",
+        "Host: a, b",
+        "Host: a:8080",
+        "Host: EXAMPLE.com",
+        "Host:   a  ",
+        "host: a",
+        "HOST: a",
+        "Host: a\tb",
+        "Host: [::1]:80",
+        "Host: a b",
+        "Host:a",
+        "",
+    ];
+    let lines = [
+        "Accept: */*",
+        "X-Team: t",
+        "x-team: u",
+        "X-TEAM: t",
+        "Connection: close",
+        "Connection:  Close ",
+        "Connection: keep-alive",
+        "connection: KEEP-ALIVE",
+        "Connection: close, keep-alive",
+        "Connection: ,close",
+        "Connection: Close,",
+        "X-A: 1",
+        "X-A:",
+        "X-A: a\tb",
+        "User-Agent: t",
+        " folded",
+        "\tfolded",
+        "Bad Name: x",
+        "Bad : x",
+        "X-B:x",
+        "Cookie: a=b",
+        "Via: 1.1 x",
+        "Host: b",
+        "X-A: 1 ",
+        "X-Team:",
+        "X-Team:  t",
+        "Keep-Alive: 1",
+        "Close: x",
+        "If-None-Match: \"x\"",
+        "X-C: \"a,b\"",
+    ];
+    // A fixed seed: the same few hundred heads every run (xorshift).
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut pick = |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let mut differences = Vec::new();
+    for _ in 0..300 {
+        let eol = if pick(8) == 0 { "\n" } else { "\r\n" };
+        let mut head = format!(
+            "{} {} HTTP/1.1{eol}",
+            methods[pick(methods.len())],
+            targets[pick(targets.len())]
+        );
+        let host = hosts[pick(hosts.len())];
+        let mut extra: Vec<&str> = (0..pick(4)).map(|_| lines[pick(lines.len())]).collect();
+        extra.insert(pick(extra.len() + 1), host);
+        for line in extra.into_iter().filter(|l| !l.is_empty()) {
+            head.push_str(line);
+            head.push_str(eol);
+        }
+        head.push_str(eol);
+        let (a, b) = both(lean.listen, hyper.listen, head.as_bytes()).await;
+        if a != b {
+            differences.push(format!("{head:?}:\n{a}\n---\n{b}"));
+        }
+    }
+    assert!(differences.is_empty(), "{}", differences.join("\n\n"));
+    // A head without `Host` gets the upstream's address from hyper's client: its own port.
+    let (ours, theirs) = (lean_up.heads(), hyper_up.heads());
+    for (a, b) in ours.iter().zip(&theirs) {
+        let a = a.replace(&lean_up.addr.to_string(), "<upstream>");
+        let b = b.replace(&hyper_up.addr.to_string(), "<upstream>");
+        assert_eq!(a, b, "the upstream received another head");
+    }
+    assert_eq!(ours.len(), theirs.len());
+    let (served, _) = paths(&lean).await;
+    assert!(served > 100, "the lean path served {served} of them");
+}
+
+#[tokio::test]
+async fn a_head_at_the_line_and_byte_bounds_is_answered_as_hyper_answers_it() {
+    let (lean_up, hyper_up) = (Upstream::start().await, Upstream::start().await);
+    let bound = "max_header_bytes = 8192";
+    let lean = start(lean_up.addr, bound).await;
+    let hyper = start(hyper_up.addr, bound).await;
+    let mut heads = Vec::new();
+    for count in [31, 32, 33] {
+        heads.push(get("/", &"X-A: 1\r\n".repeat(count)));
+    }
+    // Heads of 8191, 8192 and 8193 bytes, by one header line's length.
+    let base = get("/", "X-Pad: \r\n").len();
+    for total in [8191, 8192, 8193] {
+        let pad = "p".repeat(total - base);
+        let head = get("/", &format!("X-Pad: {pad}\r\n"));
+        assert_eq!(head.len(), total);
+        heads.push(head);
+    }
+    for head in heads {
+        let (a, b) = both(lean.listen, hyper.listen, &head).await;
+        assert_eq!(a, b, "{} bytes", head.len());
+    }
+    assert_eq!(lean_up.heads(), hyper_up.heads());
+}
