@@ -1019,3 +1019,21 @@ async fn a_head_at_the_line_and_byte_bounds_is_answered_as_hyper_answers_it() {
     }
     assert_eq!(lean_up.heads(), hyper_up.heads());
 }
+
+#[tokio::test]
+async fn a_target_past_hypers_uri_bound_is_refused_as_hyper_refuses_it() {
+    let (lean_up, hyper_up) = (Upstream::start().await, Upstream::start().await);
+    // A head bound past the longest target hyper reads (65,534 bytes): a 414 from hyper.
+    let bound = "max_header_bytes = 262144";
+    let lean = start(lean_up.addr, bound).await;
+    let hyper = start(hyper_up.addr, bound).await;
+    for length in [65_534, 65_535, 100_000] {
+        let target = format!("/{}", "a".repeat(length - 1));
+        let (a, b) = both(lean.listen, hyper.listen, &get(&target, "")).await;
+        assert_eq!(a, b, "a target of {length} bytes");
+        if length > 65_534 {
+            assert!(a.starts_with("HTTP/1.1 414 "), "{a}");
+        }
+    }
+    assert_eq!(lean_up.heads(), hyper_up.heads());
+}
