@@ -197,6 +197,8 @@ async fn upstream_connection(mut stream: TcpStream, shared: Arc<Shared>) {
                 }
                 continue;
             }
+            // Empty lines before status lines, which parsers skip.
+            "/continue-blank" => b"\r\nHTTP/1.1 100 Continue\r\n\r\n\n\r\nHTTP/1.1 103 Early Hints\r\nLink: x\r\n\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
             "/continue" => b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
             "/lf" => b"HTTP/1.1 200 OK\nX-A: 1\nContent-Length: 2\n\nok",
             "/lower" => b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nx-a: 1\r\ncontent-length: 2\r\n\r\nok",
@@ -394,6 +396,11 @@ fn cases() -> Vec<(&'static str, Vec<u8>, bool)> {
             false,
         ),
         ("100 Continue first", get("/continue", ""), false),
+        (
+            "interim answers after empty lines",
+            get("/continue-blank", ""),
+            false,
+        ),
         ("lines ended by LF", get("/lf", ""), false),
         (
             "content-length named by connection",

@@ -157,6 +157,16 @@ async fn send(mut stream: TcpStream, request: &[u8], buf: &mut Vec<u8>) -> Resul
     let mut scanned = 0;
     let mut answered_any = false;
     loop {
+        // Empty lines before a status line are skipped, as httparse skips them for hyper's
+        // client: else one before an interim answer hid it, and it was relayed as the answer.
+        loop {
+            match &buf[start..filled] {
+                [b'\n', ..] => start += 1,
+                [b'\r', b'\n', ..] => start += 2,
+                _ => break,
+            }
+        }
+        scanned = scanned.max(start);
         if let Some(end) = head_end(buf, scanned, filled) {
             if !interim(&buf[start..end]) {
                 buf.copy_within(start..filled, 0);
