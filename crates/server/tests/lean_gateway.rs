@@ -199,6 +199,25 @@ async fn upstream_connection(mut stream: TcpStream, shared: Arc<Shared>) {
             }
             // Empty lines before status lines, which parsers skip.
             "/continue-blank" => b"\r\nHTTP/1.1 100 Continue\r\n\r\n\n\r\nHTTP/1.1 103 Early Hints\r\nLink: x\r\n\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            "/empty-then" => b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-A: 1\r\n\r\n",
+            "/lower-empty" => b"HTTP/1.1 200 OK\r\nContent-Length: 00\r\nX-A: 1\r\n\r\n",
+            "/length-list" => b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nok",
+            "/length-zero-led" => b"HTTP/1.1 200 OK\r\nContent-Length: 002\r\n\r\nok",
+            "/length-twice" => b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-A: 1\r\ncontent-length: 2\r\n\r\nok",
+            "/te-gzip-chunked" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+            "/te-two-lines" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+            "/te-upper" => b"HTTP/1.1 200 OK\r\nTRANSFER-ENCODING: CHUNKED\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+            "/chunk-size-zeros" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0002\r\nok\r\n000\r\n\r\n",
+            "/chunk-size-space" => b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2 \r\nok\r\n0\r\n\r\n",
+            "/obs-fold" => b"HTTP/1.1 200 OK\r\nX-A: 1\r\n  2\r\nContent-Length: 2\r\n\r\nok",
+            "/space-colon" => b"HTTP/1.1 200 OK\r\nX-A : 1\r\nContent-Length: 2\r\n\r\nok",
+            "/no-reason" => b"HTTP/1.1 200\r\nContent-Length: 2\r\n\r\nok",
+            "/status-999" => b"HTTP/1.1 999 Odd\r\nContent-Length: 2\r\n\r\nok",
+            "/304-length" => b"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\nETag: \"x\"\r\n\r\n",
+            "/204-length" => b"HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n",
+            "/empty-value" => b"HTTP/1.1 200 OK\r\nX-Empty:\r\nX-Tab: a\tb\r\nContent-Length: 2\r\n\r\nok",
+            "/obs-text" => b"HTTP/1.1 200 OK\r\nX-A: caf\xc3\xa9\r\nContent-Length: 2\r\n\r\nok",
+            "/connection-close" => b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok",
             "/continue" => b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
             "/lf" => b"HTTP/1.1 200 OK\nX-A: 1\nContent-Length: 2\n\nok",
             "/lower" => b"HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\nx-a: 1\r\ncontent-length: 2\r\n\r\nok",
@@ -279,7 +298,8 @@ impl Answers {
         } else {
             head.lines()
                 .find_map(|l| l.strip_prefix("content-length: "))
-                .map_or(0, |v| v.parse().unwrap())
+                // A list of one length (`2, 2`) is that length.
+                .map_or(0, |v| v.split(',').next().unwrap().trim().parse().unwrap())
         };
         while self.buf.len() < head_end + length {
             assert!(self.more().await > 0, "closed mid-body");
@@ -396,6 +416,38 @@ fn cases() -> Vec<(&'static str, Vec<u8>, bool)> {
             false,
         ),
         ("100 Continue first", get("/continue", ""), false),
+        ("a content-length list", get("/length-list", ""), false),
+        (
+            "a content-length led by zeros",
+            get("/length-zero-led", ""),
+            false,
+        ),
+        ("content-length twice", get("/length-twice", ""), false),
+        ("gzip, chunked", get("/te-gzip-chunked", ""), false),
+        (
+            "transfer-encoding on two lines",
+            get("/te-two-lines", ""),
+            false,
+        ),
+        ("transfer-encoding uppercase", get("/te-upper", ""), false),
+        (
+            "chunk sizes led by zeros",
+            get("/chunk-size-zeros", ""),
+            false,
+        ),
+        (
+            "a chunk size and a space",
+            get("/chunk-size-space", ""),
+            false,
+        ),
+        ("no reason", get("/no-reason", ""), false),
+        ("status 999", get("/status-999", ""), false),
+        ("empty and tabbed values", get("/empty-value", ""), false),
+        (
+            "upstream connection: close",
+            get("/connection-close", ""),
+            false,
+        ),
         (
             "interim answers after empty lines",
             get("/continue-blank", ""),
@@ -1164,4 +1216,57 @@ async fn a_client_that_half_closes_while_the_upstream_answers_is_gone_on_both_pa
             .expect("the exchange was dropped with its client");
         assert!(answers.closed().await, "no answer, closed");
     }
+}
+
+#[tokio::test]
+async fn an_empty_body_s_content_length_is_written_as_hyper_writes_it() {
+    let (lean_up, hyper_up) = (Upstream::start().await, Upstream::start().await);
+    let lean = start(lean_up.addr, "").await;
+    let hyper = start(hyper_up.addr, "").await;
+    for (target, head_only, expect) in [
+        // A 204 or a 304 with the upstream's `Content-Length: 5`: none, as a client or a
+        // cache in front would read 5 bytes of the next answer as this one's body.
+        (
+            "/204-length",
+            false,
+            "HTTP/1.1 204 No Content\ndate: <date>\n",
+        ),
+        (
+            "/304-length",
+            false,
+            "HTTP/1.1 304 Not Modified\netag: \"x\"\ndate: <date>\n",
+        ),
+        // `Content-Length: 0` (or `00`): `content-length: 0` after the other lines.
+        (
+            "/empty-then",
+            false,
+            "HTTP/1.1 200 OK\nx-a: 1\ncontent-length: 0\ndate: <date>\n",
+        ),
+        ("/lower-empty", false, "HTTP/1.1 200 OK\nx-a: 1\n"),
+        // A `HEAD`'s answer keeps the upstream's lines as they are.
+        (
+            "/204-length",
+            true,
+            "HTTP/1.1 204 No Content\ncontent-length: 5\n",
+        ),
+        (
+            "/lower-empty",
+            true,
+            "HTTP/1.1 200 OK\ncontent-length: 00\nx-a: 1\n",
+        ),
+    ] {
+        let method = if head_only { "HEAD" } else { "GET" };
+        let request = format!("{method} {target} HTTP/1.1\r\nHost: example.com\r\n\r\n");
+        let (a, b) = both(lean.listen, hyper.listen, request.as_bytes()).await;
+        assert_eq!(a, b, "{method} {target}");
+        assert!(a.starts_with(expect), "{method} {target}: {a}");
+    }
+    let fielded = both(lean.listen, hyper.listen, &get("/lower-empty", ""))
+        .await
+        .0;
+    assert!(
+        fielded.ends_with("\ncontent-length: 0\ndate: <date>\n"),
+        "after the fields: {fielded}"
+    );
+    assert_eq!(lean_up.heads(), hyper_up.heads());
 }
