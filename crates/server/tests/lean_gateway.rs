@@ -1277,3 +1277,36 @@ async fn an_empty_body_s_content_length_is_written_as_hyper_writes_it() {
     );
     assert_eq!(lean_up.heads(), hyper_up.heads());
 }
+
+#[tokio::test]
+async fn at_capacity_a_request_is_shed_on_the_lean_path_as_through_hyper() {
+    let up = Upstream::start().await;
+    let cap = "max_in_flight = 1\nqueue_timeout = \"0s\"";
+    let lean = start(up.addr, cap).await;
+    let hyper = start(up.addr, cap).await;
+    let mut shed = Vec::new();
+    for gateway in [lean.listen, hyper.listen] {
+        let through = |gateway| async move {
+            if gateway == lean.listen {
+                Answers::connect(gateway).await
+            } else {
+                Answers::through_hyper(gateway).await
+            }
+        };
+        // The one place in flight, held by the upstream.
+        let mut held = through(gateway).await;
+        held.send(&get("/held", "")).await;
+        up.shared.arrived.notified().await;
+        let mut second = through(gateway).await;
+        second.send(&get("/", "")).await;
+        shed.push(second.next(false).await);
+        up.shared.release.notify_one();
+        assert!(held.next(false).await.ends_with("\n\nheld"));
+        // The place is free again once the answer is relayed.
+        second.send(&get("/", "")).await;
+        assert!(second.next(false).await.ends_with("\n\nhello"));
+    }
+    assert!(shed[0].starts_with("HTTP/1.1 503 "), "{}", shed[0]);
+    assert_eq!(shed[0], shed[1]);
+    assert_eq!(paths(&lean).await, (3, 0), "all served on the lean path");
+}
