@@ -1310,3 +1310,44 @@ async fn at_capacity_a_request_is_shed_on_the_lean_path_as_through_hyper() {
     assert_eq!(shed[0], shed[1]);
     assert_eq!(paths(&lean).await, (3, 0), "all served on the lean path");
 }
+
+#[tokio::test]
+async fn a_reload_that_shortens_upstream_response_timeout_applies_to_an_open_lean_connection() {
+    let up = Upstream::start().await;
+    let toml = |extra: &str| {
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nupstream = \"http://{}\"\n{extra}\n{RULES}",
+            up.addr
+        )
+    };
+    let dir = std::env::temp_dir().join(format!(
+        "ratewarden-leangw-reload-bounds-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("ratewarden.toml");
+    std::fs::write(&path, toml("")).unwrap();
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
+    let server = common::start(ratewarden_server::serve::Options {
+        config_path: Some(path.clone()),
+        ..common::options(&toml(""), clock)
+    })
+    .await;
+    let mut kept = Answers::connect(server.listen).await;
+    kept.send(&get("/", "")).await;
+    assert!(kept.next(false).await.ends_with("hello"));
+    std::fs::write(&path, toml("upstream_response_timeout = \"1s\"")).unwrap();
+    server.reload().await.expect("the new bound loads");
+    let sent = std::time::Instant::now();
+    kept.send(&get("/slow", "")).await;
+    let answer = kept.next(false).await;
+    assert!(answer.starts_with("HTTP/1.1 504 "), "{answer}");
+    assert!(answer.contains("within 1s"), "{answer}");
+    assert!(
+        sent.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        sent.elapsed()
+    );
+    assert_eq!(paths(&server).await, (2, 0), "both on the lean path");
+    std::fs::remove_dir_all(dir).unwrap();
+}
