@@ -1129,7 +1129,7 @@ async fn a_flood_of_interim_answers_is_skipped_in_linear_time_as_through_hyper()
         } else {
             Answers::through_hyper(gateway).await
         };
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         answers.send(&get("/interim-flood", "")).await;
         let answer = answers.next(false).await;
         took.push(started.elapsed());
@@ -1338,7 +1338,7 @@ async fn a_reload_that_shortens_upstream_response_timeout_applies_to_an_open_lea
     assert!(kept.next(false).await.ends_with("hello"));
     std::fs::write(&path, toml("upstream_response_timeout = \"1s\"")).unwrap();
     server.reload().await.expect("the new bound loads");
-    let sent = std::time::Instant::now();
+    let sent = tokio::time::Instant::now();
     kept.send(&get("/slow", "")).await;
     let answer = kept.next(false).await;
     assert!(answer.starts_with("HTTP/1.1 504 "), "{answer}");
