@@ -585,6 +585,35 @@ async fn a_check_body_after_its_head_is_waited_for_and_a_stalled_one_cut_with_40
     common::assert_waited(waited, Duration::from_millis(1900), Duration::from_secs(3));
 }
 
+/// `api_body_timeout` is read per request (a reload changes it): the decision API's own
+/// HTTP/1.1 path kept the bound it started with.
+#[tokio::test(start_paused = true)]
+async fn a_reload_that_shortens_api_body_timeout_cuts_the_next_stalled_body_at_the_new_bound() {
+    let path = temp_config("reload-api-body");
+    let before = api_with("api_body_timeout = \"60s\"");
+    std::fs::write(&path, &before).unwrap();
+    let server = start_at(&before, Some(path.clone())).await;
+    std::fs::write(&path, api_with("api_body_timeout = \"2s\"")).unwrap();
+    assert_eq!(server.reload().await.expect("a valid config"), 2);
+    let mut stalled = TcpStream::connect(server.listen).await.unwrap();
+    stalled
+        .write_all(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 19\r\n\r\n{\"path\"")
+        .await
+        .unwrap();
+    let sent = tokio::time::Instant::now();
+    let reply = tokio::time::timeout(Duration::from_secs(120), read_response(&mut stalled))
+        .await
+        .expect("the stalled body was never cut");
+    assert!(reply.is_problem(408), "{} {}", reply.status, reply.body);
+    assert!(reply.body.contains("within 2s"), "{}", reply.body);
+    common::assert_waited(
+        sent.elapsed(),
+        Duration::from_millis(1900),
+        Duration::from_secs(3),
+    );
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
 /// A head whose body never starts is cut at `api_body_timeout` too: the body's timer is
 /// armed only when the body is not there at once, and this one never is.
 #[tokio::test(start_paused = true)]

@@ -95,6 +95,9 @@ pub(super) async fn serve(
             continue;
         }
         if conn.end - conn.start < whole {
+            // Read per request, as hyper's path reads it: a reload changes the next body's
+            // bound, not only a new connection's.
+            conn.bounds.api_body_timeout = settings.bounds.api_body_timeout;
             conn.begin(Wait::Body);
             // The body arrives into the buffer after the head: room for both.
             conn.make_room(whole);
@@ -102,7 +105,7 @@ pub(super) async fn serve(
                 match conn.fill(whole, stop).await {
                     Filled::Read => {}
                     Filled::TimedOut => {
-                        let timed_out = api::body_timed_out(bounds.api_body_timeout);
+                        let timed_out = api::body_timed_out(conn.bounds.api_body_timeout);
                         conn.answer(app, "api", &timed_out.plain(), false);
                         conn.close().await;
                         return None;

@@ -691,13 +691,28 @@ async fn relay(
     // Most answers carry no hop-by-hop line: then nothing is removed, and the lines are
     // written in order of their names' first appearance with no list of groups built.
     let is_named = |name: &[u8], n: &[u8]| name.len() == n.len() && name.eq_ignore_ascii_case(n);
-    let hop = lines[..upstream_lines]
-        .iter()
-        .any(|(n, _)| HOP_BY_HOP.iter().any(|h| is_named(n, h)));
+    // A body known empty (a 204, a 304, a `Content-Length: 0`) but a `HEAD`'s: hyper's
+    // server writes none of the upstream's `Content-Length` lines, and `content-length: 0`
+    // after the others where the status may have one. A 204 relayed with the upstream's
+    // `Content-Length: 5` would have a client or a cache in front read the next answer's
+    // first bytes as its body.
+    let drop_length = !head_only
+        && matches!(framing, Framing::None | Framing::Length(0))
+        && lines[..upstream_lines]
+            .iter()
+            .any(|(n, _)| is_named(n, b"content-length"));
+    let hop = drop_length
+        || lines[..upstream_lines]
+            .iter()
+            .any(|(n, _)| HOP_BY_HOP.iter().any(|h| is_named(n, h)));
     let mut groups = Vec::new();
     if hop {
         groups = self::groups(&lines[..upstream_lines]);
         strip_hop_by_hop(&mut groups, &lines[..upstream_lines]);
+        if drop_length {
+            // Skipped where it stands, not removed from a map: the order stays.
+            groups.retain(|&g| !is_named(lines[g].0, b"content-length"));
+        }
         // The RateLimit fields join a group of their name, or follow.
         for (at, (name, _)) in lines.iter().enumerate().skip(upstream_lines) {
             if !groups.iter().any(|&g| is_named(lines[g].0, name)) {

@@ -22,6 +22,10 @@ pub(super) const MAX_HEADERS: usize = 32;
 /// hyper (no header the rules name is that long in practice).
 const MAX_NAME: usize = 64;
 
+/// The longest target hyper's server reads (`u16::MAX - 1`); a longer one it answers 414,
+/// so it goes to hyper whatever `max_header_bytes` lets through.
+const MAX_TARGET: usize = u16::MAX as usize - 1;
+
 /// What the bytes at the start of a connection's buffer are.
 #[derive(Debug)]
 pub(super) enum Head<'h, 'b> {
@@ -81,7 +85,10 @@ pub(super) fn read<'h, 'b>(
     };
     // Origin-form, and only bytes every parser reads alike (hyper's `Uri` refuses some that
     // httparse takes, such as UTF-8).
-    if !target.starts_with('/') || !target.bytes().all(plain_target_byte) {
+    if !target.starts_with('/')
+        || target.len() > MAX_TARGET
+        || !target.bytes().all(plain_target_byte)
+    {
         return Head::Other;
     }
     let (path, query) = match target.split_once('?') {

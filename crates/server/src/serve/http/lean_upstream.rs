@@ -148,25 +148,45 @@ async fn send(mut stream: TcpStream, request: &[u8], buf: &mut Vec<u8>) -> Resul
     if stream.write_all(request).await.is_err() {
         return Err(Sent::Unanswered);
     }
+    // The head being read is `buf[start..filled]`: interim answers before it are skipped
+    // by moving `start`, and the buffer compacted once a read, not once an answer (a flood
+    // of them in one read would otherwise copy the rest of the read for each).
+    let mut start = 0;
     let mut filled = 0;
     // Where the search for the head's end resumes.
     let mut scanned = 0;
     let mut answered_any = false;
     loop {
+        // Empty lines before a status line are skipped, as httparse skips them for hyper's
+        // client: else one before an interim answer hid it, and it was relayed as the answer.
+        loop {
+            match &buf[start..filled] {
+                [b'\n', ..] => start += 1,
+                [b'\r', b'\n', ..] => start += 2,
+                _ => break,
+            }
+        }
+        scanned = scanned.max(start);
         if let Some(end) = head_end(buf, scanned, filled) {
-            if !interim(&buf[..end]) {
+            if !interim(&buf[start..end]) {
+                buf.copy_within(start..filled, 0);
                 // Parsed once, by the caller.
-                return Ok(Answered { stream, filled });
+                return Ok(Answered {
+                    stream,
+                    filled: filled - start,
+                });
             }
             // An interim answer (`100 Continue`, `103 Early Hints`): not relayed, as
             // hyper's client does not.
-            let len = interim_len(&buf[..filled]).map_err(Sent::Failed)?;
-            buf.copy_within(len..filled, 0);
-            filled -= len;
-            scanned = 0;
+            start += interim_len(&buf[start..filled]).map_err(Sent::Failed)?;
+            scanned = start;
             continue;
         }
-        scanned = filled.saturating_sub(2);
+        scanned = filled.saturating_sub(2).max(start);
+        if start > 0 {
+            buf.copy_within(start..filled, 0);
+            (filled, scanned, start) = (filled - start, scanned - start, 0);
+        }
         if filled >= MAX_RESPONSE_HEAD {
             return Err(Sent::Failed("a response head past its bound".into()));
         }
