@@ -134,6 +134,7 @@ fn bounds(b: &Bounds) -> Vec<String> {
     let rows = [
         ("header_read_timeout", d(b.header_read_timeout), false),
         ("idle_timeout", d(b.idle_timeout), false),
+        ("send_timeout", d(b.send_timeout), false),
         ("max_header_bytes", b.max_header_bytes.to_string(), false),
         (
             "max_connections_per_client",

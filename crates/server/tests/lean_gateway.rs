@@ -85,6 +85,8 @@ struct Shared {
     release: Notify,
     /// Notified when the connection of a `GET /held` closed before its answer.
     gone: Notify,
+    /// Notified when a `GET /big` could not be written whole: the gateway dropped it.
+    big_cut: Notify,
 }
 
 impl Upstream {
@@ -136,6 +138,21 @@ async fn upstream_connection(mut stream: TcpStream, shared: Arc<Shared>) {
                 let _ = stream
                     .write_all(b"HTTP/1.1 200 OK\r\nX-A: 1\r\n\r\nall of it, until the close")
                     .await;
+                return;
+            }
+            "/big" => {
+                // More than every socket buffer between here and a client that reads none
+                // of it can hold.
+                let length = 64 << 20;
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {length}\r\n\r\n");
+                let chunk = vec![b'x'; 64 << 10];
+                let mut whole = stream.write_all(head.as_bytes()).await.is_ok();
+                for _ in 0..length / chunk.len() {
+                    whole = whole && stream.write_all(&chunk).await.is_ok();
+                }
+                if !whole {
+                    shared.big_cut.notify_one();
+                }
                 return;
             }
             "/slow" => {
@@ -769,6 +786,38 @@ async fn a_client_gone_while_the_upstream_answers_drops_the_exchange_as_hyper_do
     let mut answers = Answers::connect(lean.listen).await;
     answers.send(&get("/", "")).await;
     assert!(answers.next(false).await.ends_with("hello"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_that_reads_none_of_a_long_answer_is_dropped_at_send_timeout_on_both_paths() {
+    let up = Upstream::start().await;
+    let timeout = "send_timeout = \"5s\"";
+    let lean = start(up.addr, timeout).await;
+    let hyper = start(up.addr, timeout).await;
+    for gateway in [lean.listen, hyper.listen] {
+        let mut answers = if gateway == lean.listen {
+            Answers::connect(gateway).await
+        } else {
+            Answers::through_hyper(gateway).await
+        };
+        answers.send(&get("/big", "")).await;
+        // The head, then nothing more read: the gateway's writes to this client stall.
+        while !String::from_utf8_lossy(&answers.buf).contains("\r\n\r\n") {
+            assert!(answers.more().await > 0, "closed before the head");
+        }
+        let stopped = tokio::time::Instant::now();
+        tokio::time::timeout(Duration::from_secs(600), up.shared.big_cut.notified())
+            .await
+            .expect("the gateway dropped the answer its client stopped reading");
+        common::assert_waited(
+            stopped.elapsed(),
+            Duration::from_secs(5),
+            Duration::from_secs(7),
+        );
+        // And the client's connection with it, once it reads what was in flight.
+        while answers.more().await > 0 {}
+    }
+    assert_eq!(paths(&lean).await.0, 1, "the lean path served the first");
 }
 
 #[tokio::test]

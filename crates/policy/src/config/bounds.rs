@@ -25,6 +25,7 @@ use std::time::Duration;
 /// assert_eq!(config.server.bounds.upstream_response_timeout.as_secs(), 5);
 /// assert_eq!(config.server.bounds.header_read_timeout.as_secs(), 10, "the default");
 /// assert_eq!(config.server.bounds.idle_timeout.as_secs(), 75, "the default");
+/// assert_eq!(config.server.bounds.send_timeout.as_secs(), 60, "the default");
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bounds {
@@ -35,6 +36,12 @@ pub struct Bounds {
     /// Separate from `header_read_timeout` so that a client honouring a `Retry-After` of
     /// 10 s on a pooled connection does not race the server closing it. Read at start.
     pub idle_timeout: Duration,
+    /// The longest a client may leave an answer unread: while a write to it makes no
+    /// progress for this long, the connection is dropped, with what it held (the place in
+    /// flight, a concurrency permit, the upstream's connection). Timed between writes that
+    /// move bytes, as nginx's `send_timeout`, so a slow reader that keeps reading is never
+    /// cut; one that stops reading no longer holds its places for ever. Read at start.
+    pub send_timeout: Duration,
     /// The most a request's head may take, in bytes (at least 8 KiB, the HTTP parser's
     /// floor); larger heads are answered 431. Read at start.
     pub max_header_bytes: usize,
@@ -77,6 +84,8 @@ impl Default for Bounds {
             // usually in front (AWS ALB, GCP's), so that they, not we, close an idle
             // connection and never send on one we are closing.
             idle_timeout: Duration::from_secs(75),
+            // nginx's `send_timeout`.
+            send_timeout: Duration::from_secs(60),
             // 200 KB headers took the gateway's memory to 1.3 GB (issue 12, item 5).
             max_header_bytes: 64 * 1024,
             api_body_timeout: Duration::from_secs(10),
@@ -106,6 +115,10 @@ impl Bounds {
             (
                 "[server] idle_timeout",
                 self.idle_timeout != next.idle_timeout,
+            ),
+            (
+                "[server] send_timeout",
+                self.send_timeout != next.send_timeout,
             ),
             (
                 "[server] max_header_bytes",

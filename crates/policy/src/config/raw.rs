@@ -37,6 +37,7 @@ pub(super) struct RawServer {
     pub(super) max_body: Option<Spanned<i64>>,
     pub(super) header_read_timeout: Option<Spanned<String>>,
     pub(super) idle_timeout: Option<Spanned<String>>,
+    pub(super) send_timeout: Option<Spanned<String>>,
     pub(super) max_header_bytes: Option<Spanned<i64>>,
     pub(super) api_body_timeout: Option<Spanned<String>>,
     pub(super) body_idle_timeout: Option<Spanned<String>>,

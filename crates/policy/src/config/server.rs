@@ -142,6 +142,7 @@ fn bounds(raw: &RawServer, errors: &mut Errors<'_>) -> Bounds {
         d.header_read_timeout,
     );
     let idle_timeout = duration("idle_timeout", &raw.idle_timeout, d.idle_timeout);
+    let send_timeout = duration("send_timeout", &raw.send_timeout, d.send_timeout);
     let api_body_timeout = duration(
         "api_body_timeout",
         &raw.api_body_timeout,
@@ -206,6 +207,7 @@ fn bounds(raw: &RawServer, errors: &mut Errors<'_>) -> Bounds {
     Bounds {
         header_read_timeout,
         idle_timeout,
+        send_timeout,
         max_header_bytes,
         api_body_timeout,
         body_idle_timeout,

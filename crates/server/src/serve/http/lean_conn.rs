@@ -15,6 +15,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::graceful::Stop;
 use super::rewind::Rewind;
+use super::send::Sending;
 use crate::serve::app::App;
 use crate::serve::reply::Plain;
 
@@ -231,7 +232,10 @@ impl Conn {
         if self.out.is_empty() {
             return true;
         }
-        let written = self.stream.write_all(&self.out).await.is_ok();
+        // Within `send_timeout` of each write that moves bytes: a client that stops
+        // reading does not hold the connection (and what its answer holds) for ever.
+        let mut sending = Sending::new(&mut self.stream, self.bounds.send_timeout);
+        let written = sending.write_all(&self.out).await.is_ok();
         self.out.clear();
         // Many pipelined answers grew it: not kept for the connection's life.
         if self.out.capacity() > SHRINK_OVER {

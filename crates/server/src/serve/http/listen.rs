@@ -159,6 +159,8 @@ where
         let (app, local) = (Arc::clone(&app), Arc::clone(&local));
         async move { Ok::<_, Infallible>(route(&app, &local, role, peer, request).await) }
     });
+    // A write that waits `send_timeout` without progress ends the connection (`send.rs`).
+    let stream = super::send::Sending::new(stream, bounds.send_timeout);
     let (stream, timer) = idle::timed(stream, bounds.idle_timeout, bounds.header_read_timeout);
     let connection = http
         .timer(timer)

@@ -25,6 +25,7 @@ mod limits;
 mod listen;
 mod operator;
 mod rewind;
+mod send;
 mod upstream;
 
 pub(crate) use api::request_error_status;
