@@ -214,6 +214,18 @@ async fn upstream_connection(mut stream: TcpStream, shared: Arc<Shared>) {
                 }
                 continue;
             }
+            // Two empty lines before the status line, the first read apart from the rest and
+            // the second cut between its CR and its LF: each read ends mid-skip.
+            "/blank-split" => {
+                for part in [&b"\r\n\r"[..], b"\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"] {
+                    if stream.write_all(part).await.is_err() {
+                        return;
+                    }
+                    // Long enough for the gateway to read the first part on its own.
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                continue;
+            }
             // Empty lines before status lines, which parsers skip.
             "/continue-blank" => b"\r\nHTTP/1.1 100 Continue\r\n\r\n\n\r\nHTTP/1.1 103 Early Hints\r\nLink: x\r\n\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
             "/empty-then" => b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-A: 1\r\n\r\n",
@@ -475,6 +487,11 @@ fn cases() -> Vec<(&'static str, Vec<u8>, bool)> {
         (
             "interim answers after empty lines",
             get("/continue-blank", ""),
+            false,
+        ),
+        (
+            "empty lines before the status line, split across reads",
+            get("/blank-split", ""),
             false,
         ),
         ("lines ended by LF", get("/lf", ""), false),
