@@ -13,13 +13,14 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use ratewarden_core::adaptive::Completion;
 use ratewarden_core::{DisplayDuration, NANOS_PER_SEC};
-use ratewarden_policy::{Bounds, Identity};
+use ratewarden_policy::{Bounds, Identity, ServerSettings};
 
 use super::guard;
 use super::limits::{self, Paced};
 use super::upstream::{Local, Upstream};
 use crate::serve::app::{Answer, App};
-use crate::serve::reply::{self, Body, Holding};
+use crate::serve::reply::{self, Body, Holding, Plain, Problem};
+use crate::serve::shed::Slot;
 use crate::serve::timer::ClockTimer;
 
 /// Releases an allowed request's concurrency permit when dropped: when its response has
@@ -57,6 +58,74 @@ impl Drop for PermitGuard {
                 runtime.spawn(release);
             }
         }
+    }
+}
+
+/// What the gateway makes of a request before the upstream sees it, whichever HTTP/1.1
+/// path read it (`handle` here, `lean_gateway::decide`): one code for both, so that they
+/// cannot decide apart.
+pub(super) enum Admission {
+    /// Answered without the upstream: at capacity (503), a request the rules cannot read
+    /// one way (problem+json), or the contract's 429 or 503.
+    Refused(Plain),
+    /// To forward, with the RateLimit fields to add to the answer, and what stays held
+    /// until the answer has been relayed: the rule's permit and the place in flight.
+    Admitted {
+        fields: Vec<(HeaderName, HeaderValue)>,
+        permit: PermitGuard,
+        slot: Slot,
+    },
+}
+
+/// The shedder's place (critical requests first), the rules' decision, and a queueing
+/// rule's wait: a client that goes away meanwhile drops this future, and with it the
+/// place, the permit and any place in a rule's queue.
+pub(super) async fn admit(
+    app: &Arc<App>,
+    request: &ratewarden_policy::Request<'_>,
+    settings: &ServerSettings,
+) -> Admission {
+    let critical = settings.critical.iter().any(|m| m.matches(request));
+    let Some(slot) = app.shedder.enter(critical).await else {
+        app.metrics.shed("in_flight");
+        return Admission::Refused(Plain::contract(ratewarden_http::unavailable(
+            app.jittered(NANOS_PER_SEC),
+            "the server is at capacity",
+        )));
+    };
+    let started = app.clock.now();
+    // The gateway can hold a request: past an adaptive rule's limit it may wait its turn
+    // in the rule's queue.
+    let timer = ClockTimer(Arc::clone(&app.clock));
+    let verdict = match app.engine.decide_waiting(request, &timer).await {
+        Ok(verdict) => verdict,
+        // A request the rules cannot read one way (a repeated key header, conflicting key
+        // sources, a cost that is not a number): the client's fault, and one meaning.
+        Err(e) => {
+            let status = super::api::request_error_status(&e);
+            return Admission::Refused(Problem::new(status, e.to_string()).plain());
+        }
+    };
+    app.metrics
+        .decision_seconds
+        .observe(app.clock.now().saturating_sub(started) as f64 / 1e9);
+    let (fields, delay) = match app.answer_with(&verdict, settings) {
+        Answer::Stop(response) => return Admission::Refused(Plain::contract(response)),
+        Answer::Go { headers, delay } => (headers, delay),
+    };
+    let permit = PermitGuard {
+        app: Arc::clone(app),
+        held: verdict.permit.map(|id| (id, verdict)),
+        completion: None,
+    };
+    if !delay.is_zero() {
+        // A queueing rule: wait our turn, as nginx's `limit_req burst=N` does.
+        tokio::time::sleep(delay).await;
+    }
+    Admission::Admitted {
+        fields,
+        permit,
+        slot,
     }
 }
 
@@ -103,42 +172,14 @@ pub(crate) async fn handle(
     // next request, not half of this one.
     let settings = app.settings();
     let bounds = settings.bounds;
-    let critical = settings.critical.iter().any(|m| m.matches(&engine_request));
-    let Some(slot) = app.shedder.enter(critical).await else {
-        app.metrics.shed("in_flight");
-        return reply::contract(ratewarden_http::unavailable(
-            app.jittered(NANOS_PER_SEC),
-            "the server is at capacity",
-        ));
+    let (headers, mut permit, slot) = match admit(app, &engine_request, &settings).await {
+        Admission::Refused(plain) => return plain.response(),
+        Admission::Admitted {
+            fields,
+            permit,
+            slot,
+        } => (fields, permit, slot),
     };
-    let started = app.clock.now();
-    // The gateway can hold a request: past an adaptive rule's limit it may wait its turn
-    // in the rule's queue. A client that goes away meanwhile drops this future, which takes
-    // it out of the queue.
-    let timer = ClockTimer(Arc::clone(&app.clock));
-    let verdict = match app.engine.decide_waiting(&engine_request, &timer).await {
-        Ok(verdict) => verdict,
-        // A request the rules cannot read one way (a repeated key header, conflicting key
-        // sources, a cost that is not a number): the client's fault, and one meaning.
-        Err(e) => return reply::problem(super::api::request_error_status(&e), e.to_string()),
-    };
-    app.metrics
-        .decision_seconds
-        .observe(app.clock.now().saturating_sub(started) as f64 / 1e9);
-    let (headers, delay) = match app.answer_with(&verdict, &settings) {
-        Answer::Stop(response) => return reply::contract(response),
-        Answer::Go { headers, delay } => (headers, delay),
-    };
-    let mut permit = PermitGuard {
-        app: Arc::clone(app),
-        held: verdict.permit.map(|id| (id, verdict)),
-        completion: None,
-    };
-    if !delay.is_zero() {
-        // A queueing rule: wait our turn, as nginx's `limit_req burst=N` does. A client that
-        // goes away meanwhile drops this future, and with it the permit and the place.
-        tokio::time::sleep(delay).await;
-    }
     let sent = app.clock.now();
     let forwarded = forward(upstream, &identity, &bounds, peer, &path, request).await;
     // The round trip is to the response head, as the upstream's own latency; a 5xx, a

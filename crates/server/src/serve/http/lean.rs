@@ -32,7 +32,7 @@ use tokio::net::TcpStream;
 
 use super::api;
 use super::graceful::Stop;
-use super::lean_conn::{Conn, Filled, Wait, FLUSH_AT};
+use super::lean_conn::{Conn, Filled, MoreHead, Wait, FLUSH_AT};
 use super::lean_head::{self, Head};
 use super::rewind::Rewind;
 use crate::serve::app::App;
@@ -51,28 +51,15 @@ pub(super) async fn serve(
         let check = match lean_head::read(&conn.buf[conn.start..conn.end]) {
             Head::Check(check) => check,
             Head::Other => return conn.hand_off().await,
-            // A head as long as the bound and not whole: hyper answers it (431).
-            Head::Partial if conn.end - conn.start >= bounds.max_header_bytes => {
-                return conn.hand_off().await
-            }
-            Head::Partial => {
-                if conn.wait == Wait::Idle && conn.end > conn.start {
-                    // The next request's first byte: its head is timed from here.
-                    conn.begin(Wait::Head);
-                }
-                if !conn.flush().await {
+            Head::Partial => match conn.more_head(stop).await {
+                MoreHead::Read => continue,
+                MoreHead::HandOff => return conn.hand_off().await,
+                MoreHead::Close => {
+                    conn.close().await;
                     return None;
                 }
-                match conn.fill(bounds.max_header_bytes, stop).await {
-                    Filled::Read => continue,
-                    // A partial head at the peer's close, the head's or the idle deadline,
-                    // the shutdown: closed without an answer, as hyper does.
-                    Filled::Closed | Filled::TimedOut | Filled::Stopped => {
-                        conn.close().await;
-                        return None;
-                    }
-                }
-            }
+                MoreHead::Gone => return None,
+            },
         };
         let (head_len, body_len, close) = (check.len, check.body, check.close);
         let settings = app.settings();

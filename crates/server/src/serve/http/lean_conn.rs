@@ -51,6 +51,20 @@ pub(super) enum Filled {
     Stopped,
 }
 
+/// What to do once more of a head that was not whole has been waited for
+/// ([`Conn::more_head`]).
+pub(super) enum MoreHead {
+    /// Bytes arrived: read the head again.
+    Read,
+    /// As long as `max_header_bytes` and not whole: hyper's to answer (431).
+    HandOff,
+    /// The peer closed mid-head, a deadline passed, or the shutdown began: closed without an
+    /// answer, as hyper does (what is buffered written first).
+    Close,
+    /// Writing the answers buffered failed: the connection is gone.
+    Gone,
+}
+
 /// Whether `at` has passed; if not, `cx` is woken by then, by `sleep`. The timer entry is
 /// moved only when `at` is earlier than where it stands: a later deadline (the next
 /// request's, nearly always) lets it fire early, once, and be set then. Moving it cost
@@ -143,6 +157,28 @@ impl Conn {
         }
         if self.buf.len() < len {
             self.buf.resize(len, 0);
+        }
+    }
+
+    /// Waits for more of a head that is not whole yet, as both lean paths do: the head is
+    /// timed from its first byte (before it, a kept-alive connection is idle), the answers
+    /// to earlier requests are written first, and the head is bounded by
+    /// `max_header_bytes`.
+    pub(super) async fn more_head(&mut self, stop: &mut Stop<'_>) -> MoreHead {
+        let limit = self.bounds.max_header_bytes;
+        if self.end - self.start >= limit {
+            return MoreHead::HandOff;
+        }
+        if self.wait == Wait::Idle && self.end > self.start {
+            // The next request's first byte: its head is timed from here.
+            self.begin(Wait::Head);
+        }
+        if !self.flush().await {
+            return MoreHead::Gone;
+        }
+        match self.fill(limit, stop).await {
+            Filled::Read => MoreHead::Read,
+            Filled::Closed | Filled::TimedOut | Filled::Stopped => MoreHead::Close,
         }
     }
 

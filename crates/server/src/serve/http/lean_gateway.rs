@@ -36,7 +36,7 @@ use std::time::Duration;
 use http::header::{HeaderName, HeaderValue};
 use http::StatusCode;
 use ratewarden_core::adaptive::Completion;
-use ratewarden_core::{AlgorithmKind, DisplayDuration, NANOS_PER_SEC};
+use ratewarden_core::{AlgorithmKind, DisplayDuration};
 use ratewarden_policy::config::Bounds;
 use ratewarden_policy::Identity;
 use tokio::io::AsyncReadExt;
@@ -44,17 +44,16 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::chunked::Chunked;
-use super::gateway::{push_node, PermitGuard};
+use super::gateway::{admit, push_node, Admission, PermitGuard};
 use super::graceful::Stop;
-use super::lean_conn::{Conn, Filled, Wait, FLUSH_AT, SHRINK_OVER};
+use super::lean_conn::{Conn, MoreHead, FLUSH_AT, SHRINK_OVER};
 use super::lean_gateway_head::{self, Get, Head};
 use super::lean_upstream::{Answered, Failed, MAX_RESPONSE_HEADERS};
 use super::rewind::Rewind;
 use super::upstream::{Local, Upstream};
-use crate::serve::app::{Answer, App};
+use crate::serve::app::App;
 use crate::serve::reply::{Plain, Problem};
 use crate::serve::shed::Slot;
-use crate::serve::timer::ClockTimer;
 
 /// The role the metrics count answers under.
 const ROLE: &str = "gateway";
@@ -121,28 +120,15 @@ pub(super) async fn serve(
         };
         let (len, close, allowed) = match step {
             Step::Other => return conn.hand_off().await,
-            // A head as long as the bound and not whole: hyper answers it (431).
-            Step::Partial if conn.end - conn.start >= bounds.max_header_bytes => {
-                return conn.hand_off().await
-            }
-            Step::Partial => {
-                if conn.wait == Wait::Idle && conn.end > conn.start {
-                    // The next request's first byte: its head is timed from here.
-                    conn.begin(Wait::Head);
-                }
-                if !conn.flush().await {
+            Step::Partial => match conn.more_head(stop).await {
+                MoreHead::Read => continue,
+                MoreHead::HandOff => return conn.hand_off().await,
+                MoreHead::Close => {
+                    conn.close().await;
                     return None;
                 }
-                match conn.fill(bounds.max_header_bytes, stop).await {
-                    Filled::Read => continue,
-                    // A partial head at the peer's close, a deadline, the shutdown: closed
-                    // without an answer, as hyper does.
-                    Filled::Closed | Filled::TimedOut | Filled::Stopped => {
-                        conn.close().await;
-                        return None;
-                    }
-                }
-            }
+                MoreHead::Gone => return None,
+            },
             Step::Refused(len, close, plain) => {
                 app.metrics.gateway_path(true);
                 let close = close || stop.now();
@@ -217,41 +203,15 @@ async fn decide(
         api_key: None,
         tenant: None,
     };
-    let refused = |plain| Step::Refused(get.len, get.close, plain);
     let settings = app.settings();
-    let critical = settings.critical.iter().any(|m| m.matches(&request));
-    let Some(slot) = app.shedder.enter(critical).await else {
-        app.metrics.shed("in_flight");
-        return refused(Plain::contract(ratewarden_http::unavailable(
-            app.jittered(NANOS_PER_SEC),
-            "the server is at capacity",
-        )));
+    let (fields, permit, slot) = match admit(app, &request, &settings).await {
+        Admission::Refused(plain) => return Step::Refused(get.len, get.close, plain),
+        Admission::Admitted {
+            fields,
+            permit,
+            slot,
+        } => (fields, permit, slot),
     };
-    let started = app.clock.now();
-    let timer = ClockTimer(Arc::clone(&app.clock));
-    let verdict = match app.engine.decide_waiting(&request, &timer).await {
-        Ok(verdict) => verdict,
-        Err(e) => {
-            let status = super::api::request_error_status(&e);
-            return refused(Problem::new(status, e.to_string()).plain());
-        }
-    };
-    app.metrics
-        .decision_seconds
-        .observe(app.clock.now().saturating_sub(started) as f64 / 1e9);
-    let (fields, delay) = match app.answer_with(&verdict, &settings) {
-        Answer::Stop(response) => return refused(Plain::contract(response)),
-        Answer::Go { headers, delay } => (headers, delay),
-    };
-    let permit = PermitGuard {
-        app: Arc::clone(app),
-        held: verdict.permit.map(|id| (id, verdict)),
-        completion: None,
-    };
-    if !delay.is_zero() {
-        // The rules `eligible` takes have no queueing rule; were one there, its wait.
-        tokio::time::sleep(delay).await;
-    }
     forwarded_head(forwarded, forwarding, get, &path);
     Step::Forward(
         get.len,
