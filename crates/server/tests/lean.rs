@@ -3,6 +3,7 @@
 //! request it does not take is handed to hyper with the bytes already read.
 
 mod common;
+use common::answers::Answers;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use proptest::prelude::*;
 use ratewarden_core::{Clock, ManualClock};
 use ratewarden_server::serve::Running;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 const T0: u64 = 1_700_000_000_000_000_000;
 
@@ -31,6 +32,16 @@ async fn start(toml: &str) -> Running {
     common::start(common::options(toml, clock)).await
 }
 
+/// A connection hyper serves: its first request is not one the lean path takes.
+async fn through_hyper(addr: SocketAddr) -> Answers {
+    Answers::handed_over(
+        addr,
+        b"GET /healthcheck HTTP/1.1\r\nHost: x\r\n\r\n",
+        "HTTP/1.1 200 OK\n",
+    )
+    .await
+}
+
 /// The decision API alone, with `extra` lines in `[server]`.
 fn api(extra: &str, rules: &str) -> String {
     format!("[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"off\"\nretry_after_jitter = \"0s\"\n{extra}\n{rules}")
@@ -42,89 +53,6 @@ fn check(body: &str, headers: &str) -> Vec<u8> {
         body.len()
     )
     .into_bytes()
-}
-
-/// A connection's answers, read one at a time (bytes read past one are kept for the next).
-struct Answers {
-    stream: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Answers {
-    async fn connect(addr: SocketAddr) -> Self {
-        let stream = TcpStream::connect(addr).await.unwrap();
-        stream.set_nodelay(true).unwrap();
-        Self {
-            stream,
-            buf: Vec::new(),
-        }
-    }
-
-    /// A connection hyper serves: its first request is not one the lean path takes.
-    async fn through_hyper(addr: SocketAddr) -> Self {
-        let mut answers = Self::connect(addr).await;
-        answers
-            .send(b"GET /healthcheck HTTP/1.1\r\nHost: x\r\n\r\n")
-            .await;
-        let ok = answers.next().await;
-        assert!(ok.starts_with("HTTP/1.1 200 OK\n"), "{ok}");
-        answers
-    }
-
-    async fn send(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).await.unwrap();
-    }
-
-    async fn more(&mut self) -> usize {
-        let mut chunk = [0u8; 16 * 1024];
-        // Longer than any bound of the server's, which a paused clock would race.
-        let n = tokio::time::timeout(Duration::from_secs(60), self.stream.read(&mut chunk))
-            .await
-            .expect("an answer within 60 s")
-            .unwrap_or(0);
-        self.buf.extend_from_slice(&chunk[..n]);
-        n
-    }
-
-    /// The next answer, whole, with its `date` value blanked: `""` if the connection closed.
-    async fn next(&mut self) -> String {
-        let head_end = loop {
-            if let Some(at) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break at + 4;
-            }
-            if self.more().await == 0 {
-                assert!(self.buf.is_empty(), "closed mid-head: {:?}", self.buf);
-                return String::new();
-            }
-        };
-        let head = String::from_utf8(self.buf[..head_end].to_vec()).unwrap();
-        let length: usize = head
-            .lines()
-            .find_map(|l| l.strip_prefix("content-length: "))
-            .map_or(0, |v| v.parse().unwrap());
-        while self.buf.len() < head_end + length {
-            assert!(self.more().await > 0, "closed mid-body");
-        }
-        let answer: Vec<u8> = self.buf.drain(..head_end + length).collect();
-        let answer = String::from_utf8(answer).unwrap();
-        // The date is the one line that may differ.
-        answer
-            .lines()
-            .map(|line| match line.strip_prefix("date: ") {
-                Some(date) => {
-                    assert!(httpdate::parse_http_date(date).is_ok(), "{date}");
-                    "date: <date>"
-                }
-                None => line,
-            })
-            .collect::<Vec<_>>()
-            .join("\n")
-    }
-
-    /// Whether the server closed the connection (within 60 s).
-    async fn closed(&mut self) -> bool {
-        self.buf.is_empty() && self.more().await == 0
-    }
 }
 
 /// The cases both paths are held to, in order (the second check is over the limit).
@@ -166,30 +94,30 @@ async fn the_lean_answer_is_hypers_byte_for_byte_but_the_date() {
     for (name, request) in cases() {
         let mut ours = Answers::connect(lean.listen).await;
         ours.send(&request).await;
-        let mut theirs = Answers::through_hyper(hyper.listen).await;
+        let mut theirs = through_hyper(hyper.listen).await;
         theirs.send(&request).await;
-        let (ours, theirs) = (ours.next().await, theirs.next().await);
+        let (ours, theirs) = (ours.next(false).await, theirs.next(false).await);
         assert_eq!(ours, theirs, "{name}");
     }
     // Connection: close is answered so, then closed, by both.
     let close = check(r#"{"api_key":"k-2"}"#, "Connection: close\r\n");
     let mut ours = Answers::connect(lean.listen).await;
     ours.send(&close).await;
-    let mut theirs = Answers::through_hyper(hyper.listen).await;
+    let mut theirs = through_hyper(hyper.listen).await;
     theirs.send(&close).await;
-    let answer = ours.next().await;
+    let answer = ours.next(false).await;
     assert!(answer.contains("\nconnection: close\n"), "{answer}");
-    assert_eq!(answer, theirs.next().await);
+    assert_eq!(answer, theirs.next(false).await);
     assert!(ours.closed().await && theirs.closed().await);
     // A declared body over `max_body`: 413 before the body, then closed, by both.
     let over = b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\n\r\n{";
     let mut ours = Answers::connect(lean.listen).await;
     ours.send(over).await;
-    let mut theirs = Answers::through_hyper(hyper.listen).await;
+    let mut theirs = through_hyper(hyper.listen).await;
     theirs.send(over).await;
-    let answer = ours.next().await;
+    let answer = ours.next(false).await;
     assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
-    assert_eq!(answer, theirs.next().await);
+    assert_eq!(answer, theirs.next(false).await);
     assert!(ours.closed().await && theirs.closed().await);
 }
 
@@ -220,12 +148,12 @@ async fn at_capacity_the_lean_503_is_hypers() {
     let request = check(r#"{"api_key":"k-1"}"#, "");
     let mut ours = Answers::connect(api).await;
     ours.send(&request).await;
-    let mut theirs = Answers::through_hyper(api).await;
+    let mut theirs = through_hyper(api).await;
     theirs.send(&request).await;
-    let answer = ours.next().await;
+    let answer = ours.next(false).await;
     assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
     assert!(answer.contains("\nretry-after: 1\n"), "{answer}");
-    assert_eq!(answer, theirs.next().await);
+    assert_eq!(answer, theirs.next(false).await);
 }
 
 #[tokio::test]
@@ -241,13 +169,13 @@ async fn pipelined_checks_are_answered_in_order_and_a_request_after_them_goes_to
     .concat();
     let mut answers = Answers::connect(server.listen).await;
     answers.send(&stream).await;
-    let first = answers.next().await;
+    let first = answers.next(false).await;
     assert!(first.contains(r#""allowed":true"#), "{first}");
-    let second = answers.next().await;
+    let second = answers.next(false).await;
     assert!(second.contains(r#""allowed":false"#), "{second}");
-    let third = answers.next().await;
+    let third = answers.next(false).await;
     assert!(third.starts_with("HTTP/1.1 405 "), "{third}");
-    let fourth = answers.next().await;
+    let fourth = answers.next(false).await;
     assert!(
         fourth.contains(r#""allowed":false"#),
         "hyper's, after: {fourth}"
@@ -259,7 +187,7 @@ async fn pipelined_checks_are_answered_in_order_and_a_request_after_them_goes_to
         answers.send(std::slice::from_ref(byte)).await;
         tokio::task::yield_now().await;
     }
-    let answer = answers.next().await;
+    let answer = answers.next(false).await;
     assert!(answer.contains(r#""allowed":true"#), "{answer}");
 }
 
@@ -271,9 +199,9 @@ async fn requests_the_lean_path_does_not_take_are_answered_by_hyper_as_before() 
     let expect = |request: Vec<u8>, starts: &'static str, contains: &'static str| async move {
         let mut answers = Answers::connect(addr).await;
         answers.send(&request).await;
-        let mut answer = answers.next().await;
+        let mut answer = answers.next(false).await;
         if answer.starts_with("HTTP/1.1 100 Continue") {
-            answer = answers.next().await;
+            answer = answers.next(false).await;
         }
         assert!(
             answer.starts_with(starts) && answer.contains(contains),
@@ -343,11 +271,11 @@ async fn a_check_head_over_max_header_bytes_is_refused_with_431() {
     let head = |size: usize| check("{}", &format!("X-User: {}\r\n", "a".repeat(size)));
     let mut answers = Answers::connect(server.listen).await;
     let _ = answers.stream.write_all(&head(12 * 1024)).await;
-    let answer = answers.next().await;
+    let answer = answers.next(false).await;
     assert!(answer.starts_with("HTTP/1.1 431 "), "{answer}");
     let mut answers = Answers::connect(server.listen).await;
     answers.send(&head(2 * 1024)).await;
-    let answer = answers.next().await;
+    let answer = answers.next(false).await;
     assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
 }
 
@@ -366,10 +294,10 @@ async fn a_slow_check_head_is_cut_at_the_header_timeout_and_an_idle_one_at_idle_
     // A kept-alive connection idles past the header timeout, and is cut at the idle one.
     let mut idle = Answers::connect(server.listen).await;
     idle.send(&check("{}", "")).await;
-    assert!(idle.next().await.starts_with("HTTP/1.1 200 OK"));
+    assert!(idle.next(false).await.starts_with("HTTP/1.1 200 OK"));
     tokio::time::sleep(Duration::from_secs(20)).await;
     idle.send(&check("{}", "")).await;
-    assert!(idle.next().await.starts_with("HTTP/1.1 200 OK"));
+    assert!(idle.next(false).await.starts_with("HTTP/1.1 200 OK"));
     let idled = tokio::time::Instant::now();
     let mut rest = Vec::new();
     tokio::time::timeout(Duration::from_secs(60), idle.stream.read_to_end(&mut rest))
@@ -381,7 +309,7 @@ async fn a_slow_check_head_is_cut_at_the_header_timeout_and_an_idle_one_at_idle_
     // Its next head, once begun, has the header timeout, not the idle one.
     let mut kept = Answers::connect(server.listen).await;
     kept.send(&check("{}", "")).await;
-    assert!(kept.next().await.starts_with("HTTP/1.1 200 OK"));
+    assert!(kept.next(false).await.starts_with("HTTP/1.1 200 OK"));
     tokio::time::sleep(Duration::from_secs(5)).await;
     kept.send(b"POST /v1/check HTTP/1.1\r\n").await;
     let begun = tokio::time::Instant::now();
@@ -395,7 +323,7 @@ async fn shutdown_closes_an_idle_lean_connection_at_once_and_lets_a_busy_one_fin
     let server = start(&api("shutdown_grace = \"30s\"", "")).await;
     let mut idle = Answers::connect(server.listen).await;
     idle.send(&check("{}", "")).await;
-    assert!(idle.next().await.starts_with("HTTP/1.1 200 OK"));
+    assert!(idle.next(false).await.starts_with("HTTP/1.1 200 OK"));
     // Busy: its head is read, its body not whole.
     let body = r#"{"path":"/orders"}"#;
     let request = check(body, "");
@@ -406,14 +334,14 @@ async fn shutdown_closes_an_idle_lean_connection_at_once_and_lets_a_busy_one_fin
     // after it by the one worker's accept loop.
     let mut probe = Answers::connect(server.listen).await;
     probe.send(&check("{}", "")).await;
-    assert!(probe.next().await.starts_with("HTTP/1.1 200 OK"));
+    assert!(probe.next(false).await.starts_with("HTTP/1.1 200 OK"));
     server.shutdown();
     assert!(
         idle.closed().await,
         "the idle connection was closed at once"
     );
     busy.send(tail).await;
-    let answer = busy.next().await;
+    let answer = busy.next(false).await;
     assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
     assert!(answer.contains("\nconnection: close\n"), "{answer}");
     assert!(busy.closed().await);
@@ -457,7 +385,7 @@ proptest! {
                 tokio::task::yield_now().await;
             }
             for n in 0..6 {
-                let (a, b) = (whole.next().await, split.next().await);
+                let (a, b) = (whole.next(false).await, split.next(false).await);
                 assert!(!a.is_empty(), "answer {n}");
                 assert_eq!(a, b, "answer {n}");
             }
@@ -476,11 +404,11 @@ async fn a_body_as_large_as_max_body_is_read_whole_and_the_connection_goes_on() 
         answers.send(piece).await;
         tokio::task::yield_now().await;
     }
-    let answer = answers.next().await;
+    let answer = answers.next(false).await;
     assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
     for _ in 0..3 {
         answers.send(&check(r#"{"path":"/orders"}"#, "")).await;
-        let answer = answers.next().await;
+        let answer = answers.next(false).await;
         assert!(answer.contains(r#""allowed":true"#), "{answer}");
     }
     // One byte over is refused before it is sent (a body the server will not read would
@@ -489,6 +417,6 @@ async fn a_body_as_large_as_max_body_is_read_whole_and_the_connection_goes_on() 
     let head_end = over.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
     let mut answers = Answers::connect(server.listen).await;
     answers.send(&over[..head_end]).await;
-    let answer = answers.next().await;
+    let answer = answers.next(false).await;
     assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
 }

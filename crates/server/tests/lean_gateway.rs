@@ -4,6 +4,7 @@
 //! bound a client or an upstream controls holds: timeouts, a client gone, the shutdown.
 
 mod common;
+use common::answers::{blank_date, Answers};
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -263,129 +264,15 @@ async fn upstream_connection(mut stream: TcpStream, shared: Arc<Shared>) {
     }
 }
 
-/// A connection's answers, read one at a time (bytes read past one are kept for the next).
-struct Answers {
-    stream: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Answers {
-    async fn connect(addr: SocketAddr) -> Self {
-        let stream = TcpStream::connect(addr).await.unwrap();
-        stream.set_nodelay(true).unwrap();
-        Self {
-            stream,
-            buf: Vec::new(),
-        }
-    }
-
-    /// A connection hyper serves: its first request (two `Host` lines) is one the lean
-    /// path hands over, and hyper's guard refuses without asking the upstream.
-    async fn through_hyper(addr: SocketAddr) -> Self {
-        let mut answers = Self::connect(addr).await;
-        answers
-            .send(b"GET /x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n")
-            .await;
-        let refused = answers.next(false).await;
-        assert!(refused.starts_with("HTTP/1.1 400 "), "{refused}");
-        answers
-    }
-
-    async fn send(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).await.unwrap();
-    }
-
-    async fn more(&mut self) -> usize {
-        let mut chunk = [0u8; 16 * 1024];
-        let n = tokio::time::timeout(Duration::from_secs(60), self.stream.read(&mut chunk))
-            .await
-            .expect("an answer within 60 s")
-            .unwrap_or(0);
-        self.buf.extend_from_slice(&chunk[..n]);
-        n
-    }
-
-    /// The next answer, whole (no body when `bodiless`, as for `HEAD`), its `date` value
-    /// blanked: `""` if the connection closed.
-    async fn next(&mut self, bodiless: bool) -> String {
-        let head_end = loop {
-            if let Some(at) = self.buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                break at + 4;
-            }
-            if self.more().await == 0 {
-                assert!(self.buf.is_empty(), "closed mid-head: {:?}", self.buf);
-                return String::new();
-            }
-        };
-        let head = String::from_utf8(self.buf[..head_end].to_vec()).unwrap();
-        if !bodiless && head.contains("\r\ntransfer-encoding: chunked\r\n") {
-            // The chunks may be cut anywhere: compared decoded.
-            self.buf.drain(..head_end);
-            let body = self.chunked().await;
-            return format!("{}\n\n{body}", blank_date(head.trim_end()));
-        }
-        let length: usize = if bodiless {
-            0
-        } else {
-            head.lines()
-                .find_map(|l| l.strip_prefix("content-length: "))
-                // A list of one length (`2, 2`) is that length.
-                .map_or(0, |v| v.split(',').next().unwrap().trim().parse().unwrap())
-        };
-        while self.buf.len() < head_end + length {
-            assert!(self.more().await > 0, "closed mid-body");
-        }
-        let answer: Vec<u8> = self.buf.drain(..head_end + length).collect();
-        blank_date(&String::from_utf8(answer).unwrap())
-    }
-
-    /// A chunked body, decoded (its chunk extensions and trailers dropped).
-    async fn chunked(&mut self) -> String {
-        let mut body = Vec::new();
-        loop {
-            let line_end = loop {
-                if let Some(at) = self.buf.windows(2).position(|w| w == b"\r\n") {
-                    break at;
-                }
-                assert!(self.more().await > 0, "closed mid-chunk");
-            };
-            let line = String::from_utf8(self.buf.drain(..line_end + 2).collect()).unwrap();
-            let size = line.trim_end().split(';').next().unwrap();
-            let size = usize::from_str_radix(size, 16).unwrap();
-            if size == 0 {
-                while !self.buf.starts_with(b"\r\n") {
-                    assert!(self.more().await > 0, "closed in the trailers");
-                }
-                self.buf.drain(..2);
-                return String::from_utf8(body).unwrap();
-            }
-            while self.buf.len() < size + 2 {
-                assert!(self.more().await > 0, "closed mid-chunk");
-            }
-            body.extend(self.buf.drain(..size));
-            assert_eq!(self.buf.drain(..2).collect::<Vec<_>>(), b"\r\n");
-        }
-    }
-
-    /// Whether the server closed the connection (within 60 s).
-    async fn closed(&mut self) -> bool {
-        self.buf.is_empty() && self.more().await == 0
-    }
-}
-
-/// `answer` with its `date` value blanked: the one line that may differ.
-fn blank_date(answer: &str) -> String {
-    answer
-        .lines()
-        .map(|line| match line.strip_prefix("date: ") {
-            Some(date) => {
-                assert!(httpdate::parse_http_date(date).is_ok(), "{date}");
-                "date: <date>"
-            }
-            None => line,
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+/// A connection hyper serves: its first request (two `Host` lines) is one the lean path
+/// hands over, and hyper's guard refuses without asking the upstream.
+async fn through_hyper(addr: SocketAddr) -> Answers {
+    Answers::handed_over(
+        addr,
+        b"GET /x HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+        "HTTP/1.1 400 ",
+    )
+    .await
 }
 
 fn get(target: &str, headers: &str) -> Vec<u8> {
@@ -510,7 +397,7 @@ async fn the_lean_gateway_answers_and_forwards_as_hyper_does_but_the_date() {
     let lean = start(lean_up.addr, "").await;
     let hyper = start(hyper_up.addr, "").await;
     let mut ours = Answers::connect(lean.listen).await;
-    let mut theirs = Answers::through_hyper(hyper.listen).await;
+    let mut theirs = through_hyper(hyper.listen).await;
     for (name, request, bodiless) in cases() {
         ours.send(&request).await;
         theirs.send(&request).await;
@@ -579,7 +466,7 @@ async fn an_upstream_down_is_a_502_and_one_too_slow_a_504_as_hyper_answers_them(
     let lean = start(down, "").await;
     let hyper = start(down, "").await;
     let mut ours = Answers::connect(lean.listen).await;
-    let mut theirs = Answers::through_hyper(hyper.listen).await;
+    let mut theirs = through_hyper(hyper.listen).await;
     let request = get("/", "");
     ours.send(&request).await;
     theirs.send(&request).await;
@@ -592,7 +479,7 @@ async fn an_upstream_down_is_a_502_and_one_too_slow_a_504_as_hyper_answers_them(
     let lean = start(up.addr, slow).await;
     let hyper = start(up.addr, slow).await;
     let mut ours = Answers::connect(lean.listen).await;
-    let mut theirs = Answers::through_hyper(hyper.listen).await;
+    let mut theirs = through_hyper(hyper.listen).await;
     let request = get("/slow", "");
     ours.send(&request).await;
     theirs.send(&request).await;
@@ -696,7 +583,7 @@ async fn an_answer_cut_or_ended_by_a_close_ends_the_connection_as_through_hyper(
         ("/http10-close", "HTTP/1.0 404 Not Found\r\n"),
     ] {
         let mut ours = Answers::connect(lean.listen).await;
-        let mut theirs = Answers::through_hyper(hyper.listen).await;
+        let mut theirs = through_hyper(hyper.listen).await;
         let a = until_closed(&mut ours, &get(target, "")).await;
         let b = until_closed(&mut theirs, &get(target, "")).await;
         assert!(a.starts_with(expect), "{target}: {a}");
@@ -789,7 +676,7 @@ async fn a_client_gone_while_the_upstream_answers_drops_the_exchange_as_hyper_do
         let mut answers = if gateway == lean.listen {
             Answers::connect(gateway).await
         } else {
-            Answers::through_hyper(gateway).await
+            through_hyper(gateway).await
         };
         answers.send(&get("/held", "")).await;
         up.shared.arrived.notified().await;
@@ -815,7 +702,7 @@ async fn a_client_that_reads_none_of_a_long_answer_is_dropped_at_send_timeout_on
         let mut answers = if gateway == lean.listen {
             Answers::connect(gateway).await
         } else {
-            Answers::through_hyper(gateway).await
+            through_hyper(gateway).await
         };
         answers.send(&get("/big", "")).await;
         // The head, then nothing more read: the gateway's writes to this client stall.
@@ -865,7 +752,7 @@ async fn shutdown_closes_an_idle_lean_connection_at_once_and_lets_one_in_flight_
     assert!(idle.next(false).await.ends_with("hello"));
     // In flight on both, a second request pipelined behind it.
     let mut ours = Answers::connect(lean.listen).await;
-    let mut theirs = Answers::through_hyper(hyper.listen).await;
+    let mut theirs = through_hyper(hyper.listen).await;
     for answers in [&mut ours, &mut theirs] {
         answers.send(&get("/held", "")).await;
         up.shared.arrived.notified().await;
@@ -903,7 +790,7 @@ async fn an_upstream_stalled_mid_body_is_cut_at_upstream_idle_timeout_as_through
             let mut answers = if gateway == lean.listen {
                 Answers::connect(gateway).await
             } else {
-                Answers::through_hyper(gateway).await
+                through_hyper(gateway).await
             };
             answers.send(&get(target, "")).await;
             while !String::from_utf8_lossy(&answers.buf).contains("hello") {
@@ -1004,7 +891,7 @@ async fn a_reload_bringing_a_rule_the_lean_path_does_not_serve_applies_to_open_c
 async fn both(lean: SocketAddr, hyper: SocketAddr, request: &[u8]) -> (String, String) {
     let bodiless = request.starts_with(b"HEAD ");
     let mut ours = Answers::connect(lean).await;
-    let mut theirs = Answers::through_hyper(hyper).await;
+    let mut theirs = through_hyper(hyper).await;
     ours.send(request).await;
     theirs.send(request).await;
     (ours.next(bodiless).await, theirs.next(bodiless).await)
@@ -1193,7 +1080,7 @@ async fn a_flood_of_interim_answers_is_skipped_in_linear_time_as_through_hyper()
         let mut answers = if gateway == lean.listen {
             Answers::connect(gateway).await
         } else {
-            Answers::through_hyper(gateway).await
+            through_hyper(gateway).await
         };
         let started = tokio::time::Instant::now();
         answers.send(&get("/interim-flood", "")).await;
@@ -1278,7 +1165,7 @@ async fn a_client_that_half_closes_while_the_upstream_answers_is_gone_on_both_pa
         let mut answers = if gateway == lean.listen {
             Answers::connect(gateway).await
         } else {
-            Answers::through_hyper(gateway).await
+            through_hyper(gateway).await
         };
         answers.send(&get("/held", "")).await;
         up.shared.arrived.notified().await;
@@ -1356,7 +1243,7 @@ async fn at_capacity_a_request_is_shed_on_the_lean_path_as_through_hyper() {
             if gateway == lean.listen {
                 Answers::connect(gateway).await
             } else {
-                Answers::through_hyper(gateway).await
+                through_hyper(gateway).await
             }
         };
         // The one place in flight, held by the upstream.

@@ -4,6 +4,8 @@
 //! Each test file compiles this module for itself and uses a part of it.
 #![allow(dead_code)]
 
+pub mod answers;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
