@@ -82,13 +82,20 @@ impl Pool {
 
     /// The most recently pooled connection still open and idle less than `keep` at `now`.
     fn take(&self, keep: Duration, now: Instant) -> Option<TcpStream> {
-        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
-        while let Some(Idle { stream, since }) = idle.pop() {
-            if now.saturating_duration_since(since) >= keep {
-                // The rest are older still.
-                idle.clear();
-                return None;
-            }
+        loop {
+            // Only the pop under the lock: the probe's read and the closes are system calls.
+            let stream = {
+                let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+                let Idle { stream, since } = idle.pop()?;
+                if now.saturating_duration_since(since) >= keep {
+                    // The rest are older still: closed once the lock is let go.
+                    let stale = std::mem::take(&mut *idle);
+                    drop(idle);
+                    drop((stream, stale));
+                    return None;
+                }
+                stream
+            };
             let mut probe = [0u8; 1];
             match stream.try_read(&mut probe) {
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Some(stream),
@@ -96,7 +103,6 @@ impl Pool {
                 _ => {}
             }
         }
-        None
     }
 
     /// Sends `request` (a whole head, no body) and reads the response head into `buf`,
@@ -268,5 +274,50 @@ mod tests {
         assert!(!interim(b"HTTP/1.1 101 Switching Protocols\r\n\r\n"));
         assert!(!interim(b"HTTP/1.1 200 OK\r\n\r\n"));
         assert!(!interim(b"HTTP/1.1 1"));
+    }
+
+    /// A pooled connection is reused within `upstream_pool_idle`, never at it, and the
+    /// expired ones go with it; one the upstream closed is not handed out.
+    #[tokio::test]
+    async fn the_pool_hands_out_open_connections_younger_than_its_idle_bound() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let pool = Pool::new(&addr.to_string().parse().unwrap());
+        let keep = Duration::from_secs(60);
+        let t0 = Instant::now();
+        let mut accepted = Vec::new();
+        for _ in 0..3 {
+            pool.put(TcpStream::connect(addr).await.unwrap(), t0);
+            accepted.push(listener.accept().await.unwrap().0);
+        }
+        assert!(pool
+            .take(keep, t0 + keep - Duration::from_millis(1))
+            .is_some());
+        assert!(
+            pool.take(keep, t0 + keep).is_none(),
+            "at the bound: expired"
+        );
+        assert!(
+            pool.take(keep, t0).is_none(),
+            "the expired ones were dropped with it"
+        );
+        // Closed by the upstream while idle: not handed out.
+        pool.put(TcpStream::connect(addr).await.unwrap(), t0);
+        let (peer, _) = listener.accept().await.unwrap();
+        drop(peer);
+        let mut closed = false;
+        for _ in 0..1000 {
+            // The close reaches the pooled socket's readiness once the runtime has polled
+            // its I/O driver, which it does every few dozen tasks run.
+            tokio::task::yield_now().await;
+            let stream = pool.take(keep, t0);
+            if let Some(stream) = stream {
+                pool.put(stream, t0);
+            } else {
+                closed = true;
+                break;
+            }
+        }
+        assert!(closed, "a connection the upstream closed was handed out");
     }
 }
