@@ -283,6 +283,38 @@ fn hog(duration: Duration) {
     std::thread::sleep(duration);
 }
 
+#[tokio::test]
+async fn calls_that_time_out_while_the_store_connects_do_not_open_its_breaker() {
+    // A deadline shorter than the handshake (connect, then FUNCTION LOAD, which takes Redis
+    // about 12 ms) and a breaker that opens at the first failure: the first calls time out,
+    // the handshake goes on without them, and a later call finds it done.
+    let server = Server::start();
+    let redis = RedisStore::new(RedisConfig {
+        target: Target::Single(server.url()),
+        deadline: Duration::from_millis(5),
+        breaker_failures: 1,
+        breaker_cool_down: Duration::from_secs(60),
+        time: TimeSource::Caller,
+        ..RedisConfig::default()
+    })
+    .unwrap();
+    let limit = Limit::from(FixedWindow::new(1_000, Duration::from_secs(60)).unwrap());
+    let mut timed_out = 0;
+    for _ in 0..1_000 {
+        match redis.peek(&limit, "connecting|k", T0, 0).await {
+            Ok(_) => break,
+            Err(RedisError::Timeout(_)) => timed_out += 1,
+            Err(e) => panic!("while the store connects: {e}"),
+        }
+    }
+    assert!(
+        timed_out > 0,
+        "the handshake outlasted the first call's deadline"
+    );
+    assert!(timed_out < 1_000, "the handshake never finished");
+    assert_eq!(redis.breaker(), BreakerState::Closed);
+}
+
 #[test]
 fn a_saturated_caller_does_not_open_the_breaker_on_a_healthy_redis() {
     // One thread, kept busy by a task that blocks it three deadlines at a time: every timer

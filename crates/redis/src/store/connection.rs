@@ -9,6 +9,7 @@ use redis::cluster_async::ClusterConnection;
 use super::{RedisConfig, RedisError, RedisStore, Target};
 
 /// Made once per store; boxed because the clients are large with TLS.
+#[derive(Clone)]
 pub(super) enum Client {
     Single(Box<redis::Client>),
     Cluster(Box<redis::cluster::ClusterClient>),
@@ -47,37 +48,36 @@ pub(super) enum Connection {
 }
 
 impl RedisStore {
+    /// The store's connection, made on first use: connected, and the library loaded.
+    ///
+    /// That handshake runs on a task of its own, which the callers wait on: loading the
+    /// library takes Redis about 12 ms (it compiles the code), more than the default 10 ms
+    /// deadline, and a handshake made inside a call was dropped with the call at its
+    /// deadline and begun again by the next, so a store could go on failing every call
+    /// against a healthy Redis until its breaker opened. A call still fails at its deadline;
+    /// the handshake goes on, and the next call finds it done or nearer done.
     pub(super) async fn connection(&self) -> Result<Connection, RedisError> {
-        let connection = self
+        if let Some(connection) = self.connection.get() {
+            return Ok(connection.clone());
+        }
+        let mut pending = self.handshake.lock().await;
+        if let Some(connection) = self.connection.get() {
+            return Ok(connection.clone());
+        }
+        let client = self.client.clone();
+        let deadline = self.config.deadline;
+        let task = pending.get_or_insert_with(|| tokio::spawn(handshake(client, deadline)));
+        // Dropped here at a call's deadline, the handle stays for the next caller.
+        let made = (&mut *task).await;
+        *pending = None;
+        let connection = made.map_err(|e| {
+            RedisError::Protocol(format!("the connection's setup did not finish: {e}"))
+        })??;
+        Ok(self
             .connection
-            .get_or_try_init(|| async {
-                let mut connection = match &self.client {
-                    Client::Single(client) => {
-                        // The deadline (`deadline.rs`) is the one clock on a reply: it
-                        // tells a slow Redis from a saturated caller. The manager's own
-                        // 500 ms default would fail a saturated caller's calls as Redis's
-                        // fault, a deadline of seconds included; its 1 s to connect is
-                        // stretched likewise to the longest the deadline may wait.
-                        let connect = client_timeout(self.config.deadline, CLIENT_CONNECT);
-                        let config = ConnectionManagerConfig::new()
-                            .set_response_timeout(None)
-                            .set_connection_timeout(Some(connect));
-                        Connection::Single(
-                            ConnectionManager::new_with_config((**client).clone(), config).await?,
-                        )
-                    }
-                    Client::Cluster(client) => {
-                        Connection::Cluster(client.get_async_connection().await?)
-                    }
-                };
-                // Load the library up front, so the first decision need not find it missing.
-                // (A server restarted, flushed or failed over later gets it on a call that
-                // finds it missing: see `invoke`.)
-                Self::load(&mut connection).await?;
-                Ok::<_, RedisError>(connection)
-            })
-            .await?;
-        Ok(connection.clone())
+            .get_or_init(|| async { connection })
+            .await
+            .clone())
     }
 
     pub(super) async fn query<T: redis::FromRedisValue>(
@@ -89,6 +89,29 @@ impl RedisStore {
             Connection::Cluster(c) => cmd.query_async(c).await?,
         })
     }
+}
+
+/// Connects to `client` and loads the library (see [`RedisStore::connection`]).
+async fn handshake(client: Client, deadline: Duration) -> Result<Connection, RedisError> {
+    let mut connection = match client {
+        Client::Single(client) => {
+            // The deadline (`deadline.rs`) is the one clock on a reply: it tells a slow
+            // Redis from a saturated caller. The manager's own 500 ms default would fail a
+            // saturated caller's calls as Redis's fault, a deadline of seconds included; its
+            // 1 s to connect is stretched likewise to the longest the deadline may wait.
+            let connect = client_timeout(deadline, CLIENT_CONNECT);
+            let config = ConnectionManagerConfig::new()
+                .set_response_timeout(None)
+                .set_connection_timeout(Some(connect));
+            Connection::Single(ConnectionManager::new_with_config(*client, config).await?)
+        }
+        Client::Cluster(client) => Connection::Cluster(client.get_async_connection().await?),
+    };
+    // Load the library up front, so the first decision need not find it missing. (A server
+    // restarted, flushed or failed over later gets it on a call that finds it missing: see
+    // `invoke`.)
+    RedisStore::load(&mut connection).await?;
+    Ok(connection)
 }
 
 /// The Redis client's own defaults: 500 ms for a reply, 1 s to connect.

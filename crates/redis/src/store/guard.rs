@@ -18,6 +18,8 @@ impl RedisStore {
             return Err(RedisError::BreakerOpen);
         }
         let deadline = self.config.deadline;
+        // Begun before the connection is made, a call waits on the handshake.
+        let connecting = self.connection.get().is_none();
         match deadline::within(deadline, call).await {
             Ok(Ok(value)) => {
                 self.breaker.succeeded();
@@ -26,6 +28,14 @@ impl RedisStore {
             Ok(Err(error)) => {
                 self.breaker.failed();
                 Err(error)
+            }
+            // Begun while connecting: the handshake (the library's load alone takes Redis
+            // about 12 ms, past the default deadline) says nothing of Redis's health, and
+            // counted it opened the breaker at start under traffic. A handshake that fails
+            // is counted, by the call that waited for it to the end.
+            Err(Blame::Redis) if connecting => {
+                self.breaker.inconclusive();
+                Err(RedisError::Timeout(deadline))
             }
             Err(Blame::Redis) => {
                 self.breaker.failed();

@@ -22,6 +22,7 @@ use std::sync::atomic::AtomicU64;
 
 use ratewarden_core::Limit;
 use tokio::sync::OnceCell;
+use tokio::task::JoinHandle;
 
 use crate::breaker::{Breaker, BreakerState};
 use crate::encode;
@@ -36,6 +37,8 @@ pub struct RedisStore {
     /// The library's function, for `FCALL`.
     function: &'static str,
     connection: OnceCell<Connection>,
+    /// The connection's handshake while it runs (see `connection.rs`).
+    handshake: tokio::sync::Mutex<Option<JoinHandle<Result<Connection, RedisError>>>>,
     breaker: Breaker,
     /// See [`RedisStore::late_timeouts`].
     late_timeouts: AtomicU64,
@@ -58,6 +61,7 @@ impl RedisStore {
             client,
             function: LIBRARY.function.as_str(),
             connection: OnceCell::new(),
+            handshake: tokio::sync::Mutex::new(None),
             late_timeouts: AtomicU64::new(0),
             one_at_a_time: tokio::sync::Mutex::new(()),
         })
