@@ -46,12 +46,56 @@ limit = 100
 window = "1h"
 "#;
 
+/// A gateway's config: `extra` in `[server]`, then `RULES`.
+fn toml(upstream: SocketAddr, extra: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nupstream = \"http://{upstream}\"\nretry_after_jitter = \"0s\"\n{extra}\n{RULES}"
+    )
+}
+
 async fn start(upstream: SocketAddr, extra: &str) -> Running {
     let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
-    let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nupstream = \"http://{upstream}\"\nretry_after_jitter = \"0s\"\n{extra}\n{RULES}"
-    );
-    common::start(common::options(&toml, clock)).await
+    common::start(common::options(&toml(upstream, extra), clock)).await
+}
+
+/// A gateway's config file, for a server to reload; removed when dropped.
+struct ConfigFile {
+    dir: std::path::PathBuf,
+    path: std::path::PathBuf,
+    upstream: SocketAddr,
+}
+
+impl ConfigFile {
+    /// Rewrites the file with `extra` in `[server]`.
+    fn write(&self, extra: &str) {
+        std::fs::write(&self.path, toml(self.upstream, extra)).unwrap();
+    }
+}
+
+impl Drop for ConfigFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A gateway that reloads from a file (in a directory named after `name`), `extra` in its
+/// `[server]` to start with.
+async fn start_reloadable(upstream: SocketAddr, name: &str, extra: &str) -> (Running, ConfigFile) {
+    let dir = std::env::temp_dir().join(format!("ratewarden-leangw-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = ConfigFile {
+        path: dir.join("ratewarden.toml"),
+        dir,
+        upstream,
+    };
+    file.write(extra);
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
+    let server = common::start(ratewarden_server::serve::Options {
+        config_path: Some(file.path.clone()),
+        ..common::options(&toml(upstream, extra), clock)
+    })
+    .await;
+    (server, file)
 }
 
 /// The gateway's requests so far by the path that served them: (lean, hyper).
@@ -856,34 +900,18 @@ async fn a_slow_head_is_cut_at_the_header_timeout_as_hyper_cuts_it() {
 #[tokio::test]
 async fn a_reload_bringing_a_rule_the_lean_path_does_not_serve_applies_to_open_connections() {
     let up = Upstream::start().await;
-    let toml = |extra: &str| {
-        format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nupstream = \"http://{}\"\n{extra}\n{RULES}",
-            up.addr
-        )
-    };
-    let dir = std::env::temp_dir().join(format!("ratewarden-leangw-reload-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("ratewarden.toml");
-    std::fs::write(&path, toml("")).unwrap();
-    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
-    let server = common::start(ratewarden_server::serve::Options {
-        config_path: Some(path.clone()),
-        ..common::options(&toml(""), clock)
-    })
-    .await;
+    let (server, file) = start_reloadable(up.addr, "reload", "").await;
     let mut kept = Answers::connect(server.listen).await;
     kept.send(&get("/", "")).await;
     assert!(kept.next(false).await.ends_with("hello"));
     assert_eq!(paths(&server).await, (1, 0));
     let concurrency = "[[limit]]\nname = \"reports\"\nmatch = { path = \"/reports\" }\nkey = [\"ip\"]\nalgorithm = \"concurrency\"\nlimit = 2\nlease = \"30s\"\n";
-    std::fs::write(&path, toml(concurrency)).unwrap();
+    file.write(concurrency);
     server.reload().await.expect("the new rules load");
     // The same connection: its next request is hyper's.
     kept.send(&get("/", "")).await;
     assert!(kept.next(false).await.ends_with("hello"));
     assert_eq!(paths(&server).await, (1, 1), "hyper's");
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
 /// `request` on a new connection to each gateway (hyper's served by hyper from its first
@@ -985,6 +1013,27 @@ async fn heads_from_a_grammar_of_odd_pieces_are_answered_and_forwarded_as_hyper_
         "If-None-Match: \"x\"",
         "X-C: \"a,b\"",
     ];
+    let served = odd_heads(
+        (&lean, &lean_up),
+        (&hyper, &hyper_up),
+        [&methods, &targets, &hosts, &lines],
+        300,
+    )
+    .await;
+    assert!(served > 100, "the lean path served {served} of them");
+}
+
+/// `count` heads of a method, a target, a host line and up to three other lines drawn from
+/// `[methods, targets, hosts, lines]`, each on a new connection to both gateways (the lean
+/// one's and the one hyper serves): every answer the same, and the upstreams sent the same
+/// heads. How many the lean path served.
+async fn odd_heads(
+    (lean, lean_up): (&Running, &Upstream),
+    (hyper, hyper_up): (&Running, &Upstream),
+    [methods, targets, hosts, lines]: [&[&str]; 4],
+    count: usize,
+) -> u64 {
+    let (before, _) = paths(lean).await;
     // A fixed seed: the same few hundred heads every run (xorshift).
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut pick = |n: usize| {
@@ -994,7 +1043,7 @@ async fn heads_from_a_grammar_of_odd_pieces_are_answered_and_forwarded_as_hyper_
         (seed % n as u64) as usize
     };
     let mut differences = Vec::new();
-    for _ in 0..300 {
+    for _ in 0..count {
         let eol = if pick(8) == 0 { "\n" } else { "\r\n" };
         let mut head = format!(
             "{} {} HTTP/1.1{eol}",
@@ -1023,8 +1072,7 @@ async fn heads_from_a_grammar_of_odd_pieces_are_answered_and_forwarded_as_hyper_
         assert_eq!(a, b, "the upstream received another head");
     }
     assert_eq!(ours.len(), theirs.len());
-    let (served, _) = paths(&lean).await;
-    assert!(served > 100, "the lean path served {served} of them");
+    paths(lean).await.0 - before
 }
 
 #[tokio::test]
@@ -1267,29 +1315,11 @@ async fn at_capacity_a_request_is_shed_on_the_lean_path_as_through_hyper() {
 #[tokio::test]
 async fn a_reload_that_shortens_upstream_response_timeout_applies_to_an_open_lean_connection() {
     let up = Upstream::start().await;
-    let toml = |extra: &str| {
-        format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nupstream = \"http://{}\"\n{extra}\n{RULES}",
-            up.addr
-        )
-    };
-    let dir = std::env::temp_dir().join(format!(
-        "ratewarden-leangw-reload-bounds-{}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("ratewarden.toml");
-    std::fs::write(&path, toml("")).unwrap();
-    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
-    let server = common::start(ratewarden_server::serve::Options {
-        config_path: Some(path.clone()),
-        ..common::options(&toml(""), clock)
-    })
-    .await;
+    let (server, file) = start_reloadable(up.addr, "reload-bounds", "").await;
     let mut kept = Answers::connect(server.listen).await;
     kept.send(&get("/", "")).await;
     assert!(kept.next(false).await.ends_with("hello"));
-    std::fs::write(&path, toml("upstream_response_timeout = \"1s\"")).unwrap();
+    file.write("upstream_response_timeout = \"1s\"");
     server.reload().await.expect("the new bound loads");
     let sent = tokio::time::Instant::now();
     kept.send(&get("/slow", "")).await;
@@ -1302,5 +1332,333 @@ async fn a_reload_that_shortens_upstream_response_timeout_applies_to_an_open_lea
         sent.elapsed()
     );
     assert_eq!(paths(&server).await, (2, 0), "both on the lean path");
-    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Loopback, where the tests connect from, is our load balancer.
+const PROXIED: &str = "trusted_proxies = [\"127.0.0.1\"]";
+
+/// `GET /limited` (once an hour per client) through a proxy that says the client is the
+/// last address of `list` it did not add itself.
+fn limited_via(list: &str) -> Vec<u8> {
+    get("/limited", &format!("X-Forwarded-For: {list}\r\n"))
+}
+
+/// The status line of `answer`'s, as a number.
+fn status(answer: &str) -> u16 {
+    answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_trusted_proxy_s_x_forwarded_for_is_keyed_forwarded_and_answered_on_the_lean_path_as_through_hyper(
+) {
+    let (lean_up, hyper_up) = (Upstream::start().await, Upstream::start().await);
+    let lean = start(lean_up.addr, PROXIED).await;
+    let hyper = start(hyper_up.addr, PROXIED).await;
+    let mut ours = Answers::connect(lean.listen).await;
+    let mut theirs = through_hyper(hyper.listen).await;
+    // Each list, and the status its client's budget on `/limited` gives: one per client as
+    // `client_ip` reads the list, whichever path reads it.
+    let keyed: &[(&str, u16)] = &[
+        ("203.0.113.9", 200),
+        ("203.0.113.9", 429),
+        ("203.0.113.10", 200),
+        // Through one more of our hops: the same client.
+        ("203.0.113.10, 127.0.0.1", 429),
+        ("198.51.100.1:8080", 200),
+        ("198.51.100.1", 429),
+        ("[2001:db8::1]:443", 200),
+        // The same /64.
+        ("2001:db8::2", 429),
+        ("::ffff:192.0.2.5", 200),
+        ("192.0.2.5", 429),
+        (" 192.0.2.1 ,\t192.0.2.2 ", 200),
+        ("192.0.2.2", 429),
+        // Not an address: the walk stops at our proxy, whose address is the key.
+        ("unknown", 200),
+        ("", 429),
+        (",,", 429),
+        ("garbage", 429),
+        ("192.0.2.3, unknown", 429),
+        ("192.0.2.4, garbage, 127.0.0.1", 429),
+        // A client's own claim left of the address our proxy wrote is not believed.
+        ("127.0.0.9, 203.0.113.9", 429),
+    ];
+    let mut requests: Vec<(Vec<u8>, Option<u16>)> = keyed
+        .iter()
+        .map(|&(list, status)| (limited_via(list), Some(status)))
+        .collect();
+    for (target, lines) in [
+        ("/lower/a", "X-FORWARDED-FOR: 203.0.113.9\r\n"),
+        (
+            "/lower/b",
+            "X-Forwarded-Proto: https\r\nx-forwarded-for: 203.0.113.9\r\nX-Forwarded-Host: shop.example\r\n",
+        ),
+        ("/lower/c", "X-Forwarded-Proto: https\r\n"),
+        ("/lower/d", "X-Forwarded-Host: shop.example\r\nAccept: */*\r\n"),
+        // `Connection` removed: the last name takes its place, our list keeps its own.
+        (
+            "/lower/e",
+            "X-Forwarded-For: 203.0.113.9\r\nConnection: keep-alive\r\nAccept: a\r\nAccept: b\r\n",
+        ),
+        // ... and when our list is the last name, it takes `Connection`'s place.
+        (
+            "/lower/f",
+            "Connection: keep-alive\r\nX-Team: t\r\nX-Forwarded-For: 203.0.113.9\r\n",
+        ),
+        ("/lower/g", "X-Forwarded-For: 1.2.3.4,\t10.0.0.1 \r\n"),
+        ("/lower/h", "X-Forwarded-For:\r\n"),
+    ] {
+        requests.push((get(target, lines), None));
+    }
+    requests.push((limited_via("203.0.113.9"), Some(429)));
+    for (request, wanted) in &requests {
+        ours.send(request).await;
+        theirs.send(request).await;
+        let (a, b) = (ours.next(false).await, theirs.next(false).await);
+        let request = String::from_utf8_lossy(request);
+        assert_eq!(a, b, "{request}");
+        if let Some(wanted) = wanted {
+            assert_eq!(status(&a), *wanted, "{request}: {a}");
+        }
+    }
+    assert_eq!(lean_up.heads(), hyper_up.heads());
+    let heads = lean_up.heads();
+    assert!(
+        heads[0].ends_with("\r\nx-forwarded-for: 203.0.113.9, 127.0.0.1\r\nforwarded: for=127.0.0.1;proto=http\r\nx-forwarded-proto: http\r\n\r\n"),
+        "{}",
+        heads[0]
+    );
+    let proto = heads
+        .iter()
+        .find(|h| h.starts_with("GET /lower/b "))
+        .unwrap();
+    assert!(
+        proto.ends_with("\r\nx-forwarded-proto: https\r\nx-forwarded-for: 203.0.113.9, 127.0.0.1\r\nx-forwarded-host: shop.example\r\nforwarded: for=127.0.0.1;proto=http\r\n\r\n"),
+        "the proxy's own proto, and none of ours: {proto}"
+    );
+    let n = requests.len() as u64;
+    assert_eq!(paths(&lean).await, (n, 0), "every one on the lean path");
+    assert_eq!(paths(&hyper).await, (0, n + 1));
+}
+
+#[tokio::test]
+async fn forwarding_lines_a_trusted_proxy_sends_that_hyper_would_join_or_drop_go_to_hyper_and_are_answered_alike(
+) {
+    let (lean_up, hyper_up) = (Upstream::start().await, Upstream::start().await);
+    let lean = start(lean_up.addr, PROXIED).await;
+    let hyper = start(hyper_up.addr, PROXIED).await;
+    for lines in [
+        &b"X-Forwarded-For: 203.0.113.9\r\nX-Forwarded-For: 203.0.113.10\r\n"[..],
+        b"X-Forwarded-For: 203.0.113.9\r\nAccept: */*\r\nx-forwarded-for: 203.0.113.10\r\n",
+        b"X-Forwarded-For: 203.0.113.9\r\n 203.0.113.10\r\n",
+        b"X-Forwarded-For: 203.0.113.9\x01\r\n",
+        b"X-Forwarded-For: 203.0.113.\xc3\xa9\r\n",
+        b"X_Forwarded_For: 203.0.113.9\r\n",
+        b"Forwarded: for=203.0.113.9\r\n",
+        b"X-Forwarded-For: 203.0.113.9\r\nForwarded: for=203.0.113.10\r\n",
+        b"X-Real-IP: 203.0.113.9\r\n",
+        b"X-Forwarded-Proto: https\r\nX-Forwarded-Proto: http\r\n",
+        b"X-Forwarded-Host: a\r\nX-Forwarded-Host: b\r\n",
+        b"Connection: x-forwarded-for\r\nX-Forwarded-For: 203.0.113.9\r\n",
+    ] {
+        let request = [
+            &b"GET /limited HTTP/1.1\r\nHost: example.com\r\n"[..],
+            lines,
+            b"\r\n",
+        ]
+        .concat();
+        let (a, b) = both(lean.listen, hyper.listen, &request).await;
+        assert_eq!(a, b, "{}", String::from_utf8_lossy(&request));
+    }
+    let (ours, theirs) = (lean_up.heads(), hyper_up.heads());
+    assert_eq!(ours, theirs);
+    assert_eq!(paths(&lean).await.0, 0, "none on the lean path");
+}
+
+#[tokio::test]
+async fn a_trusted_proxy_s_long_x_forwarded_for_at_the_line_and_byte_bounds_is_answered_as_hyper_answers_it(
+) {
+    let (lean_up, hyper_up) = (Upstream::start().await, Upstream::start().await);
+    let bound = format!("{PROXIED}\nmax_header_bytes = 8192");
+    let lean = start(lean_up.addr, &bound).await;
+    let hyper = start(hyper_up.addr, &bound).await;
+    let mut heads = Vec::new();
+    // 31, 32 and 33 lines, `Host` and the list among them.
+    for count in [29, 30, 31] {
+        let lines = format!(
+            "{}X-Forwarded-For: 203.0.113.9\r\n",
+            "X-A: 1\r\n".repeat(count)
+        );
+        heads.push(get("/", &lines));
+    }
+    // Heads of 8191, 8192 and 8193 bytes, by the length of the list.
+    let base = get("/", "X-Forwarded-For: 203.0.113.9\r\n").len();
+    for total in [8191, 8192, 8193] {
+        let pad = "10.0.0.1, ".repeat(total);
+        let head = get(
+            "/",
+            &format!("X-Forwarded-For: {}203.0.113.9\r\n", &pad[..total - base]),
+        );
+        assert_eq!(head.len(), total);
+        heads.push(head);
+    }
+    for head in &heads {
+        let (a, b) = both(lean.listen, hyper.listen, head).await;
+        assert_eq!(a, b, "{} bytes", head.len());
+    }
+    assert_eq!(lean_up.heads(), hyper_up.heads());
+    // Those of at most 32 lines and 8192 bytes: 31 and 32 lines, 8191 and 8192 bytes.
+    assert_eq!(paths(&lean).await.0, 4);
+}
+
+#[tokio::test]
+async fn heads_from_a_trusted_proxy_from_a_grammar_of_forwarding_lines_are_answered_and_forwarded_as_hyper_does(
+) {
+    let (lean_up, hyper_up) = (Upstream::start().await, Upstream::start().await);
+    let extra = format!("{PROXIED}\n{TEAM}");
+    let lean = start(lean_up.addr, &extra).await;
+    let hyper = start(hyper_up.addr, &extra).await;
+    let targets = ["/", "/limited", "/lower/x", "/team", "/hop"];
+    let hosts = ["Host: example.com", "host: a", ""];
+    let lines = [
+        "X-Forwarded-For: 203.0.113.9",
+        "X-Forwarded-For: 203.0.113.9, 127.0.0.1",
+        "x-forwarded-for: 198.51.100.7:81",
+        "X-FORWARDED-FOR: [2001:db8::7]",
+        "X-Forwarded-For: unknown",
+        "X-Forwarded-For:",
+        "X-Forwarded-For: ,",
+        "X-Forwarded-For:  a\tb ",
+        "X-Forwarded-Proto: https",
+        "x-forwarded-proto: http",
+        "X-Forwarded-Host: shop.example",
+        "Forwarded: for=203.0.113.9",
+        "X-Real-IP: 203.0.113.9",
+        "Connection: close",
+        "Connection: keep-alive",
+        "Accept: */*",
+        "X-Team: t",
+        " folded",
+    ];
+    let served = odd_heads(
+        (&lean, &lean_up),
+        (&hyper, &hyper_up),
+        [&["GET", "HEAD"], &targets, &hosts, &lines],
+        300,
+    )
+    .await;
+    assert!(served > 100, "the lean path served {served} of them");
+}
+
+#[tokio::test]
+async fn a_forwarding_line_from_a_peer_not_trusted_goes_to_hyper_which_keys_on_the_peer() {
+    let up = Upstream::start().await;
+    let server = start(up.addr, "trusted_proxies = [\"10.0.0.0/8\"]").await;
+    let mut answers = Answers::connect(server.listen).await;
+    for (list, wanted) in [("203.0.113.9", 200), ("203.0.113.10", 429)] {
+        answers.send(&limited_via(list)).await;
+        let answer = answers.next(false).await;
+        assert_eq!(status(&answer), wanted, "{list}: {answer}");
+    }
+    for lines in ["X-Forwarded-Proto: https\r\n", "X-Forwarded-Host: evil\r\n"] {
+        let mut answers = Answers::connect(server.listen).await;
+        answers.send(&get("/", lines)).await;
+        assert!(answers.next(false).await.ends_with("hello"));
+    }
+    assert_eq!(paths(&server).await, (0, 4), "all hyper's");
+    let heads = up.heads();
+    assert!(
+        heads[0].ends_with("\r\nx-forwarded-for: 127.0.0.1\r\nforwarded: for=127.0.0.1;proto=http\r\nx-forwarded-proto: http\r\n\r\n"),
+        "{}",
+        heads[0]
+    );
+    assert!(
+        !heads[1].contains("https") && !heads[2].contains("evil"),
+        "{heads:?}"
+    );
+}
+
+/// A connection to `gateway` from `from`, a loopback address of the test's choosing.
+async fn connect_from(from: &str, gateway: SocketAddr) -> Answers {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    let stream = socket.connect(gateway).await.unwrap();
+    stream.set_nodelay(true).unwrap();
+    Answers {
+        stream,
+        buf: Vec::new(),
+    }
+}
+
+#[tokio::test]
+async fn trust_is_the_connection_s_peer_s_so_a_client_beside_the_proxy_keeps_its_own_key() {
+    let up = Upstream::start().await;
+    let server = start(up.addr, PROXIED).await;
+    let (proxy, client) = (0, 1);
+    let mut connections = [
+        connect_from("127.0.0.1", server.listen).await,
+        connect_from("127.0.0.2", server.listen).await,
+    ];
+    // Both name the same client; only the proxy is believed, each on its kept-alive
+    // connection.
+    for (from, list, wanted) in [
+        (proxy, "203.0.113.9", 200),
+        (client, "203.0.113.9", 200),
+        (proxy, "203.0.113.9", 429),
+        (client, "203.0.113.77", 429),
+        (proxy, "203.0.113.77", 200),
+    ] {
+        let answers = &mut connections[from];
+        answers.send(&limited_via(list)).await;
+        let answer = answers.next(false).await;
+        assert_eq!(status(&answer), wanted, "{list}: {answer}");
+    }
+    assert_eq!(
+        paths(&server).await,
+        (3, 2),
+        "the proxy's lean, the client's hyper's"
+    );
+    let heads = up.heads();
+    assert!(
+        heads[0].contains("\r\nx-forwarded-for: 203.0.113.9, 127.0.0.1\r\n"),
+        "{}",
+        heads[0]
+    );
+    assert!(
+        heads[1].contains("\r\nx-forwarded-for: 127.0.0.2\r\n"),
+        "{}",
+        heads[1]
+    );
+}
+
+#[tokio::test]
+async fn a_reload_that_stops_trusting_the_proxy_applies_to_its_open_lean_connection() {
+    let up = Upstream::start().await;
+    let (server, file) = start_reloadable(up.addr, "reload-trusted", PROXIED).await;
+    let mut kept = Answers::connect(server.listen).await;
+    kept.send(&limited_via("203.0.113.9")).await;
+    assert_eq!(status(&kept.next(false).await), 200);
+    assert_eq!(paths(&server).await, (1, 0));
+    file.write("trusted_proxies = [\"10.0.0.0/8\"]");
+    server.reload().await.expect("the new proxies load");
+    // The same connection: its list is no longer believed, and is hyper's to replace.
+    kept.send(&limited_via("203.0.113.10")).await;
+    assert_eq!(status(&kept.next(false).await), 200, "keyed on 127.0.0.1");
+    assert_eq!(paths(&server).await, (1, 1));
+    assert!(up.heads()[1].contains("\r\nx-forwarded-for: 127.0.0.1\r\n"));
+    // Trusted again: a new connection's list is the lean path's once more.
+    file.write(PROXIED);
+    server.reload().await.expect("the proxies load again");
+    let mut again = Answers::connect(server.listen).await;
+    again.send(&limited_via("203.0.113.9")).await;
+    assert_eq!(
+        status(&again.next(false).await),
+        429,
+        "the same client as at first"
+    );
+    assert_eq!(paths(&server).await, (2, 1));
 }

@@ -311,34 +311,27 @@ async fn forward(
 /// `X-Forwarded-For`).
 fn forwarding_headers(headers: &mut HeaderMap, identity: &Identity, peer: SocketAddr) {
     let ip = peer.ip();
-    let mut client = String::with_capacity(48);
-    ratewarden_policy::push_ip(&mut client, ip);
+    let mut forwarded_for = String::with_capacity(48);
     let mut forwarded = String::with_capacity(64);
-    let (forwarded_for, forwarded) = if identity.trusted().contains(ip) {
-        let xff = match joined(headers, &X_FORWARDED_FOR) {
-            Some(before) => format!("{before}, {client}"),
-            None => client.clone(),
-        };
-        let before = joined(headers, &FORWARDED);
-        if let Some(before) = &before {
-            forwarded.push_str(before);
-            forwarded.push_str(", ");
-        }
-        push_node(&mut forwarded, ip, &client);
-        if before.is_none() {
-            forwarded.push_str(";proto=http");
-        }
-        (xff, forwarded)
+    if identity.trusted().contains(ip) {
+        let (xff, fwd) = (
+            joined(headers, &X_FORWARDED_FOR),
+            joined(headers, &FORWARDED),
+        );
+        forwarding_values(
+            ip,
+            (xff.as_deref(), fwd.as_deref()),
+            &mut forwarded_for,
+            &mut forwarded,
+        );
     } else {
         for name in [&X_FORWARDED_HOST, &X_FORWARDED_PROTO, &X_REAL_IP] {
             if headers.contains_key(name) {
                 headers.remove(name);
             }
         }
-        push_node(&mut forwarded, ip, &client);
-        forwarded.push_str(";proto=http");
-        (client, forwarded)
-    };
+        forwarding_values(ip, (None, None), &mut forwarded_for, &mut forwarded);
+    }
     for (name, value) in [(X_FORWARDED_FOR, forwarded_for), (FORWARDED, forwarded)] {
         // Every line the client sent under the name goes: replaced by ours, or (were ours
         // not a valid value) dropped, never forwarded as the client wrote it.
@@ -352,9 +345,45 @@ fn forwarding_headers(headers: &mut HeaderMap, identity: &Identity, peer: Socket
         }
     }
     if !headers.contains_key(&X_FORWARDED_PROTO) {
-        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(PROTO));
     }
 }
+
+/// The values of `X-Forwarded-For` and `Forwarded` we send for the client at `ip`, written
+/// into `forwarded_for` and `forwarded` (cleared first); `sent` is the lists of each a
+/// trusted proxy sent (its lines joined), `(None, None)` for a peer we do not trust. Both
+/// gateway paths write their lines from this one function: the lean path
+/// (`lean_gateway::forwarded_head`) may not phrase our hop another way than hyper's.
+pub(super) fn forwarding_values(
+    ip: std::net::IpAddr,
+    (sent_for, sent_forwarded): (Option<&str>, Option<&str>),
+    forwarded_for: &mut String,
+    forwarded: &mut String,
+) {
+    forwarded_for.clear();
+    if let Some(before) = sent_for {
+        forwarded_for.push_str(before);
+        forwarded_for.push_str(", ");
+    }
+    let at = forwarded_for.len();
+    ratewarden_policy::push_ip(forwarded_for, ip);
+    let client = &forwarded_for[at..];
+    forwarded.clear();
+    if let Some(before) = sent_forwarded {
+        forwarded.push_str(before);
+        forwarded.push_str(", ");
+    }
+    push_node(forwarded, ip, client);
+    // A proxy's own list says how its hops came; a list we begin says how ours did.
+    if sent_forwarded.is_none() {
+        forwarded.push_str(";proto=");
+        forwarded.push_str(PROTO);
+    }
+}
+
+/// How the client reached us: the `X-Forwarded-Proto` we add when none is forwarded, and
+/// the `proto=` of a `Forwarded` list we begin (the gateway listens in plain HTTP).
+pub(super) const PROTO: &str = "http";
 
 /// The forwarding headers, as names made once: a name given as text is parsed and
 /// lowercased on every lookup.
@@ -375,7 +404,7 @@ fn joined(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
 }
 
 /// `for=` and the client as a `Forwarded` node: RFC 7239 §6 quotes and brackets IPv6.
-pub(super) fn push_node(out: &mut String, ip: std::net::IpAddr, client: &str) {
+fn push_node(out: &mut String, ip: std::net::IpAddr, client: &str) {
     out.push_str("for=");
     match ip {
         std::net::IpAddr::V4(_) => out.push_str(client),

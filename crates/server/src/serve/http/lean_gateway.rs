@@ -44,7 +44,7 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::chunked::Chunked;
-use super::gateway::{admit, push_node, Admission, PermitGuard};
+use super::gateway::{self, admit, Admission, PermitGuard};
 use super::graceful::Stop;
 use super::lean_conn::{Conn, MoreHead, FLUSH_AT, SHRINK_OVER};
 use super::lean_gateway_head::{self, Get, Head};
@@ -103,19 +103,20 @@ pub(super) async fn serve(
     let mut conn = Conn::new(stream, bounds);
     // The forwarded head, and the upstream's answer: one of each per connection.
     let mut forwarded = Vec::with_capacity(1024);
-    let forwarding = forwarding(peer);
+    let mut forwarding = Forwarding::new(peer);
     let mut bufs = Buffers::default();
     loop {
         let step = {
             let identity = app.engine.identity();
             let mut lines = lean_gateway_head::lines();
-            match lean_gateway_head::read(&conn.buf[conn.start..conn.end], &mut lines, &identity) {
+            let buf = &conn.buf[conn.start..conn.end];
+            match lean_gateway_head::read(buf, &mut lines, &identity, peer.ip()) {
                 // Asked per request: a reload that brings a rule the lean path does not
                 // serve applies to kept-alive connections too.
                 _ if !eligible(app, &identity) => Step::Other,
                 Head::Other => Step::Other,
                 Head::Partial => Step::Partial,
-                Head::Get(get) => decide(app, peer, &get, (&mut forwarded, &forwarding)).await,
+                Head::Get(get) => decide(app, peer, &get, (&mut forwarded, &mut forwarding)).await,
             }
         };
         let (len, close, allowed) = match step {
@@ -180,7 +181,7 @@ async fn decide(
     app: &Arc<App>,
     peer: SocketAddr,
     get: &Get<'_, '_>,
-    (forwarded, forwarding): (&mut Vec<u8>, &[u8]),
+    (forwarded, forwarding): (&mut Vec<u8>, &mut Forwarding),
 ) -> Step {
     // What is matched is what is forwarded: one spelling of the path. One the normalizer
     // refuses is hyper's to answer (a 400 with the reason).
@@ -228,9 +229,11 @@ async fn decide(
 /// The head hyper-util's client writes for the request `gateway::forward` makes of `get`:
 /// the normalized path and the query as sent; the header lines grouped by name as a
 /// header map keeps them, lowercase; `Connection` removed (the map's removal moves its
-/// last name into the gap); then the forwarding lines. The head's reader took no
-/// forwarding line from the client, so trusted proxy or not they are ours alone.
-fn forwarded_head(out: &mut Vec<u8>, forwarding: &[u8], get: &Get<'_, '_>, path: &str) {
+/// last name into the gap); a trusted proxy's `X-Forwarded-For` line, where it stands,
+/// with our hop added (the map's `insert` keeps a name's place); then the forwarding lines
+/// the map did not have, in the order `forwarding_headers` inserts them. The head's reader
+/// took no other forwarding line: from a peer we do not trust, none at all.
+fn forwarded_head(out: &mut Vec<u8>, forwarding: &mut Forwarding, get: &Get<'_, '_>, path: &str) {
     out.clear();
     out.extend_from_slice(get.method.as_bytes());
     out.push(b' ');
@@ -240,20 +243,51 @@ fn forwarded_head(out: &mut Vec<u8>, forwarding: &[u8], get: &Get<'_, '_>, path:
         out.extend_from_slice(query.as_bytes());
     }
     out.extend_from_slice(b" HTTP/1.1\r\n");
-    if get
+    let proxied = get.forwarded_for.is_some() || get.forwarded_proto;
+    if proxied {
+        // Visible ASCII (the head's reader checked).
+        let sent = get
+            .forwarded_for
+            .and_then(|at| std::str::from_utf8(get.headers[at].value).ok());
+        gateway::forwarding_values(
+            forwarding.ip,
+            (sent, None),
+            &mut forwarding.forwarded_for,
+            &mut forwarding.forwarded,
+        );
+    }
+    let connection = get
         .headers
         .iter()
-        .any(|h| h.name.eq_ignore_ascii_case("connection"))
-    {
-        let lines: Vec<(&[u8], &[u8])> = get.headers.iter().map(header_line).collect();
-        let mut groups = groups(&lines);
-        remove(&mut groups, &lines, b"connection");
-        write_groups(out, &lines, &groups, None);
+        .any(|h| h.name.eq_ignore_ascii_case("connection"));
+    if connection || get.forwarded_for.is_some() {
+        let mut lines: Vec<(&[u8], &[u8])> = get.headers.iter().map(header_line).collect();
+        if let Some(at) = get.forwarded_for {
+            lines[at].1 = forwarding.forwarded_for.as_bytes();
+        }
+        if connection {
+            let mut groups = groups(&lines);
+            remove(&mut groups, &lines, b"connection");
+            write_groups(out, &lines, &groups, None);
+        } else {
+            write_in_order(out, &lines, |l| *l, None);
+        }
     } else {
-        // Nothing removed (most heads): no list of groups to build.
+        // Nothing removed or replaced (most heads): no list of lines to build.
         write_in_order(out, get.headers, header_line, None);
     }
-    out.extend_from_slice(forwarding);
+    if !proxied {
+        out.extend_from_slice(&forwarding.plain);
+        return;
+    }
+    if get.forwarded_for.is_none() {
+        write_line(out, b"x-forwarded-for", forwarding.forwarded_for.as_bytes());
+    }
+    write_line(out, b"forwarded", forwarding.forwarded.as_bytes());
+    if !get.forwarded_proto {
+        write_line(out, b"x-forwarded-proto", gateway::PROTO.as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
 }
 
 /// A request head's line as name and value.
@@ -261,19 +295,38 @@ fn header_line<'h>(h: &'h httparse::Header<'_>) -> (&'h [u8], &'h [u8]) {
     (h.name.as_bytes(), h.value)
 }
 
-/// The forwarding lines for a client at `peer`, and the head's end: the same for every
-/// request of its connection (`forwarding_headers` for a peer whose own lines the head's
-/// reader handed to hyper).
-fn forwarding(peer: SocketAddr) -> Vec<u8> {
-    let ip = peer.ip();
-    let mut client = String::with_capacity(48);
-    ratewarden_policy::push_ip(&mut client, ip);
-    let mut node = String::with_capacity(64);
-    push_node(&mut node, ip, &client);
-    format!(
-        "x-forwarded-for: {client}\r\nforwarded: {node};proto=http\r\nx-forwarded-proto: http\r\n\r\n"
-    )
-    .into_bytes()
+/// What a connection's requests tell the upstream of its client.
+struct Forwarding {
+    /// The connection's peer.
+    ip: std::net::IpAddr,
+    /// The forwarding lines and the head's end for a request that carries no forwarding
+    /// line (most): the same for every such request of the connection, trusted proxy or
+    /// not, since `forwarding_headers` then has no list of a proxy's to add to.
+    plain: Vec<u8>,
+    /// The values for a trusted proxy's request, made anew for each (in buffers kept for
+    /// the connection).
+    forwarded_for: String,
+    forwarded: String,
+}
+
+impl Forwarding {
+    fn new(peer: SocketAddr) -> Self {
+        let ip = peer.ip();
+        let mut forwarded_for = String::with_capacity(48);
+        let mut forwarded = String::with_capacity(64);
+        gateway::forwarding_values(ip, (None, None), &mut forwarded_for, &mut forwarded);
+        let mut plain = Vec::with_capacity(128);
+        write_line(&mut plain, b"x-forwarded-for", forwarded_for.as_bytes());
+        write_line(&mut plain, b"forwarded", forwarded.as_bytes());
+        write_line(&mut plain, b"x-forwarded-proto", gateway::PROTO.as_bytes());
+        plain.extend_from_slice(b"\r\n");
+        Self {
+            ip,
+            plain,
+            forwarded_for,
+            forwarded,
+        }
+    }
 }
 
 /// Writes each name's lines, in order of its first appearance, names lowercase (as

@@ -7,10 +7,15 @@
 //! hands off, besides what hyper answers with an error, every head `guard.rs` would look at
 //! twice (a second `Host`, an override header, an underscore in a name, an identity header
 //! repeated or not visible ASCII, `Connection` naming a header) and every head whose
-//! forwarded form takes more than dropping `Connection` and adding our three forwarding
-//! lines: any other hop-by-hop header, and any forwarding header the client sent itself.
+//! forwarded form takes more than dropping `Connection`, adding our forwarding lines and
+//! adding our hop to one `X-Forwarded-For` line: any other hop-by-hop header, and any
+//! forwarding header but one line each of `X-Forwarded-For`, `X-Forwarded-Proto` and
+//! `X-Forwarded-Host` from a trusted proxy (a load balancer's). `Forwarded` and `X-Real-IP`
+//! always go, and so does any forwarding line from a peer we do not trust, whose lines
+//! hyper's gateway removes or replaces.
 
 use std::mem::MaybeUninit;
+use std::net::IpAddr;
 
 use ratewarden_policy::Identity;
 
@@ -54,6 +59,12 @@ pub(super) struct Get<'h, 'b> {
     pub(super) headers: &'h [httparse::Header<'b>],
     /// `Connection: close`: answer, then close.
     pub(super) close: bool,
+    /// Where in `headers` the one `X-Forwarded-For` line is, sent by a trusted proxy: our
+    /// hop is added to its list.
+    pub(super) forwarded_for: Option<usize>,
+    /// A trusted proxy sent its `X-Forwarded-Proto` line: forwarded as it came, and ours
+    /// not added.
+    pub(super) forwarded_proto: bool,
 }
 
 /// Storage for a head's header lines, on the caller's stack.
@@ -65,11 +76,13 @@ pub(super) fn lines<'b>() -> Lines<'b> {
 }
 
 /// Reads the head at the start of `buf`, its lines into `lines`; `identity` names the
-/// headers that decide who a request is under the rules in force.
+/// headers that decide who a request is under the rules in force, and the proxies whose
+/// forwarding lines are believed (the connection's `peer` among them, or not).
 pub(super) fn read<'h, 'b>(
     buf: &'b [u8],
     lines: &'h mut Lines<'b>,
     identity: &Identity,
+    peer: IpAddr,
 ) -> Head<'h, 'b> {
     let mut request = httparse::Request::new(&mut []);
     let len = match request.parse_with_uninit_headers(buf, lines) {
@@ -98,6 +111,12 @@ pub(super) fn read<'h, 'b>(
     let headers: &'h [httparse::Header<'b>] = request.headers;
     let mut host = None;
     let mut close = None;
+    let (mut forwarded_for, mut forwarded_host, mut forwarded_proto) = (None, false, false);
+    // Asked of the rules in force at each request (a reload may change `trusted_proxies`
+    // under a kept-alive connection), and only of a head with a forwarding line: most
+    // have none.
+    let mut trusted = None;
+    let mut trusted = || *trusted.get_or_insert_with(|| identity.trusted().contains(peer));
     for (at, header) in headers.iter().enumerate() {
         let name = header.name.as_bytes();
         if !header
@@ -141,9 +160,17 @@ pub(super) fn read<'h, 'b>(
             10 => is(b"keep-alive"),
             13 => is(b"x-http-method") || is(b"x-rewrite-url"),
             14 => is(b"content-length") || is(b"x-original-url"),
-            15 => is(b"x-forwarded-for"),
-            16 => is(b"x-forwarded-host") || is(b"proxy-connection"),
-            17 => is(b"transfer-encoding") || is(b"x-forwarded-proto") || is(b"x-method-override"),
+            // From a trusted proxy, once each: a second line is a list hyper's gateway joins,
+            // from anyone else lines it removes or replaces.
+            15 if is(b"x-forwarded-for") => !trusted() || forwarded_for.replace(at).is_some(),
+            16 if is(b"x-forwarded-host") => {
+                !trusted() || std::mem::replace(&mut forwarded_host, true)
+            }
+            16 => is(b"proxy-connection"),
+            17 if is(b"x-forwarded-proto") => {
+                !trusted() || std::mem::replace(&mut forwarded_proto, true)
+            }
+            17 => is(b"transfer-encoding") || is(b"x-method-override"),
             18 => is(b"proxy-authenticate"),
             19 => is(b"proxy-authorization"),
             22 => is(b"x-http-method-override"),
@@ -164,6 +191,8 @@ pub(super) fn read<'h, 'b>(
         host,
         headers,
         close: close.unwrap_or(false),
+        forwarded_for,
+        forwarded_proto,
     })
 }
 
@@ -195,12 +224,14 @@ fn plain_target_byte(b: u8) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
     use ratewarden_memory::{MemoryStore, StoreConfig};
     use ratewarden_policy::{config, Engine};
 
-    /// The identity of a rule keyed on `X-Team`.
+    /// The identity of a rule keyed on `X-Team`, `10.0.0.0/8` our proxies.
     fn identity() -> std::sync::Arc<Identity> {
-        let rules = "[[limit]]\nname = \"per-team\"\nkey = [\"header:X-Team\"]\n\
+        let rules = "[server]\ntrusted_proxies = [\"10.0.0.0/8\"]\n\
+                     [[limit]]\nname = \"per-team\"\nkey = [\"header:X-Team\"]\n\
                      algorithm = \"gcra\"\nrate = \"5/s\"\nburst = 5\n";
         let engine: Engine<MemoryStore> = Engine::new(
             config::parse("r.toml", rules).expect("valid rules"),
@@ -209,12 +240,17 @@ mod tests {
         engine.identity()
     }
 
-    /// What the lean path makes of `head`: `Some((method, path, query, host, close,
-    /// lines))` when it serves it.
+    /// A client straight from the internet.
+    const CLIENT: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(198, 51, 100, 4));
+    /// Our load balancer.
+    const PROXY: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 2));
+
+    /// What the lean path makes of `head` from a client not trusted: `Some((method, path,
+    /// query, host, close, lines))` when it serves it.
     fn get(head: &[u8]) -> Option<(String, String, Option<String>, String, bool, usize)> {
         let identity = identity();
         let mut lines = lines();
-        match read(head, &mut lines, &identity) {
+        match read(head, &mut lines, &identity, CLIENT) {
             Head::Get(get) => {
                 assert!(get.len <= head.len());
                 Some((
@@ -258,7 +294,10 @@ mod tests {
         for end in 0..head.len() {
             let mut lines = lines();
             assert!(
-                matches!(read(&head[..end], &mut lines, &identity), Head::Partial),
+                matches!(
+                    read(&head[..end], &mut lines, &identity, CLIENT),
+                    Head::Partial
+                ),
                 "{end} bytes"
             );
         }
@@ -325,5 +364,176 @@ mod tests {
         ]
         .concat();
         assert!(get(&many).is_none(), "more header lines than the array");
+    }
+
+    /// What the lean path makes of `head` from `peer`: `Some((forwarded_for,
+    /// forwarded_proto))` when it serves it.
+    fn proxied(head: &[u8], peer: IpAddr) -> Option<(Option<usize>, bool)> {
+        let identity = identity();
+        let mut lines = lines();
+        match read(head, &mut lines, &identity, peer) {
+            Head::Get(get) => Some((get.forwarded_for, get.forwarded_proto)),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn a_trusted_proxy_s_one_line_each_of_x_forwarded_for_proto_and_host_is_served_here() {
+        let mapped: IpAddr = "::ffff:10.0.0.2".parse().unwrap();
+        for (head, wanted) in [
+            (
+                &b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 203.0.113.9\r\n\r\n"[..],
+                (Some(1), false),
+            ),
+            (
+                b"GET / HTTP/1.1\r\nX-FORWARDED-FOR: 203.0.113.9\r\nHost: a\r\n\r\n",
+                (Some(0), false),
+            ),
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nx-forwarded-proto: https\r\nAccept: */*\r\n\
+                  X-Forwarded-Host: shop\r\nx-Forwarded-for: 1.2.3.4, 10.0.0.9\r\n\r\n",
+                (Some(4), true),
+            ),
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-Proto: https\r\n\r\n",
+                (None, true),
+            ),
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-Host: shop\r\n\r\n",
+                (None, false),
+            ),
+            // Whatever the list holds, the rules read it as hyper's path does: not ours to
+            // judge here.
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For:\r\n\r\n",
+                (Some(1), false),
+            ),
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: ,,\r\n\r\n",
+                (Some(1), false),
+            ),
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: unknown,\t[2001:db8::1]:80 , x\r\n\r\n",
+                (Some(1), false),
+            ),
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\nX-Forwarded-For: 1.2.3.4\r\n\r\n",
+                (Some(2), false),
+            ),
+        ] {
+            for peer in [PROXY, mapped] {
+                assert_eq!(
+                    proxied(head, peer),
+                    Some(wanted),
+                    "{:?} from {peer}",
+                    String::from_utf8_lossy(head)
+                );
+            }
+            assert_eq!(
+                proxied(head, CLIENT),
+                None,
+                "{:?} from a client is hyper's",
+                String::from_utf8_lossy(head)
+            );
+        }
+    }
+
+    #[test]
+    fn a_trusted_proxy_s_forwarding_lines_hyper_would_join_drop_or_refuse_go_to_hyper() {
+        for head in [
+            &b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.2.3.4\r\nX-Forwarded-For: 5.6.7.8\r\n\r\n"[..],
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.2.3.4\r\nAccept: */*\r\nx-forwarded-for: 5.6.7.8\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.2.3.4\r\n 5.6.7.8\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.2.3.4\r\n\t5.6.7.8\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.2.3.4\x01\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.2.3.4\x7f\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.2.3.\xc3\xa9\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For : 1.2.3.4\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX_Forwarded_For: 1.2.3.4\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Proto: http\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-Host: a\r\nX-FORWARDED-HOST: b\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.2.3.4\r\nForwarded: for=1.2.3.4\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nForwarded: for=1.2.3.4\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: 1.2.3.4\r\nX-Real-IP: 1.2.3.4\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nConnection: x-forwarded-for\r\nX-Forwarded-For: 1.2.3.4\r\n\r\n",
+        ] {
+            assert_eq!(
+                proxied(head, PROXY),
+                None,
+                "{:?} is hyper's",
+                String::from_utf8_lossy(head)
+            );
+        }
+    }
+
+    /// A header line of the pieces the reader looks at: a forwarding name in any case, or
+    /// another, and a value of the bytes a list may hold.
+    fn line() -> impl Strategy<Value = Vec<u8>> {
+        let name = proptest::sample::select(vec![
+            "X-Forwarded-For",
+            "x-forwarded-for",
+            "X-FORWARDED-FOR",
+            "X-Forwarded-Proto",
+            "X-Forwarded-Host",
+            "Forwarded",
+            "X-Real-IP",
+            "Accept",
+            "X-Team",
+        ]);
+        let piece = proptest::sample::select(vec![
+            &b"1.2.3.4"[..],
+            b"10.0.0.9",
+            b", ",
+            b",",
+            b" ",
+            b"\t",
+            b"unknown",
+            b"[::1]:80",
+            b"\x01",
+            b"\x80",
+        ]);
+        let value = proptest::collection::vec(piece, 0..4);
+        (name, value).prop_map(|(name, value)| [name.as_bytes(), b": ", &value.concat()].concat())
+    }
+
+    fn is_named(line: &[u8], name: &str) -> bool {
+        line.len() > name.len()
+            && line[..name.len()].eq_ignore_ascii_case(name.as_bytes())
+            && line[name.len()] == b':'
+    }
+
+    proptest! {
+        /// From a peer we do not trust, no forwarding line is served here; from a trusted
+        /// proxy, one line each of `X-Forwarded-For`, `-Proto` and `-Host` is, and never
+        /// `Forwarded` or `X-Real-IP`; trust only ever adds heads the lean path serves.
+        #[test]
+        fn only_a_trusted_proxy_s_single_forwarding_lines_are_served_here(
+            lines in proptest::collection::vec(line(), 0..5),
+        ) {
+            let head = [
+                &b"GET / HTTP/1.1\r\nHost: a\r\n"[..],
+                &lines.iter().flat_map(|l| [&l[..], b"\r\n"]).collect::<Vec<_>>().concat(),
+                b"\r\n",
+            ]
+            .concat();
+            let count = |name: &str| lines.iter().filter(|l| is_named(l, name)).count();
+            let forwarding = ["x-forwarded-for", "x-forwarded-proto", "x-forwarded-host", "forwarded", "x-real-ip"];
+            let from_client = proxied(&head, CLIENT);
+            let from_proxy = proxied(&head, PROXY);
+            if from_client.is_some() {
+                prop_assert!(forwarding.iter().all(|n| count(n) == 0));
+                prop_assert_eq!(from_client, Some((None, false)));
+                prop_assert_eq!(from_proxy, from_client);
+            }
+            if let Some((forwarded_for, forwarded_proto)) = from_proxy {
+                prop_assert!(count("forwarded") == 0 && count("x-real-ip") == 0);
+                prop_assert!(count("x-forwarded-host") <= 1);
+                prop_assert!(count("x-forwarded-for") <= 1 && count("x-forwarded-proto") <= 1);
+                let at = lines.iter().position(|l| is_named(l, "x-forwarded-for"));
+                // `Host` is the head's first line.
+                prop_assert_eq!(forwarded_for, at.map(|at| at + 1));
+                prop_assert_eq!(forwarded_proto, count("x-forwarded-proto") == 1);
+            }
+        }
     }
 }
