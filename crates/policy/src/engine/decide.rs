@@ -46,6 +46,23 @@ impl<S: AsyncStore> Engine<S> {
         self.decide_at(request, timer.now(), Some(timer)).await
     }
 
+    /// Decides `request` as [`decide_waiting`](Engine::decide_waiting) does, at `now` on
+    /// `timer`'s clock: for a caller that has just read that clock for its own use (the
+    /// gateway times the decision), where a second reading would be the same instant
+    /// bar a few nanoseconds.
+    ///
+    /// # Errors
+    ///
+    /// As [`decide`](Engine::decide).
+    pub async fn decide_waiting_at(
+        &self,
+        request: &Request<'_>,
+        now: u64,
+        timer: &dyn Timer,
+    ) -> Result<Verdict, RequestError> {
+        self.decide_at(request, now, Some(timer)).await
+    }
+
     async fn decide_at(
         &self,
         request: &Request<'_>,

@@ -574,7 +574,9 @@ async fn relay(
         held: (mut permit, _slot),
         bounds,
     } = allowed;
-    let sent = app.clock.now();
+    // The round trip teaches a rule that holds a permit (a concurrency or adaptive rule)
+    // and nothing else: without one the clock is not read for it.
+    let sent = permit.held.is_some().then(|| app.clock.now());
     // One reading of the time for the exchange: its deadline, and the pool's idle ages.
     let now = Instant::now();
     let exchange = upstream.lean.exchange(
@@ -586,7 +588,7 @@ async fn relay(
     );
     let response_timeout = bounds.upstream_response_timeout;
     let exchanged = race(conn, || now + response_timeout, exchange).await;
-    let rtt_ns = Some(app.clock.now().saturating_sub(sent));
+    let rtt_ns = sent.map(|sent| app.clock.now().saturating_sub(sent));
     // A shutdown begun while the upstream answered: this answer says the connection closes,
     // as hyper's does once keep-alive is off.
     let close = close || stop.now();
