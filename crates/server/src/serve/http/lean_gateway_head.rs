@@ -1,12 +1,12 @@
 //! Which request heads the gateway's lean path (`lean_gateway.rs`) serves itself: a plain
 //! HTTP/1.1 `GET` or `HEAD` without a body, whose identity nobody could read two ways.
 //!
-//! Everything this does not recognise exactly goes to hyper's gateway (`gateway.rs`, with
-//! `guard.rs` and `forwarded.rs`), which serves the rest of the connection: a head this
-//! reads wrongly can only be sent there, never answered or forwarded differently. So it
-//! hands off, besides what hyper answers with an error, every head `guard.rs` would look at
-//! twice (a second `Host`, an override header, an underscore in a name, an identity header
-//! repeated or not visible ASCII, `Connection` naming a header) and every head whose
+//! Everything this does not recognise exactly goes to hyper's gateway (`gateway.rs` and
+//! its `forwarding_headers`, with `guard.rs`), which serves the rest of the connection: a
+//! head this reads wrongly can only be sent there, never answered or forwarded differently.
+//! So it hands off, besides what hyper answers with an error, every head `guard.rs` would
+//! look at twice (a second `Host`, an override header, an underscore in a name, an identity
+//! header repeated or not visible ASCII, `Connection` naming a header) and every head whose
 //! forwarded form takes more than dropping `Connection`, adding our forwarding lines and
 //! adding our hop to one `X-Forwarded-For` line: any other hop-by-hop header, and any
 //! forwarding header but one line each of `X-Forwarded-For`, `X-Forwarded-Proto` and
