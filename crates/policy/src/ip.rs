@@ -122,23 +122,37 @@ pub fn client_ip(
     x_forwarded_for: &[&str],
     trusted: &TrustedProxies,
 ) -> IpAddr {
-    let mut client = unmapped(peer);
+    let client = unmapped(peer);
     if !trusted.contains(client) {
         return client;
     }
-    let hops: Vec<&str> = if forwarded.is_empty() {
-        x_forwarded_for
+    // The hops from the right, the last line's last element first, as they come: a list of
+    // them made first was a third of what reading a proxy's list cost.
+    if forwarded.is_empty() {
+        let hops = x_forwarded_for
             .iter()
-            .flat_map(|line| line.split(','))
-            .collect()
+            .rev()
+            .flat_map(|line| line.rsplit(','));
+        walk(client, hops, trusted)
     } else {
-        forwarded
+        let hops = forwarded
             .iter()
-            .flat_map(|line| line.split(','))
-            .filter_map(forwarded_for)
-            .collect()
-    };
-    for hop in hops.iter().rev() {
+            .rev()
+            .flat_map(|line| line.rsplit(','))
+            .filter_map(forwarded_for);
+        walk(client, hops, trusted)
+    }
+}
+
+/// Walks `hops`, the nearest first, from the trusted `client`: each address a trusted hop
+/// added is believed, and the first that is not itself trusted (or that is not an address)
+/// ends the walk.
+fn walk<'a>(
+    mut client: IpAddr,
+    hops: impl Iterator<Item = &'a str>,
+    trusted: &TrustedProxies,
+) -> IpAddr {
+    for hop in hops {
         let Some(ip) = parse_hop(hop) else {
             break;
         };
@@ -310,7 +324,89 @@ mod text_tests {
         }
     }
 
+    /// `client_ip` as it was written first: every hop collected, then walked backwards.
+    fn client_ip_collected(
+        peer: IpAddr,
+        forwarded: &[&str],
+        x_forwarded_for: &[&str],
+        trusted: &TrustedProxies,
+    ) -> IpAddr {
+        let mut client = unmapped(peer);
+        if !trusted.contains(client) {
+            return client;
+        }
+        let hops: Vec<&str> = if forwarded.is_empty() {
+            x_forwarded_for.iter().flat_map(|l| l.split(',')).collect()
+        } else {
+            forwarded
+                .iter()
+                .flat_map(|l| l.split(','))
+                .filter_map(forwarded_for)
+                .collect()
+        };
+        for hop in hops.iter().rev() {
+            let Some(ip) = parse_hop(hop) else { break };
+            client = ip;
+            if !trusted.contains(client) {
+                break;
+            }
+        }
+        client
+    }
+
+    /// One hop as a proxy might write it: an address trusted or not, with a port, quoted,
+    /// bracketed, `unknown`, empty, padded.
+    fn hop() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("10.0.0.1".to_owned()),
+            Just("10.9.8.7:443".to_owned()),
+            Just("203.0.113.9".to_owned()),
+            Just(" 198.51.100.4 ".to_owned()),
+            Just("2001:db8::1".to_owned()),
+            Just("\"[2001:db8:ffff::2]:4711\"".to_owned()),
+            Just("[2001:db8::5]".to_owned()),
+            Just("::ffff:10.0.0.3".to_owned()),
+            Just("unknown".to_owned()),
+            Just("_hidden".to_owned()),
+            Just(String::new()),
+            "[0-9a-f:.\\[\\]\" ]{0,12}",
+        ]
+    }
+
+    /// A header line of one to three hops, as `X-Forwarded-For` or as `Forwarded`'s
+    /// elements (`for=` among other parameters, or none).
+    fn line(forwarded: bool) -> impl Strategy<Value = String> {
+        prop::collection::vec((hop(), 0..3u8), 1..4).prop_map(move |hops| {
+            let elements: Vec<String> = hops
+                .into_iter()
+                .map(|(hop, shape)| match (forwarded, shape) {
+                    (false, _) => hop,
+                    (true, 0) => format!("for={hop}"),
+                    (true, 1) => format!("proto=https; FOR={hop};by=10.0.0.1"),
+                    (true, _) => format!("by={hop}"),
+                })
+                .collect();
+            elements.join(",")
+        })
+    }
+
     proptest! {
+        #[test]
+        fn the_walk_finds_the_client_the_collected_walk_found(
+            peer in prop_oneof![Just("10.0.0.2"), Just("192.0.2.1"), Just("::ffff:10.1.1.1")],
+            forwarded in prop::collection::vec(line(true), 0..3),
+            x_forwarded_for in prop::collection::vec(line(false), 0..4),
+        ) {
+            let trusted = TrustedProxies::parse(["10.0.0.0/8", "2001:db8:ffff::/48"]).unwrap();
+            let peer: IpAddr = peer.parse().unwrap();
+            let forwarded: Vec<&str> = forwarded.iter().map(String::as_str).collect();
+            let x_forwarded_for: Vec<&str> = x_forwarded_for.iter().map(String::as_str).collect();
+            prop_assert_eq!(
+                client_ip(peer, &forwarded, &x_forwarded_for, &trusted),
+                client_ip_collected(peer, &forwarded, &x_forwarded_for, &trusted)
+            );
+        }
+
         #[test]
         fn addresses_and_nets_are_written_as_display_writes_them(
             v4 in any::<u32>(),
