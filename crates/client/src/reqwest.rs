@@ -72,8 +72,9 @@ fn origin(url: &reqwest::Url) -> Cow<'_, str> {
 /// The copy is the same request to everything that can look at it: a reqwest 0.13
 /// `Request`'s extensions are private to reqwest, which reads nothing from them but the
 /// timeout (`execute_request`: the rest are dropped unread, never handed to hyper), so the
-/// timeout is all of them that is copied. A body is copied by `try_clone`, which shares its
-/// bytes (the public `Body::as_bytes` would copy them).
+/// timeout is all of them that is copied (read in reqwest 0.13.5: a reqwest that reads
+/// more of them needs this copy to carry them). A body is copied by `try_clone`, which
+/// shares its bytes (the public `Body::as_bytes` would copy them).
 fn copy(request: &Request) -> Option<Request> {
     if request.body().is_some() {
         return request.try_clone();
