@@ -1123,9 +1123,17 @@ async fn a_flood_of_interim_answers_is_skipped_in_linear_time_as_through_hyper()
     let up = Upstream::start().await;
     let lean = start(up.addr, "").await;
     let hyper = start(up.addr, "").await;
-    let mut took = Vec::new();
-    for gateway in [lean.listen, hyper.listen] {
-        let mut answers = if gateway == lean.listen {
+    // Each path timed twice, in the order lean, hyper, hyper, lean, and its quicker time
+    // kept: a test beside it on the two cores once stalled the lean path's one run past
+    // hyper's (5.4 s against 4.96 s), where its time is a quarter of hyper's.
+    let mut took = [std::time::Duration::MAX; 2];
+    for (path, gateway) in [
+        (0, lean.listen),
+        (1, hyper.listen),
+        (1, hyper.listen),
+        (0, lean.listen),
+    ] {
+        let mut answers = if path == 0 {
             Answers::connect(gateway).await
         } else {
             through_hyper(gateway).await
@@ -1133,7 +1141,7 @@ async fn a_flood_of_interim_answers_is_skipped_in_linear_time_as_through_hyper()
         let started = tokio::time::Instant::now();
         answers.send(&get("/interim-flood", "")).await;
         let answer = answers.next(false).await;
-        took.push(started.elapsed());
+        took[path] = took[path].min(started.elapsed());
         assert!(answer.starts_with("HTTP/1.1 200 OK\n"), "{answer}");
         assert!(answer.ends_with("\n\nok"), "{answer}");
     }
