@@ -43,7 +43,7 @@ impl<S: AsyncStore> Engine<S> {
         request: &Request<'_>,
         timer: &dyn Timer,
     ) -> Result<Verdict, RequestError> {
-        self.decide_at(request, timer.now(), Some(timer)).await
+        self.decide_waiting_at(request, timer.now(), timer).await
     }
 
     /// Decides `request` as [`decide_waiting`](Engine::decide_waiting) does, at `now` on

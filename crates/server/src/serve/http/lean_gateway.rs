@@ -280,11 +280,25 @@ fn forwarded_head(out: &mut Vec<u8>, forwarding: &mut Forwarding, get: &Get<'_, 
         out.extend_from_slice(&forwarding.plain);
         return;
     }
-    if get.forwarded_for.is_none() {
-        write_line(out, b"x-forwarded-for", forwarding.forwarded_for.as_bytes());
+    forwarding_tail(
+        out,
+        get.forwarded_for
+            .is_none()
+            .then_some(forwarding.forwarded_for.as_bytes()),
+        forwarding.forwarded.as_bytes(),
+        !get.forwarded_proto,
+    );
+}
+
+/// Our forwarding lines the head did not have, in the order `forwarding_headers` inserts
+/// them (`X-Forwarded-For` unless the head's own line took our hop, `Forwarded`, and
+/// `X-Forwarded-Proto` unless the head has one), then the head's end.
+fn forwarding_tail(out: &mut Vec<u8>, forwarded_for: Option<&[u8]>, forwarded: &[u8], proto: bool) {
+    if let Some(forwarded_for) = forwarded_for {
+        write_line(out, b"x-forwarded-for", forwarded_for);
     }
-    write_line(out, b"forwarded", forwarding.forwarded.as_bytes());
-    if !get.forwarded_proto {
+    write_line(out, b"forwarded", forwarded);
+    if proto {
         write_line(out, b"x-forwarded-proto", gateway::PROTO.as_bytes());
     }
     out.extend_from_slice(b"\r\n");
@@ -316,10 +330,12 @@ impl Forwarding {
         let mut forwarded = String::with_capacity(64);
         gateway::forwarding_values(ip, (None, None), &mut forwarded_for, &mut forwarded);
         let mut plain = Vec::with_capacity(128);
-        write_line(&mut plain, b"x-forwarded-for", forwarded_for.as_bytes());
-        write_line(&mut plain, b"forwarded", forwarded.as_bytes());
-        write_line(&mut plain, b"x-forwarded-proto", gateway::PROTO.as_bytes());
-        plain.extend_from_slice(b"\r\n");
+        forwarding_tail(
+            &mut plain,
+            Some(forwarded_for.as_bytes()),
+            forwarded.as_bytes(),
+            true,
+        );
         Self {
             ip,
             plain,
