@@ -19,6 +19,7 @@
 //! file, line, column and rule rather than stopping at the first.
 
 mod adaptive;
+mod admin;
 mod bounds;
 mod error;
 mod key;
@@ -33,6 +34,7 @@ mod store;
 mod validate;
 
 pub use adaptive::{Adaptive, ADAPTIVE_CONCURRENCY};
+pub use admin::{AdminAccess, AdminToken, ADMIN_TOKEN_ENV, MIN_ADMIN_TOKEN};
 pub use bounds::{Bounds, MIN_HEADER_BYTES};
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{Cost, KeyPart, Match, Mode, OnStoreFailure, Rule};

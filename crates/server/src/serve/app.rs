@@ -138,6 +138,32 @@ impl App {
         let envoy = envoy.unwrap_or_else(|| (*self.engine.envoy()).clone());
         let mut needing_restart = Vec::new();
         let version = match config {
+            Some(config) if config.server.admin_access.leaves_open(self.started.0.admin) => {
+                // The listener stays where it started until a restart: a file that moved
+                // `admin` to loopback and dropped its token must not open it meanwhile.
+                let errors = ConfigErrors(vec![ConfigError {
+                    file: self
+                        .config_path
+                        .as_ref()
+                        .map_or_else(|| "(reload)".to_owned(), |p| p.display().to_string()),
+                    position: None,
+                    rule: None,
+                    message: format!(
+                        "the admin listener is still on {} until a restart, off loopback: \
+                         the file must keep `[server] admin_token_file` (or the {} \
+                         environment variable) or `admin_insecure = true`",
+                        self.started
+                            .0
+                            .admin
+                            .map(|a| a.to_string())
+                            .unwrap_or_default(),
+                        ratewarden_policy::ADMIN_TOKEN_ENV,
+                    ),
+                }]);
+                tracing::warn!(%errors, "reload rejected; the old rules and Envoy configs stay");
+                self.metrics.reloaded(false);
+                return Err(errors);
+            }
             Some(config) => {
                 // Against the settings started with, not the last reload's: a field that
                 // still differs still is not in force.
