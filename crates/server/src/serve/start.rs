@@ -155,7 +155,7 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
         api = ?api_addr,
         grpc = ?grpc_addr,
         admin = ?admin_addr,
-        admin_auth = admin_auth(&settings),
+        admin_auth = crate::check_config::admin_protection(&settings),
         upstream = settings.upstream.as_deref().unwrap_or("none"),
         "ratewarden serving"
     );
@@ -178,16 +178,4 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
         stop,
         tasks,
     })
-}
-
-/// How the admin listener is protected, for the start log line: where its token came from
-/// (never the token), or why it has none.
-fn admin_auth(settings: &ratewarden_policy::ServerSettings) -> String {
-    let access = &settings.admin_access;
-    match (&access.token, settings.admin) {
-        (_, None) => "none (no admin listener)".to_owned(),
-        (Some(token), _) => format!("bearer token from {}", token.source()),
-        (None, Some(_)) if access.insecure => "none (admin_insecure)".to_owned(),
-        (None, Some(_)) => "none (loopback only)".to_owned(),
-    }
 }
