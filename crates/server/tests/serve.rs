@@ -1464,7 +1464,7 @@ async fn serve_refuses_to_start_an_admin_listener_off_loopback_without_a_token()
     .unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratewarden"))
         .args(["serve", "--config", path.to_str().unwrap()])
-        .env_remove(ratewarden_policy::ADMIN_TOKEN_ENV)
+        .env_remove("RATEWARDEN_ADMIN_TOKEN")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -1490,7 +1490,7 @@ async fn the_binary_takes_the_admin_token_from_the_environment_and_never_logs_it
     let token = "0123456789abcdef-environment";
     let mut child = Served::spawn_with_env(
         ["serve", "--config", path.to_str().unwrap()],
-        &[(ratewarden_policy::ADMIN_TOKEN_ENV, token)],
+        &[("RATEWARDEN_ADMIN_TOKEN", token)],
     )
     .await;
     let admin = child.admin.unwrap();
