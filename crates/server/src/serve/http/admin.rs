@@ -35,7 +35,7 @@ pub(crate) async fn handle(
         }
     }
     if is_operator(&path) {
-        return operator_view(app, peer, request).await;
+        return operator_view(app, access, peer, request).await;
     }
     match (&method, path.as_str()) {
         (&Method::GET, "/metrics") => {
@@ -63,7 +63,7 @@ pub(crate) async fn handle(
                 )
             }
         }
-        (&Method::POST, "/reload") => match post_refusal(&request, "/reload", &app.settings().admin_access) {
+        (&Method::POST, "/reload") => match post_refusal(&request, "/reload", access) {
             Some(refused) => refused,
             None => reload(app).await,
         },
@@ -96,6 +96,7 @@ fn is_operator(path: &str) -> bool {
 
 async fn operator_view(
     app: &Arc<App>,
+    access: &AdminAccess,
     peer: SocketAddr,
     request: Request<Incoming>,
 ) -> Response<Body> {
@@ -113,7 +114,7 @@ async fn operator_view(
             operator::answer(operator::key_state(app, query.as_deref()).await)
         }
         (&Method::POST, "/v1/explain" | "/v1/keys/reset") => {
-            if let Some(refused) = post_refusal(&request, &path, &app.settings().admin_access) {
+            if let Some(refused) = post_refusal(&request, &path, access) {
                 return refused;
             }
             if path == "/v1/explain" {
