@@ -19,9 +19,9 @@ mod ip;
 pub mod path;
 
 pub use config::{
-    Adaptive, Bounds, Config, ConfigError, ConfigErrors, Cost, KeyPart, KeySources, Match, Mode,
-    OnStoreFailure, Queue, Rule, ServerSettings, StoreKind, StoreSettings, MAX_WEIGHT,
-    MIN_HEADER_BYTES, MIN_STORE_BYTES,
+    Adaptive, AdminAccess, AdminToken, Bounds, Config, ConfigError, ConfigErrors, Cost, KeyPart,
+    KeySources, Match, Mode, OnStoreFailure, Queue, Rule, ServerSettings, StoreKind, StoreSettings,
+    ADMIN_TOKEN_ENV, MAX_WEIGHT, MIN_HEADER_BYTES, MIN_STORE_BYTES,
 };
 pub use engine::{
     api_key_digest, fingerprint, rollout_bucket, AdaptiveState, Answer, DescriptorStatus,

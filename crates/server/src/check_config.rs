@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use ratewarden_core::{Algorithm, DisplayDuration, Limit};
 use ratewarden_policy::{
-    config, Bounds, Cost, Mode, OnStoreFailure, Rule, StoreKind, StoreSettings,
+    config, Bounds, Cost, Mode, OnStoreFailure, Rule, ServerSettings, StoreKind, StoreSettings,
 };
 use ratewarden_redis::{RedisConfig, RedisStore, Target, TimeSource};
 
@@ -74,6 +74,7 @@ pub fn main(path: &Path) -> anyhow::Result<ExitCode> {
     for row in bounds(&config.server.bounds) {
         writeln!(out, "{row}")?;
     }
+    writeln!(out, "[server] admin: {}", admin_protection(&config.server))?;
     writeln!(
         out,
         "{}: {} rule(s), valid",
@@ -81,6 +82,20 @@ pub fn main(path: &Path) -> anyhow::Result<ExitCode> {
         config.rules.len()
     )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where the admin listener is and how it is protected: where its token came from (never
+/// the token), or why it has none. `check-config` and the start log line say the same.
+pub(crate) fn admin_protection(settings: &ServerSettings) -> String {
+    let access = &settings.admin_access;
+    let Some(admin) = settings.admin else {
+        return "off".to_owned();
+    };
+    match &access.token {
+        Some(token) => format!("{admin}, bearer token from {}", token.source()),
+        None if access.insecure => format!("{admin}, no token (admin_insecure)"),
+        None => format!("{admin}, no token (loopback only)"),
+    }
 }
 
 /// The Redis client config of a shared `[store]` (`None` for the in-memory store), its CA

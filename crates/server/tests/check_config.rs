@@ -213,3 +213,90 @@ queue_length = 20
     assert!(out.status.success(), "{text}");
     assert!(text.contains(described), "{text}");
 }
+
+#[test]
+fn an_admin_listener_off_loopback_needs_a_token_or_an_explicit_opt_out() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("admin-access");
+    std::fs::create_dir_all(&dir).unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let open = "[server]\nlisten = \"127.0.0.1:8080\"\nadmin = \"0.0.0.0:9090\"\n";
+    let run = |path: &str, env: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_ratewarden"));
+        command.args(["check-config", path]);
+        match env {
+            Some(token) => command.env("RATEWARDEN_ADMIN_TOKEN", token),
+            None => command.env_remove("RATEWARDEN_ADMIN_TOKEN"),
+        };
+        let out = command.output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // No credential: refused where `admin` is written, naming every way out.
+    let (ok, _, stderr) = run(&write("open.toml", open), None);
+    assert!(!ok, "an open admin listener off loopback passed the check");
+    assert!(stderr.contains("open.toml:3:"), "{stderr}");
+    for named in [
+        "admin_token_file",
+        "RATEWARDEN_ADMIN_TOKEN",
+        "admin_insecure",
+    ] {
+        assert!(stderr.contains(named), "{named}: {stderr}");
+    }
+    // The explicit opt-out, a token from the environment, a token from a file.
+    let insecure = write("insecure.toml", &format!("{open}admin_insecure = true\n"));
+    let (ok, stdout, stderr) = run(&insecure, None);
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("0.0.0.0:9090, no token (admin_insecure)"),
+        "{stdout}"
+    );
+    let secret = "0123456789abcdef-from-env";
+    let (ok, stdout, stderr) = run(&write("env.toml", open), Some(secret));
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("bearer token from environment RATEWARDEN_ADMIN_TOKEN"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains(secret) && !stderr.contains(secret));
+    let token = dir.join("token");
+    std::fs::write(&token, "0123456789abcdef-from-file\n").unwrap();
+    let with_file = format!("{open}admin_token_file = {:?}\n", token.to_str().unwrap());
+    let (ok, stdout, stderr) = run(&write("file.toml", &with_file), None);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("bearer token from file"), "{stdout}");
+    // Both at once is ambiguous; a missing file, a short or spaced token are located.
+    let (ok, _, stderr) = run(&write("both.toml", &with_file), Some(secret));
+    assert!(
+        !ok && stderr.contains("both.toml:4:") && stderr.contains("keep one"),
+        "{stderr}"
+    );
+    let missing = format!("{open}admin_token_file = \"/nonexistent/ratewarden-token\"\n");
+    let (ok, _, stderr) = run(&write("missing.toml", &missing), None);
+    assert!(!ok && stderr.contains("missing.toml:4:"), "{stderr}");
+    assert!(
+        stderr.contains("cannot read /nonexistent/ratewarden-token"),
+        "{stderr}"
+    );
+    for bad in ["short\n", "0123456789 abcdef-spaced\n"] {
+        std::fs::write(&token, bad).unwrap();
+        let (ok, _, stderr) = run(&write("bad.toml", &with_file), None);
+        assert!(!ok && stderr.contains("bad.toml:4:"), "{bad:?}: {stderr}");
+        assert!(!stderr.contains(bad.trim()), "the token is shown: {stderr}");
+    }
+    let (ok, _, stderr) = run(&write("short-env.toml", open), Some("short"));
+    assert!(!ok && stderr.contains("RATEWARDEN_ADMIN_TOKEN"), "{stderr}");
+    // A name that is not one, in `admin_hosts`.
+    let hosts = "[server]\nadmin_hosts = [\"ok.internal\", \"evil.example:80\"]\n";
+    let (ok, _, stderr) = run(&write("hosts.toml", hosts), None);
+    assert!(
+        !ok && stderr.contains("hosts.toml:2:") && stderr.contains("evil.example:80"),
+        "{stderr}"
+    );
+}

@@ -72,12 +72,17 @@ fn artifacts() -> PathBuf {
 /// seconds of virtual time (network waits do not count), and returns the DOM and the
 /// log; with `screenshot`, also writes one there.
 async fn show(admin: SocketAddr, screenshot: Option<PathBuf>) -> Shown {
+    show_at(admin, "", screenshot).await
+}
+
+/// [`show`] with `fragment` after the page's address (`#token=…`).
+async fn show_at(admin: SocketAddr, fragment: &str, screenshot: Option<PathBuf>) -> Shown {
     let profile = std::env::temp_dir().join(format!(
         "ratewarden-chromium-{}-{}",
         std::process::id(),
         admin.port()
     ));
-    let url = format!("http://{admin}/");
+    let url = format!("http://{admin}/{fragment}");
     let run = move || {
         let mut command = Command::new(chromium());
         command.args([
@@ -222,5 +227,63 @@ async fn the_dashboard_shows_rules_rejections_and_a_failed_reload_in_a_browser()
         Some(artifacts().join("dashboard-reload-refused.png")),
     )
     .await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_an_admin_token_the_dashboard_asks_for_it_and_then_shows_the_rules() {
+    let dir = std::env::temp_dir().join(format!("ratewarden-browser-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let token = "0123456789abcdef-dashboard";
+    let file = dir.join("admin-token");
+    std::fs::write(&file, token).unwrap();
+    let toml = RULES.replace(
+        "admin = \"127.0.0.1:0\"",
+        &format!(
+            "admin = \"127.0.0.1:0\"\nadmin_token_file = {:?}",
+            file.display().to_string()
+        ),
+    );
+    let running = common::start(common::options(&toml, Arc::new(ManualClock::new(T0)))).await;
+    let admin = running.admin.unwrap();
+
+    // Without the token: the page loads, asks for it, and shows no data.
+    let asked = show(admin, None).await;
+    let prompt = asked
+        .dom
+        .split(r#"id="token-prompt""#)
+        .nth(1)
+        .expect("the token prompt");
+    assert!(
+        !prompt.starts_with(" hidden"),
+        "the prompt is hidden: {}",
+        asked.dom
+    );
+    assert!(
+        !asked.dom.contains(r#"data-rule="per-key""#),
+        "{}",
+        asked.dom
+    );
+    show_at(
+        admin,
+        "",
+        Some(artifacts().join("dashboard-token-prompt.png")),
+    )
+    .await;
+
+    // With it, given in the fragment (never sent to the server): the rules, no console line.
+    let shown = show_at(admin, &format!("#token={token}"), None).await;
+    assert!(
+        console(&shown.log).is_empty(),
+        "console: {:?}",
+        console(&shown.log)
+    );
+    assert!(
+        shown.dom.contains(r#"data-rule="per-key""#),
+        "{}",
+        shown.dom
+    );
+    let prompt = shown.dom.split(r#"id="token-prompt""#).nth(1).unwrap();
+    assert!(prompt.starts_with(" hidden"), "{}", shown.dom);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -359,3 +359,269 @@ local_first = true
     // ...and from this process's own bucket, which would refuse the key without asking.
     assert_eq!(futures_of(3, check).await, [true, true, false]);
 }
+
+/// Sends `raw` (a whole HTTP/1.1 request) to `addr` and returns the status of its answer.
+async fn raw_status(addr: std::net::SocketAddr, raw: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(raw.as_bytes()).await.unwrap();
+    let mut head = [0u8; 12];
+    conn.read_exact(&mut head).await.unwrap();
+    std::str::from_utf8(&head[9..12]).unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn every_admin_route_refuses_a_rebound_host() {
+    let running = common::start(common::options(RULES, Arc::new(ManualClock::new(T0)))).await;
+    let admin = running.admin.unwrap();
+    // A page under a name rebound to this address reads it as its own origin: `/metrics`
+    // carries top offenders (addresses, tenants), the probes and `/reload` answer too.
+    for path in [
+        "/metrics",
+        "/live",
+        "/ready",
+        "/v1/top",
+        "/v1/dashboard",
+        "/",
+        "/nope",
+    ] {
+        for host in [
+            "evil.example",
+            "evil.example:9090",
+            "127.0.0.1.evil.example",
+        ] {
+            let rebound = common::get(admin, path, &[("host", host)]).await;
+            assert_eq!(
+                rebound.status,
+                StatusCode::FORBIDDEN,
+                "{path} with Host {host}: {}",
+                rebound.body
+            );
+            assert!(
+                rebound.body.contains(host.split(':').next().unwrap()),
+                "{}",
+                rebound.body
+            );
+        }
+    }
+    let reload = common::send(
+        Request::post(format!("http://{admin}/reload"))
+            .header("host", "evil.example")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from("{}")))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(reload.status, StatusCode::FORBIDDEN, "{}", reload.body);
+    // An absolute-form target names its host too, and a second `Host` is refused.
+    let absolute = format!(
+        "GET http://evil.example/metrics HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n"
+    );
+    assert_eq!(raw_status(admin, &absolute).await, 403);
+    let twice = format!(
+        "GET /metrics HTTP/1.1\r\nHost: {admin}\r\nHost: evil.example\r\nConnection: close\r\n\r\n"
+    );
+    assert_eq!(raw_status(admin, &twice).await, 400);
+    // Addresses and localhost are answered.
+    let port = admin.port();
+    for host in [
+        admin.to_string(),
+        format!("localhost:{port}"),
+        "127.0.0.1".to_owned(),
+    ] {
+        let metrics = common::get(admin, "/metrics", &[("host", host.as_str())]).await;
+        assert_eq!(
+            metrics.status,
+            StatusCode::OK,
+            "Host {host}: {}",
+            metrics.body
+        );
+    }
+}
+
+#[tokio::test]
+async fn admin_hosts_names_the_listener_may_be_reached_by() {
+    let toml = RULES.replace(
+        "admin = \"127.0.0.1:0\"",
+        "admin = \"127.0.0.1:0\"\nadmin_hosts = [\"ratewarden-admin.internal\"]",
+    );
+    let running = common::start(common::options(&toml, Arc::new(ManualClock::new(T0)))).await;
+    let admin = running.admin.unwrap();
+    let named = common::get(
+        admin,
+        "/metrics",
+        &[("host", "Ratewarden-Admin.internal:9090")],
+    )
+    .await;
+    assert_eq!(named.status, StatusCode::OK, "{}", named.body);
+    let other = common::get(admin, "/metrics", &[("host", "admin.internal")]).await;
+    assert_eq!(other.status, StatusCode::FORBIDDEN, "{}", other.body);
+    assert!(other.body.contains("admin_hosts"), "{}", other.body);
+}
+
+const TOKEN: &str = "0123456789abcdef-operator";
+
+/// `RULES` with an admin token read from a file in `dir`.
+fn with_token(dir: &std::path::Path) -> (String, std::path::PathBuf) {
+    let file = dir.join("admin-token");
+    std::fs::write(&file, format!("{TOKEN}\n")).unwrap();
+    let toml = RULES.replace(
+        "admin = \"127.0.0.1:0\"",
+        &format!(
+            "admin = \"127.0.0.1:0\"\nadmin_token_file = {:?}",
+            file.display().to_string()
+        ),
+    );
+    (toml, file)
+}
+
+/// `method` `path` on `admin`, with `token` as a bearer token if given.
+async fn ask(
+    admin: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &str,
+) -> common::Reply {
+    let mut request = Request::builder()
+        .method(method)
+        .uri(format!("http://{admin}{path}"))
+        .header("content-type", "application/json");
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    common::send(
+        request
+            .body(Full::new(Bytes::from(body.to_owned())))
+            .unwrap(),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn with_a_token_every_admin_route_with_data_or_effect_takes_it() {
+    let dir = std::env::temp_dir().join(format!("ratewarden-admin-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (toml, file) = with_token(&dir);
+    let path = dir.join("rules.toml");
+    std::fs::write(&path, &toml).unwrap();
+    let running = common::start(Options {
+        config_path: Some(path.clone()),
+        ..common::options(&toml, Arc::new(ManualClock::new(T0)))
+    })
+    .await;
+    let admin = running.admin.unwrap();
+    let reset = r#"{"rule": "per-key", "key": "key:0123456789abcdef"}"#;
+    let guarded = [
+        ("POST", "/v1/keys/reset", reset),
+        ("POST", "/reload", "{}"),
+        ("POST", "/v1/explain", r#"{"ip": "203.0.113.7"}"#),
+        ("GET", "/metrics", ""),
+        ("GET", "/v1/dashboard", ""),
+        ("GET", "/v1/top", ""),
+        ("GET", "/v1/keys?rule=per-key&key=x", ""),
+    ];
+    for (method, route, body) in guarded {
+        for token in [None, Some("0123456789abcdef-operatoR"), Some("")] {
+            let refused = ask(admin, method, route, token, body).await;
+            assert_eq!(
+                refused.status,
+                StatusCode::UNAUTHORIZED,
+                "{method} {route} with {token:?}: {}",
+                refused.body
+            );
+            assert_eq!(
+                refused.header("www-authenticate"),
+                Some("Bearer realm=\"ratewarden admin\"")
+            );
+            assert!(!refused.body.contains(TOKEN));
+        }
+        let allowed = ask(admin, method, route, Some(TOKEN), body).await;
+        assert_ne!(
+            allowed.status,
+            StatusCode::UNAUTHORIZED,
+            "{method} {route}: {}",
+            allowed.body
+        );
+        assert!(
+            allowed.status.is_success() || route.starts_with("/v1/keys?"),
+            "{method} {route}: {}",
+            allowed.body
+        );
+    }
+    // The probes and the page's own files hold no data: open to whoever passes the Host check.
+    for route in ["/live", "/ready", "/", "/dashboard.js", "/dashboard.css"] {
+        assert_eq!(
+            ask(admin, "GET", route, None, "").await.status,
+            StatusCode::OK,
+            "{route}"
+        );
+    }
+    // The scheme is case-insensitive, as RFC 9110 says.
+    let lower = common::get(
+        admin,
+        "/metrics",
+        &[("authorization", &format!("bearer {TOKEN}"))],
+    )
+    .await;
+    assert_eq!(lower.status, StatusCode::OK);
+
+    // A new token goes into force with a reload; the old one stops working.
+    let rotated = "fedcba9876543210-rotated";
+    std::fs::write(&file, rotated).unwrap();
+    assert_eq!(
+        ask(admin, "POST", "/reload", Some(TOKEN), "{}")
+            .await
+            .status,
+        StatusCode::OK
+    );
+    assert_eq!(
+        ask(admin, "GET", "/metrics", Some(TOKEN), "").await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(
+        ask(admin, "GET", "/metrics", Some(rotated), "")
+            .await
+            .status,
+        StatusCode::OK
+    );
+    // A token file gone at a reload: refused where it is named, the token in force stays.
+    std::fs::remove_file(&file).unwrap();
+    let refused = ask(admin, "POST", "/reload", Some(rotated), "{}").await;
+    assert_eq!(
+        refused.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        refused.body
+    );
+    assert!(
+        refused.body.contains("admin_token_file"),
+        "{}",
+        refused.body
+    );
+    assert!(
+        refused.body.contains("rules.toml:"),
+        "located: {}",
+        refused.body
+    );
+    assert_eq!(
+        ask(admin, "GET", "/metrics", Some(rotated), "")
+            .await
+            .status,
+        StatusCode::OK
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn a_config_built_in_code_cannot_start_an_open_admin_listener_off_loopback() {
+    let mut options = common::options(RULES, Arc::new(ManualClock::new(T0)));
+    // TEST-NET-1: never bound, the check comes first.
+    options.config.server.admin = Some("192.0.2.1:0".parse().unwrap());
+    let error = match ratewarden_server::serve::start(options).await {
+        Ok(_) => panic!("an open admin listener off loopback started"),
+        Err(error) => format!("{error:#}"),
+    };
+    assert!(error.contains("admin_token_file"), "{error}");
+    assert!(error.contains("admin_insecure"), "{error}");
+}

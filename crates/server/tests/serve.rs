@@ -1447,3 +1447,79 @@ local_divide_by = 3
         assert!(metrics.contains(line), "missing `{line}` in:\n{metrics}");
     }
 }
+
+// ---------------------------------------------------------------------------------------
+// The admin listener's credential
+
+#[tokio::test]
+async fn serve_refuses_to_start_an_admin_listener_off_loopback_without_a_token() {
+    let dir = std::env::temp_dir().join(format!("ratewarden-open-admin-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("ratewarden.toml");
+    // TEST-NET-1 (RFC 5737): no host has it, so nothing is ever bound off loopback here.
+    std::fs::write(
+        &path,
+        API.replace("admin = \"127.0.0.1:0\"", "admin = \"192.0.2.1:0\""),
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratewarden"))
+        .args(["serve", "--config", path.to_str().unwrap()])
+        .env_remove("RATEWARDEN_ADMIN_TOKEN")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("ratewarden.toml:4:"), "located: {stderr}");
+    for named in [
+        "admin_token_file",
+        "RATEWARDEN_ADMIN_TOKEN",
+        "admin_insecure",
+    ] {
+        assert!(stderr.contains(named), "{named}: {stderr}");
+    }
+    assert!(stderr.contains("nothing started"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_takes_the_admin_token_from_the_environment_and_never_logs_it() {
+    let dir = std::env::temp_dir().join(format!("ratewarden-env-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("ratewarden.toml");
+    std::fs::write(&path, API).unwrap();
+    let token = "0123456789abcdef-environment";
+    let mut child = Served::spawn_with_env(
+        ["serve", "--config", path.to_str().unwrap()],
+        &[("RATEWARDEN_ADMIN_TOKEN", token)],
+    )
+    .await;
+    let admin = child.admin.unwrap();
+    let reset = |bearer: Option<&'static str>| async move {
+        let mut request = Request::post(format!("http://{admin}/v1/keys/reset"))
+            .header("content-type", "application/json");
+        if let Some(bearer) = bearer {
+            request = request.header("authorization", format!("Bearer {bearer}"));
+        }
+        let body = r#"{"rule": "per-key", "key": "key:0123456789abcdef"}"#;
+        send(request.body(Full::new(Bytes::from(body))).unwrap()).await
+    };
+    let refused = reset(None).await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED, "{}", refused.body);
+    assert_eq!(
+        reset(Some("0123456789abcdef-environmenT")).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    let done = reset(Some("0123456789abcdef-environment")).await;
+    assert_eq!(done.status, StatusCode::OK, "{}", done.body);
+    assert_eq!(
+        get(admin, "/metrics", &[]).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+    let log = child.log();
+    assert!(
+        log.contains("bearer token from environment RATEWARDEN_ADMIN_TOKEN"),
+        "{log}"
+    );
+    assert!(!log.contains(token), "the token is in the log: {log}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -15,10 +15,12 @@
 //! A file is read in two steps, as ripgrep reads its arguments: serde reads the TOML into a
 //! raw model where every field is optional and spanned (`raw.rs`), then validation turns it
 //! into the typed [`Config`] (`validate.rs` driving; `rule.rs`, `limit.rs` and `key.rs` for a
-//! `[[limit]]`; `server.rs` (with `bounds.rs`) and `store.rs` for the sections), collecting every error with its
+//! `[[limit]]`; `server.rs` (with `bounds.rs`, and `admin.rs` for the admin listener's token and names)
+//! and `store.rs` for the sections), collecting every error with its
 //! file, line, column and rule rather than stopping at the first.
 
 mod adaptive;
+mod admin;
 mod bounds;
 mod error;
 mod key;
@@ -33,6 +35,7 @@ mod store;
 mod validate;
 
 pub use adaptive::{Adaptive, ADAPTIVE_CONCURRENCY};
+pub use admin::{AdminAccess, AdminToken, ADMIN_TOKEN_ENV, MIN_ADMIN_TOKEN};
 pub use bounds::{Bounds, MIN_HEADER_BYTES};
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{Cost, KeyPart, Match, Mode, OnStoreFailure, Rule};

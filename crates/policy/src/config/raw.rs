@@ -19,6 +19,11 @@ pub(super) struct RawConfig {
 pub(super) struct RawServer {
     pub(super) listen: Option<Spanned<String>>,
     pub(super) admin: Option<Spanned<String>>,
+    // Who may use the admin listener, and by which names (`admin.rs`).
+    pub(super) admin_token_file: Option<Spanned<String>>,
+    pub(super) admin_insecure: Option<Spanned<bool>>,
+    #[serde(default)]
+    pub(super) admin_hosts: Vec<Spanned<String>>,
     pub(super) api: Option<Spanned<String>>,
     pub(super) grpc: Option<Spanned<String>>,
     pub(super) upstream: Option<Spanned<String>>,

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 
 use toml::Spanned;
 
+use super::admin::{admin_access, RawAdmin};
 use super::error::Errors;
 use super::raw::{RawMatch, RawServer};
 use super::rule::{match_of, path_problem};
@@ -37,7 +38,18 @@ pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> Server
         .unwrap_or(defaults.listen);
     let api = address("api", raw.api).flatten();
     let grpc = address("grpc", raw.grpc).flatten();
+    let admin_span = raw.admin.as_ref().map(Spanned::span);
     let admin = address("admin", raw.admin).unwrap_or(defaults.admin);
+    let admin_access = admin_access(
+        RawAdmin {
+            token_file: raw.admin_token_file,
+            insecure: raw.admin_insecure,
+            hosts: raw.admin_hosts,
+        },
+        admin,
+        admin_span,
+        errors,
+    );
     let upstream = raw
         .upstream
         .and_then(|u| match parse_upstream(u.get_ref()) {
@@ -108,6 +120,7 @@ pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> Server
         api,
         grpc,
         admin,
+        admin_access,
         upstream,
         legacy_headers: raw.legacy_headers.unwrap_or(false),
         retry_after_jitter,

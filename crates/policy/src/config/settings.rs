@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ratewarden_core::shared_store;
 
-use super::{Bounds, Match, Rule};
+use super::{AdminAccess, Bounds, Match, Rule};
 use crate::TrustedProxies;
 
 /// Where the `api_key` and `tenant` key parts are read from (`[keys]` in the file).
@@ -102,6 +102,8 @@ pub struct ServerSettings {
     pub grpc: Option<SocketAddr>,
     /// The admin listener (`/metrics`, `/live`, `/ready`, `/reload`); `"off"` for none.
     pub admin: Option<SocketAddr>,
+    /// Who may use the admin listener (its bearer token) and which `Host` names it answers.
+    pub admin_access: AdminAccess,
     /// The service the gateway forwards allowed requests to, `http://host:port`.
     pub upstream: Option<String>,
     /// Also send `X-RateLimit-Limit/-Remaining/-Reset`.
@@ -136,6 +138,7 @@ impl Default for ServerSettings {
             api: None,
             grpc: None,
             admin: Some(SocketAddr::from(([127, 0, 0, 1], 9090))),
+            admin_access: AdminAccess::default(),
             upstream: None,
             legacy_headers: false,
             retry_after_jitter: Duration::ZERO,

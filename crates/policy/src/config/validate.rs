@@ -35,6 +35,10 @@ pub fn load(path: &Path) -> Result<Config, ConfigErrors> {
 
 /// Validates config `text`, naming it `file` in errors.
 ///
+/// Besides `text`, it reads what the admin listener's token is taken from: the file
+/// `[server] admin_token_file` names, or the `RATEWARDEN_ADMIN_TOKEN` environment variable
+/// (`serve`, `check-config` and a reload must agree on it, so all of them read it here).
+///
 /// # Errors
 ///
 /// Every problem found, each with the file, line, column, rule and a hint.

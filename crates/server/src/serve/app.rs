@@ -138,6 +138,32 @@ impl App {
         let envoy = envoy.unwrap_or_else(|| (*self.engine.envoy()).clone());
         let mut needing_restart = Vec::new();
         let version = match config {
+            Some(config) if config.server.admin_access.leaves_open(self.started.0.admin) => {
+                // The listener stays where it started until a restart: a file that moved
+                // `admin` to loopback and dropped its token must not open it meanwhile.
+                let errors = ConfigErrors(vec![ConfigError {
+                    file: self
+                        .config_path
+                        .as_ref()
+                        .map_or_else(|| "(reload)".to_owned(), |p| p.display().to_string()),
+                    position: None,
+                    rule: None,
+                    message: format!(
+                        "the admin listener is still on {} until a restart, off loopback: \
+                         the file must keep `[server] admin_token_file` (or the {} \
+                         environment variable) or `admin_insecure = true`",
+                        self.started
+                            .0
+                            .admin
+                            .map(|a| a.to_string())
+                            .unwrap_or_default(),
+                        ratewarden_policy::ADMIN_TOKEN_ENV,
+                    ),
+                }]);
+                tracing::warn!(%errors, "reload rejected; the old rules and Envoy configs stay");
+                self.metrics.reloaded(false);
+                return Err(errors);
+            }
             Some(config) => {
                 // Against the settings started with, not the last reload's: a field that
                 // still differs still is not in force.
@@ -246,5 +272,54 @@ pub(crate) async fn sweep(app: Arc<App>, mut stop: watch::Receiver<bool>) {
             }
             _ = stop.changed() => return,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ratewarden_core::ManualClock;
+
+    #[tokio::test]
+    async fn a_reload_cannot_open_a_listener_still_bound_off_loopback() {
+        let dir = std::env::temp_dir().join(format!("ratewarden-app-open-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let token = dir.join("token");
+        std::fs::write(&token, "0123456789abcdef-started").unwrap();
+        let path = dir.join("rules.toml");
+        // Started off loopback with a token (nothing is bound here: no listener is started).
+        let with_token = format!(
+            "[server]\nadmin = \"192.0.2.1:9090\"\nadmin_token_file = {:?}\n",
+            token.display().to_string()
+        );
+        std::fs::write(&path, &with_token).unwrap();
+        let config = ratewarden_policy::config::load(&path).unwrap();
+        let store = AnyStore::from_settings(&config.store).unwrap();
+        let (server, store_settings) = (config.server.clone(), config.store.clone());
+        let engine = Arc::new(Engine::with_envoy(config, EnvoyConfig::default(), store));
+        let clock = Arc::new(ManualClock::new(0));
+        let app = App::new(
+            engine,
+            server,
+            store_settings,
+            Some(path.clone()),
+            clock,
+            None,
+        )
+        .unwrap();
+
+        // The file moves `admin` to loopback (a restart's business) and drops the token.
+        std::fs::write(&path, "[server]\nadmin = \"127.0.0.1:9090\"\n").unwrap();
+        let errors = app.reload().await.err().expect("the reload is refused");
+        assert!(errors.to_string().contains("192.0.2.1:9090"), "{errors}");
+        assert!(
+            app.settings().admin_access.token.is_some(),
+            "the token stays"
+        );
+        // With the token kept, the same move goes through (and names `admin` for a restart).
+        std::fs::write(&path, with_token.replace("192.0.2.1", "127.0.0.1")).unwrap();
+        let reloaded = app.reload().await.expect("the reload goes through");
+        assert!(reloaded.needing_restart.contains(&"[server] admin"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -44,6 +44,20 @@ pub struct Options {
 /// does not have.
 pub async fn start(options: Options) -> anyhow::Result<Running> {
     let config = options.config;
+    // The file's validation refuses this too; a config built in code must not skip it.
+    if config.server.admin_access.leaves_open(config.server.admin) {
+        anyhow::bail!(
+            "`[server] admin` ({}) is off loopback with no credential: set \
+             `[server] admin_token_file` (or the {} environment variable), or \
+             `[server] admin_insecure = true` to serve it open on purpose",
+            config
+                .server
+                .admin
+                .map(|a| a.to_string())
+                .unwrap_or_default(),
+            ratewarden_policy::ADMIN_TOKEN_ENV,
+        );
+    }
     let store = AnyStore::from_settings(&config.store)?;
     let settings = config.server.clone();
     let store_settings = config.store.clone();
@@ -141,9 +155,19 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
         api = ?api_addr,
         grpc = ?grpc_addr,
         admin = ?admin_addr,
+        admin_auth = crate::check_config::admin_protection(&settings),
         upstream = settings.upstream.as_deref().unwrap_or("none"),
         "ratewarden serving"
     );
+    if let Some(addr) = admin_addr.filter(|a| !a.ip().to_canonical().is_loopback()) {
+        if settings.admin_access.token.is_none() {
+            tracing::warn!(
+                admin = %addr,
+                "the admin listener is off loopback with no token (`[server] admin_insecure`): \
+                 anyone who reaches it may reset keys and reload the config"
+            );
+        }
+    }
     app.set_ready(true);
     Ok(Running {
         listen: listen_addr,

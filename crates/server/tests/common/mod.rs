@@ -208,8 +208,17 @@ impl Served {
     /// Starts `ratewarden` with `args` (a `serve` command), reads from its log where it
     /// listens, and waits until it is ready when it has an admin listener.
     pub async fn spawn<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> Self {
+        Self::spawn_with_env(args, &[]).await
+    }
+
+    /// [`Served::spawn`] with `env` added to its environment.
+    pub async fn spawn_with_env<S: AsRef<std::ffi::OsStr>>(
+        args: impl IntoIterator<Item = S>,
+        env: &[(&str, &str)],
+    ) -> Self {
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ratewarden"))
             .args(args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .stderr(std::process::Stdio::piped())
             .spawn()

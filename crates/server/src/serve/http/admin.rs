@@ -1,13 +1,16 @@
 //! The admin listener: `/metrics`, `/live`, `/ready`, `POST /reload`, and the operator's
 //! view: the dashboard at `/` (`dashboard.rs`), `/v1/top`, `/v1/explain`, `/v1/keys` and
-//! `/v1/keys/reset` (`operator.rs`).
+//! `/v1/keys/reset` (`operator.rs`). Every route first passes the `Host` check, and every
+//! route with data or an effect the bearer token check when a token is set.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use http::header::{HeaderValue, CONTENT_TYPE, HOST, ORIGIN};
+use http::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, HOST, ORIGIN, WWW_AUTHENTICATE};
+use http::uri::Authority;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
+use ratewarden_policy::{AdminAccess, ADMIN_TOKEN_ENV};
 use serde_json::json;
 
 use super::{dashboard, operator};
@@ -19,10 +22,20 @@ pub(crate) async fn handle(
     peer: SocketAddr,
     request: Request<Incoming>,
 ) -> Response<Body> {
+    let settings = app.settings();
+    let access = &settings.admin_access;
+    if let Some(refused) = host_refusal(&request, access) {
+        return refused;
+    }
     let method = request.method().clone();
     let path = request.uri().path().to_owned();
+    if !is_open(&path) {
+        if let Some(refused) = token_refusal(&request, access, peer, &path) {
+            return refused;
+        }
+    }
     if is_operator(&path) {
-        return operator_view(app, peer, request).await;
+        return operator_view(app, access, peer, request).await;
     }
     match (&method, path.as_str()) {
         (&Method::GET, "/metrics") => {
@@ -50,7 +63,7 @@ pub(crate) async fn handle(
                 )
             }
         }
-        (&Method::POST, "/reload") => match post_refusal(&request, "/reload") {
+        (&Method::POST, "/reload") => match post_refusal(&request, "/reload", access) {
             Some(refused) => refused,
             None => reload(app).await,
         },
@@ -83,25 +96,10 @@ fn is_operator(path: &str) -> bool {
 
 async fn operator_view(
     app: &Arc<App>,
+    access: &AdminAccess,
     peer: SocketAddr,
     request: Request<Incoming>,
 ) -> Response<Body> {
-    // Keys, addresses and resets are not for other sites: a page whose name was rebound
-    // to this address reaches it with its own name in `Host`, which is refused here.
-    let host = request
-        .headers()
-        .get(HOST)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if !host.is_empty() && !is_address(host) {
-        return reply::problem(
-            StatusCode::FORBIDDEN,
-            format!(
-                "the admin listener's operator view answers requests addressed to an IP \
-                 address or localhost, not `{host}`"
-            ),
-        );
-    }
     let path = request.uri().path().to_owned();
     let query = request.uri().query().map(str::to_owned);
     let method = request.method().clone();
@@ -116,7 +114,7 @@ async fn operator_view(
             operator::answer(operator::key_state(app, query.as_deref()).await)
         }
         (&Method::POST, "/v1/explain" | "/v1/keys/reset") => {
-            if let Some(refused) = post_refusal(&request, &path) {
+            if let Some(refused) = post_refusal(&request, &path, access) {
                 return refused;
             }
             if path == "/v1/explain" {
@@ -177,7 +175,11 @@ const RELOAD_HEADER: &str = "x-ratewarden-reload";
 /// The answer refusing a `/reload` a web page could have sent (issue 12, "Smaller"): a browser on the
 /// operator's machine may POST `text/plain` cross-origin without asking, and a page whose
 /// domain was rebound to 127.0.0.1 is "same-origin" with us.
-fn post_refusal<B>(request: &Request<B>, path: &str) -> Option<Response<Body>> {
+fn post_refusal<B>(
+    request: &Request<B>,
+    path: &str,
+    access: &AdminAccess,
+) -> Option<Response<Body>> {
     let headers = request.headers();
     let json = headers
         .get(CONTENT_TYPE)
@@ -202,7 +204,10 @@ fn post_refusal<B>(request: &Request<B>, path: &str) -> Option<Response<Body>> {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
         let origin_host = origin.split_once("://").map_or("", |(_, rest)| rest);
-        if !origin_host.eq_ignore_ascii_case(host) || !is_address(host) {
+        let answered = host
+            .parse::<Authority>()
+            .is_ok_and(|a| access.answers_to(a.host()));
+        if !origin_host.eq_ignore_ascii_case(host) || !answered {
             return Some(reply::problem(
                 StatusCode::FORBIDDEN,
                 format!("`{path}` is not for web pages (`Origin: {origin}`, `Host: {host}`)"),
@@ -212,12 +217,95 @@ fn post_refusal<B>(request: &Request<B>, path: &str) -> Option<Response<Body>> {
     None
 }
 
-/// Whether `host` (with or without a port) is an IP address or `localhost`.
-fn is_address(host: &str) -> bool {
-    let name = match host.rsplit_once(':') {
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
-        _ => host,
+/// The routes anyone who passes the `Host` check may ask, token or not: the probes, whose
+/// callers (a kubelet, a load balancer) rarely carry credentials and learn only "up", and
+/// the dashboard's own files, which hold no data (the page asks for the token itself).
+fn is_open(path: &str) -> bool {
+    matches!(
+        path,
+        "/live" | "/ready" | "/" | "/dashboard.js" | "/dashboard.css"
+    )
+}
+
+/// The answer refusing a request addressed to a name the listener does not answer to.
+///
+/// A page whose DNS name was rebound to this address reaches it as its own origin, with
+/// its own name in `Host`: refused here, on every route, for `/metrics` names clients and
+/// tenants as the operator endpoints do. An absolute-form target names the host too, and
+/// both must pass. No `Host` at all is no browser's request (HTTP/1.0 clients send none).
+fn host_refusal<B>(request: &Request<B>, access: &AdminAccess) -> Option<Response<Body>> {
+    let mut given = request.headers().get_all(HOST).iter();
+    let header = match (given.next(), given.next()) {
+        (_, Some(_)) => {
+            return Some(reply::problem(
+                StatusCode::BAD_REQUEST,
+                "the request has more than one `Host` header",
+            ))
+        }
+        (None, None) => None,
+        (Some(value), None) => match value
+            .to_str()
+            .ok()
+            .and_then(|v| v.parse::<Authority>().ok())
+        {
+            Some(authority) => Some(authority),
+            None => {
+                return Some(reply::problem(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "the `Host` header `{}` is not a host and port",
+                        String::from_utf8_lossy(value.as_bytes())
+                    ),
+                ))
+            }
+        },
     };
-    let name = name.trim_start_matches('[').trim_end_matches(']');
-    name.eq_ignore_ascii_case("localhost") || name.parse::<std::net::IpAddr>().is_ok()
+    let target = request.uri().authority().cloned();
+    for authority in header.iter().chain(target.iter()) {
+        if !access.answers_to(authority.host()) {
+            return Some(reply::problem(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "the admin listener answers requests addressed to an IP address, \
+                     `localhost` or a name in `[server] admin_hosts`, not `{}`",
+                    authority.host()
+                ),
+            ));
+        }
+    }
+    None
+}
+
+/// The answer refusing a request without the admin token, when one is set.
+fn token_refusal<B>(
+    request: &Request<B>,
+    access: &AdminAccess,
+    peer: SocketAddr,
+    path: &str,
+) -> Option<Response<Body>> {
+    let token = access.token.as_ref()?;
+    let presented = request
+        .headers()
+        .get(AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().split_once(' '))
+        .and_then(|(scheme, rest)| scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim()));
+    let detail = match presented {
+        Some(presented) if token.verify(presented) => return None,
+        Some(_) => {
+            // Never the token presented: it may be a real one sent to the wrong server.
+            tracing::debug!(%peer, path, "admin request with a wrong bearer token");
+            format!("`{path}`: the bearer token is not the admin listener's")
+        }
+        None => format!(
+            "`{path}` takes `Authorization: Bearer <token>`, the token in `[server] \
+             admin_token_file` or the {ADMIN_TOKEN_ENV} environment variable"
+        ),
+    };
+    let mut response = reply::problem(StatusCode::UNAUTHORIZED, detail);
+    response.headers_mut().insert(
+        WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"ratewarden admin\""),
+    );
+    Some(response)
 }

@@ -130,16 +130,61 @@ function show(data) {
   document.getElementById("status").textContent = `updated ${new Date().toLocaleTimeString("en-GB")}`;
 }
 
-async function poll() {
+// The admin token, when the listener takes one: given once (typed in, or in the address's
+// fragment, which the browser never sends) and kept for this tab only.
+const TOKEN_KEY = "ratewarden-admin-token";
+
+function takeTokenFromFragment() {
+  const given = /^#token=(.+)$/.exec(location.hash);
+  if (!given) return;
   try {
-    const response = await fetch("/v1/dashboard", { cache: "no-store" });
+    sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(given[1]));
+  } catch (_) {
+    // Not percent-encoded text: no token, and the page asks for one.
+  }
+  // Out of the address bar, so that it is not copied along with the link.
+  history.replaceState(null, "", location.pathname + location.search);
+}
+
+function askForToken(refused) {
+  const prompt = document.getElementById("token-prompt");
+  prompt.hidden = false;
+  document.getElementById("status").textContent = refused
+    ? "the token was refused; give the admin token"
+    : "this listener takes a token";
+}
+
+let timer = null;
+
+async function poll() {
+  clearTimeout(timer);
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  const headers = token ? { Authorization: `Bearer ${token}` } : {};
+  try {
+    const response = await fetch("/v1/dashboard", { cache: "no-store", headers });
+    if (response.status === 401) {
+      // No polling until a token is given: each try would only be refused again.
+      askForToken(token !== null);
+      return;
+    }
     if (!response.ok) throw new Error(`/v1/dashboard answered ${response.status}`);
+    document.getElementById("token-prompt").hidden = true;
     show(await response.json());
   } catch (error) {
     // Not an error of the page: the server may be restarting. Say so and keep polling.
     document.getElementById("status").textContent = `cannot reach the server (${error.message}); retrying`;
   }
-  setTimeout(poll, POLL_MS);
+  timer = setTimeout(poll, POLL_MS);
 }
 
+document.getElementById("token-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const input = document.getElementById("token-input");
+  const token = input.value.trim();
+  input.value = "";
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  poll();
+});
+
+takeTokenFromFragment();
 poll();
