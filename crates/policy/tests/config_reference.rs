@@ -224,3 +224,124 @@ fn every_field_the_reference_names_is_one_the_parser_takes() {
         stale.join("\n")
     );
 }
+
+/// A field's `reload` cell (the fourth) in its section's field table.
+fn reload_cells(page: &str, heading: &str) -> Vec<(String, String)> {
+    let mut cells = Vec::new();
+    let mut in_fields = false;
+    for line in body(page, heading).unwrap_or_default() {
+        if line.starts_with("| field |") {
+            in_fields = true;
+        } else if !line.starts_with('|') {
+            in_fields = false;
+        } else if let Some(field) = row_field(line).filter(|_| in_fields) {
+            let reload = line.split('|').nth(4).unwrap_or("").trim().to_owned();
+            cells.push((field.to_owned(), reload));
+        }
+    }
+    cells
+}
+
+#[test]
+fn every_field_row_says_what_a_reload_does() {
+    let (file, page) = reference();
+    let mut wrong = Vec::new();
+    for section in sections() {
+        let name = section.heading_name();
+        for (field, reload) in reload_cells(&page, &name) {
+            if !["hot", "restart", "per field"]
+                .iter()
+                .any(|r| reload.starts_with(r))
+            {
+                wrong.push(format!(
+                    "{file}: {name} `{field}`: the reload column says `{reload}`; it starts with `hot` or `restart`"
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// A reload applies `[server]` and `[store]` fields as the page says: each sample changes
+/// one field from its default, and `needing_restart` (what a reload names and leaves for a
+/// restart) must be non-empty exactly when the page says `restart`. Fields without a
+/// sample here (the token file reads a file) are not checked.
+#[test]
+fn the_reload_column_matches_what_a_reload_leaves_for_a_restart() {
+    let (file, page) = reference();
+    let server = [
+        ("listen", "listen = \"127.0.0.1:1\""),
+        ("api", "api = \"127.0.0.1:2\""),
+        ("grpc", "grpc = \"127.0.0.1:3\""),
+        ("admin", "admin = \"127.0.0.1:4\""),
+        ("admin_insecure", "admin_insecure = true"),
+        ("admin_hosts", "admin_hosts = [\"admin.internal\"]"),
+        ("upstream", "upstream = \"http://127.0.0.1:5\""),
+        ("trusted_proxies", "trusted_proxies = [\"10.0.0.0/8\"]"),
+        ("legacy_headers", "legacy_headers = true"),
+        ("retry_after_jitter", "retry_after_jitter = \"1s\""),
+        ("max_in_flight", "max_in_flight = 5000"),
+        ("queue_timeout", "queue_timeout = \"1s\""),
+        ("critical_reserve", "critical_reserve = 5"),
+        ("critical", "critical = [{ path = \"/a\" }]"),
+        ("sheddable", "sheddable = [{ path = \"/b\" }]"),
+        ("shutdown_grace", "shutdown_grace = \"1s\""),
+        ("max_body", "max_body = 100"),
+        ("header_read_timeout", "header_read_timeout = \"1s\""),
+        ("idle_timeout", "idle_timeout = \"1s\""),
+        ("send_timeout", "send_timeout = \"1s\""),
+        ("max_header_bytes", "max_header_bytes = 10_000"),
+        ("api_body_timeout", "api_body_timeout = \"1s\""),
+        ("body_idle_timeout", "body_idle_timeout = \"1s\""),
+        ("body_min_rate", "body_min_rate = 5"),
+        ("body_rate_grace", "body_rate_grace = \"1s\""),
+        (
+            "upstream_connect_timeout",
+            "upstream_connect_timeout = \"1s\"",
+        ),
+        (
+            "upstream_response_timeout",
+            "upstream_response_timeout = \"1s\"",
+        ),
+        ("upstream_idle_timeout", "upstream_idle_timeout = \"1s\""),
+        ("upstream_pool_idle", "upstream_pool_idle = \"1s\""),
+        (
+            "max_connections_per_client",
+            "max_connections_per_client = 5",
+        ),
+    ];
+    let store = [
+        ("kind", "kind = \"redis\"\nurl = \"redis://127.0.0.1:1\""),
+        ("max_keys", "max_keys = 5"),
+        ("max_bytes", "max_bytes = 100_000"),
+        ("when_full", "when_full = \"reject\""),
+        ("deadline", "deadline = \"1s\""),
+        ("breaker_failures", "breaker_failures = 1"),
+        ("breaker_cool_down", "breaker_cool_down = \"5s\""),
+        ("key_prefix", "key_prefix = \"other:\""),
+        ("tls_ca_file", "tls_ca_file = \"/etc/ca.pem\""),
+    ];
+    let base = parse("base.toml", "").expect("an empty file is valid");
+    let mut wrong = Vec::new();
+    for (header, samples) in [("[server]", &server[..]), ("[store]", &store[..])] {
+        let documented = reload_cells(&page, &format!("`{header}`"));
+        for (field, line) in samples {
+            let text = format!("{header}\n{line}\n");
+            let next = parse("sample.toml", &text)
+                .unwrap_or_else(|e| panic!("the sample for {header} `{field}` is invalid: {e}"));
+            let mut named = base.server.needing_restart(&next.server);
+            named.extend(base.store.needing_restart(&next.store));
+            let code = if named.is_empty() { "hot" } else { "restart" };
+            let Some((_, said)) = documented.iter().find(|(f, _)| f == field) else {
+                continue; // reported by `every_field_the_parser_takes_is_in_the_reference`
+            };
+            if !said.starts_with(code) {
+                wrong.push(format!(
+                    "{file}: {header} `{field}`: the reload column says `{said}`, but a reload {} (needing_restart: {named:?})",
+                    if named.is_empty() { "applies it: write `hot`" } else { "leaves it for a restart: write `restart`" }
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
