@@ -469,3 +469,54 @@ fn a_match_path_that_no_normalized_request_can_have_is_refused() {
         "{e}"
     );
 }
+
+/// A field that the rest of its table makes meaningless was accepted and ignored, so the
+/// file did something other than it said: a `header_value` without its `header` matched
+/// every request, `mode = "shadow"` beside a `rollout` enforced, `listen = "off"` listened.
+#[test]
+fn a_field_its_table_would_ignore_is_refused_where_it_stands() {
+    let gcra = "name = \"k\"\nkey = [\"ip\"]\nalgorithm = \"gcra\"\nrate = \"5/s\"\nburst = 5\n";
+    let cases: &[(String, &str)] = &[
+        (
+            format!("{gcra}match = {{ header_value = \"free\" }}"),
+            "test.toml:7:26: limit `k`: `match.header_value` needs `match.header`, the header whose value it is",
+        ),
+        (
+            format!("{gcra}local_divide_by = 4"),
+            "test.toml:7:19: limit `k`: `local_divide_by` applies only to `on_store_failure = \"local\"`",
+        ),
+        (
+            format!("{gcra}on_store_failure = \"closed\"\nlocal_divide_by = 4"),
+            "test.toml:8:19: limit `k`: `local_divide_by` applies only to `on_store_failure = \"local\"`",
+        ),
+        (
+            format!("{gcra}max_cost = 10"),
+            "test.toml:7:12: limit `k`: `max_cost` applies only to a cost read from a header (`cost = \"header:NAME\"`)",
+        ),
+        (
+            format!("{gcra}mode = \"shadow\"\nrollout = \"10%\""),
+            "test.toml:8:11: limit `k`: `mode` and `rollout` are both given",
+        ),
+    ];
+    for (body, want) in cases {
+        let got = errors(body);
+        assert!(
+            got.contains(want),
+            "for:\n{body}\nwanted: {want}\ngot:    {got}"
+        );
+    }
+    let wrong = |text: &str| parse("s.toml", text).unwrap_err().to_string();
+    assert_eq!(
+        wrong("[server]\nlisten = \"off\"\n"),
+        "s.toml:2:10: `[server]`: `listen` cannot be \"off\": it is the main listener (the gateway or the decision API)"
+    );
+    assert_eq!(
+        wrong("[server]\ncritical = [{ path = \"/pay*\", header_value = \"1\" }]\n"),
+        "s.toml:2:46: `[server] critical`: `header_value` needs `header`, the header whose value it is"
+    );
+    // Each still takes what it applies to.
+    let fine = format!(
+        "[[limit]]\n{gcra}match = {{ header = \"x-plan\", header_value = \"free\" }}\non_store_failure = \"local\"\nlocal_divide_by = 4\nrollout = \"10%\"\n"
+    );
+    parse("ok.toml", &fine).unwrap();
+}

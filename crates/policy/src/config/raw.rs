@@ -88,7 +88,7 @@ pub(super) struct RawMatch {
     pub(super) path_exact: bool,
     pub(super) host: Option<String>,
     pub(super) header: Option<String>,
-    pub(super) header_value: Option<String>,
+    pub(super) header_value: Option<Spanned<String>>,
     pub(super) domain: Option<String>,
     pub(super) descriptor: Option<String>,
 }
