@@ -520,3 +520,45 @@ fn a_field_its_table_would_ignore_is_refused_where_it_stands() {
     );
     parse("ok.toml", &fine).unwrap();
 }
+
+/// The same for the store's connection fields, a route's Envoy fields and a prefix on a rule
+/// keyed on no address: each was accepted and did nothing.
+#[test]
+fn store_fields_routes_and_prefixes_that_would_do_nothing_are_refused() {
+    let wrong = |text: &str| parse("s.toml", text).unwrap_err().to_string();
+    assert_eq!(
+        wrong("[store]\nurl = \"redis://10.0.0.1:6379\"\n"),
+        "s.toml:2:7: `[store]`: `url` applies only to `kind = \"redis\"` (the store is `memory`)"
+    );
+    assert_eq!(
+        wrong("[store]\nkind = \"redis-cluster\"\nnodes = [\"redis://a:1\"]\nurl = \"redis://b:1\"\n"),
+        "s.toml:4:7: `[store]`: `url` applies only to `kind = \"redis\"` (the store is `redis-cluster`)"
+    );
+    assert_eq!(
+        wrong("[store]\nkind = \"redis\"\nurl = \"redis://b:1\"\nnodes = [\"redis://a:1\"]\n"),
+        "s.toml:4:9: `[store]`: `nodes` applies only to `kind = \"redis-cluster\"` (the store is `redis`)"
+    );
+    assert_eq!(
+        wrong("[store]\ntls_ca_file = \"/etc/ca.pem\"\n"),
+        "s.toml:2:15: `[store]`: `tls_ca_file` applies only to a Redis store (the store is `memory`)"
+    );
+    assert_eq!(
+        wrong("[server]\ncritical = [{ domain = \"mesh\" }]\n"),
+        "s.toml:2:13: `[server] critical`: `domain` and `descriptor` are for Envoy descriptors; a route matches HTTP requests"
+    );
+    let gcra = "[[limit]]\nname = \"k\"\nalgorithm = \"gcra\"\nrate = \"5/s\"\nburst = 5\n";
+    assert_eq!(
+        wrong(&format!("{gcra}key = [\"api_key\"]\nipv6_prefix = 48\n")),
+        "s.toml:7:15: limit `k`: `ipv6_prefix` applies only to a rule keyed on `ip`"
+    );
+    parse(
+        "ok.toml",
+        &format!("{gcra}key = [\"ip\"]\nipv4_prefix = 24\nipv6_prefix = 48\n"),
+    )
+    .unwrap();
+    parse(
+        "ok.toml",
+        "[store]\nkind = \"redis\"\nurl = \"rediss://r:6380\"\ntls_ca_file = \"/etc/ca.pem\"\n",
+    )
+    .unwrap();
+}

@@ -319,11 +319,24 @@ fn the_reload_column_matches_what_a_reload_leaves_for_a_restart() {
         ("breaker_failures", "breaker_failures = 1"),
         ("breaker_cool_down", "breaker_cool_down = \"5s\""),
         ("key_prefix", "key_prefix = \"other:\""),
-        ("tls_ca_file", "tls_ca_file = \"/etc/ca.pem\""),
     ];
-    let base = parse("base.toml", "").expect("an empty file is valid");
+    // Fields of a Redis store, each changed from a Redis store's file.
+    let redis = "kind = \"redis\"\nurl = \"rediss://127.0.0.1:1\"";
+    let on_redis = [
+        ("url", "kind = \"redis\"\nurl = \"rediss://127.0.0.1:2\""),
+        (
+            "tls_ca_file",
+            "kind = \"redis\"\nurl = \"rediss://127.0.0.1:1\"\ntls_ca_file = \"/etc/ca.pem\"",
+        ),
+    ];
     let mut wrong = Vec::new();
-    for (header, samples) in [("[server]", &server[..]), ("[store]", &store[..])] {
+    for (header, base, samples) in [
+        ("[server]", "", &server[..]),
+        ("[store]", "", &store[..]),
+        ("[store]", redis, &on_redis[..]),
+    ] {
+        let base = parse("base.toml", &format!("{header}\n{base}\n"))
+            .unwrap_or_else(|e| panic!("the base for {header} is invalid: {e}"));
         let documented = reload_cells(&page, &format!("`{header}`"));
         for (field, line) in samples {
             let text = format!("{header}\n{line}\n");

@@ -113,6 +113,12 @@ pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> Server
             .into_iter()
             .map(|m| {
                 let span = m.span();
+                if m.get_ref().domain.is_some() || m.get_ref().descriptor.is_some() {
+                    let message = format!(
+                        "`[server] {field}`: `domain` and `descriptor` are for Envoy descriptors; a route matches HTTP requests"
+                    );
+                    errors.at(Some(span.clone()), None, message);
+                }
                 if let Some(at) = stray_header_value(m.get_ref()) {
                     let message = format!(
                         "`[server] {field}`: `header_value` needs `header`, the header whose value it is"
