@@ -14,8 +14,8 @@ use crate::{
     TokenBucket, NANOS_PER_SEC,
 };
 
-const FIGURE1: &str = include_str!("../../../fixtures/figure1.csv");
-const FIGURE1_EXPECTED: &str = include_str!("../../../fixtures/figure1.expected.csv");
+const FIGURE1: &str = include_str!("../fixtures/figure1.csv");
+const FIGURE1_EXPECTED: &str = include_str!("../fixtures/figure1.expected.csv");
 
 /// Runs every scenario, each on a fresh store from `new_store`.
 pub fn run_all<S: Store>(new_store: impl Fn() -> S) {

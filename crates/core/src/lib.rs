@@ -31,7 +31,7 @@
 //! assert_eq!(sixth.retry_after(), Some(Duration::from_millis(200)));
 //! # Ok::<(), ratewarden_core::Error>(())
 //! ```
-#![doc = include_str!("../../../docs/algorithms.md")]
+#![doc = include_str!("../docs/algorithms.md")]
 
 pub mod adaptive;
 pub mod algorithm;
@@ -68,5 +68,5 @@ pub const NANOS_PER_SEC: u64 = 1_000_000_000;
 
 /// The README's examples compile and pass as written.
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

@@ -8,8 +8,8 @@ use ratewarden_core::{
     LimitState, Rate, SlidingLog, SlidingWindow, TokenBucket, NANOS_PER_SEC,
 };
 
-const TRACE: &str = include_str!("../../../fixtures/figure1.csv");
-const EXPECTED: &str = include_str!("../../../fixtures/figure1.expected.csv");
+const TRACE: &str = include_str!("../fixtures/figure1.csv");
+const EXPECTED: &str = include_str!("../fixtures/figure1.expected.csv");
 
 fn rows(csv: &str) -> impl Iterator<Item = Vec<&str>> {
     csv.lines()

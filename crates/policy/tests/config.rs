@@ -469,3 +469,96 @@ fn a_match_path_that_no_normalized_request_can_have_is_refused() {
         "{e}"
     );
 }
+
+/// A field that the rest of its table makes meaningless was accepted and ignored, so the
+/// file did something other than it said: a `header_value` without its `header` matched
+/// every request, `mode = "shadow"` beside a `rollout` enforced, `listen = "off"` listened.
+#[test]
+fn a_field_its_table_would_ignore_is_refused_where_it_stands() {
+    let gcra = "name = \"k\"\nkey = [\"ip\"]\nalgorithm = \"gcra\"\nrate = \"5/s\"\nburst = 5\n";
+    let cases: &[(String, &str)] = &[
+        (
+            format!("{gcra}match = {{ header_value = \"free\" }}"),
+            "test.toml:7:26: limit `k`: `match.header_value` needs `match.header`, the header whose value it is",
+        ),
+        (
+            format!("{gcra}local_divide_by = 4"),
+            "test.toml:7:19: limit `k`: `local_divide_by` applies only to `on_store_failure = \"local\"`",
+        ),
+        (
+            format!("{gcra}on_store_failure = \"closed\"\nlocal_divide_by = 4"),
+            "test.toml:8:19: limit `k`: `local_divide_by` applies only to `on_store_failure = \"local\"`",
+        ),
+        (
+            format!("{gcra}max_cost = 10"),
+            "test.toml:7:12: limit `k`: `max_cost` applies only to a cost read from a header (`cost = \"header:NAME\"`)",
+        ),
+        (
+            format!("{gcra}mode = \"shadow\"\nrollout = \"10%\""),
+            "test.toml:8:11: limit `k`: `mode` and `rollout` are both given",
+        ),
+    ];
+    for (body, want) in cases {
+        let got = errors(body);
+        assert!(
+            got.contains(want),
+            "for:\n{body}\nwanted: {want}\ngot:    {got}"
+        );
+    }
+    let wrong = |text: &str| parse("s.toml", text).unwrap_err().to_string();
+    assert_eq!(
+        wrong("[server]\nlisten = \"off\"\n"),
+        "s.toml:2:10: `[server]`: `listen` cannot be \"off\": it is the main listener (the gateway or the decision API)"
+    );
+    assert_eq!(
+        wrong("[server]\ncritical = [{ path = \"/pay*\", header_value = \"1\" }]\n"),
+        "s.toml:2:46: `[server] critical`: `header_value` needs `header`, the header whose value it is"
+    );
+    // Each still takes what it applies to.
+    let fine = format!(
+        "[[limit]]\n{gcra}match = {{ header = \"x-plan\", header_value = \"free\" }}\non_store_failure = \"local\"\nlocal_divide_by = 4\nrollout = \"10%\"\n"
+    );
+    parse("ok.toml", &fine).unwrap();
+}
+
+/// The same for the store's connection fields, a route's Envoy fields and a prefix on a rule
+/// keyed on no address: each was accepted and did nothing.
+#[test]
+fn store_fields_routes_and_prefixes_that_would_do_nothing_are_refused() {
+    let wrong = |text: &str| parse("s.toml", text).unwrap_err().to_string();
+    assert_eq!(
+        wrong("[store]\nurl = \"redis://10.0.0.1:6379\"\n"),
+        "s.toml:2:7: `[store]`: `url` applies only to `kind = \"redis\"` (the store is `memory`)"
+    );
+    assert_eq!(
+        wrong("[store]\nkind = \"redis-cluster\"\nnodes = [\"redis://a:1\"]\nurl = \"redis://b:1\"\n"),
+        "s.toml:4:7: `[store]`: `url` applies only to `kind = \"redis\"` (the store is `redis-cluster`)"
+    );
+    assert_eq!(
+        wrong("[store]\nkind = \"redis\"\nurl = \"redis://b:1\"\nnodes = [\"redis://a:1\"]\n"),
+        "s.toml:4:9: `[store]`: `nodes` applies only to `kind = \"redis-cluster\"` (the store is `redis`)"
+    );
+    assert_eq!(
+        wrong("[store]\ntls_ca_file = \"/etc/ca.pem\"\n"),
+        "s.toml:2:15: `[store]`: `tls_ca_file` applies only to a Redis store (the store is `memory`)"
+    );
+    assert_eq!(
+        wrong("[server]\ncritical = [{ domain = \"mesh\" }]\n"),
+        "s.toml:2:13: `[server] critical`: `domain` and `descriptor` are for Envoy descriptors; a route matches HTTP requests"
+    );
+    let gcra = "[[limit]]\nname = \"k\"\nalgorithm = \"gcra\"\nrate = \"5/s\"\nburst = 5\n";
+    assert_eq!(
+        wrong(&format!("{gcra}key = [\"api_key\"]\nipv6_prefix = 48\n")),
+        "s.toml:7:15: limit `k`: `ipv6_prefix` applies only to a rule keyed on `ip`"
+    );
+    parse(
+        "ok.toml",
+        &format!("{gcra}key = [\"ip\"]\nipv4_prefix = 24\nipv6_prefix = 48\n"),
+    )
+    .unwrap();
+    parse(
+        "ok.toml",
+        "[store]\nkind = \"redis\"\nurl = \"rediss://r:6380\"\ntls_ca_file = \"/etc/ca.pem\"\n",
+    )
+    .unwrap();
+}

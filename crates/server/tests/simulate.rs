@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
-const EXPECTED: &str = include_str!("../../../fixtures/figure1.expected.csv");
+const EXPECTED: &str = include_str!("../fixtures/figure1.expected.csv");
 
 fn ratewarden(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ratewarden"))

@@ -21,6 +21,19 @@ pub(super) fn key(
     if raw.key.is_empty() {
         errors.at(Some(span.clone()), rule, "`key` is missing: list its parts, such as `[\"ip\"]`, `[\"header:x-api-key\"]` or `[\"global\"]`".to_owned());
     }
+    // The prefixes group the `ip` part's addresses; on a rule without one they would be
+    // ignored.
+    if !raw.key.iter().any(|p| p.get_ref().trim() == "ip") {
+        for (field, given) in [
+            ("ipv4_prefix", &raw.ipv4_prefix),
+            ("ipv6_prefix", &raw.ipv6_prefix),
+        ] {
+            if let Some(at) = given {
+                let message = format!("`{field}` applies only to a rule keyed on `ip`");
+                errors.at(Some(at.span()), rule, message);
+            }
+        }
+    }
     let mut key = Vec::new();
     for part in &raw.key {
         let text = part.get_ref().trim();

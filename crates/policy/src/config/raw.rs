@@ -62,14 +62,13 @@ pub(super) struct RawStore {
     pub(super) max_keys: Option<Spanned<i64>>,
     pub(super) max_bytes: Option<Spanned<i64>>,
     pub(super) when_full: Option<Spanned<String>>,
-    pub(super) url: Option<String>,
-    #[serde(default)]
-    pub(super) nodes: Vec<String>,
+    pub(super) url: Option<Spanned<String>>,
+    pub(super) nodes: Option<Spanned<Vec<String>>>,
     pub(super) deadline: Option<Spanned<String>>,
     pub(super) breaker_failures: Option<Spanned<i64>>,
     pub(super) breaker_cool_down: Option<Spanned<String>>,
     pub(super) key_prefix: Option<String>,
-    pub(super) tls_ca_file: Option<String>,
+    pub(super) tls_ca_file: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -88,7 +87,7 @@ pub(super) struct RawMatch {
     pub(super) path_exact: bool,
     pub(super) host: Option<String>,
     pub(super) header: Option<String>,
-    pub(super) header_value: Option<String>,
+    pub(super) header_value: Option<Spanned<String>>,
     pub(super) domain: Option<String>,
     pub(super) descriptor: Option<String>,
 }

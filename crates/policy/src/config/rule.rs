@@ -63,6 +63,10 @@ pub(super) fn rule(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -
     let settle_within = errors.duration(raw.settle.as_ref(), "`settle`", rule, false);
     let mode = mode(&raw, rule, errors);
     let on_store_failure = on_store_failure(&raw, rule, errors);
+    if let Some(at) = raw.matches.as_ref().and_then(stray_header_value) {
+        let message = "`match.header_value` needs `match.header`, the header whose value it is";
+        errors.at(Some(at), rule, message.to_owned());
+    }
     let matches = raw.matches.map(match_of).unwrap_or_default();
     let mut refuse = |message: &str| errors.at(Some(span.clone()), rule, message.to_owned());
     if matches.domain.is_none() && !matches.descriptor.is_empty() {
@@ -135,6 +139,15 @@ fn name(raw: &RawLimit, span: &Range<usize>, errors: &mut Errors<'_>) -> Option<
 }
 
 fn cost(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>) -> Cost {
+    let from_header = raw
+        .cost
+        .as_ref()
+        .is_some_and(|c| matches!(c.get_ref(), RawCost::Header(_)));
+    if let (Some(max), false) = (&raw.max_cost, from_header) {
+        let message =
+            "`max_cost` applies only to a cost read from a header (`cost = \"header:NAME\"`)";
+        errors.at(Some(max.span()), rule, message.to_owned());
+    }
     let Some(c) = &raw.cost else {
         return Cost::Fixed(1);
     };
@@ -172,7 +185,14 @@ fn cost(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>) -> Cost {
 
 fn mode(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>) -> Mode {
     match (&raw.mode, &raw.rollout) {
-        (_, Some(r)) => {
+        (Some(_), Some(r)) => {
+            // `rollout` decides per key between enforce and shadow: beside it, a `mode`
+            // (say `shadow`, meant to keep the rule harmless) would silently not hold.
+            let message = "`mode` and `rollout` are both given: `rollout` enforces for a share of keys and shadows the rest, so keep one";
+            errors.at(Some(r.span()), rule, message.to_owned());
+            Mode::Enforce
+        }
+        (None, Some(r)) => {
             let text = r.get_ref().trim();
             let value = text
                 .strip_suffix('%')
@@ -202,6 +222,14 @@ fn mode(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>) -> Mode {
 }
 
 fn on_store_failure(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>) -> OnStoreFailure {
+    let local = raw
+        .on_store_failure
+        .as_ref()
+        .is_some_and(|f| f.get_ref() == "local");
+    if let (Some(divide_by), false) = (&raw.local_divide_by, local) {
+        let message = "`local_divide_by` applies only to `on_store_failure = \"local\"`";
+        errors.at(Some(divide_by.span()), rule, message.to_owned());
+    }
     let Some(given) = &raw.on_store_failure else {
         return OnStoreFailure::Open;
     };
@@ -251,6 +279,15 @@ pub(super) fn path_problem(m: &Match) -> Option<String> {
     }
 }
 
+/// Where a `header_value` stands without the `header` it belongs to: alone it would be
+/// dropped, and the match would take every request.
+pub(super) fn stray_header_value(m: &RawMatch) -> Option<Range<usize>> {
+    match (&m.header, &m.header_value) {
+        (None, Some(value)) => Some(value.span()),
+        _ => None,
+    }
+}
+
 /// A `match` table (of a rule, or of `[server] critical`).
 pub(super) fn match_of(m: RawMatch) -> Match {
     Match {
@@ -258,9 +295,12 @@ pub(super) fn match_of(m: RawMatch) -> Match {
         path: m.path,
         path_exact: m.path_exact,
         host: m.host.map(|h| h.trim().to_ascii_lowercase()),
-        header: m
-            .header
-            .map(|h| (h.trim().to_ascii_lowercase(), m.header_value)),
+        header: m.header.map(|h| {
+            (
+                h.trim().to_ascii_lowercase(),
+                m.header_value.map(Spanned::into_inner),
+            )
+        }),
         domain: m.domain.map(|d| d.trim().to_owned()),
         // `client_id` or `path=/api/*,client_id`: entries in order, values optional.
         descriptor: m

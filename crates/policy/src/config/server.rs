@@ -7,7 +7,7 @@ use toml::Spanned;
 use super::admin::{admin_access, RawAdmin};
 use super::error::Errors;
 use super::raw::{RawMatch, RawServer};
-use super::rule::{match_of, path_problem};
+use super::rule::{match_of, path_problem, stray_header_value};
 use super::{Bounds, Match, ServerSettings, MIN_HEADER_BYTES};
 
 pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> ServerSettings {
@@ -33,13 +33,21 @@ pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> Server
             }
         }
     };
-    let listen = address("listen", raw.listen)
-        .flatten()
-        .unwrap_or(defaults.listen);
+    let listen_span = raw.listen.as_ref().map(Spanned::span);
+    let listen = address("listen", raw.listen);
+    let listen_off = matches!(listen, Some(None));
+    let listen = listen.flatten().unwrap_or(defaults.listen);
     let api = address("api", raw.api).flatten();
     let grpc = address("grpc", raw.grpc).flatten();
     let admin_span = raw.admin.as_ref().map(Spanned::span);
     let admin = address("admin", raw.admin).unwrap_or(defaults.admin);
+    if listen_off {
+        errors.at(
+            listen_span,
+            None,
+            "`[server]`: `listen` cannot be \"off\": it is the main listener (the gateway or the decision API)".to_owned(),
+        );
+    }
     let admin_access = admin_access(
         RawAdmin {
             token_file: raw.admin_token_file,
@@ -105,6 +113,18 @@ pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> Server
             .into_iter()
             .map(|m| {
                 let span = m.span();
+                if m.get_ref().domain.is_some() || m.get_ref().descriptor.is_some() {
+                    let message = format!(
+                        "`[server] {field}`: `domain` and `descriptor` are for Envoy descriptors; a route matches HTTP requests"
+                    );
+                    errors.at(Some(span.clone()), None, message);
+                }
+                if let Some(at) = stray_header_value(m.get_ref()) {
+                    let message = format!(
+                        "`[server] {field}`: `header_value` needs `header`, the header whose value it is"
+                    );
+                    errors.at(Some(at), None, message);
+                }
                 let m = match_of(m.into_inner());
                 if let Some(problem) = path_problem(&m) {
                     errors.at(Some(span), None, format!("`[server] {field}`: {problem}"));

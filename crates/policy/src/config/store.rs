@@ -8,10 +8,45 @@ use super::{StoreKind, StoreSettings, MIN_STORE_BYTES};
 
 pub(super) fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSettings {
     let defaults = StoreSettings::default();
+    let kind_name = raw.kind.as_ref().map_or("memory", |k| k.get_ref().as_str());
+    // A connection field of another kind of store would be ignored: the file would say one
+    // store and run another.
+    let stray = [
+        (
+            "url",
+            raw.url.as_ref().map(Spanned::span),
+            kind_name != "redis",
+            "`kind = \"redis\"`",
+        ),
+        (
+            "nodes",
+            raw.nodes.as_ref().map(Spanned::span),
+            kind_name != "redis-cluster",
+            "`kind = \"redis-cluster\"`",
+        ),
+        (
+            "tls_ca_file",
+            raw.tls_ca_file.as_ref().map(Spanned::span),
+            kind_name == "memory",
+            "a Redis store",
+        ),
+    ];
+    for (field, at, stray, applies_to) in stray {
+        if let (Some(at), true) = (at, stray) {
+            errors.at(
+                Some(at),
+                None,
+                format!("`[store]`: `{field}` applies only to {applies_to} (the store is `{kind_name}`)"),
+            );
+        }
+    }
+    let nodes = raw.nodes.map(Spanned::into_inner).unwrap_or_default();
     let kind = match raw.kind.as_ref().map(|k| (k.get_ref().as_str(), k.span())) {
         None | Some(("memory", _)) => StoreKind::Memory,
         Some(("redis", at)) => match raw.url {
-            Some(url) => StoreKind::Redis { url },
+            Some(url) => StoreKind::Redis {
+                url: url.into_inner(),
+            },
             None => {
                 errors.at(
                     Some(at),
@@ -23,7 +58,7 @@ pub(super) fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSet
             }
         },
         Some(("redis-cluster", at)) => {
-            if raw.nodes.is_empty() {
+            if nodes.is_empty() {
                 errors.at(
                     Some(at),
                     None,
@@ -31,7 +66,7 @@ pub(super) fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSet
                         .to_owned(),
                 );
             }
-            StoreKind::RedisCluster { nodes: raw.nodes }
+            StoreKind::RedisCluster { nodes }
         }
         Some((other, at)) => {
             errors.at(
@@ -95,7 +130,9 @@ pub(super) fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSet
         breaker_failures,
         breaker_cool_down,
         key_prefix: raw.key_prefix.unwrap_or(defaults.key_prefix),
-        tls_ca_file: raw.tls_ca_file.map(std::path::PathBuf::from),
+        tls_ca_file: raw
+            .tls_ca_file
+            .map(|f| std::path::PathBuf::from(f.into_inner())),
     }
 }
 
