@@ -211,7 +211,12 @@ async fn a_credential_that_cannot_be_read_one_way_is_refused_and_other_schemes_a
             &format!("Host: a.example\nAuthorization: {bad}\n"),
         )
         .await;
-        assert!(reply.is_problem(400), "`{bad}`: {} {}", reply.status, reply.body);
+        assert!(
+            reply.is_problem(400),
+            "`{bad}`: {} {}",
+            reply.status,
+            reply.body
+        );
         assert!(
             reply.json()["detail"].as_str().unwrap().contains("per-key"),
             "{}",
@@ -275,11 +280,19 @@ window = "1h"
     );
     // `skip`, opted into: the rule does not apply.
     for _ in 0..3 {
-        let reply = raw(gw, "GET /skip HTTP/1.1\nHost: a.example\nConnection: close\n\n").await;
+        let reply = raw(
+            gw,
+            "GET /skip HTTP/1.1\nHost: a.example\nConnection: close\n\n",
+        )
+        .await;
         assert_eq!(reply.status, 200, "{}", reply.body);
     }
     // `refuse`: a 400 naming the rule and the part.
-    let reply = raw(gw, "GET /refuse HTTP/1.1\nHost: a.example\nConnection: close\n\n").await;
+    let reply = raw(
+        gw,
+        "GET /refuse HTTP/1.1\nHost: a.example\nConnection: close\n\n",
+    )
+    .await;
     assert!(reply.is_problem(400), "{} {}", reply.status, reply.body);
     let detail = reply.json()["detail"].as_str().unwrap().to_owned();
     assert!(
@@ -363,7 +376,12 @@ async fn a_host_that_is_no_host_or_is_missing_is_refused() {
         "",
     ] {
         let reply = through(server.listen, &format!("Host: {host}\n")).await;
-        assert!(reply.is_problem(400), "`{host}`: {} {}", reply.status, reply.body);
+        assert!(
+            reply.is_problem(400),
+            "`{host}`: {} {}",
+            reply.status,
+            reply.body
+        );
     }
     // HTTP/1.1 without `Host` (RFC 9112 §3.2), origin-form or absolute.
     let reply = raw(server.listen, "GET /x HTTP/1.1\nConnection: close\n\n").await;
