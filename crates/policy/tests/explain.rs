@@ -408,3 +408,23 @@ max = 50
     let states = engine.adaptive_states(10);
     assert_eq!(states[0].in_flight, decision.limit, "{states:?}");
 }
+
+#[test]
+fn a_key_where_the_client_stood_in_is_shown_and_reset_by_its_parts() {
+    let engine = engine();
+    let export = request("POST", "/reports/export", &[]);
+    let verdict = now_or_panic(engine.decide(&export, NOW)).unwrap();
+    let stored = verdict
+        .outcomes
+        .iter()
+        .find(|o| o.key.starts_with("exports@"))
+        .unwrap()
+        .key
+        .clone();
+    assert!(stored.contains("~client|"), "{stored}");
+    let state = now_or_panic(engine.key_state("exports", "~client|203.0.113.9/32", NOW)).unwrap();
+    assert_eq!(state.stored_key, stored);
+    // The state of the key the decision charged: its permit is held.
+    let fresh = now_or_panic(engine.key_state("exports", "~client|198.51.100.1/32", NOW)).unwrap();
+    assert!(state.decision.remaining < fresh.decision.remaining);
+}

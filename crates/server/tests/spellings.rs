@@ -317,6 +317,33 @@ window = "1h"
     let api = server.api.expect("an api listener");
     let reply = check(api, &json!({ "ip": "198.51.100.1", "path": "/refuse" })).await;
     assert!(reply.is_problem(400), "{} {}", reply.status, reply.body);
+    // `explain` shows each rule's choice, and what it makes of the request.
+    let admin = server.admin.expect("an admin listener");
+    let explained = common::post(admin, "/v1/explain", r#"{"path": "/skip"}"#)
+        .await
+        .json();
+    let rules = &explained["rules"];
+    assert!(
+        rules[0]["mode"]
+            .as_str()
+            .unwrap()
+            .contains("skipped without its key part"),
+        "{explained}"
+    );
+    assert_eq!(
+        rules[0]["missing_key_part"]
+            .as_str()
+            .map(|p| p.starts_with("api_key")),
+        Some(true),
+        "{explained}"
+    );
+    assert!(
+        rules[1]["mode"]
+            .as_str()
+            .unwrap()
+            .contains("refuses without its key part"),
+        "{explained}"
+    );
 }
 
 // ---------------------------------------------------------------------------------------
