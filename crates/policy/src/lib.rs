@@ -15,13 +15,14 @@ pub mod config;
 mod engine;
 pub mod envoy;
 mod hint;
+pub mod host;
 mod ip;
 pub mod path;
 
 pub use config::{
     Adaptive, AdminAccess, AdminToken, Bounds, Config, ConfigError, ConfigErrors, Cost, KeyPart,
     KeySources, Match, Mode, OnStoreFailure, Queue, Rule, ServerSettings, StoreKind, StoreSettings,
-    ADMIN_TOKEN_ENV, MAX_WEIGHT, MIN_HEADER_BYTES, MIN_STORE_BYTES,
+    WhenKeyMissing, ADMIN_TOKEN_ENV, MAX_WEIGHT, MIN_HEADER_BYTES, MIN_STORE_BYTES,
 };
 pub use engine::{
     api_key_digest, fingerprint, rollout_bucket, AdaptiveState, Answer, DescriptorStatus,

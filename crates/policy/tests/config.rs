@@ -562,3 +562,41 @@ fn store_fields_routes_and_prefixes_that_would_do_nothing_are_refused() {
     )
     .unwrap();
 }
+
+#[test]
+fn when_key_missing_and_match_host_are_validated_where_written() {
+    let rule = |extra: &str| {
+        format!(
+            "[[limit]]\nname = \"r\"\n{extra}\nkey = [\"api_key\"]\nalgorithm = \"gcra\"\nrate = \"1/s\"\nburst = 1\n"
+        )
+    };
+    let errors = parse("t.toml", &rule("when_key_missing = \"drop\"")).unwrap_err();
+    assert_eq!(
+        errors.to_string(),
+        "t.toml:3:20: limit `r`: `when_key_missing` is `client`, `skip` or `refuse`, not `drop`"
+    );
+    for (given, expected) in [("skip", "skip"), ("refuse", "refuse"), ("client", "client")] {
+        let config = parse("t.toml", &rule(&format!("when_key_missing = \"{given}\""))).unwrap();
+        assert_eq!(config.rules[0].when_key_missing.to_string(), expected);
+    }
+    let config = parse("t.toml", &rule("")).unwrap();
+    assert_eq!(
+        config.rules[0].when_key_missing.to_string(),
+        "client",
+        "the default"
+    );
+    let errors = parse(
+        "t.toml",
+        &rule("match = { host = \"api.example.com:443\" }"),
+    )
+    .unwrap_err();
+    assert!(errors.to_string().contains("names a port"), "{errors}");
+    let errors = parse("t.toml", &rule("match = { host = \"api..example.com\" }")).unwrap_err();
+    assert!(errors.to_string().contains("is not a host"), "{errors}");
+    let errors = parse(
+        "t.toml",
+        "[[limit]]\nname = \"d\"\nmatch = { domain = \"edge\" }\nkey = [\"descriptor\"]\nwhen_key_missing = \"client\"\nalgorithm = \"gcra\"\nrate = \"1/s\"\nburst = 1\n",
+    )
+    .unwrap_err();
+    assert!(errors.to_string().contains("Envoy"), "{errors}");
+}

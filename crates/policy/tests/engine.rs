@@ -75,6 +75,7 @@ window = "1h"
 [[limit]]
 name = "per-key"
 key = ["api_key"]
+when_key_missing = "skip"
 algorithm = "fixed-window"
 limit = 1
 window = "1h"
@@ -112,7 +113,7 @@ fn a_request_rejected_by_one_rule_spends_no_other_budget() {
 }
 
 #[test]
-fn a_rule_whose_key_is_missing_does_not_apply() {
+fn a_rule_that_skips_without_its_key_part_does_not_apply() {
     let engine = engine(LAYERS);
     let v = engine.decide_now(&get("198.51.100.1", &[]), NOW).unwrap();
     assert!(v.allowed);
@@ -386,13 +387,11 @@ fn a_permit_is_held_until_released_or_its_lease_runs_out() {
 fn a_caller_may_name_the_cost_api_key_and_tenant_outright() {
     let engine = engine(EXPORTS);
     let mut request = get("198.51.100.1", &[]);
+    let without = engine.decide_now(&request, NOW).unwrap();
     assert!(
-        engine
-            .decide_now(&request, NOW)
-            .unwrap()
-            .outcomes
-            .is_empty(),
-        "no tenant, no rule"
+        without.outcomes[0].key.ends_with("~client|198.51.100.1/32"),
+        "no tenant: the address stands in, {}",
+        without.outcomes[0].key
     );
     request.tenant = Some("acme");
     request.cost = Some(2);
@@ -594,11 +593,8 @@ fn the_tenant_comes_from_the_configured_header() {
     assert!(v.outcomes[0].key.ends_with("|acme"));
     // ...and the default header is no longer read.
     let other: &[(&str, &str)] = &[("x-tenant-id", "acme")];
-    assert!(engine
-        .decide_now(&get("198.51.100.3", other), NOW)
-        .unwrap()
-        .outcomes
-        .is_empty());
+    let v = engine.decide_now(&get("198.51.100.3", other), NOW).unwrap();
+    assert!(v.outcomes[0].key.ends_with("~client|198.51.100.3/32"));
 }
 
 /// A store that counts the calls that reach it.
@@ -1405,5 +1401,197 @@ fn a_lone_yaml_descriptor_decides_by_the_rule_in_force_as_several_do() {
         assert_eq!(rule_of(&route, 0), rule_of(&both, 1));
         assert_eq!(rule_of(&route, 0).name, "routes");
         assert_eq!(route.outcomes[0].key, both.outcomes[1].key);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Spellings of one credential and of one host
+
+const PER_KEY: &str = r#"
+[[limit]]
+name = "per-key"
+key = ["api_key"]
+algorithm = "fixed-window"
+limit = 3
+window = "1h"
+"#;
+
+#[test]
+fn the_bearer_scheme_is_read_in_any_case_and_after_any_spaces() {
+    let engine = engine(PER_KEY);
+    let mut keys = Vec::new();
+    for spelling in ["Bearer t", "BEARER t", "bearer t", "bEaReR    t"] {
+        let headers = [("authorization", spelling)];
+        let v = engine
+            .decide_now(&get("198.51.100.1", &headers), NOW)
+            .unwrap();
+        keys.push(v.outcomes[0].key.clone());
+    }
+    keys.dedup();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    assert!(keys[0].ends_with(&ratewarden_policy::api_key_digest("t")));
+    // Spent by the four: a fifth spelling from another address is limited.
+    let headers = [("authorization", "BEARER t")];
+    let v = engine
+        .decide_now(&get("203.0.113.9", &headers), NOW)
+        .unwrap();
+    assert!(!v.allowed);
+}
+
+#[test]
+fn an_authorization_servers_could_split_apart_is_a_request_error() {
+    let engine = engine(PER_KEY);
+    for value in [
+        "Bearer\tt",
+        "Bearer t u",
+        "Bearer t,u",
+        "Bearer=t",
+        "Bearer \"t\"",
+    ] {
+        let headers = [("authorization", value)];
+        let e = engine
+            .decide_now(&get("198.51.100.1", &headers), NOW)
+            .unwrap_err();
+        assert!(
+            matches!(e, RequestError::Credentials { ref rule, .. } if rule == "per-key"),
+            "{value:?}: {e}"
+        );
+        assert!(e.is_malformed());
+    }
+    // Another scheme's one token is a key of its own; its scheme in any case.
+    let basic = |scheme: &str| {
+        let value = format!("{scheme} dXNlcjpwYXNz");
+        let headers = [("authorization", value.as_str())];
+        engine
+            .decide_now(&get("198.51.100.1", &headers), NOW)
+            .unwrap()
+            .outcomes[0]
+            .key
+            .clone()
+    };
+    assert_eq!(basic("Basic"), basic("BASIC"));
+    assert_ne!(basic("Basic"), basic("Token"));
+    assert!(!basic("Basic").contains("~client"));
+}
+
+#[test]
+fn a_rule_without_its_key_part_counts_the_client_address_in_its_place() {
+    let engine = engine(
+        "[[limit]]\nname = \"per-team\"\nkey = [\"route\", \"header:x-team\"]\n\
+         algorithm = \"fixed-window\"\nlimit = 2\nwindow = \"1h\"\n",
+    );
+    let mut allowed = Vec::new();
+    for _ in 0..4 {
+        let v = engine.decide_now(&get("198.51.100.1", &[]), NOW).unwrap();
+        assert_eq!(
+            v.outcomes[0].key,
+            format!(
+                "per-team@{}~client|GET /orders|198.51.100.1/32",
+                ratewarden_policy::fingerprint(&engine.rules()[0])
+            )
+        );
+        allowed.push(v.allowed);
+    }
+    assert_eq!(allowed, [true, true, false, false]);
+    // A header that spells the address is a team of its own, never the address's budget.
+    let forged = [("x-team", "198.51.100.1/32")];
+    assert!(
+        engine
+            .decide_now(&get("203.0.113.9", &forged), NOW)
+            .unwrap()
+            .allowed
+    );
+    // Another address has its own budget.
+    assert!(
+        engine
+            .decide_now(&get("198.51.100.2", &[]), NOW)
+            .unwrap()
+            .allowed
+    );
+}
+
+#[test]
+fn a_rule_that_refuses_without_its_key_part_names_the_rule_and_the_part() {
+    let engine = engine(
+        "[keys]\napi_key_header = \"x-api-key\"\n\n[[limit]]\nname = \"strict\"\nkey = [\"api_key\"]\n\
+         when_key_missing = \"refuse\"\nalgorithm = \"fixed-window\"\nlimit = 2\nwindow = \"1h\"\n",
+    );
+    let e = engine
+        .decide_now(&get("198.51.100.1", &[]), NOW)
+        .unwrap_err();
+    assert!(
+        matches!(e, RequestError::MissingKeyPart { ref rule, ref part } if rule == "strict" && part.contains("x-api-key")),
+        "{e}"
+    );
+    assert!(e.is_malformed());
+    let keyed = [("x-api-key", "k")];
+    assert!(
+        engine
+            .decide_now(&get("198.51.100.1", &keyed), NOW)
+            .unwrap()
+            .allowed
+    );
+}
+
+const API_HOST: &str = r#"
+[[limit]]
+name = "api-host"
+match = { host = "API.example.com." }
+key = ["global"]
+algorithm = "fixed-window"
+limit = 100
+window = "1h"
+"#;
+
+#[test]
+fn a_host_rule_takes_every_spelling_of_its_host() {
+    let engine = engine(API_HOST);
+    assert_eq!(
+        engine.rules()[0].matches.host.as_deref(),
+        Some("api.example.com")
+    );
+    for host in [
+        "api.example.com",
+        "API.EXAMPLE.COM",
+        "api.example.com.",
+        "api.example.com:8443",
+        "Api.Example.Com.:80",
+    ] {
+        let mut request = get("198.51.100.1", &[]);
+        request.host = Some(host);
+        let v = engine.decide_now(&request, NOW).unwrap();
+        assert_eq!(v.outcomes.len(), 1, "{host} skipped the rule");
+    }
+    for host in ["www.example.com", "api.example.com.evil", "example.com"] {
+        let mut request = get("198.51.100.1", &[]);
+        request.host = Some(host);
+        assert!(
+            engine
+                .decide_now(&request, NOW)
+                .unwrap()
+                .outcomes
+                .is_empty(),
+            "{host}"
+        );
+    }
+}
+
+#[test]
+fn a_host_that_is_no_host_is_a_request_error() {
+    let engine = engine(API_HOST);
+    for host in [
+        "api..example.com",
+        "user@api.example.com",
+        "api.example.com:x",
+        "",
+        "a b",
+    ] {
+        let mut request = get("198.51.100.1", &[]);
+        request.host = Some(host);
+        let e = engine.decide_now(&request, NOW).unwrap_err();
+        assert!(matches!(e, RequestError::Host(_)), "{host:?}: {e}");
+        assert!(e.is_malformed());
+        let explained = now_or_panic(engine.explain(&request, NOW));
+        assert!(!explained.allowed, "{host:?}");
     }
 }

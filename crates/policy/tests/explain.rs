@@ -238,20 +238,43 @@ fn every_kind_of_rule_is_explained_and_nothing_is_charged() {
 }
 
 #[test]
-fn a_missing_key_part_is_named() {
+fn a_missing_key_part_is_stood_in_for_by_the_client_or_named_when_the_rule_skips() {
     let engine = engine();
-    let explained = now_or_panic(engine.explain(&request("POST", "/reports/export", &[]), NOW));
+    let export = request("POST", "/reports/export", &[]);
+    let explained = now_or_panic(engine.explain(&export, NOW));
+    for rule in ["per-key", "exports", "per-team"] {
+        let (key, _, _) = applies(&explained, rule);
+        assert!(key.ends_with("~client|203.0.113.9/32"), "{rule}: {key}");
+    }
+    let skipping = RULES
+        .replace(
+            "key = [\"api_key\"]\n",
+            "key = [\"api_key\"]\nwhen_key_missing = \"skip\"\n",
+        )
+        .replace(
+            "key = [\"tenant\"]\n",
+            "key = [\"tenant\"]\nwhen_key_missing = \"skip\"\n",
+        )
+        .replace(
+            "key = [\"header:x-team\"]\n",
+            "key = [\"header:x-team\"]\nwhen_key_missing = \"skip\"\n",
+        );
+    let engine = Engine::new(
+        parse("explain.toml", &skipping).unwrap(),
+        MemoryStore::new(StoreConfig::default()),
+    );
+    let explained = now_or_panic(engine.explain(&export, NOW));
     let missing = |rule: &str| match finding(&explained, rule) {
         Finding::MissingKeyPart { part } => part.clone(),
         other => panic!("{rule}: {other:?}"),
     };
     assert_eq!(
         missing("per-key"),
-        "api_key (an `Authorization: Bearer` token or `x-api-key`)"
+        "api_key (an `Authorization` credential such as `Bearer TOKEN`, or `x-api-key`)"
     );
     assert_eq!(missing("exports"), "tenant (the `x-tenant-id` header)");
     assert_eq!(missing("per-team"), "header:x-team");
-    // A missing part keeps the rule out of the request, as deciding does.
+    // A missing part keeps a skipping rule out of the request, as deciding does.
     assert!(explained.allowed);
 }
 
@@ -384,4 +407,24 @@ max = 50
     // Explaining took nothing: the limiter still holds exactly what the requests took.
     let states = engine.adaptive_states(10);
     assert_eq!(states[0].in_flight, decision.limit, "{states:?}");
+}
+
+#[test]
+fn a_key_where_the_client_stood_in_is_shown_and_reset_by_its_parts() {
+    let engine = engine();
+    let export = request("POST", "/reports/export", &[]);
+    let verdict = now_or_panic(engine.decide(&export, NOW)).unwrap();
+    let stored = verdict
+        .outcomes
+        .iter()
+        .find(|o| o.key.starts_with("exports@"))
+        .unwrap()
+        .key
+        .clone();
+    assert!(stored.contains("~client|"), "{stored}");
+    let state = now_or_panic(engine.key_state("exports", "~client|203.0.113.9/32", NOW)).unwrap();
+    assert_eq!(state.stored_key, stored);
+    // The state of the key the decision charged: its permit is held.
+    let fresh = now_or_panic(engine.key_state("exports", "~client|198.51.100.1/32", NOW)).unwrap();
+    assert!(state.decision.remaining < fresh.decision.remaining);
 }

@@ -167,6 +167,7 @@ const LIMIT_FIELDS: &[&str] = &[
     "local_divide_by",
     "ipv4_prefix",
     "ipv6_prefix",
+    "when_key_missing",
 ];
 const MATCH_FIELDS: &[&str] = &[
     "method",
@@ -738,5 +739,106 @@ proptest! {
         if let Err(errors) = config::parse("fuzz.toml", &text) {
             located(&errors, "fuzz.toml")?;
         }
+    }
+}
+
+// ----- Hosts and credentials -----
+
+/// A host as clients spell hosts, and as they should not.
+fn host_spelling() -> impl Strategy<Value = String> {
+    let piece = prop_oneof![
+        Just("api".to_owned()),
+        Just("EXAMPLE".to_owned()),
+        Just(".".to_owned()),
+        Just("..".to_owned()),
+        Just(":".to_owned()),
+        Just(":8080".to_owned()),
+        Just("[::1]".to_owned()),
+        Just("[0:0::1]".to_owned()),
+        Just("[".to_owned()),
+        Just("@".to_owned()),
+        Just("%".to_owned()),
+        "[a-zA-Z0-9_-]{1,8}",
+        "\\PC{1,3}",
+    ];
+    prop::collection::vec(piece, 0..7).prop_map(|p| p.concat())
+}
+
+fn engine(rules: &str) -> ratewarden_policy::Engine<ratewarden_memory::MemoryStore> {
+    ratewarden_policy::Engine::new(
+        config::parse("fuzz.toml", rules).unwrap(),
+        ratewarden_memory::MemoryStore::new(Default::default()),
+    )
+}
+
+fn request<'a>(
+    host: Option<&'a str>,
+    headers: &'a [(&'a str, &'a str)],
+) -> ratewarden_policy::Request<'a> {
+    ratewarden_policy::Request {
+        peer: std::net::IpAddr::from([198, 51, 100, 1]),
+        method: "GET",
+        path: "/",
+        host,
+        headers,
+        cost: None,
+        api_key: None,
+        tenant: None,
+    }
+}
+
+const KEYED_HOST: &str = "[[limit]]\nname = \"k\"\nmatch = { host = \"api.example\" }\n\
+    key = [\"api_key\"]\nalgorithm = \"gcra\"\nrate = \"1000/s\"\nburst = 1000\n";
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// What is a host has one spelling: normalizing is idempotent, every case, a trailing
+    /// dot and a port name the same host, and deciding never panics on anything.
+    #[test]
+    fn hosts_have_one_spelling_and_never_panic(given in host_spelling()) {
+        use ratewarden_policy::host;
+        match host::normalize(&given) {
+            Ok(normal) => {
+                prop_assert_eq!(host::normalize(&normal).unwrap(), normal.clone());
+                prop_assert!(host::names(&given, &normal));
+                prop_assert!(host::names(&given.to_ascii_uppercase(), &normal));
+                if !normal.starts_with('[') {
+                    let dotted = format!("{normal}.");
+                    let with_port = format!("{normal}.:443");
+                    prop_assert!(host::names(&dotted, &normal));
+                    prop_assert!(host::names(&with_port, &normal));
+                }
+            }
+            Err(error) => {
+                prop_assert!(host::name(&given).is_err());
+                prop_assert!(!error.to_string().is_empty());
+            }
+        }
+        let engine = engine(KEYED_HOST);
+        let decided = ratewarden_core::now_or_panic(engine.decide(&request(Some(&given), &[]), 0));
+        prop_assert_eq!(decided.is_err(), host::name(&given).is_err(), "{:?}", decided);
+    }
+
+    /// One bearer token has one key however its scheme is spelled; anything else in
+    /// `Authorization` is a key, no key or a request error, never a panic.
+    #[test]
+    fn credentials_have_one_spelling_and_never_panic(
+        scheme in "[bB][eE][aA][rR][eE][rR]",
+        spaces in 1usize..5,
+        token in "[A-Za-z0-9._~+/-]{1,12}=?",
+        value in "\\PC{0,24}",
+    ) {
+        let engine = engine(KEYED_HOST);
+        let key_of = |authorization: &str| {
+            let headers = [("authorization", authorization)];
+            ratewarden_core::now_or_panic(engine.decide(&request(Some("api.example"), &headers), 0))
+                .map(|v| v.outcomes[0].key.clone())
+        };
+        let canonical = key_of(&format!("Bearer {token}")).unwrap();
+        let spelled = key_of(&format!("{scheme}{}{token}", " ".repeat(spaces))).unwrap();
+        prop_assert_eq!(&spelled, &canonical);
+        prop_assert!(canonical.ends_with(&ratewarden_policy::api_key_digest(&token)));
+        let _ = key_of(&value);
     }
 }

@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use ratewarden_core::{Algorithm, DisplayDuration, Limit};
 use ratewarden_policy::{
-    config, Bounds, Cost, Mode, OnStoreFailure, Rule, ServerSettings, StoreKind, StoreSettings,
+    config, Bounds, Cost, KeyPart, Mode, OnStoreFailure, Rule, ServerSettings, StoreKind,
+    StoreSettings, WhenKeyMissing,
 };
 use ratewarden_redis::{RedisConfig, RedisStore, Target, TimeSource};
 
@@ -252,6 +253,17 @@ pub(crate) fn row(rule: &Rule) -> [String; 6] {
     };
     if rule.sensitive {
         mode.push_str(", bare 429");
+    }
+    // The default (the client's address for a missing part) shows in the keys themselves,
+    // `name@fingerprint~client|…`; the choices that let a request past or refuse it show here.
+    let may_miss = rule
+        .key
+        .iter()
+        .any(|p| matches!(p, KeyPart::ApiKey | KeyPart::Tenant | KeyPart::Header(_)));
+    match rule.when_key_missing {
+        WhenKeyMissing::Skip if may_miss => mode.push_str(", skipped without its key part"),
+        WhenKeyMissing::Refuse if may_miss => mode.push_str(", refuses without its key part"),
+        _ => {}
     }
     let failure = match rule.on_store_failure {
         OnStoreFailure::Open => "open".to_owned(),

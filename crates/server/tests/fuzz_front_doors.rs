@@ -54,6 +54,14 @@ burst = 1000
 settle = "1m"
 
 [[limit]]
+name = "api-host"
+match = { host = "api.example.com" }
+key = ["header:x-user"]
+algorithm = "gcra"
+rate = "1000/s"
+burst = 1000
+
+[[limit]]
 name = "slots"
 match = { path = "/exports*" }
 key = ["header:x-user"]
@@ -258,6 +266,56 @@ fn target() -> impl Strategy<Value = String> {
     prop::collection::vec(piece, 0..8).prop_map(|p| format!("/{}", p.concat()))
 }
 
+/// A host as clients spell hosts, and as they should not: labels in any case, dots
+/// (trailing, doubled), ports, brackets, userinfo, escapes, spaces.
+fn host_spelling() -> impl Strategy<Value = String> {
+    let piece = prop_oneof![
+        Just("api".to_owned()),
+        Just("API".to_owned()),
+        Just("example".to_owned()),
+        Just("com".to_owned()),
+        Just(".".to_owned()),
+        Just("..".to_owned()),
+        Just(":".to_owned()),
+        Just(":80".to_owned()),
+        Just(":99999".to_owned()),
+        Just("[::1]".to_owned()),
+        Just("[".to_owned()),
+        Just("]".to_owned()),
+        Just("@".to_owned()),
+        Just("%41".to_owned()),
+        Just(" ".to_owned()),
+        Just("_".to_owned()),
+        Just("-".to_owned()),
+        "[a-zA-Z0-9]{1,8}",
+        "[ -~]{1,3}",
+    ];
+    prop::collection::vec(piece, 0..7).prop_map(|p| p.concat())
+}
+
+/// An `Authorization` value: a scheme in any case, spaces or a tab or nothing, then
+/// anything visible.
+fn authorization() -> impl Strategy<Value = String> {
+    let scheme = prop_oneof![
+        Just("Bearer"),
+        Just("BEARER"),
+        Just("bearer"),
+        Just("Basic"),
+        Just("Digest"),
+        Just("Token"),
+        Just(""),
+    ];
+    let gap = prop_oneof![
+        Just(" "),
+        Just("   "),
+        Just("\t"),
+        Just(""),
+        Just("="),
+        Just(" ,")
+    ];
+    (scheme, gap, "[ -~]{0,16}").prop_map(|(s, g, t)| format!("{s}{g}{t}"))
+}
+
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
         .ok()
@@ -292,5 +350,23 @@ proptest! {
         }
         request.extend_from_slice(b"Connection: close\r\n\r\n");
         judge(exchange(world().server.listen, request))?;
+    }
+
+    #[test]
+    fn spellings_of_hosts_and_credentials_through_the_gateway_and_the_decision_api(
+        host in host_spelling(),
+        authorization in authorization(),
+        absolute in prop::bool::weighted(0.3),
+        version in prop_oneof![Just("1.1"), Just("1.0")],
+        with_host in prop::bool::weighted(0.9),
+    ) {
+        let target = if absolute { format!("http://{host}/x") } else { "/x".to_owned() };
+        let host_line = if with_host { format!("Host: {host}\r\n") } else { String::new() };
+        let request = format!(
+            "GET {target} HTTP/{version}\r\n{host_line}Authorization: {authorization}\r\nConnection: close\r\n\r\n"
+        );
+        judge(exchange(world().server.listen, request.into_bytes()))?;
+        let body = json!({ "host": host, "headers": { "authorization": authorization } }).to_string();
+        judge(exchange(world().server.api.unwrap(), post("/v1/check", "application/json", body.as_bytes())))?;
     }
 }

@@ -979,6 +979,12 @@ async fn heads_from_a_grammar_of_odd_pieces_are_answered_and_forwarded_as_hyper_
         "Host: [::1]:80",
         "Host: a b",
         "Host:a",
+        "Host: a.",
+        "Host: A.Example.COM.",
+        "Host: a.:80",
+        "Host: [0::1]",
+        "Host: a..b",
+        "Host: u@a",
         "",
     ];
     let lines = [
@@ -1020,7 +1026,9 @@ async fn heads_from_a_grammar_of_odd_pieces_are_answered_and_forwarded_as_hyper_
         300,
     )
     .await;
-    assert!(served > 100, "the lean path served {served} of them");
+    // Heads whose `Host` is no host (empty, a list, a space, `a..b`, `u@a`) or missing all
+    // go to hyper, which refuses them.
+    assert!(served > 60, "the lean path served {served} of them");
 }
 
 /// `count` heads of a method, a target, a host line and up to three other lines drawn from
@@ -1559,7 +1567,9 @@ async fn heads_from_a_trusted_proxy_from_a_grammar_of_forwarding_lines_are_answe
         300,
     )
     .await;
-    assert!(served > 100, "the lean path served {served} of them");
+    // Heads whose `Host` is no host (empty, a list, a space, `a..b`, `u@a`) or missing all
+    // go to hyper, which refuses them.
+    assert!(served > 60, "the lean path served {served} of them");
 }
 
 #[tokio::test]

@@ -269,7 +269,7 @@ fn the_explain_command_prints_every_rule_and_why() {
     for line in [
         "client 203.0.113.7, rules version 1: the request would be allowed",
         "per-key (fixed-window 2 per 1m; enforce)",
-        "  matched, but the request has no api_key (an `Authorization: Bearer` token): the rule does not apply",
+        "~client|203.0.113.7/32; cost 1",
         "global (token-bucket 1/s, burst 1; shadow)",
         "  matched; key global@",
         "  would allow, but does not enforce (shadow or outside its rollout)",

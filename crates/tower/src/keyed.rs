@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use http::request::Parts;
 use ratewarden_core::Limit;
-use ratewarden_policy::{Cost, KeyPart, Match, Mode, OnStoreFailure, Rule};
+use ratewarden_policy::{Cost, KeyPart, Match, Mode, OnStoreFailure, Rule, WhenKeyMissing};
 
 /// The domain of the rules made from limits written in code: a rule with a domain never
 /// matches an HTTP request by itself; the layer names its rules and keys to the engine
@@ -146,6 +146,8 @@ impl KeyedLimit {
                 ..Match::default()
             },
             key: vec![KeyPart::Descriptor],
+            // Its key comes from its closure, which says itself when no limit applies.
+            when_key_missing: WhenKeyMissing::Skip,
             limit: self.limit.clone(),
             // The bound of a settle: one request may take at most the limit's burst.
             cost: Cost::Fixed(1),

@@ -95,11 +95,15 @@ impl<St: AsyncStore + 'static> EngineLimits<St> {
             .iter()
             .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)))
             .collect();
-        let host = request
-            .headers
-            .get(http::header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .or_else(|| request.uri.authority().map(http::uri::Authority::as_str));
+        // An absolute-form target's authority wins over `Host` (RFC 9112 §3.2.2), as at
+        // the gateway; the engine compares hosts as DNS does and refuses what is no host.
+        let host = match request.uri.authority() {
+            Some(authority) => Some(authority.as_str()),
+            None => request
+                .headers
+                .get(http::header::HOST)
+                .and_then(|h| h.to_str().ok()),
+        };
         let engine_request = ratewarden_policy::Request {
             peer,
             method: request.method.as_str(),

@@ -199,8 +199,8 @@ async fn a_reject_hook_renders_its_own_body_and_keeps_retry_after() {
 
 #[tokio::test(start_paused = true)]
 async fn requests_no_rule_matches_pass_untouched() {
-    let app = router(layer(PER_USER));
-    // No x-user header: the rule's key cannot be built, so it does not apply.
+    let app = router(layer(&format!("{PER_USER}when_key_missing = \"skip\"\n")));
+    // No x-user header, and the rule skips a request without its key part.
     let request = Request::get("/documents").body(Body::empty()).unwrap();
     let response = app.oneshot(request).await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
@@ -329,4 +329,59 @@ async fn limits_written_in_code_take_their_jitter_from_the_layer() {
         seen.insert(retry);
     }
     assert!(seen.len() >= 3, "spread out: {seen:?}");
+}
+
+#[tokio::test]
+async fn spellings_of_one_host_and_one_credential_share_a_budget_and_a_missing_part_counts_the_client(
+) {
+    let app = router(layer(
+        r#"
+[[limit]]
+name = "api-host"
+match = { host = "api.example.com" }
+key = ["api_key"]
+algorithm = "fixed-window"
+limit = 2
+window = "1h"
+"#,
+    ));
+    let call = |host: &'static str, authorization: Option<&'static str>| {
+        let mut request = Request::get("/documents").header("host", host);
+        if let Some(value) = authorization {
+            request = request.header("authorization", value);
+        }
+        app.clone().oneshot(request.body(Body::empty()).unwrap())
+    };
+    let mut statuses = Vec::new();
+    for (host, auth) in [
+        ("api.example.com.", "BEARER t"),
+        ("API.example.com:443", "bearer  t"),
+        ("api.example.com", "Bearer t"),
+    ] {
+        statuses.push(call(host, Some(auth)).await.unwrap().status());
+    }
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    // Without an API key the rule still counts, under the client's address.
+    let mut statuses = Vec::new();
+    for _ in 0..3 {
+        statuses.push(call("api.example.com.", None).await.unwrap().status());
+    }
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    // A host that is no host is a 400.
+    let response = call("api..example.com", None).await.unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
 }

@@ -6,18 +6,20 @@ use toml::Spanned;
 
 use super::error::Errors;
 use super::raw::RawLimit;
-use super::KeyPart;
+use super::{KeyPart, WhenKeyMissing};
 use crate::hint::did_you_mean;
 use crate::IpGrouping;
 
-/// The parts of the rule's key; the wrong ones are recorded and left out.
+/// The parts of the rule's key, and what the rule does without one of them; the wrong
+/// ones are recorded and left out.
 pub(super) fn key(
     raw: &RawLimit,
     span: &Range<usize>,
     rule: Option<&str>,
     errors: &mut Errors<'_>,
-) -> Vec<KeyPart> {
+) -> (Vec<KeyPart>, WhenKeyMissing) {
     let grouping = grouping(raw, rule, errors);
+    let when_missing = when_key_missing(raw, grouping, rule, errors);
     if raw.key.is_empty() {
         errors.at(Some(span.clone()), rule, "`key` is missing: list its parts, such as `[\"ip\"]`, `[\"header:x-api-key\"]` or `[\"global\"]`".to_owned());
     }
@@ -47,7 +49,35 @@ pub(super) fn key(
             }
         }
     }
-    key
+    (key, when_missing)
+}
+
+/// `when_key_missing`: `client` (the default: the client's address, grouped as the rule's
+/// `ipv4_prefix` and `ipv6_prefix` say, stands in for a missing part), `skip` or `refuse`.
+fn when_key_missing(
+    raw: &RawLimit,
+    grouping: IpGrouping,
+    rule: Option<&str>,
+    errors: &mut Errors<'_>,
+) -> WhenKeyMissing {
+    let Some(given) = &raw.when_key_missing else {
+        return WhenKeyMissing::Client(grouping);
+    };
+    let text = given.get_ref().trim();
+    match text {
+        "client" => WhenKeyMissing::Client(grouping),
+        "skip" => WhenKeyMissing::Skip,
+        "refuse" => WhenKeyMissing::Refuse,
+        _ => {
+            let hint = did_you_mean(text, ["client", "skip", "refuse"]);
+            errors.at(
+                Some(given.span()),
+                rule,
+                format!("`when_key_missing` is `client`, `skip` or `refuse`, not `{text}`{hint}"),
+            );
+            WhenKeyMissing::Client(grouping)
+        }
+    }
 }
 
 /// One key part as written (`ip`, `header:x-api-key`), `None` when it is no part.

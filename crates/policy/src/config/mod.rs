@@ -38,7 +38,7 @@ pub use adaptive::{Adaptive, ADAPTIVE_CONCURRENCY};
 pub use admin::{AdminAccess, AdminToken, ADMIN_TOKEN_ENV, MIN_ADMIN_TOKEN};
 pub use bounds::{Bounds, MIN_HEADER_BYTES};
 pub use error::{ConfigError, ConfigErrors};
-pub use model::{Cost, KeyPart, Match, Mode, OnStoreFailure, Rule};
+pub use model::{Cost, KeyPart, Match, Mode, OnStoreFailure, Rule, WhenKeyMissing};
 pub use queue::{Queue, MAX_WEIGHT};
 pub use settings::{Config, KeySources, ServerSettings, StoreKind, StoreSettings, MIN_STORE_BYTES};
 pub use validate::{load, parse};

@@ -56,7 +56,8 @@ pub struct Match {
     /// (`false`) ASCII case and a trailing slash are ignored, as many upstreams ignore them,
     /// and a `route` key part keeps one spelling of those aliases (see [`crate::path`]).
     pub path_exact: bool,
-    /// The host, lowercase.
+    /// The host in its one spelling (lowercase, no trailing dot, no port; see
+    /// [`crate::host`]): requests are matched on theirs.
     pub host: Option<String>,
     /// A header that must be present (lowercase name), with the value it must have if given.
     pub header: Option<(String, Option<String>)>,
@@ -98,6 +99,37 @@ pub enum OnStoreFailure {
     },
 }
 
+/// What a rule does with a request that lacks a part of its key (no API key, no tenant,
+/// no header the key reads).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WhenKeyMissing {
+    /// Count it under the client's address (grouped as given) in place of each missing
+    /// part, in keys of their own: the default, so that leaving a part out never escapes a
+    /// limit.
+    Client(IpGrouping),
+    /// The rule does not apply (for a part the upstream itself requires, or rules meant
+    /// only for requests that carry it).
+    Skip,
+    /// Refuse the request with a 400 naming the rule and the part.
+    Refuse,
+}
+
+impl Default for WhenKeyMissing {
+    fn default() -> Self {
+        WhenKeyMissing::Client(IpGrouping::default())
+    }
+}
+
+impl fmt::Display for WhenKeyMissing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            WhenKeyMissing::Client(_) => "client",
+            WhenKeyMissing::Skip => "skip",
+            WhenKeyMissing::Refuse => "refuse",
+        })
+    }
+}
+
 /// What one request costs under a rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cost {
@@ -122,6 +154,8 @@ pub struct Rule {
     pub matches: Match,
     /// What its key is built from.
     pub key: Vec<KeyPart>,
+    /// What it does with a request that lacks a part of its key.
+    pub when_key_missing: WhenKeyMissing,
     /// The algorithm with its numbers.
     pub limit: Limit,
     /// What one request costs.

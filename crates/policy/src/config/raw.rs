@@ -107,6 +107,7 @@ pub(super) struct RawLimit {
     pub(super) matches: Option<RawMatch>,
     #[serde(default)]
     pub(super) key: Vec<Spanned<String>>,
+    pub(super) when_key_missing: Option<Spanned<String>>,
     pub(super) algorithm: Option<Spanned<String>>,
     pub(super) rate: Option<Spanned<String>>,
     pub(super) burst: Option<Spanned<i64>>,

@@ -44,7 +44,7 @@ pub(super) fn rule(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -
         }
         (limit(&raw, &span, rule, errors), None)
     };
-    let key = key(&raw, &span, rule, errors);
+    let (key, when_key_missing) = key(&raw, &span, rule, errors);
     if let (Some(raw_queue), true) = (&raw.queue, is_adaptive) {
         // The queue's `ip` groups addresses as the rule's own key does.
         let grouping = key
@@ -75,10 +75,17 @@ pub(super) fn rule(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -
     if matches.domain.as_deref() == Some("") {
         refuse("`match.domain` must not be empty");
     }
+    if matches.domain.is_some() && raw.when_key_missing.is_some() {
+        // Descriptors carry every entry a rule keys on, or do not match it.
+        refuse("`when_key_missing` applies to HTTP rules, not to rules of an Envoy `match.domain`");
+    }
     if matches.domain.is_none() && key.contains(&KeyPart::Descriptor) {
         refuse("the `descriptor` key part needs `match.domain` (and usually `match.descriptor`)");
     }
     if let Some(problem) = path_problem(&matches) {
+        refuse(&problem);
+    }
+    if let Some(problem) = host_problem(&matches) {
         refuse(&problem);
     }
 
@@ -94,6 +101,7 @@ pub(super) fn rule(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -
         name,
         matches,
         key,
+        when_key_missing,
         limit,
         cost,
         settle_within,
@@ -288,13 +296,23 @@ pub(super) fn stray_header_value(m: &RawMatch) -> Option<Range<usize>> {
     }
 }
 
+/// What is wrong with a `match.host`, if anything: requests are matched on their host
+/// without case, one trailing dot and the port (see [`crate::host`]), so a host with a
+/// port, or that is no host, could never match.
+pub(super) fn host_problem(m: &Match) -> Option<String> {
+    crate::host::rule_host(m.host.as_deref()?).err()
+}
+
 /// A `match` table (of a rule, or of `[server] critical`).
 pub(super) fn match_of(m: RawMatch) -> Match {
     Match {
         method: m.method.map(|s| s.trim().to_ascii_uppercase()),
         path: m.path,
         path_exact: m.path_exact,
-        host: m.host.map(|h| h.trim().to_ascii_lowercase()),
+        // Its one spelling when it is a host; as written otherwise, for `host_problem`.
+        host: m
+            .host
+            .map(|h| crate::host::rule_host(&h).unwrap_or_else(|_| h.trim().to_owned())),
         header: m.header.map(|h| {
             (
                 h.trim().to_ascii_lowercase(),

@@ -7,7 +7,7 @@ use toml::Spanned;
 use super::admin::{admin_access, RawAdmin};
 use super::error::Errors;
 use super::raw::{RawMatch, RawServer};
-use super::rule::{match_of, path_problem, stray_header_value};
+use super::rule::{host_problem, match_of, path_problem, stray_header_value};
 use super::{Bounds, Match, ServerSettings, MIN_HEADER_BYTES};
 
 pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> ServerSettings {
@@ -126,8 +126,12 @@ pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> Server
                     errors.at(Some(at), None, message);
                 }
                 let m = match_of(m.into_inner());
-                if let Some(problem) = path_problem(&m) {
-                    errors.at(Some(span), None, format!("`[server] {field}`: {problem}"));
+                for problem in [path_problem(&m), host_problem(&m)].into_iter().flatten() {
+                    errors.at(
+                        Some(span.clone()),
+                        None,
+                        format!("`[server] {field}`: {problem}"),
+                    );
                 }
                 m
             })

@@ -16,14 +16,17 @@ impl<S: AsyncStore> Engine<S> {
     ///
     /// Enforced rules are decided all or nothing: a request rejected by one is charged on
     /// none. Shadow rules (and keys outside a rollout's share) are charged only when the
-    /// request goes through, and never reject. A rule whose key cannot be built (its header
-    /// is missing, say) does not apply to the request.
+    /// request goes through, and never reject. A rule whose key lacks a part (its header is
+    /// missing, say) does what its `when_key_missing` says: counts the request under the
+    /// client's address in the part's place, refuses it, or does not apply.
     ///
     /// # Errors
     ///
     /// A cost header that is not a whole number, or claims more than the rule's `max_cost`;
     /// a header a matching rule keys on (or reads its cost from) sent more than once; a
-    /// bearer token and the configured API-key header that disagree.
+    /// bearer token and the configured API-key header that disagree; an `Authorization`
+    /// that cannot be read one way; a host that is not a host; a missing key part under a
+    /// rule with `when_key_missing = "refuse"`.
     pub async fn decide(&self, request: &Request<'_>, now: u64) -> Result<Verdict, RequestError> {
         self.decide_at(request, now, None).await
     }
@@ -69,6 +72,11 @@ impl<S: AsyncStore> Engine<S> {
         now: u64,
         timer: Option<&dyn Timer>,
     ) -> Result<Verdict, RequestError> {
+        // A host no rule can read one way refuses the request, whatever the rules: a rule
+        // on the host would otherwise be skipped for a spelling the upstream may route to it.
+        if let Some(host) = request.host {
+            crate::host::name(host).map_err(RequestError::Host)?;
+        }
         let set = self.current();
         let client = client_of(request, &set.config.trusted_proxies);
         let mut applying = Vec::new();

@@ -16,7 +16,7 @@ use super::counters::Counters;
 use super::hash::bounded_part;
 use super::keys::enforces;
 use super::{Engine, RequestError, Verdict};
-use crate::config::{Cost, KeyPart, Match, Mode, OnStoreFailure};
+use crate::config::{Cost, KeyPart, Match, Mode, OnStoreFailure, WhenKeyMissing};
 use crate::envoy::{self, RateLimitOverride, Resolved, Unit};
 use crate::Rule;
 
@@ -316,6 +316,8 @@ pub(super) fn envoy_rule(name: String, domain: &str, limit: Limit, shadow: bool)
             ..Match::default()
         },
         key: Vec::new(),
+        // A descriptor carries every entry its rule keys on, or does not match it.
+        when_key_missing: WhenKeyMissing::Skip,
         limit,
         cost: Cost::Fixed(1),
         settle_within: None,

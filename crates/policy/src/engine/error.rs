@@ -43,6 +43,29 @@ pub enum RequestError {
         /// The configured API-key header.
         header: String,
     },
+    /// The request's host is not a host (`a..b`, `user@host`, a port that is no number):
+    /// servers read it apart, so no rule can say whether it names its host (RFC 9112 §3.2
+    /// answers it 400).
+    #[error("the request's host: {0}")]
+    Host(crate::host::HostError),
+    /// A matching rule keys on a part the request lacks, and says to refuse such requests
+    /// (`when_key_missing = "refuse"`).
+    #[error("limit `{rule}`: the request has no {part}, which the rule keys on; send it")]
+    MissingKeyPart {
+        /// The rule.
+        rule: String,
+        /// The part, in words (`tenant (the `x-tenant-id` header)`).
+        part: String,
+    },
+    /// The request's `Authorization` cannot be read one way: a bearer credential that is
+    /// not one token, or a scheme not followed by a space.
+    #[error("limit `{rule}`: `Authorization` {reason}; send `Bearer TOKEN`")]
+    Credentials {
+        /// The rule keyed on the API key.
+        rule: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// A descriptor call without what it needs (a domain, a descriptor).
     #[error("{0}")]
     Descriptors(String),

@@ -5,7 +5,7 @@
 
 use ratewarden_core::{AsyncStore, Decision, Outcome};
 
-use super::keys::{api_key, build_key, cost_of, enforces};
+use super::keys::{api_key, build_key, cost_of, enforces, part_words};
 use super::request::client_of;
 use super::{Engine, Request};
 use crate::config::{KeyPart, KeySources, Match};
@@ -30,8 +30,10 @@ pub enum Finding {
         /// Why, with the rule's value and the request's.
         reason: String,
     },
-    /// The rule matched, but a part of its key is missing from the request: the rule does
-    /// not apply.
+    /// The rule matched, but a part of its key is missing from the request, and the rule
+    /// says `when_key_missing = "skip"`: it does not apply. (Under `client`, the default,
+    /// the rule applies with the client's address in the part's place; under `refuse`, the
+    /// request is refused.)
     MissingKeyPart {
         /// The part, as the config spells it (`header:x-team`, `api_key`, `tenant`).
         part: String,
@@ -124,10 +126,18 @@ impl<S: AsyncStore> Engine<S> {
         let client = client_of(request, &set.config.trusted_proxies);
         let class = super::adaptive::criticality(&set, request);
         let mut rules = Vec::with_capacity(set.rules.len());
+        // A host that is not a host refuses the request under every rule, as `decide` does.
+        let bad_host = request
+            .host
+            .and_then(|h| crate::host::name(h).err())
+            .map(|e| super::RequestError::Host(e).to_string());
         for (i, rule) in set.rules.iter().enumerate() {
-            let finding = match mismatch(&rule.matches, request) {
-                Some((field, reason)) => Finding::NotMatched { field, reason },
-                None => {
+            let finding = match (&bad_host, mismatch(&rule.matches, request)) {
+                (Some(error), _) => Finding::Refused {
+                    error: error.clone(),
+                },
+                (None, Some((field, reason))) => Finding::NotMatched { field, reason },
+                (None, None) => {
                     self.applies(
                         rule,
                         &set.prefixes[i],
@@ -245,13 +255,12 @@ fn mismatch(m: &Match, request: &Request<'_>) -> Option<(&'static str, String)> 
         }
     }
     if let Some(host) = &m.host {
-        let given = request.host.map(|h| h.split(':').next().unwrap_or(h));
-        if !given.is_some_and(|h| h.eq_ignore_ascii_case(host)) {
+        if !request.host.is_some_and(|h| crate::host::names(h, host)) {
             return Some((
                 "host",
                 match request.host {
                     Some(given) => {
-                        format!("the rule takes host `{host}`, the request's is `{given}`")
+                        format!("the rule takes host `{host}` (any case, a trailing dot or not, any port), the request's is `{given}`")
                     }
                     None => format!("the rule takes host `{host}`, the request has none"),
                 },
@@ -293,17 +302,7 @@ fn missing_part(rule: &Rule, sources: &KeySources, request: &Request<'_>) -> Str
             KeyPart::Ip(_) | KeyPart::Route | KeyPart::Global | KeyPart::Literal(_) => false,
         };
         if missing {
-            return match part {
-                KeyPart::ApiKey => match &sources.api_key_header {
-                    Some(header) => {
-                        format!("api_key (an `Authorization: Bearer` token or `{header}`)")
-                    }
-                    None => "api_key (an `Authorization: Bearer` token)".to_owned(),
-                },
-                KeyPart::Tenant => format!("tenant (the `{}` header)", sources.tenant_header),
-                KeyPart::Descriptor => "descriptor (only Envoy descriptors carry one)".to_owned(),
-                other => other.to_string(),
-            };
+            return part_words(part, sources);
         }
     }
     "a key part".to_owned()

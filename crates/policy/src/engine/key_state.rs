@@ -3,6 +3,7 @@
 
 use ratewarden_core::{AsyncStore, Decision};
 
+use super::keys::STOOD_IN;
 use super::Engine;
 
 /// Why a key's state could not be read or reset.
@@ -36,7 +37,8 @@ pub struct KeyState {
 
 impl<S: AsyncStore> Engine<S> {
     /// The stored key of the rule named `rule` for key `parts` (what follows the first `|`
-    /// of a stored key: `203.0.113.7/32`, `key:0123…`, `acme|key:0123…`).
+    /// of a stored key: `203.0.113.7/32`, `key:0123…`, `acme|key:0123…`; and
+    /// `~client|203.0.113.7/32` where the client's address stood in for a missing part).
     fn stored_key(&self, rule: &str, parts: &str) -> Result<(usize, String), KeyStateError> {
         let set = self.current();
         let parts = parts.trim();
@@ -54,7 +56,16 @@ impl<S: AsyncStore> Engine<S> {
                     .join(", "),
             });
         };
-        Ok((i, format!("{}|{parts}", set.prefixes[i])))
+        // `~client|…`, as the top offenders show a key where the client's address stood
+        // in for a missing part.
+        let stored = match parts
+            .strip_prefix(STOOD_IN)
+            .and_then(|p| p.strip_prefix('|'))
+        {
+            Some(rest) => format!("{}{STOOD_IN}|{rest}", set.prefixes[i]),
+            None => format!("{}|{parts}", set.prefixes[i]),
+        };
+        Ok((i, stored))
     }
 
     /// The state of key `parts` under the rule named `rule` at `now`, charging nothing.

@@ -1,15 +1,19 @@
 //! A rule's key for a request (`name@fingerprint|part|part`) and its cost.
 
+use std::borrow::Cow;
 use std::net::IpAddr;
 
+use super::credentials::{self, Credentials};
 use super::hash::{bounded_part, push_api_key_digest};
 use super::request::Repeated;
 use super::{Request, RequestError};
-use crate::config::{Cost, KeyPart, KeySources, Mode};
+use crate::config::{Cost, KeyPart, KeySources, Mode, WhenKeyMissing};
 use crate::Rule;
 
-/// `prefix|part|part`; `Ok(None)` when a part is missing from the request (the rule does
-/// not apply), an error when a header it keys on is ambiguous.
+/// `prefix|part|part`; when a part is missing from the request, what the rule's
+/// `when_key_missing` says: the client's address in its place under `prefix~client`
+/// (`Some`), the rule does not apply (`Ok(None)`), or an error. An error too when a header
+/// it keys on is ambiguous.
 pub(super) fn build_key(
     prefix: &str,
     rule: &Rule,
@@ -21,13 +25,58 @@ pub(super) fn build_key(
     // from the prefix's length, the key was copied twice more (500 instructions a request).
     let mut key = String::with_capacity(prefix.len() + 24 * rule.key.len());
     key.push_str(prefix);
+    let mut stood_in = false;
     for part in &rule.key {
         key.push('|');
-        if !push_part(&mut key, part, rule, sources, request, client)? {
-            return Ok(None);
+        let at = key.len();
+        if push_part(&mut key, part, rule, sources, request, client)? {
+            continue;
+        }
+        key.truncate(at);
+        match rule.when_key_missing {
+            // Descriptors come over Envoy's protocol, never with an HTTP request: such a
+            // rule never counts HTTP traffic.
+            _ if *part == KeyPart::Descriptor => return Ok(None),
+            WhenKeyMissing::Skip => return Ok(None),
+            WhenKeyMissing::Refuse => {
+                return Err(RequestError::MissingKeyPart {
+                    rule: rule.name.clone(),
+                    part: part_words(part, sources),
+                })
+            }
+            WhenKeyMissing::Client(grouping) => {
+                crate::ip::push_ip_net(&mut key, grouping.key(client));
+                stood_in = true;
+            }
         }
     }
+    if stood_in {
+        // Marked before the first `|`, where nothing a request sends is written: a header
+        // holding an address must not share the budget of the client without the header.
+        key.insert_str(prefix.len(), STOOD_IN);
+    }
     Ok(Some(key))
+}
+
+/// What follows a rule's `name@fingerprint` in a key where the client's address stood in
+/// for a missing part.
+pub(super) const STOOD_IN: &str = "~client";
+
+/// A key part in words, for a request that lacks it: what to send.
+pub(super) fn part_words(part: &KeyPart, sources: &KeySources) -> String {
+    match part {
+        KeyPart::ApiKey => {
+            match &sources.api_key_header {
+                Some(header) => {
+                    format!("api_key (an `Authorization` credential such as `Bearer TOKEN`, or `{header}`)")
+                }
+                None => "api_key (an `Authorization` credential such as `Bearer TOKEN`)".to_owned(),
+            }
+        }
+        KeyPart::Tenant => format!("tenant (the `{}` header)", sources.tenant_header),
+        KeyPart::Descriptor => "descriptor (only Envoy descriptors carry one)".to_owned(),
+        other => other.to_string(),
+    }
 }
 
 /// Appends `part`'s value for `request` to `key`; false when the request lacks it, an error
@@ -61,7 +110,7 @@ pub(super) fn push_part(
             let Some(token) = api_key(rule, sources, request)? else {
                 return Ok(false);
             };
-            push_api_key_digest(key, token);
+            push_api_key_digest(key, &token);
         }
         KeyPart::Tenant => {
             let tenant = match request.tenant {
@@ -92,29 +141,34 @@ pub(super) fn push_part(
 }
 
 /// The request's API key: the caller's own `api_key`, else the bearer token or the
-/// configured header. Both headers carrying different keys is an error, as is either one
-/// repeated: the upstream may authenticate the other one.
+/// configured header, else another scheme's credential (`basic dXNlcjpwYXNz`: the scheme
+/// lowercase). Both headers carrying different keys is an error, as is either one
+/// repeated (the upstream may authenticate the other one), and an `Authorization` that
+/// cannot be read one way (see [`credentials`](super::credentials)).
 pub(super) fn api_key<'a>(
     rule: &Rule,
     sources: &KeySources,
     request: &Request<'a>,
-) -> Result<Option<&'a str>, RequestError> {
+) -> Result<Option<Cow<'a, str>>, RequestError> {
     if let Some(key) = request.api_key {
-        return Ok(Some(key).filter(|k| !k.is_empty()));
+        return Ok(Some(Cow::Borrowed(key)).filter(|k| !k.is_empty()));
     }
     let repeated = |header: &str| RequestError::RepeatedHeader {
         rule: rule.name.clone(),
         header: header.to_owned(),
     };
-    let bearer = request
+    let credentials = match request
         .single_header("authorization")
         .map_err(|Repeated| repeated("authorization"))?
-        .and_then(|auth| {
-            auth.strip_prefix("Bearer ")
-                .or_else(|| auth.strip_prefix("bearer "))
-                .map(str::trim)
-        })
-        .filter(|t| !t.is_empty());
+    {
+        Some(value) if !value.is_empty() => {
+            credentials::parse(value).map_err(|reason| RequestError::Credentials {
+                rule: rule.name.clone(),
+                reason,
+            })?
+        }
+        _ => Credentials::Nameless,
+    };
     let configured = match sources.api_key_header.as_deref() {
         Some(name) => request
             .single_header(name)
@@ -122,13 +176,14 @@ pub(super) fn api_key<'a>(
             .filter(|t| !t.is_empty()),
         None => None,
     };
-    match (bearer, configured) {
-        (Some(a), Some(b)) if a != b => Err(RequestError::ConflictingApiKeys {
+    match (credentials, configured) {
+        (Credentials::Bearer(a), Some(b)) if a != b => Err(RequestError::ConflictingApiKeys {
             rule: rule.name.clone(),
             header: sources.api_key_header.clone().unwrap_or_default(),
         }),
-        (Some(token), _) | (None, Some(token)) => Ok(Some(token)),
-        (None, None) => Ok(None),
+        (Credentials::Bearer(token), _) | (_, Some(token)) => Ok(Some(Cow::Borrowed(token))),
+        (Credentials::Other(key), None) => Ok(Some(key)),
+        (Credentials::Nameless, None) => Ok(None),
     }
 }
 

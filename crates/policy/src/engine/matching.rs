@@ -30,8 +30,8 @@ impl Match {
             }
         }
         if let Some(host) = &self.host {
-            let given = request.host.map(|h| h.split(':').next().unwrap_or(h));
-            if !given.is_some_and(|h| h.eq_ignore_ascii_case(host)) {
+            // Every spelling a server routes to the host: case, a trailing dot, the port.
+            if !request.host.is_some_and(|h| crate::host::names(h, host)) {
                 return false;
             }
         }

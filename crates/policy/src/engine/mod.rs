@@ -10,6 +10,7 @@ mod adaptive;
 mod answer;
 mod charge;
 mod counters;
+mod credentials;
 mod decide;
 mod descriptors;
 mod error;

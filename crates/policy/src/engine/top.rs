@@ -25,6 +25,7 @@ use std::sync::{Mutex, PoisonError};
 
 use hashbrown::HashTable;
 
+use super::keys::STOOD_IN;
 use super::Engine;
 
 /// Slots per summary: each reported count is at most 1% of the rule's recent rejections
@@ -321,11 +322,16 @@ impl<S> Engine<S> {
 }
 
 /// The keys of `report` without their `name@fingerprint|` prefix: the key parts, as
-/// [`Engine::key_state`] takes them.
+/// [`Engine::key_state`] takes them (`~client|` first where the client's address stood in
+/// for a missing part).
 fn parts_only(mut report: TopReport) -> TopReport {
     for offender in &mut report.keys {
-        if let Some((_, parts)) = offender.key.split_once('|') {
-            offender.key = parts.to_owned();
+        if let Some((head, parts)) = offender.key.split_once('|') {
+            offender.key = if head.ends_with(STOOD_IN) {
+                format!("{STOOD_IN}|{parts}")
+            } else {
+                parts.to_owned()
+            };
         }
     }
     report

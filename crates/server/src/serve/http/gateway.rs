@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::uri::{Authority, PathAndQuery, Scheme};
+use http::uri::{PathAndQuery, Scheme};
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -155,11 +155,9 @@ pub(crate) async fn handle(
         .iter()
         .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)))
         .collect();
-    let host = request
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .or_else(|| request.uri().authority().map(Authority::as_str));
+    // Without a host (HTTP/1.0 in origin-form), the upstream is told its own authority:
+    // that is what it routes on, so that is what is decided on.
+    let host = guard::host(&request).or(Some(upstream.authority.as_str()));
     let engine_request = ratewarden_policy::Request {
         peer: peer.ip(),
         method: request.method().as_str(),
@@ -275,6 +273,13 @@ async fn forward(
     request: Request<Incoming>,
 ) -> Result<Response<Incoming>, Failed> {
     let (mut parts, body) = request.into_parts();
+    // The host decided on: the target's authority wins over `Host` (`guard::host`), and the
+    // upstream must not be told another one, nor its own address for want of a `Host`.
+    if let Some(authority) = parts.uri.authority() {
+        if let Ok(host) = HeaderValue::from_str(authority.as_str()) {
+            parts.headers.insert(header::HOST, host);
+        }
+    }
     // The normalized path the rules matched, and the query as the client sent it.
     let target = match parts.uri.query() {
         Some(query) => format!("{path}?{query}"),

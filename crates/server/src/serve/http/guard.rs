@@ -9,7 +9,8 @@
 //! worked out with the rule set (`ratewarden_policy::Identity`), once per reload.
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use http::{Method, Request, Response, StatusCode};
+use http::uri::Authority;
+use http::{Method, Request, Response, StatusCode, Version};
 use ratewarden_policy::Identity;
 
 use crate::serve::reply::{self, Body};
@@ -49,21 +50,8 @@ pub(crate) fn refusal<B>(request: &Request<B>, identity: &Identity) -> Option<Re
     }
     let headers = request.headers();
     let bad = |detail: String| Some(reply::problem(StatusCode::BAD_REQUEST, detail));
-    let mut hosts = headers.get_all(header::HOST).iter();
-    let host = hosts.next();
-    if hosts.next().is_some() {
-        return bad("the request has two `Host` headers; send one".to_owned());
-    }
-    if let (Some(host), Some(authority)) = (host, request.uri().authority()) {
-        if !host
-            .as_bytes()
-            .eq_ignore_ascii_case(authority.as_str().as_bytes())
-        {
-            return bad(format!(
-                "`Host: {}` names another host than the request target's `{authority}`",
-                String::from_utf8_lossy(host.as_bytes())
-            ));
-        }
+    if let Some(detail) = host_problem(request) {
+        return bad(detail);
     }
     // One look at the few names a request has, instead of a lookup (a name parsed and
     // hashed) for each of the five override headers.
@@ -97,6 +85,60 @@ pub(crate) fn refusal<B>(request: &Request<B>, identity: &Identity) -> Option<Re
         return bad(detail);
     }
     None
+}
+
+/// Why the request's host cannot be read one way, if it cannot (RFC 9112 §3.2): two `Host`
+/// lines, none on HTTP/1.1, one or a target authority that is not a host, or a `Host` that
+/// names another host than the target's authority (compared as hosts: `A.example.` is
+/// `a.example`).
+pub(crate) fn host_problem<B>(request: &Request<B>) -> Option<String> {
+    let mut hosts = request.headers().get_all(header::HOST).iter();
+    let host = hosts.next();
+    if hosts.next().is_some() {
+        return Some("the request has two `Host` headers; send one".to_owned());
+    }
+    let host = match host.map(HeaderValue::to_str) {
+        Some(Ok(host)) => Some(host),
+        Some(Err(_)) => return Some("`Host` holds bytes that are not visible ASCII".to_owned()),
+        None => None,
+    };
+    let authority = request.uri().authority().map(Authority::as_str);
+    if host.is_none() && request.version() == Version::HTTP_11 {
+        return Some(
+            "an HTTP/1.1 request needs a `Host` header (RFC 9112 §3.2); send the host it is for"
+                .to_owned(),
+        );
+    }
+    let host = match host.map(ratewarden_policy::host::normalize) {
+        Some(Ok(host)) => Some(host),
+        Some(Err(error)) => return Some(format!("`Host`: {error}")),
+        None => None,
+    };
+    if let Some(authority) = authority {
+        let target = match ratewarden_policy::host::normalize(authority) {
+            Ok(target) => target,
+            Err(error) => return Some(format!("the request target's authority: {error}")),
+        };
+        if host.is_some_and(|host| host != target) {
+            return Some(format!(
+                "`Host` names another host than the request target's `{authority}`; send \
+                 the same host in both"
+            ));
+        }
+    }
+    None
+}
+
+/// The host the gateway decides on and forwards (after [`refusal`] took the request): the
+/// target's authority when it has one (RFC 9112 §3.2.2: it wins over `Host`), else `Host`.
+pub(crate) fn host<B>(request: &Request<B>) -> Option<&str> {
+    match request.uri().authority() {
+        Some(authority) => Some(authority.as_str()),
+        None => request
+            .headers()
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok()),
+    }
 }
 
 /// Why a request's method could be read as another one upstream (a method override header

@@ -180,7 +180,8 @@ pub(super) fn read<'h, 'b>(
             return Head::Other;
         }
     }
-    let Some(host) = host else {
+    // A `Host` that is not a host is hyper's gateway's to refuse (`guard::host_problem`).
+    let Some(host) = host.filter(|h| ratewarden_policy::host::name(h).is_ok()) else {
         return Head::Other;
     };
     Head::Get(Get {
