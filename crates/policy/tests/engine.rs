@@ -1595,3 +1595,35 @@ fn a_host_that_is_no_host_is_a_request_error() {
         assert!(!explained.allowed, "{host:?}");
     }
 }
+
+/// Two values of a rule's key parts could join into one key: `a|b` then `c`, and `a` then
+/// `b|c`, both spelled `a|b|c`, so one client could spend another's budget by choosing
+/// where the `|` falls.
+#[test]
+fn values_with_a_bar_never_join_into_another_clients_key() {
+    let engine = engine(
+        "[[limit]]\nname = \"pair\"\nkey = [\"header:x-org\", \"header:x-user\"]\n\
+         algorithm = \"fixed-window\"\nlimit = 1\nwindow = \"1m\"\n",
+    );
+    let victim: &[(&str, &str)] = &[("x-org", "acme|bob"), ("x-user", "ops")];
+    let attacker: &[(&str, &str)] = &[("x-org", "acme"), ("x-user", "bob|ops")];
+    assert!(
+        engine
+            .decide_now(&get("198.51.100.1", attacker), NOW)
+            .unwrap()
+            .allowed
+    );
+    assert!(
+        engine
+            .decide_now(&get("198.51.100.2", victim), NOW)
+            .unwrap()
+            .allowed,
+        "the victim's budget is its own"
+    );
+    assert!(
+        !engine
+            .decide_now(&get("198.51.100.2", victim), NOW)
+            .unwrap()
+            .allowed
+    );
+}

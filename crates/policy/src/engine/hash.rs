@@ -95,15 +95,30 @@ pub(super) fn push_api_key_digest(out: &mut String, token: &str) {
     push_hex(out, &sha256(token.as_bytes())[..8]);
 }
 
-/// A key part longer than [`MAX_PART`] bytes, stored as `#` and the first 16 bytes of its
-/// SHA-256 in hex (33 bytes): a 200 KB header must not make a 200 KB key (issue 12, item 5).
+/// A key part as it is stored: the value itself, with `%`, `|` and a leading `#` escaped
+/// (`%25`, `%7C`, `%23`) so that no value can spell a part boundary or a digest, and so two
+/// different lists of parts never make one key (`a|b` + `c` against `a` + `b|c`); a value
+/// longer than [`MAX_PART`] bytes is stored as `#` and the first 16 bytes of its SHA-256 in
+/// hex (33 bytes), so a 200 KB header does not make a 200 KB key.
 pub(super) fn bounded_part(part: &str) -> std::borrow::Cow<'_, str> {
-    if part.len() <= MAX_PART {
+    if part.len() > MAX_PART {
+        let mut out = String::with_capacity(1 + 32);
+        out.push('#');
+        push_hex(&mut out, &sha256(part.as_bytes())[..16]);
+        return out.into();
+    }
+    if !part.starts_with('#') && !part.contains(['|', '%']) {
         return part.into();
     }
-    let mut out = String::with_capacity(1 + 32);
-    out.push('#');
-    push_hex(&mut out, &sha256(part.as_bytes())[..16]);
+    let mut out = String::with_capacity(part.len() + 8);
+    for (i, c) in part.char_indices() {
+        match c {
+            '%' => out.push_str("%25"),
+            '|' => out.push_str("%7C"),
+            '#' if i == 0 => out.push_str("%23"),
+            c => out.push(c),
+        }
+    }
     out.into()
 }
 
@@ -113,6 +128,32 @@ pub(super) const MAX_PART: usize = 64;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_two_lists_of_parts_make_one_key() {
+        let key = |parts: &[&str]| {
+            parts
+                .iter()
+                .map(|p| bounded_part(p).into_owned())
+                .collect::<Vec<_>>()
+                .join("|")
+        };
+        assert_ne!(key(&["a|b", "c"]), key(&["a", "b|c"]));
+        assert_ne!(key(&["a%7Cb", "c"]), key(&["a|b", "c"]));
+        let long = "x".repeat(MAX_PART + 1);
+        let digest = bounded_part(&long).into_owned();
+        assert_ne!(
+            bounded_part(&digest),
+            digest.as_str(),
+            "a value spelling a digest"
+        );
+        assert_eq!(
+            bounded_part("acme"),
+            "acme",
+            "most values are stored as they are"
+        );
+        assert_eq!(bounded_part("a#b"), "a#b");
+    }
 
     #[test]
     fn hex_is_lowercase_two_digits_a_byte_as_fmt_writes_it() {
