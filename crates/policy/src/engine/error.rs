@@ -43,6 +43,10 @@ pub enum RequestError {
         /// The configured API-key header.
         header: String,
     },
+    /// A trusted proxy put something other than an address where the client's address
+    /// belongs: the client cannot be told apart from the proxy's other clients.
+    #[error("{0}")]
+    ClientAddress(#[from] crate::ClientIpError),
     /// A descriptor call without what it needs (a domain, a descriptor).
     #[error("{0}")]
     Descriptors(String),

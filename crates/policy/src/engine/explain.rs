@@ -121,12 +121,20 @@ impl<S: AsyncStore> Engine<S> {
     /// ```
     pub async fn explain(&self, request: &Request<'_>, now: u64) -> Explanation {
         let set = self.current();
-        let client = client_of(request, &set.config.trusted_proxies);
+        // A client that cannot be known refuses the request under every rule it meets, as
+        // `decide` refuses it; the proxy's address is then the one the keys would have had.
+        let (client, unknown) = match client_of(request, &set.config.trusted_proxies) {
+            Ok(client) => (client, None),
+            Err(error) => (error.proxy, Some(error.to_string())),
+        };
         let class = super::adaptive::criticality(&set, request);
         let mut rules = Vec::with_capacity(set.rules.len());
         for (i, rule) in set.rules.iter().enumerate() {
             let finding = match mismatch(&rule.matches, request) {
                 Some((field, reason)) => Finding::NotMatched { field, reason },
+                None if unknown.is_some() => Finding::Refused {
+                    error: unknown.clone().unwrap_or_default(),
+                },
                 None => {
                     self.applies(
                         rule,

@@ -17,7 +17,7 @@
 use std::mem::MaybeUninit;
 use std::net::IpAddr;
 
-use ratewarden_policy::Identity;
+use ratewarden_policy::{ClientIpHeader, Identity};
 
 /// The most header lines a head the lean path serves may have; more go to hyper (whose
 /// own bound is 100).
@@ -117,6 +117,13 @@ pub(super) fn read<'h, 'b>(
     // have none.
     let mut trusted = None;
     let mut trusted = || *trusted.get_or_insert_with(|| identity.trusted().contains(peer));
+    // Only the header our proxies write the client in has our hop added where it stands;
+    // any other header naming the client is rewritten, which hyper's gateway does.
+    let (read_for, custom) = match identity.trusted().header() {
+        ClientIpHeader::XForwardedFor => (true, None),
+        ClientIpHeader::Forwarded => (false, None),
+        ClientIpHeader::Other(name) => (false, Some(name.as_bytes())),
+    };
     for (at, header) in headers.iter().enumerate() {
         let name = header.name.as_bytes();
         if !header
@@ -144,6 +151,7 @@ pub(super) fn read<'h, 'b>(
             6 => is(b"expect"),
             7 => is(b"upgrade") || is(b"trailer"),
             9 => is(b"forwarded") || is(b"x-real-ip"),
+            11 => is(b"x-client-ip"),
             10 if is(b"connection") => {
                 if close.is_some() {
                     return Head::Other;
@@ -159,23 +167,26 @@ pub(super) fn read<'h, 'b>(
             }
             10 => is(b"keep-alive"),
             13 => is(b"x-http-method") || is(b"x-rewrite-url"),
-            14 => is(b"content-length") || is(b"x-original-url"),
+            14 => is(b"content-length") || is(b"x-original-url") || is(b"true-client-ip"),
             // From a trusted proxy, once each: a second line is a list hyper's gateway joins,
             // from anyone else lines it removes or replaces.
-            15 if is(b"x-forwarded-for") => !trusted() || forwarded_for.replace(at).is_some(),
+            15 if is(b"x-forwarded-for") => {
+                !read_for || !trusted() || forwarded_for.replace(at).is_some()
+            }
             16 if is(b"x-forwarded-host") => {
                 !trusted() || std::mem::replace(&mut forwarded_host, true)
             }
-            16 => is(b"proxy-connection"),
+            16 => is(b"proxy-connection") || is(b"cf-connecting-ip") || is(b"fastly-client-ip"),
             17 if is(b"x-forwarded-proto") => {
                 !trusted() || std::mem::replace(&mut forwarded_proto, true)
             }
             17 => is(b"transfer-encoding") || is(b"x-method-override"),
             18 => is(b"proxy-authenticate"),
-            19 => is(b"proxy-authorization"),
+            19 => is(b"proxy-authorization") || is(b"x-cluster-client-ip"),
             22 => is(b"x-http-method-override"),
             _ => false,
         };
+        let handed = handed || custom.is_some_and(is);
         if handed || repeated_identity(headers, at, identity) {
             return Head::Other;
         }
