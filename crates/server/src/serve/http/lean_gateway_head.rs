@@ -9,10 +9,11 @@
 //! header repeated or not visible ASCII, `Connection` naming a header) and every head whose
 //! forwarded form takes more than dropping `Connection`, adding our forwarding lines and
 //! adding our hop to one `X-Forwarded-For` line: any other hop-by-hop header, and any
-//! forwarding header but one line each of `X-Forwarded-For`, `X-Forwarded-Proto` and
-//! `X-Forwarded-Host` from a trusted proxy (a load balancer's). `Forwarded` and `X-Real-IP`
-//! always go, and so does any forwarding line from a peer we do not trust, whose lines
-//! hyper's gateway removes or replaces.
+//! forwarding header but one line each of `X-Forwarded-For` (when it is the configured
+//! `client_ip_header`), `X-Forwarded-Proto` and `X-Forwarded-Host` from a trusted proxy (a
+//! load balancer's). `Forwarded`, `X-Real-IP` and every other header naming the client
+//! (`gateway::CLIENT_HEADERS`, a configured `client_ip_header`) always go, and so does any
+//! forwarding line from a peer we do not trust, whose lines hyper's gateway rewrites.
 
 use std::mem::MaybeUninit;
 use std::net::IpAddr;
@@ -375,6 +376,57 @@ mod tests {
         ]
         .concat();
         assert!(get(&many).is_none(), "more header lines than the array");
+    }
+
+    #[test]
+    fn every_other_header_naming_the_client_goes_to_hyper_which_rewrites_it() {
+        for name in super::super::gateway::CLIENT_HEADERS {
+            for peer in [CLIENT, PROXY] {
+                let head = format!("GET / HTTP/1.1\r\nHost: a\r\n{name}: 1.2.3.4\r\n\r\n");
+                let identity = identity();
+                let mut lines = lines();
+                assert!(
+                    !matches!(
+                        read(head.as_bytes(), &mut lines, &identity, peer),
+                        Head::Get(_)
+                    ),
+                    "{name} from {peer} is hyper's"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn under_another_client_ip_header_x_forwarded_for_and_that_header_go_to_hyper() {
+        for (header, line) in [
+            ("Forwarded", "X-Forwarded-For: 203.0.113.9"),
+            ("X-Edge-Client", "X-Forwarded-For: 203.0.113.9"),
+            ("X-Edge-Client", "x-edge-client: 203.0.113.9"),
+        ] {
+            let rules = format!(
+                "[server]\ntrusted_proxies = [\"10.0.0.0/8\"]\nclient_ip_header = \"{header}\"\n"
+            );
+            let engine: Engine<MemoryStore> = Engine::new(
+                config::parse("r.toml", &rules).expect("valid rules"),
+                MemoryStore::new(StoreConfig::default()),
+            );
+            let identity = engine.identity();
+            let head = format!("GET / HTTP/1.1\r\nHost: a\r\n{line}\r\n\r\n");
+            let mut storage = lines();
+            assert!(
+                !matches!(
+                    read(head.as_bytes(), &mut storage, &identity, PROXY),
+                    Head::Get(_)
+                ),
+                "{line} under {header} is hyper's"
+            );
+            let plain = b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-Proto: https\r\n\r\n";
+            let mut storage = lines();
+            assert!(
+                matches!(read(plain, &mut storage, &identity, PROXY), Head::Get(_)),
+                "a head naming no client is still served here under {header}"
+            );
+        }
     }
 
     /// What the lean path makes of `head` from `peer`: `Some((forwarded_for,
