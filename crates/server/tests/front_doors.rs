@@ -540,6 +540,33 @@ async fn only_the_configured_client_ip_header_names_the_client_and_the_upstream_
 }
 
 #[tokio::test]
+async fn the_decision_api_reads_the_client_from_the_configured_header_only() {
+    let per_ip = "[[limit]]\nname = \"per-ip\"\nkey = [\"ip\"]\nalgorithm = \"fixed-window\"\n\
+                  limit = 1\nwindow = \"1m\"\n";
+    let server = start(&format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"off\"\ntrusted_proxies = [\"127.0.0.1\"]\n{per_ip}"
+    ))
+    .await;
+    // The caller is our proxy: the client is the one its `X-Forwarded-For` names, whatever
+    // `Forwarded` says.
+    let asked = |forwarded: &str| {
+        format!(
+            r#"{{"path": "/", "headers": {{"forwarded": "for={forwarded}", "x-forwarded-for": "203.0.113.9"}}}}"#
+        )
+    };
+    let first = check(server.listen, &asked("198.51.100.1")).await;
+    assert_eq!(first.json()["allowed"], json!(true), "{}", first.body);
+    let again = check(server.listen, &asked("198.51.100.2")).await;
+    assert_eq!(again.json()["allowed"], json!(false), "{}", again.body);
+    let unknown = check(
+        server.listen,
+        r#"{"path": "/", "headers": {"x-forwarded-for": "unknown"}}"#,
+    )
+    .await;
+    assert!(unknown.is_problem(400), "{}", unknown.body);
+}
+
+#[tokio::test]
 async fn two_hosts_a_host_against_the_target_and_connect_are_refused() {
     let up = echo_upstream().await;
     let server = start(&gateway(up, "", "")).await;
