@@ -130,12 +130,12 @@ impl<S: AsyncStore> Engine<S> {
         let class = super::adaptive::criticality(&set, request);
         let mut rules = Vec::with_capacity(set.rules.len());
         for (i, rule) in set.rules.iter().enumerate() {
-            let finding = match mismatch(&rule.matches, request) {
-                Some((field, reason)) => Finding::NotMatched { field, reason },
-                None if unknown.is_some() => Finding::Refused {
-                    error: unknown.clone().unwrap_or_default(),
+            let finding = match (mismatch(&rule.matches, request), &unknown) {
+                (Some((field, reason)), _) => Finding::NotMatched { field, reason },
+                (None, Some(error)) => Finding::Refused {
+                    error: error.clone(),
                 },
-                None => {
+                (None, None) => {
                     self.applies(
                         rule,
                         &set.prefixes[i],
