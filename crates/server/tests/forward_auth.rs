@@ -822,6 +822,23 @@ async fn behind_caddy_forward_auth_a_client_s_own_forwarding_headers_are_not_its
     only_the_proxy_names_the_client(listen, &seen).await;
 }
 
+/// HAProxy's Lua action names the client in `X-Forwarded-For` and copies only the headers
+/// it is told to: a regression guard, as no forwarding header of the client's reaches us.
+#[tokio::test]
+async fn behind_haproxy_lua_a_client_s_own_forwarding_headers_are_not_its_address() {
+    let server = serve(r#""127.0.0.1""#, LOGIN).await;
+    let (upstream, seen) = counted_upstream().await;
+    let scratch = Scratch::new("haproxy");
+    let listen = free_addr();
+    let _proxy = haproxy(
+        &scratch,
+        listen,
+        haproxy_cfg(listen, server.listen, upstream),
+    )
+    .await;
+    only_the_proxy_names_the_client(listen, &seen).await;
+}
+
 /// nginx in front of the gateway, as `docs/front-doors.md` gives it: `X-Forwarded-For`
 /// appended to, the client's other headers passed through untouched.
 fn nginx_before_gateway(dir: &Path, listen: SocketAddr, gateway: SocketAddr) -> String {
