@@ -6,16 +6,21 @@ use std::str::FromStr;
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
-/// The address ranges of the proxies whose forwarding headers we believe.
+/// The address ranges of the proxies whose forwarding header we believe, and which header
+/// that is ([`ClientIpHeader`], `X-Forwarded-For` unless [`with_header`](Self::with_header)
+/// says otherwise).
 ///
 /// # Examples
 ///
 /// ```
-/// use ratewarden_policy::TrustedProxies;
+/// use ratewarden_policy::{ClientIpHeader, TrustedProxies};
 ///
 /// let trusted = TrustedProxies::parse(["10.0.0.0/8", "2001:db8:ffff::/48"])?;
 /// assert!(trusted.contains("10.1.2.3".parse()?));
 /// assert!(!trusted.contains("192.0.2.1".parse()?));
+/// assert_eq!(trusted.header().name(), "x-forwarded-for");
+/// let trusted = trusted.with_header(ClientIpHeader::Forwarded);
+/// assert_eq!(trusted.header().name(), "forwarded");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
