@@ -213,13 +213,13 @@ async fn decide(
             slot,
         } => (fields, permit, slot),
     };
-    forwarded_head(
-        forwarded,
-        forwarding,
-        get,
-        &path,
-        app.engine.identity().trusted(),
-    );
+    // Only a trusted proxy's list names a client apart from the peer: the rules in force
+    // are asked again only then, most heads having none.
+    let identity = get.forwarded_for.map(|_| app.engine.identity());
+    let trusted = identity
+        .as_deref()
+        .map(ratewarden_policy::Identity::trusted);
+    forwarded_head(forwarded, forwarding, get, &path, trusted);
     Step::Forward(
         get.len,
         get.close,
@@ -238,14 +238,14 @@ async fn decide(
 /// last name into the gap); a trusted proxy's `X-Forwarded-For` line, where it stands,
 /// with our hop added (the map's `insert` keeps a name's place); then the forwarding lines
 /// the map did not have, in the order `forwarding_headers` inserts them, naming the client
-/// that line gives through `trusted`. The head's reader took no other forwarding line: from
-/// a peer we do not trust, none at all.
+/// that line gives through `trusted` (given with the line). The head's reader took no other
+/// forwarding line: from a peer we do not trust, none at all.
 fn forwarded_head(
     out: &mut Vec<u8>,
     forwarding: &mut Forwarding,
     get: &Get<'_, '_>,
     path: &str,
-    trusted: &ratewarden_policy::TrustedProxies,
+    trusted: Option<&ratewarden_policy::TrustedProxies>,
 ) {
     out.clear();
     out.extend_from_slice(get.method.as_bytes());
@@ -263,9 +263,13 @@ fn forwarded_head(
             .forwarded_for
             .and_then(|at| std::str::from_utf8(get.headers[at].value).ok());
         // The admission read the same line: a client it could not know was refused there.
-        let client = sent.map_or(forwarding.ip, |sent| {
-            ratewarden_policy::client_ip(forwarding.ip, &[sent], trusted).unwrap_or(forwarding.ip)
-        });
+        let client = match (sent, trusted) {
+            (Some(sent), Some(trusted)) => {
+                ratewarden_policy::client_ip(forwarding.ip, &[sent], trusted)
+                    .unwrap_or(forwarding.ip)
+            }
+            _ => forwarding.ip,
+        };
         gateway::forwarding_values(
             forwarding.ip,
             client,
