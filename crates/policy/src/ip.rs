@@ -6,22 +6,173 @@ use std::str::FromStr;
 
 use ipnet::{IpNet, Ipv4Net, Ipv6Net};
 
-/// The address ranges of the proxies whose forwarding headers we believe.
+/// The address ranges of the proxies whose forwarding header we believe, and which header
+/// that is ([`ClientIpHeader`], `X-Forwarded-For` unless [`with_header`](Self::with_header)
+/// says otherwise).
 ///
 /// # Examples
 ///
 /// ```
-/// use ratewarden_policy::TrustedProxies;
+/// use ratewarden_policy::{ClientIpHeader, TrustedProxies};
 ///
 /// let trusted = TrustedProxies::parse(["10.0.0.0/8", "2001:db8:ffff::/48"])?;
 /// assert!(trusted.contains("10.1.2.3".parse()?));
 /// assert!(!trusted.contains("192.0.2.1".parse()?));
+/// assert_eq!(trusted.header().name(), "x-forwarded-for");
+/// let trusted = trusted.with_header(ClientIpHeader::Forwarded);
+/// assert_eq!(trusted.header().name(), "forwarded");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TrustedProxies {
     ranges: Vec<IpNet>,
+    header: ClientIpHeader,
 }
+
+/// The one header our proxies write the client's address in (`[server] client_ip_header`).
+///
+/// Only this header is read for the address: a proxy writes one forwarding header and passes
+/// the others through as the client sent them, so reading two and picking one would let a
+/// client name its own address in the one the proxy does not write.
+///
+/// # Examples
+///
+/// ```
+/// use ratewarden_policy::ClientIpHeader;
+///
+/// assert_eq!(ClientIpHeader::default(), ClientIpHeader::XForwardedFor);
+/// assert_eq!(ClientIpHeader::parse("forwarded")?, ClientIpHeader::Forwarded);
+/// assert_eq!(ClientIpHeader::parse("CF-Connecting-IP")?.name(), "cf-connecting-ip");
+/// assert!(ClientIpHeader::parse("X_Real_IP").is_err());
+/// # Ok::<(), ratewarden_policy::HeaderNameError>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ClientIpHeader {
+    /// `X-Forwarded-For`: a comma list, each proxy appending the address it saw.
+    #[default]
+    XForwardedFor,
+    /// `Forwarded` (RFC 7239): the `for=` parameter of each element.
+    Forwarded,
+    /// Another header (`X-Real-IP`, `CF-Connecting-IP`, `True-Client-IP`), its name in
+    /// lowercase, read as a comma list of addresses as `X-Forwarded-For` is.
+    Other(Box<str>),
+}
+
+/// A `client_ip_header` that cannot name a forwarding header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeaderNameError {
+    /// The name as given.
+    pub input: String,
+    /// What is wrong with it.
+    pub reason: &'static str,
+}
+
+impl fmt::Display for HeaderNameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`{}` {}", self.input, self.reason)
+    }
+}
+
+impl std::error::Error for HeaderNameError {}
+
+/// Headers that never carry a client's address: each describes the connection, or another
+/// part of the request, and one of them named here is a slip for the header wanted.
+const NOT_ADDRESS_HEADERS: [&str; 14] = [
+    "host",
+    "authorization",
+    "cookie",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-forwarded-port",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "content-length",
+];
+
+impl ClientIpHeader {
+    /// The header called `name`, in any case.
+    ///
+    /// # Errors
+    ///
+    /// A name that is not an HTTP token (RFC 9110 §5.6.2), one with `_` (nginx drops such
+    /// headers and CGI-style servers read them as `-`), or a header that never carries a
+    /// client's address (`Host`, `Connection`, `X-Forwarded-Proto`, ...).
+    pub fn parse(name: &str) -> Result<Self, HeaderNameError> {
+        let error = |reason| HeaderNameError {
+            input: name.to_owned(),
+            reason,
+        };
+        let lower = name.trim().to_ascii_lowercase();
+        if lower.is_empty() {
+            return Err(error("is empty: name a header such as `X-Forwarded-For`"));
+        }
+        if !lower
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^`|~_".contains(&b))
+        {
+            return Err(error("is not a header name (letters, digits and `-`)"));
+        }
+        if lower.contains('_') {
+            return Err(error(
+                "has `_`: nginx drops such headers and some upstreams read them as `-`; \
+                 spell it with `-`",
+            ));
+        }
+        if NOT_ADDRESS_HEADERS.contains(&lower.as_str()) {
+            return Err(error(
+                "never carries the client's address: name the header your proxy writes it in \
+                 (`X-Forwarded-For`, `Forwarded`, `X-Real-IP`, ...)",
+            ));
+        }
+        Ok(match lower.as_str() {
+            "x-forwarded-for" => Self::XForwardedFor,
+            "forwarded" => Self::Forwarded,
+            _ => Self::Other(lower.into()),
+        })
+    }
+
+    /// The header's name in lowercase, as `http::HeaderName` spells it.
+    pub fn name(&self) -> &str {
+        match self {
+            Self::XForwardedFor => "x-forwarded-for",
+            Self::Forwarded => "forwarded",
+            Self::Other(name) => name,
+        }
+    }
+}
+
+/// A trusted proxy that put something other than an address where the client's address
+/// belongs (`unknown`, an obfuscated `_hidden`, a `Forwarded` element without `for=`).
+///
+/// Such a request is refused rather than counted under the proxy's address: every client
+/// behind that proxy would then share one budget, and one of them could spend it for all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientIpError {
+    /// The header read (`[server] client_ip_header`), lowercase.
+    pub header: String,
+    /// The element that is not an address, as sent.
+    pub value: String,
+    /// The trusted hop that wrote it: the socket's peer, or an address the walk believed.
+    pub proxy: IpAddr,
+}
+
+impl fmt::Display for ClientIpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "`{}` from the trusted proxy {} holds `{}` where the client's address belongs: \
+             the client cannot be told apart from the proxy's other clients",
+            self.header, self.proxy, self.value
+        )
+    }
+}
+
+impl std::error::Error for ClientIpError {}
 
 /// A prefix that could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,7 +215,20 @@ impl TrustedProxies {
             .into_iter()
             .map(parse_net)
             .collect::<Result<_, _>>()?;
-        Ok(Self { ranges })
+        Ok(Self {
+            ranges,
+            header: ClientIpHeader::default(),
+        })
+    }
+
+    /// These proxies, writing the client's address in `header`.
+    pub fn with_header(self, header: ClientIpHeader) -> Self {
+        Self { header, ..self }
+    }
+
+    /// The header these proxies write the client's address in.
+    pub fn header(&self) -> &ClientIpHeader {
+        &self.header
     }
 
     /// No proxy is trusted: the socket's peer is always the client.
@@ -94,13 +258,18 @@ fn unmapped(ip: IpAddr) -> IpAddr {
 
 /// Finds the client's address.
 ///
-/// The socket's `peer` is the client unless it is a trusted proxy. Then the forwarding
-/// headers are read from the right, the nearest hop first: each address added by a trusted
-/// hop is believed, and the first one that is not itself a trusted proxy is the client.
-/// `forwarded` holds the values of `Forwarded` header lines (RFC 7239, its `for=` parameters),
-/// `x_forwarded_for` those of `X-Forwarded-For`; lines are read in order, and `Forwarded` is
-/// used when present. A value that is not an address (`unknown`, an obfuscated `_hidden`)
-/// stops the walk at the proxy that wrote it, whose address is then the key.
+/// The socket's `peer` is the client unless it is a trusted proxy. Then `lines`, the values
+/// of the one header the proxies write the address in ([`TrustedProxies::header`]), are read
+/// from the right, the nearest hop first: each address added by a trusted hop is believed,
+/// and the first one that is not itself a trusted proxy is the client. Lines are read in
+/// order; empty list elements are skipped (RFC 9110 §5.6.1). A trusted proxy that sent no
+/// such header is itself the client.
+///
+/// # Errors
+///
+/// A hop that a trusted proxy wrote and that is not an address (`unknown`, `_hidden`, a
+/// `Forwarded` element without `for=`): the client cannot be known, and keying the request
+/// under the proxy would let it spend the budget of every client behind that proxy.
 ///
 /// # Examples
 ///
@@ -110,68 +279,76 @@ fn unmapped(ip: IpAddr) -> IpAddr {
 /// let trusted = TrustedProxies::parse(["10.0.0.0/8"])?;
 /// let lb = "10.0.0.2".parse()?;
 /// // Through our load balancer: the client it saw.
-/// assert_eq!(client_ip(lb, &[], &["203.0.113.9"], &trusted), "203.0.113.9".parse::<std::net::IpAddr>()?);
+/// assert_eq!(client_ip(lb, &["203.0.113.9"], &trusted)?, "203.0.113.9".parse::<std::net::IpAddr>()?);
 /// // Straight from the internet, a header is just something the client typed.
 /// let direct = "198.51.100.4".parse()?;
-/// assert_eq!(client_ip(direct, &[], &["1.2.3.4"], &trusted), direct);
+/// assert_eq!(client_ip(direct, &["1.2.3.4"], &trusted)?, direct);
+/// // A proxy that does not know its client does not make the client the proxy.
+/// assert!(client_ip(lb, &["unknown"], &trusted).is_err());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn client_ip(
     peer: IpAddr,
-    forwarded: &[&str],
-    x_forwarded_for: &[&str],
+    lines: &[&str],
     trusted: &TrustedProxies,
-) -> IpAddr {
+) -> Result<IpAddr, ClientIpError> {
     let client = unmapped(peer);
     if !trusted.contains(client) {
-        return client;
+        return Ok(client);
     }
     // The hops from the right, the last line's last element first, as they come: a list of
     // them made first was a third of what reading a proxy's list cost.
-    if forwarded.is_empty() {
-        let hops = x_forwarded_for
-            .iter()
-            .rev()
-            .flat_map(|line| line.rsplit(','));
-        walk(client, hops, trusted)
-    } else {
-        let hops = forwarded
-            .iter()
-            .rev()
-            .flat_map(|line| line.rsplit(','))
-            .filter_map(forwarded_for);
-        walk(client, hops, trusted)
+    let elements = lines.iter().rev().flat_map(|line| line.rsplit(','));
+    match trusted.header {
+        ClientIpHeader::Forwarded => walk(client, elements.map(forwarded_for), trusted),
+        _ => walk(client, elements.map(Ok), trusted),
     }
 }
 
 /// Walks `hops`, the nearest first, from the trusted `client`: each address a trusted hop
-/// added is believed, and the first that is not itself trusted (or that is not an address)
-/// ends the walk.
+/// added is believed, and the first that is not itself trusted ends the walk. Each hop is
+/// the text of its address, or (`Err`) an element that names none.
 fn walk<'a>(
     mut client: IpAddr,
-    hops: impl Iterator<Item = &'a str>,
+    hops: impl Iterator<Item = Result<&'a str, &'a str>>,
     trusted: &TrustedProxies,
-) -> IpAddr {
+) -> Result<IpAddr, ClientIpError> {
     for hop in hops {
-        let Some(ip) = parse_hop(hop) else {
-            break;
+        let text = match hop {
+            Ok(text) | Err(text) => text.trim(),
+        };
+        if text.is_empty() {
+            continue;
+        }
+        let Some(ip) = hop.ok().and_then(parse_hop) else {
+            return Err(ClientIpError {
+                header: trusted.header.name().to_owned(),
+                value: text.to_owned(),
+                proxy: client,
+            });
         };
         client = ip;
         if !trusted.contains(client) {
             break;
         }
     }
-    client
+    Ok(client)
 }
 
-/// The `for=` parameter of one `Forwarded` element (`for=192.0.2.60;proto=http`).
-fn forwarded_for(element: &str) -> Option<&str> {
-    element.split(';').find_map(|pair| {
-        let (name, value) = pair.split_once('=')?;
-        name.trim()
-            .eq_ignore_ascii_case("for")
-            .then_some(value.trim())
-    })
+/// The `for=` parameter of one `Forwarded` element (`for=192.0.2.60;proto=http`), or the
+/// element itself when it has none: a proxy that added an element without saying whom for
+/// has not named the client, and the element left of it is not its to vouch for.
+fn forwarded_for(element: &str) -> Result<&str, &str> {
+    element
+        .split(';')
+        .find_map(|pair| {
+            let (name, value) = pair.split_once('=')?;
+            name.trim()
+                .eq_ignore_ascii_case("for")
+                .then_some(value.trim())
+        })
+        .filter(|value| !value.is_empty())
+        .ok_or(element)
 }
 
 /// One hop's address: `192.0.2.1`, `192.0.2.1:443`, `"[2001:db8::1]:4711"`, `2001:db8::1`.
@@ -324,34 +501,44 @@ mod text_tests {
         }
     }
 
-    /// `client_ip` as it was written first: every hop collected, then walked backwards.
+    /// `client_ip` written plainly: every hop collected, then walked backwards.
     fn client_ip_collected(
         peer: IpAddr,
-        forwarded: &[&str],
-        x_forwarded_for: &[&str],
+        lines: &[&str],
         trusted: &TrustedProxies,
-    ) -> IpAddr {
+    ) -> Result<IpAddr, ClientIpError> {
         let mut client = unmapped(peer);
         if !trusted.contains(client) {
-            return client;
+            return Ok(client);
         }
-        let hops: Vec<&str> = if forwarded.is_empty() {
-            x_forwarded_for.iter().flat_map(|l| l.split(',')).collect()
-        } else {
-            forwarded
-                .iter()
-                .flat_map(|l| l.split(','))
-                .filter_map(forwarded_for)
-                .collect()
-        };
-        for hop in hops.iter().rev() {
-            let Some(ip) = parse_hop(hop) else { break };
+        let forwarded = *trusted.header() == ClientIpHeader::Forwarded;
+        let elements: Vec<&str> = lines.iter().flat_map(|l| l.split(',')).collect();
+        for element in elements.iter().rev() {
+            if element.trim().is_empty() {
+                continue;
+            }
+            let hop = if forwarded {
+                element.split(';').find_map(|pair| {
+                    let (name, value) = pair.split_once('=')?;
+                    let value = value.trim();
+                    (name.trim().eq_ignore_ascii_case("for") && !value.is_empty()).then_some(value)
+                })
+            } else {
+                Some(*element)
+            };
+            let Some(ip) = hop.and_then(parse_hop) else {
+                return Err(ClientIpError {
+                    header: trusted.header().name().to_owned(),
+                    value: hop.unwrap_or(element).trim().to_owned(),
+                    proxy: client,
+                });
+            };
             client = ip;
             if !trusted.contains(client) {
                 break;
             }
         }
-        client
+        Ok(client)
     }
 
     /// One hop as a proxy might write it: an address trusted or not, with a port, quoted,
@@ -394,17 +581,47 @@ mod text_tests {
         #[test]
         fn the_walk_finds_the_client_the_collected_walk_found(
             peer in prop_oneof![Just("10.0.0.2"), Just("192.0.2.1"), Just("::ffff:10.1.1.1")],
-            forwarded in prop::collection::vec(line(true), 0..3),
-            x_forwarded_for in prop::collection::vec(line(false), 0..4),
+            forwarded in any::<bool>(),
+            lines in prop::collection::vec(prop_oneof![line(true), line(false)], 0..4),
         ) {
-            let trusted = TrustedProxies::parse(["10.0.0.0/8", "2001:db8:ffff::/48"]).unwrap();
+            let header = if forwarded { ClientIpHeader::Forwarded } else { ClientIpHeader::XForwardedFor };
+            let trusted = TrustedProxies::parse(["10.0.0.0/8", "2001:db8:ffff::/48"])
+                .unwrap()
+                .with_header(header);
             let peer: IpAddr = peer.parse().unwrap();
-            let forwarded: Vec<&str> = forwarded.iter().map(String::as_str).collect();
-            let x_forwarded_for: Vec<&str> = x_forwarded_for.iter().map(String::as_str).collect();
+            let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
             prop_assert_eq!(
-                client_ip(peer, &forwarded, &x_forwarded_for, &trusted),
-                client_ip_collected(peer, &forwarded, &x_forwarded_for, &trusted)
+                client_ip(peer, &lines, &trusted),
+                client_ip_collected(peer, &lines, &trusted)
             );
+        }
+
+        /// Whatever a client writes before the hop our proxy appends (an address, garbage,
+        /// a quote left open, a second line), the key is the address the proxy saw.
+        #[test]
+        fn what_a_client_writes_before_the_proxy_s_hop_never_picks_its_key(
+            forwarded in any::<bool>(),
+            written in prop::collection::vec(prop_oneof![line(true), line(false), "[ -~]{0,24}"], 0..3),
+            seen in prop_oneof![Just("203.0.113.9"), Just("2001:db8:1::7"), Just("198.51.100.4")],
+        ) {
+            let header = if forwarded { ClientIpHeader::Forwarded } else { ClientIpHeader::XForwardedFor };
+            let trusted = TrustedProxies::parse(["10.0.0.0/8"]).unwrap().with_header(header);
+            let hop = if forwarded && seen.contains(':') {
+                format!("for=\"[{seen}]\"")
+            } else if forwarded {
+                format!("for={seen}")
+            } else {
+                seen.to_owned()
+            };
+            let mut lines: Vec<String> = written;
+            match lines.last_mut() {
+                // nginx's `$proxy_add_x_forwarded_for`: the client's line, then ours.
+                Some(last) => *last = format!("{last}, {hop}"),
+                None => lines.push(hop),
+            }
+            let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+            let lb: IpAddr = "10.0.0.2".parse().unwrap();
+            prop_assert_eq!(client_ip(lb, &lines, &trusted), Ok(seen.parse::<IpAddr>().unwrap()));
         }
 
         #[test]

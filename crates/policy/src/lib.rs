@@ -4,9 +4,10 @@
 //! validated into [`Rule`]s, every error naming the file, line, column and rule) and how a
 //! request's client address is found and keyed:
 //!
-//! - [`client_ip`]: the address of the client, from the socket, or from `Forwarded` /
-//!   `X-Forwarded-For` only through configured [`TrustedProxies`], walking the list from the
-//!   right, so that a client can never choose its own key by sending the header itself.
+//! - [`client_ip`]: the address of the client, from the socket, or from the one header the
+//!   configured [`TrustedProxies`] write it in ([`ClientIpHeader`], `X-Forwarded-For` by
+//!   default), walking the list from the right, so that a client can never choose its own
+//!   key by sending that header, or another one, itself.
 //! - [`IpGrouping`]: the key of an address: IPv4 by /32 and IPv6 by /64 by default (a host
 //!   picks its own 64-bit interface ID, so it could otherwise rotate through 2^64 keys),
 //!   IPv4-mapped IPv6 unwrapped first.
@@ -35,4 +36,7 @@ pub use engine::{
     RuleTop, TopKeys, TopReport,
 };
 pub use engine::{QueueState, ShedReason, Timer, WaitStats, WAIT_BUCKETS_NS};
-pub use ip::{client_ip, push_ip, push_ip_net, IpGrouping, PrefixError, TrustedProxies};
+pub use ip::{
+    client_ip, push_ip, push_ip_net, ClientIpError, ClientIpHeader, HeaderNameError, IpGrouping,
+    PrefixError, TrustedProxies,
+};

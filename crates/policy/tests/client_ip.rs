@@ -2,174 +2,231 @@
 
 use std::net::IpAddr;
 
-use ratewarden_policy::{client_ip, IpGrouping, TrustedProxies};
+use ratewarden_policy::{client_ip, ClientIpHeader, IpGrouping, TrustedProxies};
 
 fn trusted(ranges: &[&str]) -> TrustedProxies {
     TrustedProxies::parse(ranges.iter().copied()).unwrap()
 }
 
-/// A case: what it shows, the socket's peer, `Forwarded` lines, `X-Forwarded-For` lines, and
-/// the client we expect.
-type Case<'a> = (&'a str, &'a str, &'a [&'a str], &'a [&'a str], &'a str);
+/// A case: what it shows, the socket's peer, the configured header's lines, and the client
+/// we expect (`Err(value)`: refused, naming the value that is not an address).
+type Case<'a> = (&'a str, &'a str, &'a [&'a str], Result<&'a str, &'a str>);
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-#[test]
-fn the_client_address_comes_only_through_trusted_proxies() {
-    let ours = trusted(&["10.0.0.0/8", "2001:db8:ffff::/48", "192.0.2.250"]);
-    // (case, peer, Forwarded lines, X-Forwarded-For lines, expected client)
-    let cases: &[Case<'_>] = &[
-        (
-            "no proxy, no header",
-            "203.0.113.7",
-            &[],
-            &[],
-            "203.0.113.7",
-        ),
-        (
-            "spoofed XFF from an untrusted peer is ignored",
-            "203.0.113.7",
-            &[],
-            &["198.51.100.1"],
-            "203.0.113.7",
-        ),
-        (
-            "spoofed Forwarded from an untrusted peer is ignored",
-            "203.0.113.7",
-            &["for=198.51.100.1"],
-            &[],
-            "203.0.113.7",
-        ),
-        (
-            "one trusted proxy",
-            "10.0.0.2",
-            &[],
-            &["203.0.113.7"],
-            "203.0.113.7",
-        ),
-        (
-            "a client's spoofed entry left of the real one",
-            "10.0.0.2",
-            &[],
-            &["1.2.3.4, 203.0.113.7"],
-            "203.0.113.7",
-        ),
-        (
-            "a chain of trusted proxies is walked",
-            "10.0.0.2",
-            &[],
-            &["203.0.113.7, 10.9.9.9, 192.0.2.250"],
-            "203.0.113.7",
-        ),
-        (
-            "several header lines read in order",
-            "10.0.0.2",
-            &[],
-            &["1.2.3.4, 203.0.113.7", "10.9.9.9"],
-            "203.0.113.7",
-        ),
-        (
-            "the walk stops at the first untrusted hop",
-            "10.0.0.2",
-            &[],
-            &["203.0.113.7, 198.51.100.9, 10.9.9.9"],
-            "198.51.100.9",
-        ),
-        (
-            "every hop trusted: the leftmost",
-            "10.0.0.2",
-            &[],
-            &["10.1.1.1, 10.2.2.2"],
-            "10.1.1.1",
-        ),
-        (
-            "trusted proxy, no header: the proxy",
-            "10.0.0.2",
-            &[],
-            &[],
-            "10.0.0.2",
-        ),
-        (
-            "an unknown hop stops at the proxy that wrote it",
-            "10.0.0.2",
-            &[],
-            &["203.0.113.7, unknown"],
-            "10.0.0.2",
-        ),
-        (
-            "Forwarded with quotes, brackets and a port",
-            "10.0.0.2",
-            &["for=\"[2001:db8:cafe::17]:4711\";proto=https"],
-            &[],
-            "2001:db8:cafe::17",
-        ),
-        (
-            "Forwarded wins over X-Forwarded-For",
-            "10.0.0.2",
-            &["for=203.0.113.7"],
-            &["198.51.100.1"],
-            "203.0.113.7",
-        ),
-        (
-            "Forwarded elements, several per line",
-            "10.0.0.2",
-            &["for=192.0.2.43, for=203.0.113.60;by=10.0.0.2"],
-            &[],
-            "203.0.113.60",
-        ),
-        (
-            "an obfuscated Forwarded node stops the walk",
-            "10.0.0.2",
-            &["for=_hidden"],
-            &[],
-            "10.0.0.2",
-        ),
-        (
-            "an IPv4 hop with a port",
-            "10.0.0.2",
-            &[],
-            &["203.0.113.7:51234"],
-            "203.0.113.7",
-        ),
-        (
-            "IPv6 proxies",
-            "2001:db8:ffff::1",
-            &[],
-            &["2001:db8:1::5"],
-            "2001:db8:1::5",
-        ),
-        (
-            "an IPv4-mapped peer is its IPv4 address",
-            "::ffff:10.0.0.2",
-            &[],
-            &["203.0.113.7"],
-            "203.0.113.7",
-        ),
-        (
-            "an IPv4-mapped client is unwrapped",
-            "10.0.0.2",
-            &[],
-            &["::ffff:203.0.113.7"],
-            "203.0.113.7",
-        ),
-    ];
-    for (case, peer, forwarded, xff, want) in cases {
-        let got = client_ip(ip(peer), forwarded, xff, &ours);
-        assert_eq!(got, ip(want), "{case}");
+fn run(header: ClientIpHeader, cases: &[Case<'_>]) {
+    let ours = trusted(&["10.0.0.0/8", "2001:db8:ffff::/48", "192.0.2.250"]).with_header(header);
+    for (case, peer, lines, want) in cases {
+        let got = client_ip(ip(peer), lines, &ours).map_err(|e| e.value);
+        assert_eq!(got, want.map(ip).map_err(str::to_owned), "{case}");
     }
 }
 
 #[test]
-fn with_no_trusted_proxy_the_peer_is_always_the_client() {
-    let got = client_ip(
-        ip("10.0.0.2"),
-        &["for=1.2.3.4"],
-        &["1.2.3.4"],
-        &TrustedProxies::none(),
+fn the_client_address_comes_only_through_trusted_proxies() {
+    run(
+        ClientIpHeader::XForwardedFor,
+        &[
+            ("no proxy, no header", "203.0.113.7", &[], Ok("203.0.113.7")),
+            (
+                "spoofed XFF from an untrusted peer is ignored",
+                "203.0.113.7",
+                &["198.51.100.1"],
+                Ok("203.0.113.7"),
+            ),
+            (
+                "one trusted proxy",
+                "10.0.0.2",
+                &["203.0.113.7"],
+                Ok("203.0.113.7"),
+            ),
+            (
+                "a client's spoofed entry left of the real one",
+                "10.0.0.2",
+                &["1.2.3.4, 203.0.113.7"],
+                Ok("203.0.113.7"),
+            ),
+            (
+                "a chain of trusted proxies is walked",
+                "10.0.0.2",
+                &["203.0.113.7, 10.9.9.9, 192.0.2.250"],
+                Ok("203.0.113.7"),
+            ),
+            (
+                "several header lines read in order",
+                "10.0.0.2",
+                &["1.2.3.4, 203.0.113.7", "10.9.9.9"],
+                Ok("203.0.113.7"),
+            ),
+            (
+                "the walk stops at the first untrusted hop",
+                "10.0.0.2",
+                &["203.0.113.7, 198.51.100.9, 10.9.9.9"],
+                Ok("198.51.100.9"),
+            ),
+            (
+                "every hop trusted: the leftmost",
+                "10.0.0.2",
+                &["10.1.1.1, 10.2.2.2"],
+                Ok("10.1.1.1"),
+            ),
+            (
+                "trusted proxy, no header: the proxy",
+                "10.0.0.2",
+                &[],
+                Ok("10.0.0.2"),
+            ),
+            (
+                "empty list elements are skipped",
+                "10.0.0.2",
+                &["203.0.113.7,, ", " , 10.9.9.9,"],
+                Ok("203.0.113.7"),
+            ),
+            (
+                "garbage left of the proxy's hop is never reached",
+                "10.0.0.2",
+                &["unknown, \"1.2.3.4, 203.0.113.7"],
+                Ok("203.0.113.7"),
+            ),
+            (
+                "an unknown hop from the proxy refuses: never the proxy's budget",
+                "10.0.0.2",
+                &["203.0.113.7, unknown"],
+                Err("unknown"),
+            ),
+            (
+                "an unknown hop behind a second trusted proxy refuses",
+                "10.0.0.2",
+                &["203.0.113.7, _hidden, 10.9.9.9"],
+                Err("_hidden"),
+            ),
+            (
+                "an IPv4 hop with a port",
+                "10.0.0.2",
+                &["203.0.113.7:51234"],
+                Ok("203.0.113.7"),
+            ),
+            (
+                "IPv6 proxies",
+                "2001:db8:ffff::1",
+                &["2001:db8:1::5"],
+                Ok("2001:db8:1::5"),
+            ),
+            (
+                "an IPv4-mapped peer is its IPv4 address",
+                "::ffff:10.0.0.2",
+                &["203.0.113.7"],
+                Ok("203.0.113.7"),
+            ),
+            (
+                "an IPv4-mapped client is unwrapped",
+                "10.0.0.2",
+                &["::ffff:203.0.113.7"],
+                Ok("203.0.113.7"),
+            ),
+        ],
     );
-    assert_eq!(got, ip("10.0.0.2"));
+}
+
+#[test]
+fn forwarded_is_read_only_when_it_is_the_configured_header() {
+    run(
+        ClientIpHeader::Forwarded,
+        &[
+            (
+                "Forwarded with quotes, brackets and a port",
+                "10.0.0.2",
+                &["for=\"[2001:db8:cafe::17]:4711\";proto=https"],
+                Ok("2001:db8:cafe::17"),
+            ),
+            (
+                "Forwarded elements, several per line",
+                "10.0.0.2",
+                &["for=192.0.2.43, for=203.0.113.60;by=10.0.0.2"],
+                Ok("203.0.113.60"),
+            ),
+            (
+                "a client's element left of the proxy's is never reached",
+                "10.0.0.2",
+                &["for=198.51.100.1, for=unknown;x=\"", "for=203.0.113.60"],
+                Ok("203.0.113.60"),
+            ),
+            (
+                "an obfuscated node from the proxy refuses",
+                "10.0.0.2",
+                &["for=198.51.100.1, for=_hidden"],
+                Err("_hidden"),
+            ),
+            (
+                "a proxy's element without for= vouches for no element left of it",
+                "10.0.0.2",
+                &["for=198.51.100.1, proto=https;by=10.0.0.2"],
+                Err("proto=https;by=10.0.0.2"),
+            ),
+            (
+                "an empty for= is no address",
+                "10.0.0.2",
+                &["for=198.51.100.1, for="],
+                Err("for="),
+            ),
+        ],
+    );
+}
+
+#[test]
+fn another_configured_header_is_read_as_a_list_of_addresses() {
+    let header = ClientIpHeader::parse("CF-Connecting-IP").unwrap();
+    run(
+        header,
+        &[
+            (
+                "one address",
+                "10.0.0.2",
+                &["203.0.113.7"],
+                Ok("203.0.113.7"),
+            ),
+            (
+                "from a peer not trusted it is ignored",
+                "198.51.100.1",
+                &["203.0.113.7"],
+                Ok("198.51.100.1"),
+            ),
+            ("garbage refuses", "10.0.0.2", &["nope"], Err("nope")),
+        ],
+    );
+}
+
+#[test]
+fn with_no_trusted_proxy_the_peer_is_always_the_client() {
+    let got = client_ip(ip("10.0.0.2"), &["1.2.3.4"], &TrustedProxies::none());
+    assert_eq!(got, Ok(ip("10.0.0.2")));
+}
+
+#[test]
+fn a_header_name_that_cannot_carry_the_client_is_refused_by_name() {
+    for (name, says) in [
+        ("", "is empty"),
+        ("X Real IP", "not a header name"),
+        ("X-Real-IP:", "not a header name"),
+        ("x_real_ip", "`_`"),
+        ("Host", "never carries"),
+        ("X-Forwarded-Proto", "never carries"),
+        ("connection", "never carries"),
+    ] {
+        let error = ClientIpHeader::parse(name).unwrap_err().to_string();
+        assert!(error.contains(says), "{name:?}: {error}");
+        assert!(error.contains(&format!("`{name}`")), "{name:?}: {error}");
+    }
+    assert_eq!(
+        ClientIpHeader::parse(" X-FORWARDED-FOR ").unwrap(),
+        ClientIpHeader::XForwardedFor
+    );
+    assert_eq!(
+        ClientIpHeader::parse("True-Client-IP").unwrap().name(),
+        "true-client-ip"
+    );
 }
 
 #[test]

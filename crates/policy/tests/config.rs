@@ -2,7 +2,7 @@
 
 use ratewarden_core::AlgorithmKind;
 use ratewarden_policy::config::parse;
-use ratewarden_policy::{KeyPart, Mode, OnStoreFailure};
+use ratewarden_policy::{ClientIpHeader, KeyPart, Mode, OnStoreFailure};
 
 const EXAMPLE: &str = include_str!("../../../examples/ratewarden.toml");
 
@@ -164,6 +164,33 @@ fn bad_trusted_proxies_and_unknown_sections_are_errors() {
     );
     let err = parse("s.toml", "[sever]\nlisten = \"x\"\n").unwrap_err();
     assert!(err.to_string().contains("unknown field `sever`"), "{err}");
+}
+
+#[test]
+fn client_ip_header_defaults_to_x_forwarded_for_and_a_bad_one_is_located() {
+    let config = parse("s.toml", "[server]\ntrusted_proxies = [\"10.0.0.0/8\"]\n").unwrap();
+    assert_eq!(
+        *config.trusted_proxies.header(),
+        ClientIpHeader::XForwardedFor
+    );
+    let config = parse(
+        "s.toml",
+        "[server]\ntrusted_proxies = [\"10.0.0.0/8\"]\nclient_ip_header = \"CF-Connecting-IP\"\n",
+    )
+    .unwrap();
+    assert_eq!(config.trusted_proxies.header().name(), "cf-connecting-ip");
+    for (value, says) in [
+        ("x_real_ip", "`x_real_ip` has `_`"),
+        ("Host", "`Host` never carries the client's address"),
+        ("X Real IP", "`X Real IP` is not a header name"),
+    ] {
+        let text = format!("[server]\nlisten = \"127.0.0.1:0\"\nclient_ip_header = \"{value}\"\n");
+        let err = parse("s.toml", &text).unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!("s.toml:3:20: `client_ip_header`: {says}")),
+            "{err}"
+        );
+    }
 }
 
 #[test]

@@ -278,6 +278,7 @@ fn the_reload_column_matches_what_a_reload_leaves_for_a_restart() {
         ("admin_hosts", "admin_hosts = [\"admin.internal\"]"),
         ("upstream", "upstream = \"http://127.0.0.1:5\""),
         ("trusted_proxies", "trusted_proxies = [\"10.0.0.0/8\"]"),
+        ("client_ip_header", "client_ip_header = \"X-Real-IP\""),
         ("legacy_headers", "legacy_headers = true"),
         ("retry_after_jitter", "retry_after_jitter = \"1s\""),
         ("max_in_flight", "max_in_flight = 5000"),

@@ -161,6 +161,45 @@ fn ipv6_clients_in_one_64_share_a_budget_and_spoofed_headers_are_ignored() {
 }
 
 #[test]
+fn behind_our_proxy_only_the_header_it_writes_names_the_client() {
+    let xff = engine(LAYERS);
+    // nginx appends to `X-Forwarded-For` and passes the client's `Forwarded` through.
+    for n in 0..5 {
+        let forwarded = format!("for=198.51.100.{n}");
+        let headers = [
+            ("Forwarded", forwarded.as_str()),
+            ("X-Real-IP", forwarded.as_str()),
+            ("X-Forwarded-For", "203.0.113.9"),
+        ];
+        let v = xff.decide_now(&get("10.0.0.7", &headers), NOW).unwrap();
+        assert!(v.outcomes[0].key.ends_with("|203.0.113.9/32"), "{n}");
+        assert_eq!(v.allowed, n < 3, "{n}");
+    }
+    // A proxy that names no address is no licence to count the client as the proxy.
+    for list in ["unknown", "203.0.113.9, _hidden"] {
+        let headers = [("X-Forwarded-For", list)];
+        let error = xff.decide_now(&get("10.0.0.7", &headers), NOW).unwrap_err();
+        assert!(matches!(error, RequestError::ClientAddress(_)), "{error}");
+        assert!(error.is_malformed());
+        let explained = now_or_panic(xff.explain(&get("10.0.0.7", &headers), NOW));
+        assert!(!explained.allowed, "explain refuses it as decide does");
+    }
+    // Under `client_ip_header = "Forwarded"`, the reverse.
+    let forwarded = engine(&LAYERS.replace(
+        "trusted_proxies = [\"10.0.0.0/8\"]",
+        "trusted_proxies = [\"10.0.0.0/8\"]\nclient_ip_header = \"Forwarded\"",
+    ));
+    let headers = [
+        ("X-Forwarded-For", "198.51.100.1"),
+        ("Forwarded", "for=203.0.113.9;proto=https"),
+    ];
+    let v = forwarded
+        .decide_now(&get("10.0.0.7", &headers), NOW)
+        .unwrap();
+    assert!(v.outcomes[0].key.ends_with("|203.0.113.9/32"));
+}
+
+#[test]
 fn rules_match_on_method_path_host_and_header() {
     let engine = engine(
         r#"

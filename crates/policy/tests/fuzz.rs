@@ -10,7 +10,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use ratewarden_core::{AlgorithmKind, CalendarUnit, Limit, Numbers, Rate};
 use ratewarden_policy::envoy::{self, Unit};
-use ratewarden_policy::{config, ConfigErrors};
+use ratewarden_policy::{client_ip, config, ClientIpHeader, ConfigErrors, TrustedProxies};
 
 const EXAMPLE: &str = include_str!("../../../examples/ratewarden.toml");
 const ENVOY_EXAMPLE: &str = include_str!("../../../fixtures/envoy/example9.yaml");
@@ -122,6 +122,7 @@ const SERVER_FIELDS: &[&str] = &[
     "grpc",
     "upstream",
     "trusted_proxies",
+    "client_ip_header",
     "legacy_headers",
     "retry_after_jitter",
     "max_in_flight",
@@ -841,4 +842,72 @@ proptest! {
         prop_assert!(canonical.ends_with(&ratewarden_policy::api_key_digest(&token)));
         let _ = key_of(&value);
     }
+}
+
+/// One piece of a forwarding header's value: what proxies write, and what clients try.
+fn forwarding_piece() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("203.0.113.9".to_owned()),
+        Just("10.0.0.7".to_owned()),
+        Just("[2001:db8::1]:443".to_owned()),
+        Just("\"[2001:db8::1]\"".to_owned()),
+        Just("unknown".to_owned()),
+        Just("_hidden".to_owned()),
+        Just("for=".to_owned()),
+        Just("FOR=".to_owned()),
+        Just(";proto=https".to_owned()),
+        Just(",".to_owned()),
+        Just(" ".to_owned()),
+        Just("\"".to_owned()),
+        "\\PC{0,8}",
+    ]
+}
+
+proptest! {
+    #![proptest_config(config())]
+
+    /// A `client_ip_header` of any text is a header or a located error, never a panic, and
+    /// an accepted name reads back the same.
+    #[test]
+    fn client_ip_header_names_never_panic(name in "\\PC{0,24}") {
+        if let Ok(header) = ClientIpHeader::parse(&name) {
+            prop_assert_eq!(ClientIpHeader::parse(header.name()), Ok(header.clone()));
+        }
+        let text = format!("[server]\nclient_ip_header = {}\n", toml_string(&name));
+        if let Err(errors) = config::parse("fuzz.toml", &text) {
+            located(&errors, "fuzz.toml")?;
+        }
+    }
+
+    /// Whatever a proxy's lines hold, the walk answers: an address, or the value that is
+    /// not one (which a trusted proxy wrote: never the peer when that is not trusted).
+    #[test]
+    fn the_client_ip_walk_never_panics(
+        header in prop_oneof![Just("X-Forwarded-For"), Just("Forwarded"), Just("X-Real-IP")],
+        lines in prop::collection::vec(prop::collection::vec(forwarding_piece(), 0..6), 0..3),
+        trusted_peer in any::<bool>(),
+    ) {
+        let trusted = TrustedProxies::parse(["10.0.0.0/8"])
+            .unwrap()
+            .with_header(ClientIpHeader::parse(header).unwrap());
+        let lines: Vec<String> = lines.into_iter().map(|l| l.concat()).collect();
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+        let peer = if trusted_peer { "10.0.0.2" } else { "198.51.100.4" }.parse().unwrap();
+        match client_ip(peer, &lines, &trusted) {
+            Ok(ip) if !trusted_peer => prop_assert_eq!(ip, peer),
+            Ok(_) => {}
+            Err(error) => {
+                prop_assert!(trusted_peer);
+                prop_assert!(trusted.contains(error.proxy));
+                prop_assert!(!error.value.is_empty());
+            }
+        }
+    }
+}
+
+/// `s` as a TOML basic string.
+fn toml_string(s: &str) -> String {
+    let mut out = String::new();
+    quote(s, &mut out);
+    out
 }

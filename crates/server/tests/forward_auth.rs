@@ -695,3 +695,240 @@ async fn haproxy_refuses_when_ratewarden_cannot_be_asked() {
     assert_eq!(r.json()["status"], 503);
     assert_eq!(seen.load(Ordering::SeqCst), 0, "the upstream was reached");
 }
+
+// ---------------------------------------------------------------------------------------
+// The client's own forwarding headers behind a real proxy
+
+/// Three `POST /login`s a minute per client address.
+const LOGIN: &str = r#"
+[[limit]]
+name = "login"
+match = { method = "POST", path = "/login" }
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 3
+window = "1m"
+"#;
+
+/// Forwarding headers a client writes of itself, the `N`th of twenty: each names another
+/// address, or none, in a header the proxy passes through, or in the one it appends to.
+fn spoofed(n: usize) -> String {
+    match n % 5 {
+        0 => format!("Forwarded: for=198.51.100.{n}\r\n"),
+        1 => format!("X-Forwarded-For: 198.51.100.{n}\r\nX-Real-IP: 198.51.100.{n}\r\n"),
+        2 => format!("True-Client-IP: 198.51.100.{n}\r\nCF-Connecting-IP: 198.51.100.{n}\r\n"),
+        3 => "Forwarded: for=unknown\r\n".to_owned(),
+        _ => format!(
+            "Forwarded: for=\"[2001:db8::{n}]\";proto=https\r\nX-Forwarded-For: unknown\r\n"
+        ),
+    }
+}
+
+/// `POST /login` to `addr` from the loopback address `from` (not a trusted proxy: only
+/// 127.0.0.1 is), with `headers`; the status.
+async fn login_from(from: [u8; 4], addr: SocketAddr, headers: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(SocketAddr::from((from, 0)))
+        .expect("a loopback address of 127.0.0.0/8");
+    let mut stream = socket.connect(addr).await.unwrap();
+    let head = format!(
+        "POST /login HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\n{headers}Connection: close\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    answer
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status: {answer:?}"))
+}
+
+/// Behind `proxy`, twenty logins of one client writing its own forwarding headers reach
+/// the upstream three times, and another client still has its own three.
+async fn only_the_proxy_names_the_client(proxy: SocketAddr, upstream_seen: &AtomicUsize) {
+    let mut passed = 0;
+    for n in 0..20 {
+        let status = login_from([127, 0, 0, 2], proxy, &spoofed(n)).await;
+        assert!(
+            [200, 429].contains(&status),
+            "{}: {status}",
+            spoofed(n).trim()
+        );
+        passed += usize::from(status == 200);
+    }
+    assert_eq!(
+        (passed, upstream_seen.load(Ordering::SeqCst)),
+        (3, 3),
+        "a client's own forwarding headers gave it budgets of its own"
+    );
+    assert_eq!(login_from([127, 0, 0, 3], proxy, "").await, 200);
+    assert_eq!(upstream_seen.load(Ordering::SeqCst), 4);
+}
+
+/// Starts nginx with `conf(scratch directory)`.
+async fn nginx(scratch: &Scratch, listen: SocketAddr, conf: String) -> Proxy {
+    let nginx = binary("/usr/sbin/nginx", "nginx");
+    let path = scratch.path().join("nginx.conf");
+    std::fs::write(&path, conf).unwrap();
+    let mut proxy = Proxy::spawn(
+        std::process::Command::new(nginx)
+            .arg("-p")
+            .arg(scratch.path())
+            .arg("-c")
+            .arg(&path)
+            .arg("-e")
+            .arg(scratch.path().join("error.log")),
+        listen,
+        scratch.path().join("stderr.log"),
+    );
+    proxy.ready().await;
+    proxy
+}
+
+#[tokio::test]
+async fn behind_nginx_auth_request_a_client_s_own_forwarding_headers_are_not_its_address() {
+    let server = serve(r#""127.0.0.1""#, LOGIN).await;
+    let (upstream, seen) = counted_upstream().await;
+    let scratch = Scratch::new("nginx");
+    let listen = free_addr();
+    let conf = nginx_conf(scratch.path(), listen, server.listen, upstream);
+    let _proxy = nginx(&scratch, listen, conf).await;
+    only_the_proxy_names_the_client(listen, &seen).await;
+}
+
+#[tokio::test]
+async fn behind_caddy_forward_auth_a_client_s_own_forwarding_headers_are_not_its_address() {
+    let caddy = binary("/usr/bin/caddy", "caddy");
+    let server = serve(r#""127.0.0.1""#, LOGIN).await;
+    let (upstream, seen) = counted_upstream().await;
+    let scratch = Scratch::new("caddy");
+    let listen = free_addr();
+    let conf = scratch.path().join("Caddyfile");
+    std::fs::write(&conf, caddyfile(listen, server.listen, upstream)).unwrap();
+    let mut proxy = Proxy::spawn(
+        std::process::Command::new(caddy)
+            .args(["run", "--adapter", "caddyfile", "--config"])
+            .arg(&conf)
+            .env("HOME", scratch.path())
+            .env("XDG_DATA_HOME", scratch.path().join("data"))
+            .env("XDG_CONFIG_HOME", scratch.path().join("config")),
+        listen,
+        scratch.path().join("caddy.log"),
+    );
+    proxy.ready().await;
+    only_the_proxy_names_the_client(listen, &seen).await;
+}
+
+/// HAProxy's Lua action names the client in `X-Forwarded-For` and copies only the headers
+/// it is told to: a regression guard, as no forwarding header of the client's reaches us.
+#[tokio::test]
+async fn behind_haproxy_lua_a_client_s_own_forwarding_headers_are_not_its_address() {
+    let server = serve(r#""127.0.0.1""#, LOGIN).await;
+    let (upstream, seen) = counted_upstream().await;
+    let scratch = Scratch::new("haproxy");
+    let listen = free_addr();
+    let _proxy = haproxy(
+        &scratch,
+        listen,
+        haproxy_cfg(listen, server.listen, upstream),
+    )
+    .await;
+    only_the_proxy_names_the_client(listen, &seen).await;
+}
+
+/// nginx in front of the gateway, as `docs/front-doors.md` gives it: `X-Forwarded-For`
+/// appended to, the client's other headers passed through untouched.
+fn nginx_before_gateway(dir: &Path, listen: SocketAddr, gateway: SocketAddr) -> String {
+    let dir = dir.display();
+    format!(
+        r#"daemon off;
+master_process off;
+worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log info;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+
+    server {{
+        listen {listen};
+        location / {{
+            proxy_pass http://{gateway};
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $host;
+            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
+        }}
+    }}
+}}
+"#
+    )
+}
+
+#[tokio::test]
+async fn behind_nginx_the_gateway_keys_and_forwards_the_client_nginx_saw() {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let told = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let (counter, heard) = (Arc::clone(&seen), Arc::clone(&told));
+    let upstream = common::upstream(move |request: http::Request<hyper::body::Incoming>| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        // Every line naming the client, as the upstream reads them.
+        let mut lines: Vec<String> = request
+            .headers()
+            .iter()
+            .filter(|(name, _)| {
+                [
+                    "forwarded",
+                    "x-forwarded-for",
+                    "x-real-ip",
+                    "true-client-ip",
+                    "cf-connecting-ip",
+                ]
+                .contains(&name.as_str())
+            })
+            .map(|(name, value)| format!("{name}: {}", value.to_str().unwrap()))
+            .collect();
+        lines.sort();
+        heard.lock().unwrap().push(lines.join("\n"));
+        async { Response::new(Full::new(Bytes::from_static(b"hello"))) }
+    })
+    .await;
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"off\"\nupstream = \"http://{upstream}\"\n\
+         trusted_proxies = [\"127.0.0.1\"]\n{LOGIN}"
+    );
+    let server = common::start(common::options(&toml, Arc::new(ManualClock::new(T0)))).await;
+    let scratch = Scratch::new("nginx");
+    let listen = free_addr();
+    let conf = nginx_before_gateway(scratch.path(), listen, server.listen);
+    let _proxy = nginx(&scratch, listen, conf).await;
+    only_the_proxy_names_the_client(listen, &seen).await;
+    // The upstream is told the client that was keyed, and nothing the client wrote of
+    // itself as if a proxy had.
+    let told = told.lock().unwrap();
+    assert_eq!(told.len(), 4);
+    for lines in told.iter() {
+        for line in lines.lines() {
+            assert!(
+                !line.contains("198.51.100.")
+                    && !line.contains("2001:db8::")
+                    && !line.contains("unknown")
+                    || line.starts_with("x-forwarded-for: "),
+                "the upstream was told a client's own header: {lines}"
+            );
+        }
+    }
+    assert!(
+        told[0].contains("forwarded: for=127.0.0.2, for=127.0.0.1"),
+        "{}",
+        told[0]
+    );
+}

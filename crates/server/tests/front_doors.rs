@@ -449,37 +449,121 @@ async fn forwarding_headers_from_an_untrusted_client_are_replaced_and_from_a_pro
     let reply = get(
         server.listen,
         "/x",
-        "Forwarded: for=1.2.3.4\nX-Forwarded-For: 1.2.3.4\nX-Real-IP: 1.2.3.4\nX-Forwarded-Host: evil\n",
+        "Forwarded: for=1.2.3.4\nX-Forwarded-For: 1.2.3.4\nX-Real-IP: 1.2.3.4\nX-Forwarded-Host: evil\n\
+         True-Client-IP: 1.2.3.4\nCF-Connecting-IP: 1.2.3.4\n",
     )
     .await;
     let headers = &reply.json()["headers"];
     assert_eq!(headers["forwarded"], json!(["for=127.0.0.1;proto=http"]));
     assert_eq!(headers["x-forwarded-for"], json!(["127.0.0.1"]));
-    assert!(headers.get("x-real-ip").is_none());
+    for name in ["x-real-ip", "true-client-ip", "cf-connecting-ip"] {
+        assert_eq!(headers[name], json!(["127.0.0.1"]), "{name}");
+    }
     assert!(headers.get("x-forwarded-host").is_none());
 
     let server = start(&gateway(up, r#"trusted_proxies = ["127.0.0.1"]"#, "")).await;
     let reply = get(
         server.listen,
         "/x",
-        "Forwarded: for=203.0.113.9\nX-Forwarded-For: 203.0.113.9\n",
+        "Forwarded: for=203.0.113.9\nX-Forwarded-For: 198.51.100.7\nX-Real-IP: 203.0.113.9\n",
     )
     .await;
     let headers = &reply.json()["headers"];
-    assert_eq!(
-        headers["forwarded"],
-        json!(["for=203.0.113.9, for=127.0.0.1"])
-    );
+    // Our proxy writes `X-Forwarded-For`: its list, our hop added; `Forwarded` it passed
+    // through as the client wrote it, so it is written anew.
     assert_eq!(
         headers["x-forwarded-for"],
-        json!(["203.0.113.9, 127.0.0.1"])
+        json!(["198.51.100.7, 127.0.0.1"])
     );
+    assert_eq!(
+        headers["forwarded"],
+        json!(["for=198.51.100.7, for=127.0.0.1;proto=http"])
+    );
+    assert_eq!(headers["x-real-ip"], json!(["198.51.100.7"]));
     // A trusted proxy that sent none: ours are the first hop.
     let reply = get(server.listen, "/x", "").await;
     let headers = &reply.json()["headers"];
     assert_eq!(headers["forwarded"], json!(["for=127.0.0.1;proto=http"]));
     assert_eq!(headers["x-forwarded-for"], json!(["127.0.0.1"]));
     assert_eq!(headers["x-forwarded-proto"], json!(["http"]));
+}
+
+#[tokio::test]
+async fn only_the_configured_client_ip_header_names_the_client_and_the_upstream_is_told_it() {
+    let up = echo_upstream().await;
+    let per_ip = "[[limit]]\nname = \"per-ip\"\nkey = [\"ip\"]\nalgorithm = \"fixed-window\"\n\
+                  limit = 1\nwindow = \"1m\"\n";
+    // (client_ip_header, the lines our proxy sends, the client the upstream is told of in
+    // `X-Forwarded-For` and in `Forwarded`)
+    let cases = [
+        (
+            "Forwarded",
+            "Forwarded: for=203.0.113.9\nX-Forwarded-For: 198.51.100.7\n",
+            "203.0.113.9, 127.0.0.1",
+            "for=203.0.113.9, for=127.0.0.1",
+        ),
+        (
+            "X-Real-IP",
+            "X-Real-IP: 203.0.113.9\nForwarded: for=198.51.100.8\nX-Forwarded-For: 198.51.100.7\n",
+            "203.0.113.9, 127.0.0.1",
+            "for=203.0.113.9, for=127.0.0.1;proto=http",
+        ),
+        (
+            "CF-Connecting-IP",
+            "CF-Connecting-IP: 2001:db8::9\nX-Real-IP: 198.51.100.8\n",
+            "2001:db8::9, 127.0.0.1",
+            "for=\"[2001:db8::9]\", for=127.0.0.1;proto=http",
+        ),
+    ];
+    for (header, lines, forwarded_for, forwarded) in cases {
+        let server = format!("trusted_proxies = [\"127.0.0.1\"]\nclient_ip_header = \"{header}\"");
+        let server = start(&gateway(up, &server, per_ip)).await;
+        let reply = get(server.listen, "/x", lines).await;
+        assert_eq!(reply.status, 200, "{header}: {}", reply.body);
+        let told = &reply.json()["headers"];
+        assert_eq!(told["x-forwarded-for"], json!([forwarded_for]), "{header}");
+        assert_eq!(told["forwarded"], json!([forwarded]), "{header}");
+        // The same client again, whatever the headers the proxy does not write say.
+        let again = lines.replace("198.51.100", "192.0.2");
+        let reply = get(server.listen, "/x", &again).await;
+        assert_eq!(reply.status, 429, "{header}: {again}");
+        // A trusted proxy that names no address where the client belongs: refused.
+        let reply = get(server.listen, "/x", &format!("{header}: unknown\n")).await;
+        assert!(reply.is_problem(400), "{header}: {}", reply.body);
+        let detail = reply.json()["detail"].as_str().unwrap().to_owned();
+        assert!(
+            detail.contains(&format!("`{}`", header.to_ascii_lowercase()))
+                && detail.contains("`unknown`"),
+            "{detail}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_decision_api_reads_the_client_from_the_configured_header_only() {
+    let per_ip = "[[limit]]\nname = \"per-ip\"\nkey = [\"ip\"]\nalgorithm = \"fixed-window\"\n\
+                  limit = 1\nwindow = \"1m\"\n";
+    let server = start(&format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"off\"\ntrusted_proxies = [\"127.0.0.1\"]\n{per_ip}"
+    ))
+    .await;
+    // The caller is our proxy: the client is the one its `X-Forwarded-For` names, whatever
+    // `Forwarded` says.
+    let asked = |forwarded: &str| {
+        format!(
+            r#"{{"path": "/", "headers": {{"forwarded": "for={forwarded}", "x-forwarded-for": "203.0.113.9"}}}}"#
+        )
+    };
+    let first = check(server.listen, &asked("198.51.100.1")).await;
+    assert_eq!(first.json()["allowed"], json!(true), "{}", first.body);
+    let again = check(server.listen, &asked("198.51.100.2")).await;
+    assert_eq!(again.json()["allowed"], json!(false), "{}", again.body);
+    let unknown = check(
+        server.listen,
+        r#"{"path": "/", "headers": {"x-forwarded-for": "unknown"}}"#,
+    )
+    .await;
+    assert!(unknown.is_problem(400), "{}", unknown.body);
 }
 
 #[tokio::test]

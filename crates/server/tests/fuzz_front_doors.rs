@@ -70,10 +70,13 @@ limit = 1000
 lease = "1m"
 "#;
 
-/// One runtime and one server (gateway and decision API) for every case.
+/// One runtime and two servers (gateway and decision API) for every case: one that trusts
+/// no proxy, and one that trusts loopback (where the cases come from) to name the client in
+/// `Forwarded`, so that the forwarding headers are read.
 struct World {
     runtime: Runtime,
     server: Running,
+    proxied: Running,
 }
 
 fn world() -> &'static World {
@@ -84,15 +87,23 @@ fn world() -> &'static World {
             .enable_all()
             .build()
             .unwrap();
-        let server = runtime.block_on(async {
+        let start = |proxies: &'static str| async move {
             let upstream = upstream().await;
             let toml = format!(
-                "[server]\nlisten = \"127.0.0.1:0\"\napi = \"127.0.0.1:0\"\nadmin = \"off\"\nupstream = \"http://{upstream}\"\nmax_body = 4096\n{RULES}"
+                "[server]\nlisten = \"127.0.0.1:0\"\napi = \"127.0.0.1:0\"\nadmin = \"off\"\nupstream = \"http://{upstream}\"\nmax_body = 4096\n{proxies}\n{RULES}"
             );
             let clock: Arc<dyn Clock> = Arc::new(TokioClock::new(1_000_000_000_000));
             common::start(common::options(&toml, clock)).await
-        });
-        World { runtime, server }
+        };
+        let server = runtime.block_on(start(""));
+        let proxied = runtime.block_on(start(
+            "trusted_proxies = [\"127.0.0.1\"]\nclient_ip_header = \"Forwarded\"",
+        ));
+        World {
+            runtime,
+            server,
+            proxied,
+        }
     })
 }
 
@@ -247,6 +258,33 @@ fn header_line() -> impl Strategy<Value = Vec<u8>> {
     })
 }
 
+/// A forwarding header line as a proxy, or a client behind it, might write it.
+fn forwarding_line() -> impl Strategy<Value = Vec<u8>> {
+    let name = prop_oneof![
+        Just("Forwarded"),
+        Just("forwarded"),
+        Just("X-Forwarded-For"),
+        Just("X-Real-IP"),
+        Just("True-Client-IP"),
+        Just("CF-Connecting-IP"),
+    ];
+    let piece = prop_oneof![
+        Just("for=".to_owned()),
+        Just("203.0.113.9".to_owned()),
+        Just("127.0.0.1".to_owned()),
+        Just("\"[2001:db8::1]:443\"".to_owned()),
+        Just("[::1]".to_owned()),
+        Just("unknown".to_owned()),
+        Just("_hidden".to_owned()),
+        Just(";proto=https".to_owned()),
+        Just(", ".to_owned()),
+        Just("\"".to_owned()),
+        "[ -~]{0,6}",
+    ];
+    (name, prop::collection::vec(piece, 0..6))
+        .prop_map(|(name, value)| format!("{name}: {}\r\n", value.concat().trim()).into_bytes())
+}
+
 fn target() -> impl Strategy<Value = String> {
     let piece = prop_oneof![
         Just("/".to_owned()),
@@ -368,5 +406,24 @@ proptest! {
         judge(exchange(world().server.listen, request.into_bytes()))?;
         let body = json!({ "host": host, "headers": { "authorization": authorization } }).to_string();
         judge(exchange(world().server.api.unwrap(), post("/v1/check", "application/json", body.as_bytes())))?;
+    }
+
+    #[test]
+    fn arbitrary_forwarding_headers_from_a_trusted_proxy_through_the_gateway_and_forward_auth(
+        method in prop_oneof![Just("GET"), Just("POST")],
+        lines in prop::collection::vec(forwarding_line(), 0..4),
+        auth in any::<bool>(),
+    ) {
+        let (addr, target) = if auth {
+            (world().proxied.api.unwrap(), "/v1/auth")
+        } else {
+            (world().proxied.listen, "/")
+        };
+        let mut request = format!("{method} {target} HTTP/1.1\r\nHost: fuzz\r\nX-Forwarded-Uri: /x\r\n").into_bytes();
+        for line in &lines {
+            request.extend_from_slice(line);
+        }
+        request.extend_from_slice(b"Content-Length: 0\r\nConnection: close\r\n\r\n");
+        judge(exchange(addr, request))?;
     }
 }

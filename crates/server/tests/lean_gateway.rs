@@ -1393,13 +1393,15 @@ async fn a_trusted_proxy_s_x_forwarded_for_is_keyed_forwarded_and_answered_on_th
         ("192.0.2.5", 429),
         (" 192.0.2.1 ,\t192.0.2.2 ", 200),
         ("192.0.2.2", 429),
-        // Not an address: the walk stops at our proxy, whose address is the key.
-        ("unknown", 200),
-        ("", 429),
+        // Not an address where our proxy names the client: refused, never counted under
+        // the proxy's own address, whose budget every client behind it would then share.
+        ("unknown", 400),
+        ("garbage", 400),
+        ("192.0.2.3, unknown", 400),
+        ("192.0.2.4, garbage, 127.0.0.1", 400),
+        // Empty elements name nobody (RFC 9110 §5.6.1): our proxy named no client, and is it.
+        ("", 200),
         (",,", 429),
-        ("garbage", 429),
-        ("192.0.2.3, unknown", 429),
-        ("192.0.2.4, garbage, 127.0.0.1", 429),
         // A client's own claim left of the address our proxy wrote is not believed.
         ("127.0.0.9, 203.0.113.9", 429),
     ];
@@ -1444,7 +1446,7 @@ async fn a_trusted_proxy_s_x_forwarded_for_is_keyed_forwarded_and_answered_on_th
     assert_eq!(lean_up.heads(), hyper_up.heads());
     let heads = lean_up.heads();
     assert!(
-        heads[0].ends_with("\r\nx-forwarded-for: 203.0.113.9, 127.0.0.1\r\nforwarded: for=127.0.0.1;proto=http\r\nx-forwarded-proto: http\r\n\r\n"),
+        heads[0].ends_with("\r\nx-forwarded-for: 203.0.113.9, 127.0.0.1\r\nforwarded: for=203.0.113.9, for=127.0.0.1;proto=http\r\nx-forwarded-proto: http\r\n\r\n"),
         "{}",
         heads[0]
     );
@@ -1453,7 +1455,7 @@ async fn a_trusted_proxy_s_x_forwarded_for_is_keyed_forwarded_and_answered_on_th
         .find(|h| h.starts_with("GET /lower/b "))
         .unwrap();
     assert!(
-        proto.ends_with("\r\nx-forwarded-proto: https\r\nx-forwarded-for: 203.0.113.9, 127.0.0.1\r\nx-forwarded-host: shop.example\r\nforwarded: for=127.0.0.1;proto=http\r\n\r\n"),
+        proto.ends_with("\r\nx-forwarded-proto: https\r\nx-forwarded-for: 203.0.113.9, 127.0.0.1\r\nx-forwarded-host: shop.example\r\nforwarded: for=203.0.113.9, for=127.0.0.1;proto=http\r\n\r\n"),
         "the proxy's own proto, and none of ours: {proto}"
     );
     let n = requests.len() as u64;
@@ -1477,6 +1479,11 @@ async fn forwarding_lines_a_trusted_proxy_sends_that_hyper_would_join_or_drop_go
         b"Forwarded: for=203.0.113.9\r\n",
         b"X-Forwarded-For: 203.0.113.9\r\nForwarded: for=203.0.113.10\r\n",
         b"X-Real-IP: 203.0.113.9\r\n",
+        b"X-Forwarded-For: 203.0.113.9\r\nTrue-Client-IP: 198.51.100.1\r\n",
+        b"CF-Connecting-IP: 198.51.100.1\r\n",
+        b"X-Client-IP: 198.51.100.1\r\n",
+        b"Fastly-Client-IP: 198.51.100.1\r\n",
+        b"X-Cluster-Client-IP: 198.51.100.1\r\n",
         b"X-Forwarded-Proto: https\r\nX-Forwarded-Proto: http\r\n",
         b"X-Forwarded-Host: a\r\nX-Forwarded-Host: b\r\n",
         b"Connection: x-forwarded-for\r\nX-Forwarded-For: 203.0.113.9\r\n",
@@ -1493,6 +1500,36 @@ async fn forwarding_lines_a_trusted_proxy_sends_that_hyper_would_join_or_drop_go
     let (ours, theirs) = (lean_up.heads(), hyper_up.heads());
     assert_eq!(ours, theirs);
     assert_eq!(paths(&lean).await.0, 0, "none on the lean path");
+}
+
+#[tokio::test]
+async fn under_another_client_ip_header_every_forwarding_line_goes_to_hyper_and_is_answered_alike()
+{
+    for header in ["Forwarded", "X-Real-IP"] {
+        let (lean_up, hyper_up) = (Upstream::start().await, Upstream::start().await);
+        let config = format!("{PROXIED}\nclient_ip_header = \"{header}\"");
+        let lean = start(lean_up.addr, &config).await;
+        let hyper = start(hyper_up.addr, &config).await;
+        for lines in [
+            &b"X-Forwarded-For: 203.0.113.9\r\n"[..],
+            b"X-Forwarded-For: 203.0.113.9\r\nForwarded: for=203.0.113.10\r\n",
+            b"Forwarded: for=203.0.113.11\r\nX-Real-IP: 203.0.113.11\r\n",
+            b"X-Real-IP: 203.0.113.12\r\n",
+            b"X-Real-IP: unknown\r\n",
+            b"Forwarded: for=unknown\r\n",
+        ] {
+            let request = [
+                &b"GET /limited HTTP/1.1\r\nHost: example.com\r\n"[..],
+                lines,
+                b"\r\n",
+            ]
+            .concat();
+            let (a, b) = both(lean.listen, hyper.listen, &request).await;
+            assert_eq!(a, b, "{header}: {}", String::from_utf8_lossy(&request));
+        }
+        assert_eq!(lean_up.heads(), hyper_up.heads(), "{header}");
+        assert_eq!(paths(&lean).await.0, 0, "{header}: none on the lean path");
+    }
 }
 
 #[tokio::test]

@@ -3,6 +3,7 @@
 //! ```toml
 //! [server]
 //! trusted_proxies = ["10.0.0.0/8"]
+//! client_ip_header = "X-Forwarded-For"
 //!
 //! [[limit]]
 //! name = "per-key"

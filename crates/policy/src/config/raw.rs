@@ -29,6 +29,7 @@ pub(super) struct RawServer {
     pub(super) upstream: Option<Spanned<String>>,
     #[serde(default)]
     pub(super) trusted_proxies: Vec<Spanned<String>>,
+    pub(super) client_ip_header: Option<Spanned<String>>,
     pub(super) legacy_headers: Option<bool>,
     pub(super) retry_after_jitter: Option<Spanned<String>>,
     pub(super) max_in_flight: Option<Spanned<i64>>,

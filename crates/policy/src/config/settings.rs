@@ -157,7 +157,8 @@ impl Default for ServerSettings {
 /// A validated config file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
-    /// The proxies whose forwarding headers are believed.
+    /// The proxies whose forwarding header is believed, and which header that is
+    /// (`[server] trusted_proxies` and `client_ip_header`).
     pub trusted_proxies: TrustedProxies,
     /// Where the `api_key` and `tenant` key parts come from.
     pub keys: KeySources,

@@ -13,7 +13,7 @@ use super::server::server_settings;
 use super::store::store_settings;
 use super::{Config, ConfigError, ConfigErrors, KeySources, Rule, ServerSettings, StoreSettings};
 use crate::hint::nearest;
-use crate::TrustedProxies;
+use crate::{ClientIpHeader, TrustedProxies};
 
 /// Reads and validates the config file at `path`.
 ///
@@ -72,14 +72,16 @@ pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
     let store = raw.store.map_or_else(StoreSettings::default, |raw| {
         store_settings(raw, &mut errors)
     });
-    let (server, proxies) = match raw.server {
+    let (server, proxies, header) = match raw.server {
         Some(mut raw) => {
             let proxies = std::mem::take(&mut raw.trusted_proxies);
-            (server_settings(raw, &mut errors), proxies)
+            let header = raw.client_ip_header.take();
+            (server_settings(raw, &mut errors), proxies, header)
         }
-        None => (ServerSettings::default(), Vec::new()),
+        None => (ServerSettings::default(), Vec::new(), None),
     };
-    let trusted_proxies = trusted_proxies(proxies, &mut errors);
+    let trusted_proxies =
+        trusted_proxies(proxies, &mut errors).with_header(client_ip_header(header, &mut errors));
     let rules = rules(raw.limit, &mut errors);
     let keys = raw.keys.map_or_else(KeySources::default, |k| KeySources {
         api_key_header: k.api_key_header.map(|h| h.trim().to_ascii_lowercase()),
@@ -114,6 +116,21 @@ fn trusted_proxies(proxies: Vec<Spanned<String>>, errors: &mut Errors<'_>) -> Tr
         }
     }
     TrustedProxies::parse(trusted.iter().map(String::as_str)).unwrap_or_default()
+}
+
+/// `[server] client_ip_header`: `X-Forwarded-For` when not given.
+fn client_ip_header(header: Option<Spanned<String>>, errors: &mut Errors<'_>) -> ClientIpHeader {
+    let Some(header) = header else {
+        return ClientIpHeader::default();
+    };
+    ClientIpHeader::parse(header.get_ref()).unwrap_or_else(|e| {
+        errors.at(
+            Some(header.span()),
+            None,
+            format!("`client_ip_header`: {e}"),
+        );
+        ClientIpHeader::default()
+    })
 }
 
 /// The `[[limit]]` tables, in file order, names unique.

@@ -78,7 +78,7 @@ impl<S: AsyncStore> Engine<S> {
             crate::host::name(host).map_err(RequestError::Host)?;
         }
         let set = self.current();
-        let client = client_of(request, &set.config.trusted_proxies);
+        let client = client_of(request, &set.config.trusted_proxies)?;
         let mut applying = Vec::new();
         for (i, rule) in set.rules.iter().enumerate() {
             if !rule.matches.matches(request) {

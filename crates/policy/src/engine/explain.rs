@@ -123,7 +123,12 @@ impl<S: AsyncStore> Engine<S> {
     /// ```
     pub async fn explain(&self, request: &Request<'_>, now: u64) -> Explanation {
         let set = self.current();
-        let client = client_of(request, &set.config.trusted_proxies);
+        // A client that cannot be known refuses the request under every rule it meets, as
+        // `decide` refuses it; the proxy's address is then the one the keys would have had.
+        let (client, unknown) = match client_of(request, &set.config.trusted_proxies) {
+            Ok(client) => (client, None),
+            Err(error) => (error.proxy, Some(error.to_string())),
+        };
         let class = super::adaptive::criticality(&set, request);
         let mut rules = Vec::with_capacity(set.rules.len());
         // A host that is not a host refuses the request under every rule, as `decide` does.
@@ -132,12 +137,16 @@ impl<S: AsyncStore> Engine<S> {
             .and_then(|h| crate::host::name(h).err())
             .map(|e| super::RequestError::Host(e).to_string());
         for (i, rule) in set.rules.iter().enumerate() {
-            let finding = match (&bad_host, mismatch(&rule.matches, request)) {
-                (Some(error), _) => Finding::Refused {
+            let refused = bad_host.as_ref().or(unknown.as_ref());
+            let finding = match (&bad_host, mismatch(&rule.matches, request), refused) {
+                (Some(error), _, _) => Finding::Refused {
                     error: error.clone(),
                 },
-                (None, Some((field, reason))) => Finding::NotMatched { field, reason },
-                (None, None) => {
+                (None, Some((field, reason)), _) => Finding::NotMatched { field, reason },
+                (None, None, Some(error)) => Finding::Refused {
+                    error: error.clone(),
+                },
+                (None, None, None) => {
                     self.applies(
                         rule,
                         &set.prefixes[i],

@@ -57,6 +57,7 @@ impl Identity {
         let mut names: Vec<String> = ALWAYS.map(str::to_owned).into();
         names.extend(config.keys.api_key_header.clone());
         names.push(config.keys.tenant_header.clone());
+        names.push(config.trusted_proxies.header().name().to_owned());
         let mut matcher = |m: &Match| names.extend(m.header.as_ref().map(|(h, _)| h.clone()));
         for rule in rules {
             matcher(&rule.matches);
@@ -97,7 +98,8 @@ impl Identity {
         self.names.iter().map(String::as_str)
     }
 
-    /// The proxies whose forwarding headers are believed (`[server] trusted_proxies`).
+    /// The proxies whose forwarding header is believed (`[server] trusted_proxies`), and
+    /// which header that is (`[server] client_ip_header`).
     pub fn trusted(&self) -> &TrustedProxies {
         &self.trusted
     }

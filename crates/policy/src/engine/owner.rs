@@ -75,7 +75,10 @@ pub(super) fn stranger<'g>(
             let Some(set) = issuer else {
                 return grant.charges.first().map(|c| c.rule.as_str());
             };
-            let client = client_of(request, &set.config.trusted_proxies);
+            // A request whose client cannot be known owns nothing.
+            let Ok(client) = client_of(request, &set.config.trusted_proxies) else {
+                return grant.charges.first().map(|c| c.rule.as_str());
+            };
             grant
                 .charges
                 .iter()

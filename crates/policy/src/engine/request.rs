@@ -2,7 +2,7 @@
 
 use std::net::IpAddr;
 
-use crate::{client_ip, TrustedProxies};
+use crate::{client_ip, ClientIpError, TrustedProxies};
 
 /// What the engine needs to know of a request.
 #[derive(Debug, Clone, Copy)]
@@ -57,13 +57,15 @@ impl<'a> Request<'a> {
 #[derive(Debug)]
 pub(super) struct Repeated;
 
-/// The client's address. Forwarding headers are gathered only when the peer is one of our
-/// proxies: for every other request (most of them, without a proxy) they cannot matter.
-pub(super) fn client_of(request: &Request<'_>, trusted: &TrustedProxies) -> IpAddr {
+/// The client's address. The forwarding header is gathered only when the peer is one of our
+/// proxies: for every other request (most of them, without a proxy) it cannot matter.
+pub(super) fn client_of(
+    request: &Request<'_>,
+    trusted: &TrustedProxies,
+) -> Result<IpAddr, ClientIpError> {
     if !trusted.contains(request.peer) {
-        return client_ip(request.peer, &[], &[], trusted);
+        return client_ip(request.peer, &[], trusted);
     }
-    let forwarded: Vec<&str> = request.header_values("forwarded").collect();
-    let x_forwarded_for: Vec<&str> = request.header_values("x-forwarded-for").collect();
-    client_ip(request.peer, &forwarded, &x_forwarded_for, trusted)
+    let lines: Vec<&str> = request.header_values(trusted.header().name()).collect();
+    client_ip(request.peer, &lines, trusted)
 }

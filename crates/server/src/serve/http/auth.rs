@@ -14,7 +14,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use http::header::{self, HeaderMap};
+use http::header::HeaderMap;
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use ratewarden_core::NANOS_PER_SEC;
@@ -85,7 +85,8 @@ pub(crate) async fn handle(
             rest
         }
     });
-    let proxied = match read(headers, request.method().as_str(), own_path) {
+    let client_header = identity.trusted().header().name();
+    let proxied = match read(headers, request.method().as_str(), own_path, client_header) {
         Ok(proxied) => proxied,
         Err(problem) => return problem.response(),
     };
@@ -150,11 +151,13 @@ pub(crate) async fn handle(
 
 /// Reads the proxied request's method, path and host from the forwarding headers (the
 /// path and method from the request itself when `own_path` is given: Envoy's flavour); a
-/// 400 naming the header when one is missing, unreadable or contradicted by another.
+/// 400 naming the header when one is missing, unreadable or contradicted by another, or
+/// when `client_header` (`[server] client_ip_header`) does not name the client.
 fn read<'a>(
     headers: &'a HeaderMap,
     own_method: &'a str,
     own_path: Option<&'a str>,
+    client_header: &str,
 ) -> Result<Proxied<'a>, Problem> {
     let bad = |detail: String| Problem::new(StatusCode::BAD_REQUEST, detail);
     let uri = match own_path {
@@ -168,13 +171,15 @@ fn read<'a>(
             )
         })?,
     };
-    // Without an address to read, every client would be counted as the proxy itself.
-    if !headers.contains_key("x-forwarded-for") && !headers.contains_key(header::FORWARDED) {
-        return Err(bad(
-            "the proxy named no client address: send `X-Forwarded-For` (nginx: \
-             `proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for`) or `Forwarded`"
-                .to_owned(),
-        ));
+    // Without an address to read, every client would be counted as the proxy itself. Only
+    // the configured header names it: another the proxy passed through is the client's.
+    if !headers.contains_key(client_header) {
+        return Err(bad(format!(
+            "the proxy named no client address in `{client_header}` (`[server] \
+             client_ip_header`): send it (nginx: `proxy_set_header X-Forwarded-For \
+             $proxy_add_x_forwarded_for`), or set `client_ip_header` to the header your proxy \
+             writes"
+        )));
     }
     let path = uri.split(['?', '#']).next().unwrap_or(uri);
     // The spelling the gateway would forward, so that every alias of a path is decided as
@@ -307,7 +312,9 @@ mod tests {
             ("x-forwarded-for", "203.0.113.7"),
             ("x-forwarded-method", "POST"),
         ]);
-        let proxied = read(&map, "GET", None).map_err(|p| p.detail).unwrap();
+        let proxied = read(&map, "GET", None, "x-forwarded-for")
+            .map_err(|p| p.detail)
+            .unwrap();
         assert_eq!(proxied.path, "/api/orders");
         assert_eq!(proxied.method, "POST");
     }
@@ -320,7 +327,9 @@ mod tests {
             ("x-forwarded-host", "shop.example"),
             ("host", "ratewarden:8080"),
         ]);
-        let proxied = read(&map, "PUT", None).map_err(|p| p.detail).unwrap();
+        let proxied = read(&map, "PUT", None, "x-forwarded-for")
+            .map_err(|p| p.detail)
+            .unwrap();
         assert_eq!(
             (proxied.method, &*proxied.path, proxied.host),
             ("PUT", "/login", Some("shop.example"))
@@ -335,7 +344,9 @@ mod tests {
             ("x-original-uri", "/cheap"),
             ("x-forwarded-for", "203.0.113.7"),
         ]);
-        let problem = read(&map, "GET", None).err().expect("refused");
+        let problem = read(&map, "GET", None, "x-forwarded-for")
+            .err()
+            .expect("refused");
         assert_eq!(problem.status, StatusCode::BAD_REQUEST);
         assert!(
             problem.detail.contains("x-forwarded-uri: /expensive"),
@@ -351,22 +362,45 @@ mod tests {
 
     #[test]
     fn a_missing_uri_or_client_address_is_a_400_naming_the_header() {
-        let problem = read(&headers(&[("x-forwarded-for", "203.0.113.7")]), "GET", None)
-            .err()
-            .expect("refused");
+        let problem = read(
+            &headers(&[("x-forwarded-for", "203.0.113.7")]),
+            "GET",
+            None,
+            "x-forwarded-for",
+        )
+        .err()
+        .expect("refused");
         assert!(
             problem.detail.contains("X-Original-URI"),
             "{}",
             problem.detail
         );
-        let problem = read(&headers(&[("x-forwarded-uri", "/orders")]), "GET", None)
-            .err()
-            .expect("refused");
+        let problem = read(
+            &headers(&[("x-forwarded-uri", "/orders")]),
+            "GET",
+            None,
+            "x-forwarded-for",
+        )
+        .err()
+        .expect("refused");
         assert!(
             problem.detail.contains("X-Forwarded-For"),
             "{}",
             problem.detail
         );
+        // A forwarding header the proxy does not write names nobody: it may be the client's.
+        for (sent, configured) in [
+            (("forwarded", "for=203.0.113.7"), "x-forwarded-for"),
+            (("x-forwarded-for", "203.0.113.7"), "x-real-ip"),
+        ] {
+            let map = headers(&[("x-forwarded-uri", "/orders"), sent]);
+            let problem = read(&map, "GET", None, configured).err().expect("refused");
+            assert!(
+                problem.detail.contains(&format!("`{configured}`")),
+                "{}",
+                problem.detail
+            );
+        }
     }
 
     #[test]
@@ -378,7 +412,7 @@ mod tests {
             ("x-forwarded-for", "203.0.113.7"),
             ("host", "shop.example"),
         ]);
-        let proxied = read(&map, "DELETE", Some("/orders/./7"))
+        let proxied = read(&map, "DELETE", Some("/orders/./7"), "x-forwarded-for")
             .map_err(|p| p.detail)
             .unwrap();
         assert_eq!(
@@ -395,7 +429,9 @@ mod tests {
             ("x-forwarded-for", "203.0.113.7"),
             ("host", "ratewarden.svc"),
         ]);
-        let proxied = read(&map, "GET", None).map_err(|p| p.detail).unwrap();
+        let proxied = read(&map, "GET", None, "x-forwarded-for")
+            .map_err(|p| p.detail)
+            .unwrap();
         assert_eq!(
             (proxied.method, &*proxied.path, proxied.host),
             ("POST", "/orders/7", Some("shop.example"))
@@ -407,7 +443,10 @@ mod tests {
             ("x-forwarded-for", "203.0.113.7"),
         ]);
         assert_eq!(
-            read(&map, "GET", None).map_err(|p| p.detail).unwrap().path,
+            read(&map, "GET", None, "x-forwarded-for")
+                .map_err(|p| p.detail)
+                .unwrap()
+                .path,
             "/orders"
         );
         assert_eq!(target("https://shop.example"), Some("/"));
@@ -416,7 +455,9 @@ mod tests {
             ("x-original-url", "orders"),
             ("x-forwarded-for", "203.0.113.7"),
         ]);
-        let problem = read(&map, "GET", None).err().expect("refused");
+        let problem = read(&map, "GET", None, "x-forwarded-for")
+            .err()
+            .expect("refused");
         assert!(
             problem.detail.contains("not a request target"),
             "{}",
@@ -430,7 +471,9 @@ mod tests {
             ("x-forwarded-uri", "/a%2fb"),
             ("x-forwarded-for", "203.0.113.7"),
         ]);
-        let problem = read(&map, "GET", None).err().expect("refused");
+        let problem = read(&map, "GET", None, "x-forwarded-for")
+            .err()
+            .expect("refused");
         assert!(
             problem.detail.starts_with("`x-forwarded-uri`"),
             "{}",

@@ -13,7 +13,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use ratewarden_core::adaptive::Completion;
 use ratewarden_core::{DisplayDuration, NANOS_PER_SEC};
-use ratewarden_policy::{Bounds, Identity, ServerSettings};
+use ratewarden_policy::{Bounds, ClientIpHeader, Identity, ServerSettings};
 
 use super::guard;
 use super::limits::{self, Paced};
@@ -312,33 +312,48 @@ async fn forward(
     }
 }
 
-/// Tells the upstream who the client is. From a trusted proxy, our hop is added to the
-/// lists it sent; from anyone else, whatever the client wrote of itself is replaced: the
-/// upstream must not take a client's own word for its address (`Forwarded` as much as
-/// `X-Forwarded-For`).
+/// Tells the upstream who the client is: the client we keyed on, in every header that
+/// names it. The one header our proxies write (`[server] client_ip_header`) has our hop
+/// added to the list a trusted proxy sent; `X-Forwarded-For` and `Forwarded`, when not that
+/// header, are written anew as the client and our hop; any other header naming the client
+/// (`X-Real-IP`, `True-Client-IP`, ...) is replaced by the client. An upstream must not take
+/// a client's word for its address in a header our proxy passed through untouched.
 fn forwarding_headers(headers: &mut HeaderMap, identity: &Identity, peer: SocketAddr) {
     let ip = peer.ip();
+    let trusted = identity.trusted();
     let mut forwarded_for = String::with_capacity(48);
     let mut forwarded = String::with_capacity(64);
-    if identity.trusted().contains(ip) {
-        let (xff, fwd) = (
-            joined(headers, &X_FORWARDED_FOR),
-            joined(headers, &FORWARDED),
-        );
-        forwarding_values(
-            ip,
-            (xff.as_deref(), fwd.as_deref()),
-            &mut forwarded_for,
-            &mut forwarded,
-        );
+    let (sent, who) = if trusted.contains(ip) {
+        let name = trusted.header().name();
+        let lines: Vec<&str> = headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .collect();
+        // The admission read the same lines: a client it could not know was refused there.
+        let who = ratewarden_policy::client_ip(ip, &lines, trusted).unwrap_or(ip);
+        let sent = (!lines.is_empty()).then(|| lines.join(", "));
+        let sent = match trusted.header() {
+            ClientIpHeader::XForwardedFor => (sent, None),
+            ClientIpHeader::Forwarded => (None, sent),
+            ClientIpHeader::Other(_) => (None, None),
+        };
+        (sent, who)
     } else {
-        for name in [&X_FORWARDED_HOST, &X_FORWARDED_PROTO, &X_REAL_IP] {
+        for name in [&X_FORWARDED_HOST, &X_FORWARDED_PROTO] {
             if headers.contains_key(name) {
                 headers.remove(name);
             }
         }
-        forwarding_values(ip, (None, None), &mut forwarded_for, &mut forwarded);
-    }
+        ((None, None), ip)
+    };
+    forwarding_values(
+        ip,
+        who,
+        (sent.0.as_deref(), sent.1.as_deref()),
+        &mut forwarded_for,
+        &mut forwarded,
+    );
     for (name, value) in [(X_FORWARDED_FOR, forwarded_for), (FORWARDED, forwarded)] {
         // Every line the client sent under the name goes: replaced by ours, or (were ours
         // not a valid value) dropped, never forwarded as the client wrote it.
@@ -351,36 +366,83 @@ fn forwarding_headers(headers: &mut HeaderMap, identity: &Identity, peer: Socket
             }
         }
     }
+    let configured = match trusted.header() {
+        ClientIpHeader::Other(name) => HeaderName::from_bytes(name.as_bytes()).ok(),
+        _ => None,
+    };
+    let known = CLIENT_HEADERS;
+    let naming = known.iter().chain(configured.as_ref());
+    if headers.keys().any(|name| naming.clone().any(|n| n == name)) {
+        let mut text = String::with_capacity(40);
+        ratewarden_policy::push_ip(&mut text, who);
+        let value = HeaderValue::try_from(text).ok();
+        for name in naming {
+            if headers.contains_key(name) {
+                match &value {
+                    Some(value) => headers.insert(name, value.clone()),
+                    None => headers.remove(name),
+                };
+            }
+        }
+    }
     if !headers.contains_key(&X_FORWARDED_PROTO) {
         headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(PROTO));
     }
 }
 
-/// The values of `X-Forwarded-For` and `Forwarded` we send for the client at `ip`, written
-/// into `forwarded_for` and `forwarded` (cleared first); `sent` is the lists of each a
-/// trusted proxy sent (its lines joined), `(None, None)` for a peer we do not trust. Both
-/// gateway paths write their lines from this one function: the lean path
-/// (`lean_gateway::forwarded_head`) may not phrase our hop another way than hyper's.
+/// Headers besides `X-Forwarded-For` and `Forwarded` that upstreams read as the client's
+/// address: whichever of them a request carries says the client we keyed on.
+pub(super) const CLIENT_HEADERS: [HeaderName; 6] = [
+    HeaderName::from_static("x-real-ip"),
+    HeaderName::from_static("true-client-ip"),
+    HeaderName::from_static("cf-connecting-ip"),
+    HeaderName::from_static("x-client-ip"),
+    HeaderName::from_static("fastly-client-ip"),
+    HeaderName::from_static("x-cluster-client-ip"),
+];
+
+/// The values of `X-Forwarded-For` and `Forwarded` we send for the client at `client`, our
+/// peer being `peer`, written into `forwarded_for` and `forwarded` (cleared first). `sent`
+/// is the list a trusted proxy sent in the one of the two headers it writes the client in
+/// (its lines joined), the other `None`: our hop is added to that list, and the other header
+/// is written anew as the client and our hop. Both gateway paths write their lines from this
+/// one function: the lean path (`lean_gateway::forwarded_head`) may not phrase our hop
+/// another way than hyper's.
 pub(super) fn forwarding_values(
-    ip: std::net::IpAddr,
+    peer: std::net::IpAddr,
+    client: std::net::IpAddr,
     (sent_for, sent_forwarded): (Option<&str>, Option<&str>),
     forwarded_for: &mut String,
     forwarded: &mut String,
 ) {
+    // The client is named apart from our hop only when it is not our peer.
+    let before = (client != peer).then_some(client);
     forwarded_for.clear();
-    if let Some(before) = sent_for {
-        forwarded_for.push_str(before);
-        forwarded_for.push_str(", ");
+    match (sent_for, before) {
+        (Some(sent), _) => {
+            forwarded_for.push_str(sent);
+            forwarded_for.push_str(", ");
+        }
+        (None, Some(client)) => {
+            ratewarden_policy::push_ip(forwarded_for, client);
+            forwarded_for.push_str(", ");
+        }
+        (None, None) => {}
     }
-    let at = forwarded_for.len();
-    ratewarden_policy::push_ip(forwarded_for, ip);
-    let client = &forwarded_for[at..];
+    ratewarden_policy::push_ip(forwarded_for, peer);
     forwarded.clear();
-    if let Some(before) = sent_forwarded {
-        forwarded.push_str(before);
-        forwarded.push_str(", ");
+    match (sent_forwarded, before) {
+        (Some(sent), _) => {
+            forwarded.push_str(sent);
+            forwarded.push_str(", ");
+        }
+        (None, Some(client)) => {
+            push_node(forwarded, client);
+            forwarded.push_str(", ");
+        }
+        (None, None) => {}
     }
-    push_node(forwarded, ip, client);
+    push_node(forwarded, peer);
     // A proxy's own list says how its hops came; a list we begin says how ours did.
     if sent_forwarded.is_none() {
         forwarded.push_str(";proto=");
@@ -398,26 +460,15 @@ const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 const FORWARDED: HeaderName = header::FORWARDED;
 const X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
-const X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");
 
-/// The lines of `name` joined as one list, if there are any.
-fn joined(headers: &HeaderMap, name: &HeaderName) -> Option<String> {
-    let lines: Vec<&str> = headers
-        .get_all(name)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .collect();
-    (!lines.is_empty()).then(|| lines.join(", "))
-}
-
-/// `for=` and the client as a `Forwarded` node: RFC 7239 §6 quotes and brackets IPv6.
-fn push_node(out: &mut String, ip: std::net::IpAddr, client: &str) {
+/// `for=` and `ip` as a `Forwarded` node: RFC 7239 §6 quotes and brackets IPv6.
+fn push_node(out: &mut String, ip: std::net::IpAddr) {
     out.push_str("for=");
     match ip {
-        std::net::IpAddr::V4(_) => out.push_str(client),
+        std::net::IpAddr::V4(_) => ratewarden_policy::push_ip(out, ip),
         std::net::IpAddr::V6(_) => {
             out.push_str("\"[");
-            out.push_str(client);
+            ratewarden_policy::push_ip(out, ip);
             out.push_str("]\"");
         }
     }

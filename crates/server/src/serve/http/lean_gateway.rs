@@ -213,7 +213,13 @@ async fn decide(
             slot,
         } => (fields, permit, slot),
     };
-    forwarded_head(forwarded, forwarding, get, &path);
+    // Only a trusted proxy's list names a client apart from the peer: the rules in force
+    // are asked again only then, most heads having none.
+    let identity = get.forwarded_for.map(|_| app.engine.identity());
+    let trusted = identity
+        .as_deref()
+        .map(ratewarden_policy::Identity::trusted);
+    forwarded_head(forwarded, forwarding, get, &path, trusted);
     Step::Forward(
         get.len,
         get.close,
@@ -231,9 +237,16 @@ async fn decide(
 /// header map keeps them, lowercase; `Connection` removed (the map's removal moves its
 /// last name into the gap); a trusted proxy's `X-Forwarded-For` line, where it stands,
 /// with our hop added (the map's `insert` keeps a name's place); then the forwarding lines
-/// the map did not have, in the order `forwarding_headers` inserts them. The head's reader
-/// took no other forwarding line: from a peer we do not trust, none at all.
-fn forwarded_head(out: &mut Vec<u8>, forwarding: &mut Forwarding, get: &Get<'_, '_>, path: &str) {
+/// the map did not have, in the order `forwarding_headers` inserts them, naming the client
+/// that line gives through `trusted` (given with the line). The head's reader took no other
+/// forwarding line: from a peer we do not trust, none at all.
+fn forwarded_head(
+    out: &mut Vec<u8>,
+    forwarding: &mut Forwarding,
+    get: &Get<'_, '_>,
+    path: &str,
+    trusted: Option<&ratewarden_policy::TrustedProxies>,
+) {
     out.clear();
     out.extend_from_slice(get.method.as_bytes());
     out.push(b' ');
@@ -249,8 +262,17 @@ fn forwarded_head(out: &mut Vec<u8>, forwarding: &mut Forwarding, get: &Get<'_, 
         let sent = get
             .forwarded_for
             .and_then(|at| std::str::from_utf8(get.headers[at].value).ok());
+        // The admission read the same line: a client it could not know was refused there.
+        let client = match (sent, trusted) {
+            (Some(sent), Some(trusted)) => {
+                ratewarden_policy::client_ip(forwarding.ip, &[sent], trusted)
+                    .unwrap_or(forwarding.ip)
+            }
+            _ => forwarding.ip,
+        };
         gateway::forwarding_values(
             forwarding.ip,
+            client,
             (sent, None),
             &mut forwarding.forwarded_for,
             &mut forwarding.forwarded,
@@ -328,7 +350,7 @@ impl Forwarding {
         let ip = peer.ip();
         let mut forwarded_for = String::with_capacity(48);
         let mut forwarded = String::with_capacity(64);
-        gateway::forwarding_values(ip, (None, None), &mut forwarded_for, &mut forwarded);
+        gateway::forwarding_values(ip, ip, (None, None), &mut forwarded_for, &mut forwarded);
         let mut plain = Vec::with_capacity(128);
         forwarding_tail(
             &mut plain,

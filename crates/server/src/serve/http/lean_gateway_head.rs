@@ -9,15 +9,16 @@
 //! header repeated or not visible ASCII, `Connection` naming a header) and every head whose
 //! forwarded form takes more than dropping `Connection`, adding our forwarding lines and
 //! adding our hop to one `X-Forwarded-For` line: any other hop-by-hop header, and any
-//! forwarding header but one line each of `X-Forwarded-For`, `X-Forwarded-Proto` and
-//! `X-Forwarded-Host` from a trusted proxy (a load balancer's). `Forwarded` and `X-Real-IP`
-//! always go, and so does any forwarding line from a peer we do not trust, whose lines
-//! hyper's gateway removes or replaces.
+//! forwarding header but one line each of `X-Forwarded-For` (when it is the configured
+//! `client_ip_header`), `X-Forwarded-Proto` and `X-Forwarded-Host` from a trusted proxy (a
+//! load balancer's). `Forwarded`, `X-Real-IP` and every other header naming the client
+//! (`gateway::CLIENT_HEADERS`, a configured `client_ip_header`) always go, and so does any
+//! forwarding line from a peer we do not trust, whose lines hyper's gateway rewrites.
 
 use std::mem::MaybeUninit;
 use std::net::IpAddr;
 
-use ratewarden_policy::Identity;
+use ratewarden_policy::{ClientIpHeader, Identity};
 
 /// The most header lines a head the lean path serves may have; more go to hyper (whose
 /// own bound is 100).
@@ -117,6 +118,13 @@ pub(super) fn read<'h, 'b>(
     // have none.
     let mut trusted = None;
     let mut trusted = || *trusted.get_or_insert_with(|| identity.trusted().contains(peer));
+    // Only the header our proxies write the client in has our hop added where it stands;
+    // any other header naming the client is rewritten, which hyper's gateway does.
+    let (read_for, custom) = match identity.trusted().header() {
+        ClientIpHeader::XForwardedFor => (true, None),
+        ClientIpHeader::Forwarded => (false, None),
+        ClientIpHeader::Other(name) => (false, Some(name.as_bytes())),
+    };
     for (at, header) in headers.iter().enumerate() {
         let name = header.name.as_bytes();
         if !header
@@ -144,6 +152,7 @@ pub(super) fn read<'h, 'b>(
             6 => is(b"expect"),
             7 => is(b"upgrade") || is(b"trailer"),
             9 => is(b"forwarded") || is(b"x-real-ip"),
+            11 => is(b"x-client-ip"),
             10 if is(b"connection") => {
                 if close.is_some() {
                     return Head::Other;
@@ -159,23 +168,26 @@ pub(super) fn read<'h, 'b>(
             }
             10 => is(b"keep-alive"),
             13 => is(b"x-http-method") || is(b"x-rewrite-url"),
-            14 => is(b"content-length") || is(b"x-original-url"),
+            14 => is(b"content-length") || is(b"x-original-url") || is(b"true-client-ip"),
             // From a trusted proxy, once each: a second line is a list hyper's gateway joins,
             // from anyone else lines it removes or replaces.
-            15 if is(b"x-forwarded-for") => !trusted() || forwarded_for.replace(at).is_some(),
+            15 if is(b"x-forwarded-for") => {
+                !read_for || !trusted() || forwarded_for.replace(at).is_some()
+            }
             16 if is(b"x-forwarded-host") => {
                 !trusted() || std::mem::replace(&mut forwarded_host, true)
             }
-            16 => is(b"proxy-connection"),
+            16 => is(b"proxy-connection") || is(b"cf-connecting-ip") || is(b"fastly-client-ip"),
             17 if is(b"x-forwarded-proto") => {
                 !trusted() || std::mem::replace(&mut forwarded_proto, true)
             }
             17 => is(b"transfer-encoding") || is(b"x-method-override"),
             18 => is(b"proxy-authenticate"),
-            19 => is(b"proxy-authorization"),
+            19 => is(b"proxy-authorization") || is(b"x-cluster-client-ip"),
             22 => is(b"x-http-method-override"),
             _ => false,
         };
+        let handed = handed || custom.is_some_and(is);
         if handed || repeated_identity(headers, at, identity) {
             return Head::Other;
         }
@@ -365,6 +377,57 @@ mod tests {
         ]
         .concat();
         assert!(get(&many).is_none(), "more header lines than the array");
+    }
+
+    #[test]
+    fn every_other_header_naming_the_client_goes_to_hyper_which_rewrites_it() {
+        for name in super::super::gateway::CLIENT_HEADERS {
+            for peer in [CLIENT, PROXY] {
+                let head = format!("GET / HTTP/1.1\r\nHost: a\r\n{name}: 1.2.3.4\r\n\r\n");
+                let identity = identity();
+                let mut lines = lines();
+                assert!(
+                    !matches!(
+                        read(head.as_bytes(), &mut lines, &identity, peer),
+                        Head::Get(_)
+                    ),
+                    "{name} from {peer} is hyper's"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn under_another_client_ip_header_x_forwarded_for_and_that_header_go_to_hyper() {
+        for (header, line) in [
+            ("Forwarded", "X-Forwarded-For: 203.0.113.9"),
+            ("X-Edge-Client", "X-Forwarded-For: 203.0.113.9"),
+            ("X-Edge-Client", "x-edge-client: 203.0.113.9"),
+        ] {
+            let rules = format!(
+                "[server]\ntrusted_proxies = [\"10.0.0.0/8\"]\nclient_ip_header = \"{header}\"\n"
+            );
+            let engine: Engine<MemoryStore> = Engine::new(
+                config::parse("r.toml", &rules).expect("valid rules"),
+                MemoryStore::new(StoreConfig::default()),
+            );
+            let identity = engine.identity();
+            let head = format!("GET / HTTP/1.1\r\nHost: a\r\n{line}\r\n\r\n");
+            let mut storage = lines();
+            assert!(
+                !matches!(
+                    read(head.as_bytes(), &mut storage, &identity, PROXY),
+                    Head::Get(_)
+                ),
+                "{line} under {header} is hyper's"
+            );
+            let plain = b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-Proto: https\r\n\r\n";
+            let mut storage = lines();
+            assert!(
+                matches!(read(plain, &mut storage, &identity, PROXY), Head::Get(_)),
+                "a head naming no client is still served here under {header}"
+            );
+        }
     }
 
     /// What the lean path makes of `head` from `peer`: `Some((forwarded_for,
