@@ -20,6 +20,7 @@
 
 mod adaptive;
 mod bounds;
+mod calls;
 mod error;
 mod key;
 mod limit;
@@ -34,6 +35,7 @@ mod validate;
 
 pub use adaptive::{Adaptive, ADAPTIVE_CONCURRENCY};
 pub use bounds::{Bounds, MIN_HEADER_BYTES};
+pub use calls::CallBounds;
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{Cost, KeyPart, Match, Mode, OnStoreFailure, Rule};
 pub use queue::{Queue, MAX_WEIGHT};

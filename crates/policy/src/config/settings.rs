@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ratewarden_core::shared_store;
 
-use super::{Bounds, Match, Rule};
+use super::{Bounds, CallBounds, Match, Rule};
 use crate::TrustedProxies;
 
 /// Where the `api_key` and `tenant` key parts are read from (`[keys]` in the file).
@@ -127,6 +127,8 @@ pub struct ServerSettings {
     /// Header bytes, connections per client, and how long heads and bodies may take, both
     /// ways through the gateway.
     pub bounds: Bounds,
+    /// What one call to the Envoy front doors may carry, and who may call (`[envoy]`).
+    pub envoy: CallBounds,
 }
 
 impl Default for ServerSettings {
@@ -147,6 +149,7 @@ impl Default for ServerSettings {
             shutdown_grace: Duration::from_secs(30),
             max_body: 64 * 1024,
             bounds: Bounds::default(),
+            envoy: CallBounds::default(),
         }
     }
 }
@@ -204,6 +207,10 @@ impl ServerSettings {
         .filter_map(|(field, differs)| differs.then_some(field))
         .collect();
         changed.extend(self.bounds.needing_restart(&next.bounds));
+        if self.envoy.max_message_bytes != next.envoy.max_message_bytes {
+            // Set on the gRPC listener when it starts.
+            changed.push("[envoy] max_message_bytes");
+        }
         changed
     }
 }

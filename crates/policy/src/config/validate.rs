@@ -6,6 +6,7 @@ use std::path::Path;
 
 use toml::Spanned;
 
+use super::calls::call_bounds;
 use super::error::Errors;
 use super::raw::RawConfig;
 use super::rule::rule;
@@ -75,6 +76,10 @@ pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
         }
         None => (ServerSettings::default(), Vec::new()),
     };
+    let mut server = server;
+    if let Some(raw) = raw.envoy {
+        server.envoy = call_bounds(raw, &mut errors);
+    }
     let trusted_proxies = trusted_proxies(proxies, &mut errors);
     let rules = rules(raw.limit, &mut errors);
     let keys = raw.keys.map_or_else(KeySources::default, |k| KeySources {

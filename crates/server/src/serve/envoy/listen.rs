@@ -17,10 +17,14 @@ pub(crate) async fn serve(
     app: Arc<App>,
     mut stop: watch::Receiver<bool>,
 ) {
+    // Refused by the codec before it decodes (OUT_OF_RANGE, naming both sizes): a message's
+    // bytes bound what decoding it allocates.
+    let max = app.started().envoy.max_message_bytes;
     let rls = RateLimitServiceServer::new(Rls {
         app: Arc::clone(&app),
-    });
-    let authz = AuthorizationServer::new(Authz { app });
+    })
+    .max_decoding_message_size(max);
+    let authz = AuthorizationServer::new(Authz { app }).max_decoding_message_size(max);
     let shutdown = async move {
         let _ = stop.changed().await;
     };
