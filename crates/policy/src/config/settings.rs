@@ -52,8 +52,9 @@ pub struct StoreSettings {
     /// The most keys the in-memory store (and the local fallback) holds.
     pub max_keys: usize,
     /// The most bytes the in-memory store's keys may take (a 64-byte slot each, plus the
-    /// text of keys longer than 24 bytes): 256 MiB by default, at least [`MIN_STORE_BYTES`].
-    /// `max_keys` bounds the count; this bounds the memory whatever the keys' length.
+    /// text of keys longer than 24 bytes and the heap of their states, a sliding log's
+    /// entries): 256 MiB by default, at least [`MIN_STORE_BYTES`]. `max_keys` bounds the
+    /// count; this bounds the memory whatever the keys' length or the logs' size.
     pub max_bytes: usize,
     /// Whether a full in-memory store evicts (`"evict"`, the default) or refuses new keys
     /// (`"reject"`).
