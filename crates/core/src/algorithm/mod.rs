@@ -86,12 +86,12 @@ pub trait Algorithm {
 /// # Examples
 ///
 /// ```
-/// use ratewarden_core::algorithm::HeapSize;
+/// use ratewarden_core::algorithm::{HeapSize, SlidingLogState};
 /// use ratewarden_core::{Algorithm, SlidingLog};
 /// use std::time::Duration;
 ///
 /// let log = SlidingLog::new(100, Duration::from_secs(60))?;
-/// let mut state = Default::default();
+/// let mut state = SlidingLogState::default();
 /// assert_eq!(state.heap_bytes(), 0);
 /// for at in 0..100 {
 ///     log.decide(&mut state, at, 1);
