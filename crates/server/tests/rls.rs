@@ -943,13 +943,19 @@ async fn a_message_past_max_message_bytes_is_refused_before_it_is_decoded() {
         .should_rate_limit(request(vec![descriptor(&[("client_id", long.as_str())])]))
         .await
         .unwrap_err();
+    // As every bound of a call is refused: the setting named, then the codec's sizes.
     assert_eq!(
         refused.code(),
-        tonic::Code::OutOfRange,
+        tonic::Code::InvalidArgument,
         "{}",
         refused.message()
     );
-    assert!(refused.message().contains("2048"), "{}", refused.message());
+    for part in [
+        "`[envoy] max_message_bytes` (2048 bytes)",
+        "found 4122 bytes",
+    ] {
+        assert!(refused.message().contains(part), "{}", refused.message());
+    }
     assert_eq!(
         ask(&mut client, many(3)).await.overall_code,
         Code::Ok as i32,

@@ -8,6 +8,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::R
 use tokio::sync::watch;
 
 use super::authz::Authz;
+use super::bound::NamedBound;
 use super::grpc::Rls;
 use crate::serve::app::App;
 
@@ -17,8 +18,8 @@ pub(crate) async fn serve(
     app: Arc<App>,
     mut stop: watch::Receiver<bool>,
 ) {
-    // Refused by the codec before it decodes (OUT_OF_RANGE, naming both sizes): a message's
-    // bytes bound what decoding it allocates.
+    // Refused by the codec before it decodes: a message's bytes bound what decoding it
+    // allocates (`NamedBound` names the setting in the refusal).
     let max = app.started().envoy.max_message_bytes;
     let rls = RateLimitServiceServer::new(Rls {
         app: Arc::clone(&app),
@@ -29,6 +30,10 @@ pub(crate) async fn serve(
         let _ = stop.changed().await;
     };
     let served = tonic::transport::Server::builder()
+        .layer(tower_layer::layer_fn(move |inner| NamedBound {
+            inner,
+            max,
+        }))
         .add_service(rls)
         .add_service(authz)
         .serve_with_incoming_shutdown(
