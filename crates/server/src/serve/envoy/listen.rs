@@ -21,6 +21,13 @@ pub(crate) async fn serve(
     // Refused by the codec before it decodes: a message's bytes bound what decoding it
     // allocates (`NamedBound` names the setting in the refusal).
     let max = app.started().envoy.max_message_bytes;
+    let open = app.started().envoy.clients.is_none() && app.engine.identity().trusted().is_empty();
+    if open && listener.local_addr().is_ok_and(|a| !a.ip().is_loopback()) {
+        tracing::warn!(
+            "the gRPC listener answers ShouldRateLimit from anyone who reaches it: name the \
+             Envoys in `[envoy] clients` (or `[server] trusted_proxies`)"
+        );
+    }
     let rls = RateLimitServiceServer::new(Rls {
         app: Arc::clone(&app),
     })
