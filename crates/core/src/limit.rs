@@ -4,8 +4,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use crate::algorithm::{
-    ConcurrencyState, FixedWindowState, GcraState, LeakyBucketState, LeakyQueueState, QuotaState,
-    SlidingLogState, SlidingWindowState, TokenBucketState,
+    ConcurrencyState, FixedWindowState, GcraState, HeapSize, LeakyBucketState, LeakyQueueState,
+    QuotaState, SlidingLogState, SlidingWindowState, TokenBucketState,
 };
 use crate::{
     Algorithm, Concurrency, Decision, Error, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Quota,
@@ -127,6 +127,15 @@ macro_rules! any_limit {
                 #[doc = concat!("State under a [`", stringify!($variant), "`] limit.")]
                 $variant($state),
             )*
+        }
+
+        impl HeapSize for LimitState {
+            fn heap_bytes(&self) -> usize {
+                match self {
+                    LimitState::Fresh => 0,
+                    $(LimitState::$variant(s) => s.heap_bytes(),)*
+                }
+            }
         }
 
         $(

@@ -10,8 +10,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ratewarden_core::algorithm::{
-    Concurrency, Conformance, FixedWindow, GcraState, LeakyBucket, LeakyQueue, Quota, SlidingLog,
-    SlidingWindow, TokenBucket,
+    Concurrency, Conformance, FixedWindow, GcraState, HeapSize, LeakyBucket, LeakyQueue, Quota,
+    SlidingLog, SlidingWindow, TokenBucket,
 };
 use ratewarden_core::{Algorithm, Decision, Gcra, Limit, Ticks};
 
@@ -32,8 +32,29 @@ pub trait WordExpiry {
     fn word(&self) -> Option<u64>;
 }
 
+/// The heap a cell's state holds beyond its slot (a sliding log's entries, a concurrency
+/// limit's permits): counted in the store's bytes, so that `max_bytes` bounds it too.
+pub trait HeapBytes {
+    /// Bytes the state has allocated on the heap.
+    fn heap_bytes(&self) -> usize;
+}
+
+impl<St: HeapSize> HeapBytes for Plain<St> {
+    #[inline]
+    fn heap_bytes(&self) -> usize {
+        self.0.heap_bytes()
+    }
+}
+
+impl HeapBytes for TatWord {
+    #[inline]
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+}
+
 /// The holder of one key's state in a slot (see [`Stored`]).
-pub trait StateCell<A: Algorithm>: WordExpiry + Send + Sync {
+pub trait StateCell<A: Algorithm>: WordExpiry + HeapBytes + Send + Sync {
     /// Whether [`decide_shared`](Self::decide_shared) can ever decide: when false, the
     /// store takes the shard's write lock for every decision without trying it.
     const SHARED: bool;

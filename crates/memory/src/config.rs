@@ -31,11 +31,15 @@ pub struct StoreConfig {
     /// The most keys held at once (spread over the shards, so each holds its share).
     pub max_keys: usize,
     /// The most bytes the keys may take (spread over the shards likewise): a slot each (64
-    /// bytes under `Limit`) plus the heap bytes of keys longer than 24 bytes. `max_keys`
-    /// bounds the count; this bounds the memory when keys are long. A full store makes room
-    /// or refuses as [`when_full`](Self::when_full) says, and a key that alone is larger
-    /// than a shard's share is refused. Not counted: the hash index (a few bytes a key) and
-    /// a sliding log's entries (at most the rule's limit per key).
+    /// bytes under `Limit`), the heap bytes of keys longer than 24 bytes, and the heap of
+    /// states that grow with what they admit (a sliding log's entries, a concurrency
+    /// limit's permits). `max_keys` bounds the count; this bounds the memory when keys are
+    /// long or logs are. A full store makes room or refuses as
+    /// [`when_full`](Self::when_full) says, and a key that alone is larger than a shard's
+    /// share ([`shard_bytes`](Self::shard_bytes)) is refused. A state that grows past its
+    /// shard's share makes room as a new key does (evicting, possibly itself), or, when the
+    /// store keeps its keys, has the shard refuse new keys until it shrinks. Not counted:
+    /// the hash index (a few bytes a key).
     pub max_bytes: usize,
     /// What to do when a shard is full of live state.
     pub when_full: WhenFull,
@@ -55,5 +59,27 @@ impl Default for StoreConfig {
             shards: 64,
             full_retry_after: Duration::from_secs(1),
         }
+    }
+}
+
+impl StoreConfig {
+    /// How many shards the store has: [`shards`](Self::shards) rounded up to a power of two.
+    pub fn shard_count(&self) -> usize {
+        self.shards.clamp(1, 1 << 16).next_power_of_two()
+    }
+
+    /// The bytes one shard may hold, its share of [`max_bytes`](Self::max_bytes): the most
+    /// one key, its slot and its state can take.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewarden_memory::StoreConfig;
+    ///
+    /// let config = StoreConfig { max_bytes: 64 * 1024, ..StoreConfig::default() };
+    /// assert_eq!(config.shard_bytes(), 1024);
+    /// ```
+    pub fn shard_bytes(&self) -> usize {
+        (self.max_bytes / self.shard_count()).max(1)
     }
 }

@@ -26,9 +26,14 @@ mod shard;
 mod store;
 mod trace;
 
-pub use cell::{Plain, StateCell, Stored, TatWord, WordExpiry};
+pub use cell::{HeapBytes, Plain, StateCell, Stored, TatWord, WordExpiry};
 pub use config::{StoreConfig, WhenFull};
 pub use store::{MemoryStore, NotNow, Permit};
+
+/// The bytes `max_bytes` counts for each key of a store of any [`Limit`](ratewarden_core::Limit),
+/// besides a long key's text and its state's heap: its slot.
+pub const SLOT_BYTES: usize =
+    std::mem::size_of::<shard::Slot<Plain<ratewarden_core::LimitState>>>();
 
 /// What a store holds and has done, for metrics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -37,6 +42,9 @@ pub struct StoreStats {
     pub keys: usize,
     /// Heap bytes of the keys held (those longer than 24 bytes), counted by `max_bytes`.
     pub key_bytes: usize,
+    /// Heap bytes of the states held (sliding logs' entries, concurrency permits), counted
+    /// by `max_bytes`.
+    pub state_bytes: usize,
     /// Bytes the store has allocated for its keys and states (not counting allocator
     /// overhead).
     pub allocated_bytes: usize,

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use compact_str::CompactString;
 
-use crate::cell::WordExpiry;
+use crate::cell::{HeapBytes, WordExpiry};
 use crate::index::Index;
 use crate::trace::Trace;
 
@@ -146,6 +146,8 @@ pub(crate) struct Shard<St> {
     pub(crate) trace: Trace,
     /// Heap bytes of the keys held (those too long to live inline in their slot).
     key_bytes: usize,
+    /// Heap bytes of the states held (see [`HeapBytes`]).
+    state_bytes: usize,
     /// Where the incremental sweep (on each new key) and the CLOCK eviction look next.
     hand: usize,
 }
@@ -158,6 +160,7 @@ impl<St> Default for Shard<St> {
             counts: Counts::default(),
             trace: Trace::default(),
             key_bytes: 0,
+            state_bytes: 0,
             hand: 0,
         }
     }
@@ -198,15 +201,26 @@ fn heap_bytes(key: &CompactString) -> usize {
     }
 }
 
-impl<St: WordExpiry> Shard<St> {
+impl<St: WordExpiry + HeapBytes> Shard<St> {
     pub(crate) fn len(&self) -> usize {
         self.slots.len()
     }
 
     /// Bytes the shard's keys take, as `max_bytes` counts them: a slot each, plus the heap
-    /// bytes of keys too long to live inline.
+    /// bytes of keys too long to live inline and of states that grow (a sliding log's
+    /// entries).
     pub(crate) fn bytes(&self) -> usize {
-        self.slots.len() * std::mem::size_of::<Slot<St>>() + self.key_bytes
+        self.slots.len() * std::mem::size_of::<Slot<St>>() + self.key_bytes + self.state_bytes
+    }
+
+    /// Heap bytes of the states held.
+    pub(crate) fn state_bytes(&self) -> usize {
+        self.state_bytes
+    }
+
+    /// Records that a state held went from `before` to `after` heap bytes.
+    pub(crate) fn restate(&mut self, before: usize, after: usize) {
+        self.state_bytes = self.state_bytes.saturating_sub(before) + after;
     }
 
     /// What holding `key` would add to [`bytes`](Self::bytes).
@@ -270,6 +284,7 @@ impl<St: WordExpiry> Shard<St> {
             state,
         };
         self.key_bytes += heap_bytes(&slot.key);
+        self.state_bytes += slot.state.heap_bytes();
         self.slots.push(slot);
         self.index.insert(hash, i);
         i
@@ -301,6 +316,9 @@ impl<St: WordExpiry> Shard<St> {
             self.index.renumber(moved, last, i);
         }
         self.key_bytes -= heap_bytes(&self.slots[i].key);
+        self.state_bytes = self
+            .state_bytes
+            .saturating_sub(self.slots[i].state.heap_bytes());
         self.slots.swap_remove(i);
     }
 
@@ -407,6 +425,7 @@ impl<St: WordExpiry> Shard<St> {
         self.slots.capacity() * std::mem::size_of::<Slot<St>>()
             + self.index.allocation_size()
             + self.key_bytes
+            + self.state_bytes
             + self.trace.allocated_bytes()
     }
 }

@@ -627,3 +627,76 @@ fn when_key_missing_and_match_host_are_validated_where_written() {
     .unwrap_err();
     assert!(errors.to_string().contains("Envoy"), "{errors}");
 }
+
+#[test]
+fn a_sliding_log_that_cannot_fit_the_store_is_refused_where_its_limit_is() {
+    let log = |limit: u64, max_bytes: u64| {
+        format!(
+            "[store]\nmax_bytes = {max_bytes}\n\n[[limit]]\nname = \"otp\"\nkey = [\"ip\"]\nalgorithm = \"sliding-log\"\nlimit = {limit}\nwindow = \"1h\"\n"
+        )
+    };
+    // 64 KiB over 64 shards is 1 KiB a shard: 5 million entries of 16 bytes do not fit.
+    let message = parse("test.toml", &log(5_000_000, 65_536))
+        .expect_err("a log larger than its shard")
+        .to_string();
+    assert!(
+        message.starts_with("test.toml:8:9: limit `otp`: "),
+        "{message}"
+    );
+    for part in [
+        "sliding log of `limit` 5000000",
+        "`[store] max_bytes` (65536)",
+        "1024 bytes each",
+        "sliding-window",
+    ] {
+        assert!(message.contains(part), "{part}: {message}");
+    }
+    // With Redis too: the in-process store of the fallback and guards has the same bound.
+    let redis = |limit| {
+        log(limit, 65_536).replace(
+            "[store]\n",
+            "[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:6379\"\n",
+        )
+    };
+    assert!(parse("test.toml", &redis(5_000_000)).is_err());
+    assert!(parse("test.toml", &redis(10)).is_ok(), "a small log fits");
+    // 50 entries fit with the slot; so does the big log under the default 256 MiB.
+    assert!(parse("test.toml", &log(50, 65_536)).is_ok());
+    assert!(parse("test.toml", &log(5_000, 65_536)).is_err());
+    assert!(parse("test.toml", &log(100_000, 256 << 20)).is_ok());
+}
+
+#[test]
+fn the_envoy_section_is_validated_where_each_field_is() {
+    let message = parse(
+        "test.toml",
+        "[envoy]\nmax_descriptors = 0\nmax_entries = -3\nclients = [\"10.0.0.0/8\", \"nope\"]\nmax_message_bytes = 1024\n",
+    )
+    .expect_err("zero, negative and an unreadable client")
+    .to_string();
+    for part in [
+        "test.toml:2:19: `[envoy]`: `max_descriptors` must be a whole number above zero, not 0",
+        "test.toml:3:15: `[envoy]`: `max_entries` must be a whole number above zero, not -3",
+        "test.toml:4:26: `[envoy]`: `clients`: `nope`",
+    ] {
+        assert!(message.contains(part), "{part}: {message}");
+    }
+    let config = parse(
+        "test.toml",
+        "[envoy]\nmax_descriptors = 8\nclients = [\"127.0.0.1/32\"]\n",
+    )
+    .unwrap();
+    assert_eq!(config.server.envoy.max_descriptors, 8);
+    assert_eq!(config.server.envoy.max_entries, 16, "defaulted");
+    assert!(config
+        .server
+        .envoy
+        .admits(&config.trusted_proxies, Some("127.0.0.1".parse().unwrap())));
+    let unknown = parse("test.toml", "[envoy]\nmax_descriptor = 8\n")
+        .expect_err("a misspelled field")
+        .to_string();
+    assert!(
+        unknown.contains("did you mean `max_descriptors`?"),
+        "{unknown}"
+    );
+}

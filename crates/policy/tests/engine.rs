@@ -1666,3 +1666,42 @@ fn values_with_a_bar_never_join_into_another_clients_key() {
             .allowed
     );
 }
+
+#[test]
+fn each_descriptor_of_a_call_finds_its_own_outcome_and_permit_among_many() {
+    // Concurrency descriptors between YAML ones: each finds its rule's outcome (for its
+    // status) and its charge (for the permit) among the call's, in any order.
+    let yaml = "domain: mix\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 5}\n";
+    let envoy = ratewarden_policy::envoy::parse("mix.yaml", yaml).unwrap();
+    let toml = "[[limit]]\nname = \"jobs\"\nmatch = { domain = \"mix\", descriptor = \"job\" }\nkey = [\"descriptor\"]\nalgorithm = \"concurrency\"\nlimit = 1\nlease = \"1m\"\n";
+    let engine = Engine::with_envoy(
+        parse("test.toml", toml).unwrap(),
+        envoy,
+        MemoryStore::new(StoreConfig::default()),
+    );
+    let values: Vec<String> = (0..40).map(|i| i.to_string()).collect();
+    let descriptors: Vec<ratewarden_policy::RequestDescriptor<'_>> = values
+        .iter()
+        .map(|v| ratewarden_policy::RequestDescriptor {
+            entries: vec![(if v.len() % 2 == 0 { "user" } else { "job" }, v.as_str())],
+            ..Default::default()
+        })
+        .collect();
+    let first = now_or_panic(engine.decide_descriptors("mix", &descriptors, 1, NOW)).unwrap();
+    assert!(first.allowed && first.permit.is_some(), "{first:?}");
+    for (d, v) in descriptors.iter().zip(&first.descriptors) {
+        let outcome = &first.outcomes[v.outcome.expect("decided")];
+        let value = d.entries[0].1;
+        // A YAML rule's key holds `key_value_`, a native rule's ends `|value`.
+        let own = outcome.key.contains(&format!("_{value}_"))
+            || outcome.key.ends_with(&format!("|{value}"));
+        assert!(own, "{d:?}: {outcome:?}");
+    }
+    // The jobs' single units are held: the same call again is over on every job.
+    let again = now_or_panic(engine.decide_descriptors("mix", &descriptors, 1, NOW)).unwrap();
+    assert!(!again.allowed);
+    for (d, v) in descriptors.iter().zip(&again.descriptors) {
+        let over = v.status == ratewarden_policy::DescriptorStatus::OverLimit;
+        assert_eq!(over, d.entries[0].0 == "job", "{d:?}: {v:?}");
+    }
+}

@@ -135,6 +135,7 @@ const SERVER_FIELDS: &[&str] = &[
 const STORE_FIELDS: &[&str] = &[
     "kind",
     "max_keys",
+    "max_bytes",
     "when_full",
     "url",
     "nodes",
@@ -145,6 +146,12 @@ const STORE_FIELDS: &[&str] = &[
     "tls_ca_file",
 ];
 const KEYS_FIELDS: &[&str] = &["api_key_header", "tenant_header"];
+const ENVOY_FIELDS: &[&str] = &[
+    "clients",
+    "max_descriptors",
+    "max_entries",
+    "max_message_bytes",
+];
 const LIMIT_FIELDS: &[&str] = &[
     "name",
     "match",
@@ -246,6 +253,7 @@ fn toml_document() -> impl Strategy<Value = String> {
             table(SERVER_FIELDS).prop_map(|t| ("server".to_owned(), t)),
             table(STORE_FIELDS).prop_map(|t| ("store".to_owned(), t)),
             table(KEYS_FIELDS).prop_map(|t| ("keys".to_owned(), t)),
+            table(ENVOY_FIELDS).prop_map(|t| ("envoy".to_owned(), t)),
             ("[a-z]{1,8}", table(KEYS_FIELDS)),
         ],
         0..3,

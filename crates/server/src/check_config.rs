@@ -8,7 +8,7 @@ use anyhow::Context;
 use ratewarden_core::{Algorithm, DisplayDuration, Limit};
 use ratewarden_policy::{
     config, Bounds, Cost, KeyPart, Mode, OnStoreFailure, Rule, ServerSettings, StoreKind,
-    StoreSettings, WhenKeyMissing,
+    StoreSettings, TrustedProxies, WhenKeyMissing,
 };
 use ratewarden_redis::{RedisConfig, RedisStore, Target, TimeSource};
 
@@ -76,6 +76,10 @@ pub fn main(path: &Path) -> anyhow::Result<ExitCode> {
         writeln!(out, "{row}")?;
     }
     writeln!(out, "[server] admin: {}", admin_protection(&config.server))?;
+    writeln!(out)?;
+    for row in call_bounds(&config.server.envoy, &config.trusted_proxies) {
+        writeln!(out, "{row}")?;
+    }
     writeln!(
         out,
         "{}: {} rule(s), valid",
@@ -179,6 +183,28 @@ fn bounds(b: &Bounds) -> Vec<String> {
         ("upstream_pool_idle", d(b.upstream_pool_idle), false),
     ];
     let mut lines = vec![format!("{:<28}{:<16}on reload", "[server] bound", "value")];
+    for (field, value, reloads) in rows {
+        let reload = if reloads { "applies" } else { "restart" };
+        lines.push(format!("{field:<28}{value:<16}{reload}"));
+    }
+    lines
+}
+
+/// What one call to Envoy's front doors may carry, and who may call `ShouldRateLimit`, as
+/// `[envoy]` fields with their values and whether a reload changes them.
+fn call_bounds(b: &config::CallBounds, trusted: &TrustedProxies) -> Vec<String> {
+    let clients = match &b.clients {
+        Some(_) => "as listed",
+        None if !trusted.is_empty() => "trusted_proxies",
+        None => "anyone",
+    };
+    let rows = [
+        ("max_descriptors", b.max_descriptors.to_string(), true),
+        ("max_entries", b.max_entries.to_string(), true),
+        ("max_message_bytes", b.max_message_bytes.to_string(), false),
+        ("clients", clients.to_owned(), true),
+    ];
+    let mut lines = vec![format!("{:<28}{:<16}on reload", "[envoy] bound", "value")];
     for (field, value, reloads) in rows {
         let reload = if reloads { "applies" } else { "restart" };
         lines.push(format!("{field:<28}{value:<16}{reload}"));

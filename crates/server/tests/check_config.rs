@@ -43,6 +43,16 @@ fn the_example_config_resolves_to_its_rules() {
         bound("upstream_response_timeout"),
         ["upstream_response_timeout", "30s", "applies"]
     );
+    // What one Envoy call may carry, and who may make it.
+    assert_eq!(
+        bound("max_descriptors"),
+        ["max_descriptors", "64", "applies"]
+    );
+    assert_eq!(
+        bound("max_message_bytes"),
+        ["max_message_bytes", "1048576", "restart"]
+    );
+    assert_eq!(bound("clients"), ["clients", "trusted_proxies", "applies"]);
 }
 
 #[test]

@@ -250,3 +250,34 @@ lease = "30s"
         e.message()
     );
 }
+
+#[tokio::test]
+async fn a_check_request_past_max_message_bytes_is_refused_naming_the_setting() {
+    let rules = format!("[envoy]\nmax_message_bytes = 4096\n{ORDERS}");
+    let (_running, mut client) = serve("\"127.0.0.1\"", &rules).await;
+    let mut big = check("192.0.2.7", "GET", "/orders");
+    if let Some(http) = big
+        .attributes
+        .as_mut()
+        .and_then(|a| a.request.as_mut())
+        .and_then(|r| r.http.as_mut())
+    {
+        http.headers.insert("cookie".to_owned(), "c".repeat(8_192));
+    }
+    let refused = client.check(big).await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic::Code::InvalidArgument,
+        "{}",
+        refused.message()
+    );
+    assert!(
+        refused
+            .message()
+            .contains("`[envoy] max_message_bytes` (4096 bytes)"),
+        "{}",
+        refused.message()
+    );
+    let small = client.check(check("192.0.2.7", "GET", "/orders")).await;
+    assert!(small.is_ok(), "a small request is still decided: {small:?}");
+}

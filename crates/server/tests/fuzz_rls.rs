@@ -5,8 +5,8 @@
 //! never build: a wrong length prefix, the compressed flag, bytes after the message), sent
 //! with `h2` directly; and structure-aware `RateLimitRequest`s through the generated client
 //! (any domain; descriptors with empty, huge, control-character and non-ASCII keys and
-//! values, many entries, many descriptors, huge and zero `hits_addend`s, limit overrides of
-//! any unit and size). Whatever arrives, the call ends with a valid gRPC status (`OK` with a
+//! values, many entries, many descriptors (either side of `[envoy]`'s bounds), huge and
+//! zero `hits_addend`s, limit overrides of any unit and size). Whatever arrives, the call ends with a valid gRPC status (`OK` with a
 //! well-formed response, or an error status naming the problem: never `UNKNOWN`, and
 //! `INTERNAL` only for a frame that is no readable request), the stream is not reset (how
 //! a panic shows), and a well-formed
@@ -442,7 +442,8 @@ fn request() -> impl Strategy<Value = RateLimitRequest> {
     ];
     let descriptors = prop_oneof![
         8 => prop::collection::vec(descriptor(), 0..4),
-        1 => prop::collection::vec(descriptor(), 0..64),
+        // Either side of `[envoy] max_descriptors` (64 by default).
+        1 => prop::collection::vec(descriptor(), 0..100),
     ];
     let hits = prop_oneof![Just(0u32), Just(1), Just(u32::MAX), any::<u32>()];
     (domain, descriptors, hits).prop_map(|(domain, descriptors, hits_addend)| RateLimitRequest {

@@ -837,3 +837,162 @@ async fn a_shadow_rule_that_would_refuse_does_not_set_the_wait() {
     let retry: u64 = header(&refused, "retry-after").unwrap().parse().unwrap();
     assert!(retry <= 2, "{retry}");
 }
+
+/// `n` descriptors of one entry each, every one a different client of `per_client`.
+fn many(n: usize) -> RateLimitRequest {
+    let values: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
+    request(
+        values
+            .iter()
+            .map(|v| descriptor(&[("client_id", v.as_str())]))
+            .collect(),
+    )
+}
+
+#[tokio::test]
+async fn a_call_past_the_descriptor_or_entry_bound_is_refused_naming_its_setting() {
+    let (_running, mut client) = start("[envoy]\nmax_descriptors = 8\nmax_entries = 3\n").await;
+    // At the bounds: decided.
+    assert_eq!(ask(&mut client, many(8)).await.statuses.len(), 8);
+    let four: Vec<(&str, &str)> = vec![("path", "/x"), ("a", "1"), ("b", "2")];
+    assert_eq!(
+        ask(&mut client, request(vec![descriptor(&four)]))
+            .await
+            .overall_code,
+        Code::Ok as i32
+    );
+    // One past either: refused whole, before anything is charged.
+    let refused = client.should_rate_limit(many(9)).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(
+        refused.message().contains("9 descriptors")
+            && refused.message().contains("`[envoy] max_descriptors` (8)"),
+        "{}",
+        refused.message()
+    );
+    let five: Vec<(&str, &str)> = vec![("client_id", "z"), ("a", "1"), ("b", "2"), ("c", "3")];
+    let refused = client
+        .should_rate_limit(request(vec![
+            descriptor(&[("client_id", "y")]),
+            descriptor(&five),
+        ]))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(
+        refused.message().contains("descriptor 1: 4 entries")
+            && refused.message().contains("`[envoy] max_entries` (3)"),
+        "{}",
+        refused.message()
+    );
+    // Nothing of the refused calls was charged: `c0`..`c7` have one of three requests spent.
+    let again = ask(&mut client, many(1)).await;
+    assert_eq!(again.statuses[0].limit_remaining, 1);
+    assert_eq!(
+        ask(
+            &mut client,
+            request(vec![descriptor(&[("client_id", "y")])])
+        )
+        .await
+        .statuses[0]
+            .limit_remaining,
+        2,
+        "the refused call charged `y`"
+    );
+}
+
+#[tokio::test]
+async fn the_default_bound_refuses_the_quadratic_call_of_thousands_of_descriptors() {
+    let (server, mut client) = start("").await;
+    let refused = client.should_rate_limit(many(32_000)).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(
+        refused.message().contains("`[envoy] max_descriptors` (64)"),
+        "{}",
+        refused.message()
+    );
+    // `POST /json`, the same decision over HTTP: a 400 problem naming the same setting.
+    let descriptors: Vec<String> = (0..65)
+        .map(|i| format!(r#"{{"entries":[{{"key":"client_id","value":"j{i}"}}]}}"#))
+        .collect();
+    let body = format!(
+        r#"{{"domain":"edge","descriptors":[{}]}}"#,
+        descriptors.join(",")
+    );
+    let reply = common::post(server.listen, "/json", &body).await;
+    assert_eq!(reply.status, http::StatusCode::BAD_REQUEST);
+    assert_eq!(
+        reply.header("content-type"),
+        Some("application/problem+json")
+    );
+    let detail = reply.json()["detail"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        detail.contains("`[envoy] max_descriptors` (64)"),
+        "{detail}"
+    );
+}
+
+#[tokio::test]
+async fn a_message_past_max_message_bytes_is_refused_before_it_is_decoded() {
+    let (_running, mut client) = start("[envoy]\nmax_message_bytes = 2048\n").await;
+    let long = "v".repeat(4096);
+    let refused = client
+        .should_rate_limit(request(vec![descriptor(&[("client_id", long.as_str())])]))
+        .await
+        .unwrap_err();
+    // As every bound of a call is refused: the setting named, then the codec's sizes.
+    assert_eq!(
+        refused.code(),
+        tonic::Code::InvalidArgument,
+        "{}",
+        refused.message()
+    );
+    for part in [
+        "`[envoy] max_message_bytes` (2048 bytes)",
+        "found 4122 bytes",
+    ] {
+        assert!(refused.message().contains(part), "{}", refused.message());
+    }
+    assert_eq!(
+        ask(&mut client, many(3)).await.overall_code,
+        Code::Ok as i32,
+        "a small message still passes"
+    );
+}
+
+#[tokio::test]
+async fn only_the_listed_clients_may_call_should_rate_limit() {
+    // No list: anyone, as before (an Envoy-only deployment has no TOML to name its Envoys).
+    let (_open, mut client) = start("").await;
+    assert_eq!(
+        ask(&mut client, many(1)).await.overall_code,
+        Code::Ok as i32
+    );
+    // `trusted_proxies` without `[envoy] clients`: the proxies named are the callers.
+    let (_proxied, mut client) = start("trusted_proxies = [\"10.0.0.0/8\"]\n").await;
+    let refused = client.should_rate_limit(many(1)).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+    assert!(
+        refused.message().contains("127.0.0.1") && refused.message().contains("trusted_proxies"),
+        "{}",
+        refused.message()
+    );
+    // `[envoy] clients` wins over `trusted_proxies`, both ways.
+    let (_listed, mut client) =
+        start("trusted_proxies = [\"10.0.0.0/8\"]\n[envoy]\nclients = [\"127.0.0.1/32\"]\n").await;
+    assert_eq!(
+        ask(&mut client, many(1)).await.overall_code,
+        Code::Ok as i32
+    );
+    let (_other, mut client) = start("[envoy]\nclients = [\"192.0.2.0/24\"]\n").await;
+    let refused = client.should_rate_limit(many(1)).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+    assert!(
+        refused.message().contains("`[envoy] clients`"),
+        "{}",
+        refused.message()
+    );
+}

@@ -53,7 +53,7 @@ use crate::Decision;
 /// - time going backwards never panics; the algorithm treats it as no time passing.
 pub trait Algorithm {
     /// One key's state: small plain data, so any store can hold it.
-    type State: Clone + Default + fmt::Debug + Send + Sync;
+    type State: Clone + Default + fmt::Debug + Send + Sync + HeapSize;
 
     /// Decides a request of `cost` units at `now` (nanoseconds), charging it if allowed.
     fn decide(&self, state: &mut Self::State, now: u64, cost: u64) -> Decision;
@@ -75,6 +75,48 @@ pub trait Algorithm {
 
     /// The limit decisions report (the burst, the window count, the queue capacity).
     fn limit(&self) -> u64;
+}
+
+/// The heap a state holds beyond its own size: what a store that bounds its bytes counts
+/// for it besides the slot it sits in.
+///
+/// Most states are a few numbers and hold none; a sliding log holds its entries and a
+/// concurrency limit its permits, which grow with what the key admits.
+///
+/// # Examples
+///
+/// ```
+/// use ratewarden_core::algorithm::{HeapSize, SlidingLogState};
+/// use ratewarden_core::{Algorithm, SlidingLog};
+/// use std::time::Duration;
+///
+/// let log = SlidingLog::new(100, Duration::from_secs(60))?;
+/// let mut state = SlidingLogState::default();
+/// assert_eq!(state.heap_bytes(), 0);
+/// for at in 0..100 {
+///     log.decide(&mut state, at, 1);
+/// }
+/// assert!(state.heap_bytes() > 0 && state.heap_bytes() <= log.largest_heap_bytes());
+/// # Ok::<(), ratewarden_core::Error>(())
+/// ```
+pub trait HeapSize {
+    /// Bytes allocated on the heap for this state (0 for none).
+    fn heap_bytes(&self) -> usize {
+        0
+    }
+}
+
+impl HeapSize for FixedWindowState {}
+impl HeapSize for SlidingWindowState {}
+impl HeapSize for TokenBucketState {}
+impl HeapSize for LeakyQueueState {}
+impl HeapSize for GcraState {}
+impl HeapSize for QuotaState {}
+
+impl HeapSize for ConcurrencyState {
+    fn heap_bytes(&self) -> usize {
+        self.held.capacity() * std::mem::size_of::<Held>()
+    }
 }
 
 /// Nanoseconds to a `u64`, saturating (any later time is as good as "never" here).

@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::num::NonZeroU64;
 use std::time::Duration;
 
-use super::Algorithm;
+use super::{Algorithm, HeapSize};
 use crate::divisor::Divisor;
 use crate::units::nonzero_duration_ns;
 use crate::{Decision, Error, Outcome};
@@ -61,6 +61,17 @@ struct Log {
     entries: VecDeque<Entry>,
     /// The sum of `entries`' costs, kept so a decision need not add them up.
     total: u64,
+}
+
+/// The fewest entries a log makes room for at once.
+const MIN_ENTRIES: usize = 4;
+
+impl HeapSize for SlidingLogState {
+    fn heap_bytes(&self) -> usize {
+        self.log.as_deref().map_or(0, |log| {
+            std::mem::size_of::<Log>() + log.entries.capacity() * std::mem::size_of::<Entry>()
+        })
+    }
 }
 
 static EMPTY: Log = Log {
@@ -158,6 +169,18 @@ impl SlidingLog {
         Decision::new(outcome, limit, limit.saturating_sub(total), reset)
     }
 
+    /// The most heap one key's log takes (see [`HeapSize`]): `limit` entries (each admitted
+    /// unit is at most one) and the log's header. A store bounding its bytes needs room
+    /// for this much per key.
+    pub fn largest_heap_bytes(&self) -> usize {
+        let entries = usize::try_from(self.limit.get())
+            .unwrap_or(usize::MAX)
+            .max(MIN_ENTRIES);
+        entries
+            .saturating_mul(std::mem::size_of::<Entry>())
+            .saturating_add(std::mem::size_of::<Log>())
+    }
+
     /// Drops what has aged out and logs `cost` at `now`, keeping the log ordered even if the
     /// clock stepped back.
     fn record(&self, state: &mut SlidingLogState, now: u64, cost: u64) {
@@ -169,13 +192,31 @@ impl SlidingLog {
             log.total = log.total.saturating_sub(first.cost);
             log.entries.pop_front();
         }
+        // A log that has emptied out gives back what it no longer needs, so that what the
+        // store counts for it follows what the window holds.
+        let (len, capacity) = (log.entries.len(), log.entries.capacity());
+        if capacity > MIN_ENTRIES && len < capacity / 4 {
+            log.entries.shrink_to((len * 2).max(MIN_ENTRIES));
+        }
         if cost == 0 {
             return;
         }
         log.total = log.total.saturating_add(cost);
         match log.entries.back_mut() {
             Some(last) if last.at >= now => last.cost = last.cost.saturating_add(cost),
-            _ => log.entries.push_back(Entry { at: now, cost }),
+            _ => {
+                if log.entries.len() == log.entries.capacity() {
+                    // Doubling, but never past `limit` entries: the log's heap stays within
+                    // `largest_heap_bytes`, what a store's bound is checked against.
+                    let len = log.entries.len();
+                    let room = usize::try_from(self.limit.get())
+                        .unwrap_or(usize::MAX)
+                        .saturating_sub(len);
+                    log.entries
+                        .reserve_exact(len.max(MIN_ENTRIES).min(room).max(1));
+                }
+                log.entries.push_back(Entry { at: now, cost });
+            }
         }
     }
 }

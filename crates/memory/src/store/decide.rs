@@ -2,12 +2,14 @@
 
 use std::hash::BuildHasher;
 
+use ratewarden_core::algorithm::HeapSize;
 use ratewarden_core::{Algorithm, Decision, Outcome};
 
 use super::room::Room;
 use super::{MemoryStore, ShardOf, SWEEP_STEPS};
-use crate::cell::{StateCell, Stored};
+use crate::cell::{HeapBytes, StateCell, Stored};
 use crate::shard::Slot;
+use crate::WhenFull;
 
 impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
     /// Decides a request of `cost` for `key` at `now` under `limit`, charging it if allowed.
@@ -164,7 +166,7 @@ impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
         if !decision.is_allowed() {
             return decision;
         }
-        self.refuse_new_key(shard, limit, key, now, Room::Check(pending))
+        self.refuse_new_key(shard, limit, key, 0, now, Room::Check(pending))
             .unwrap_or(decision)
     }
 
@@ -190,12 +192,28 @@ impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
         op: impl FnOnce(&mut A::State) -> Decision,
     ) -> Decision {
         if let Some(i) = shard.find(hash, key) {
+            let before = shard.slot(i).state.heap_bytes();
+            // A store keeping its keys cannot make room for a state that grows: near its
+            // bound it keeps the state as it was, to put back if the decision grows it past.
+            let saved = (may_refuse
+                && self.config.when_full == WhenFull::RejectNewKeys
+                && shard.bytes() + before.max(GROWTH_FLOOR) > self.per_shard_bytes)
+                .then(|| shard.slot(i).state.with(Clone::clone));
             let slot = shard.slot_mut(i);
             let (decision, limited) = slot.state.with_mut(|state| {
                 let decision = op(state);
                 (decision, refuses_one(limit, state, now, cost, &decision))
             });
             slot.touch(now.saturating_add(decision.reset_after_ns), limited);
+            let after = slot.state.heap_bytes();
+            if after != before {
+                shard.restate(before, after);
+                if after > before && !self.trim(shard, now) {
+                    if let Some(saved) = saved {
+                        return self.undo_growth(shard, limit, key, hash, saved);
+                    }
+                }
+            }
             return decision;
         }
         if may_refuse {
@@ -213,7 +231,8 @@ impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
         } else {
             Room::MakeAnyway
         };
-        if let Some(refused) = self.refuse_new_key(shard, limit, key, now, room) {
+        if let Some(refused) = self.refuse_new_key(shard, limit, key, state.heap_bytes(), now, room)
+        {
             return refused;
         }
         // Expiry keeps pace with insertion: each new key looks at a couple of slots and drops
@@ -227,6 +246,44 @@ impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
         let i = shard.insert(hash, key, A::Cell::new(state), self.per_shard);
         shard.slot_mut(i).touch(expires, limited);
         decision
+    }
+}
+
+/// The least a state's heap may grow by in one decision (a sliding log's first entries, a
+/// concurrency limit's first permits): what a shard must have left before a store keeping
+/// its keys decides without keeping the state to put back.
+const GROWTH_FLOOR: usize = 128;
+
+impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
+    /// Puts back `key`'s state as it was before a decision grew it past its shard's share,
+    /// in a store keeping its keys, and refuses the request as a full store refuses a new
+    /// key: its callers wait for the store's logs to age out, rather than another key being
+    /// dropped or the bound passed.
+    fn undo_growth(
+        &self,
+        shard: &mut ShardOf<A>,
+        limit: &A,
+        key: &str,
+        hash: u64,
+        saved: A::State,
+    ) -> Decision {
+        // Trimming may have moved the slot (a sweep moves the last slot into a gap).
+        if let Some(i) = shard.find(hash, key) {
+            let slot = shard.slot_mut(i);
+            let grown = slot.state.heap_bytes();
+            slot.state.with_mut(|state| *state = saved);
+            let back = slot.state.heap_bytes();
+            shard.restate(grown, back);
+        }
+        shard.counts.rejected_new_keys += 1;
+        let retry_after_ns =
+            u64::try_from(self.config.full_retry_after.as_nanos()).unwrap_or(u64::MAX);
+        Decision::new(
+            Outcome::Limited { retry_after_ns },
+            limit.limit(),
+            0,
+            retry_after_ns,
+        )
     }
 }
 

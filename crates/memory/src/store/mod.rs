@@ -97,10 +97,10 @@ impl<A: Stored> MemoryStore<A, RandomState> {
 impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
     /// A store with `config` and a hasher of your choosing.
     pub fn with_hasher(config: StoreConfig, hasher: S) -> Self {
-        let shards = config.shards.clamp(1, 1 << 16).next_power_of_two();
+        let shards = config.shard_count();
         // Rounded down, so the store never holds more than `max_keys`.
         let per_shard = (config.max_keys / shards).max(1);
-        let per_shard_bytes = (config.max_bytes / shards).max(1);
+        let per_shard_bytes = config.shard_bytes();
         Self {
             shards: (0..shards)
                 .map(|_| Locked {

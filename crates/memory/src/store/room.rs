@@ -31,10 +31,11 @@ impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
         shard: &mut ShardOf<A>,
         limit: &A,
         key: &str,
+        state_bytes: usize,
         now: u64,
         room: Room,
     ) -> Option<Decision> {
-        let incoming = ShardOf::<A>::cost_of(key);
+        let incoming = ShardOf::<A>::cost_of(key) + state_bytes;
         let (keys_before, bytes_before) = match room {
             Room::Check(pending) => pending,
             _ => (0, 0),
@@ -72,6 +73,24 @@ impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
             u64::try_from(self.config.full_retry_after.as_nanos()).unwrap_or(u64::MAX);
         let outcome = Outcome::Limited { retry_after_ns };
         Some(Decision::new(outcome, limit.limit(), 0, retry_after_ns))
+    }
+
+    /// Brings a shard whose held state just grew (a sliding log's new entry) back within
+    /// its share of `max_bytes`: fresh states first, then, when the store evicts, keys by
+    /// CLOCK as for a new key. A store keeping its keys (`reject`) drops none that is live
+    /// (its caller puts the state back and refuses the request). True when the shard is within its share.
+    pub(super) fn trim(&self, shard: &mut ShardOf<A>, now: u64) -> bool {
+        let over = |shard: &ShardOf<A>| shard.bytes() > self.per_shard_bytes;
+        if !over(shard) {
+            return true;
+        }
+        let rehash = |k: &str| self.hash(k);
+        let dropped = shard.sweep(now, FULL_SWEEP_STEPS, &rehash);
+        shard.counts.evicted_fresh += dropped;
+        if self.config.when_full == WhenFull::EvictLeastRecentlyUsed {
+            self.evict_for(shard, now, &over);
+        }
+        !over(shard)
     }
 
     /// Evicts until the shard is no longer `full`; true when it could not (it refuses then).

@@ -54,6 +54,7 @@ impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
             let shard = self.lock(i);
             stats.keys += shard.len();
             stats.key_bytes += shard.key_bytes();
+            stats.state_bytes += shard.state_bytes();
             stats.allocated_bytes += shard.allocated_bytes();
             stats.evicted_fresh += shard.counts.evicted_fresh;
             stats.evicted_live += shard.counts.evicted_live;

@@ -23,6 +23,7 @@
 mod adaptive;
 mod admin;
 mod bounds;
+mod calls;
 mod error;
 mod key;
 mod limit;
@@ -38,6 +39,7 @@ mod validate;
 pub use adaptive::{Adaptive, ADAPTIVE_CONCURRENCY};
 pub use admin::{AdminAccess, AdminToken, ADMIN_TOKEN_ENV, MIN_ADMIN_TOKEN};
 pub use bounds::{Bounds, MIN_HEADER_BYTES};
+pub use calls::CallBounds;
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{Cost, KeyPart, Match, Mode, OnStoreFailure, Rule, WhenKeyMissing};
 pub use queue::{Queue, MAX_WEIGHT};

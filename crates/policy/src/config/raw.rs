@@ -10,6 +10,7 @@ pub(super) struct RawConfig {
     pub(super) server: Option<RawServer>,
     pub(super) store: Option<RawStore>,
     pub(super) keys: Option<RawKeys>,
+    pub(super) envoy: Option<RawEnvoy>,
     #[serde(default)]
     pub(super) limit: Vec<Spanned<RawLimit>>,
 }
@@ -70,6 +71,16 @@ pub(super) struct RawStore {
     pub(super) breaker_cool_down: Option<Spanned<String>>,
     pub(super) key_prefix: Option<String>,
     pub(super) tls_ca_file: Option<Spanned<String>>,
+}
+
+/// `[envoy]`: what one call to Envoy's front doors may carry, and who may call.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEnvoy {
+    pub(super) clients: Option<Vec<Spanned<String>>>,
+    pub(super) max_descriptors: Option<Spanned<i64>>,
+    pub(super) max_entries: Option<Spanned<i64>>,
+    pub(super) max_message_bytes: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]

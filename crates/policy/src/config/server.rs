@@ -156,6 +156,7 @@ pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> Server
         shutdown_grace,
         max_body,
         bounds,
+        envoy: defaults.envoy,
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ratewarden_core::shared_store;
 
-use super::{AdminAccess, Bounds, Match, Rule};
+use super::{AdminAccess, Bounds, CallBounds, Match, Rule};
 use crate::TrustedProxies;
 
 /// Where the `api_key` and `tenant` key parts are read from (`[keys]` in the file).
@@ -52,8 +52,9 @@ pub struct StoreSettings {
     /// The most keys the in-memory store (and the local fallback) holds.
     pub max_keys: usize,
     /// The most bytes the in-memory store's keys may take (a 64-byte slot each, plus the
-    /// text of keys longer than 24 bytes): 256 MiB by default, at least [`MIN_STORE_BYTES`].
-    /// `max_keys` bounds the count; this bounds the memory whatever the keys' length.
+    /// text of keys longer than 24 bytes and the heap of their states, a sliding log's
+    /// entries): 256 MiB by default, at least [`MIN_STORE_BYTES`]. `max_keys` bounds the
+    /// count; this bounds the memory whatever the keys' length or the logs' size.
     pub max_bytes: usize,
     /// Whether a full in-memory store evicts (`"evict"`, the default) or refuses new keys
     /// (`"reject"`).
@@ -129,6 +130,8 @@ pub struct ServerSettings {
     /// Header bytes, connections per client, and how long heads and bodies may take, both
     /// ways through the gateway.
     pub bounds: Bounds,
+    /// What one call to the Envoy front doors may carry, and who may call (`[envoy]`).
+    pub envoy: CallBounds,
 }
 
 impl Default for ServerSettings {
@@ -150,6 +153,7 @@ impl Default for ServerSettings {
             shutdown_grace: Duration::from_secs(30),
             max_body: 64 * 1024,
             bounds: Bounds::default(),
+            envoy: CallBounds::default(),
         }
     }
 }
@@ -208,6 +212,10 @@ impl ServerSettings {
         .filter_map(|(field, differs)| differs.then_some(field))
         .collect();
         changed.extend(self.bounds.needing_restart(&next.bounds));
+        if self.envoy.max_message_bytes != next.envoy.max_message_bytes {
+            // Set on the gRPC listener when it starts.
+            changed.push("[envoy] max_message_bytes");
+        }
         changed
     }
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 
 use toml::Spanned;
 
+use super::calls::call_bounds;
 use super::error::Errors;
 use super::raw::RawConfig;
 use super::rule::rule;
@@ -80,9 +81,13 @@ pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
         }
         None => (ServerSettings::default(), Vec::new(), None),
     };
+    let mut server = server;
+    if let Some(raw) = raw.envoy {
+        server.envoy = call_bounds(raw, &mut errors);
+    }
     let trusted_proxies =
         trusted_proxies(proxies, &mut errors).with_header(client_ip_header(header, &mut errors));
-    let rules = rules(raw.limit, &mut errors);
+    let rules = rules(raw.limit, &store, &mut errors);
     let keys = raw.keys.map_or_else(KeySources::default, |k| KeySources {
         api_key_header: k.api_key_header.map(|h| h.trim().to_ascii_lowercase()),
         tenant_header: k.tenant_header.map_or_else(
@@ -133,21 +138,64 @@ fn client_ip_header(header: Option<Spanned<String>>, errors: &mut Errors<'_>) ->
     })
 }
 
-/// The `[[limit]]` tables, in file order, names unique.
-fn rules(tables: Vec<Spanned<super::raw::RawLimit>>, errors: &mut Errors<'_>) -> Vec<Rule> {
+/// The `[[limit]]` tables, in file order, names unique, each log fitting the store.
+fn rules(
+    tables: Vec<Spanned<super::raw::RawLimit>>,
+    store: &StoreSettings,
+    errors: &mut Errors<'_>,
+) -> Vec<Rule> {
     let mut rules: Vec<Rule> = Vec::new();
     for raw in tables {
         let span = raw.span();
         let name_span = raw.get_ref().name.as_ref().map(Spanned::span);
+        let limit_span = raw
+            .get_ref()
+            .limit
+            .as_ref()
+            .map_or(span.clone(), Spanned::span);
         if let Some(rule) = rule(raw.into_inner(), span, errors) {
             if rules.iter().any(|r| r.name == rule.name) {
                 let message = "the name is used by another limit; names must be unique";
                 errors.at(name_span, Some(&rule.name), message.to_owned());
             }
+            if let Some(message) = log_too_large(&rule, store) {
+                errors.at(Some(limit_span), Some(&rule.name), message);
+            }
             rules.push(rule);
         }
     }
     rules
+}
+
+/// Why `rule`'s sliding log cannot be kept in the in-memory store `store` bounds (the main
+/// store, or the in-process one its fallback and guards use, whatever the kind): one key's
+/// full log would not fit the share of `[store] max_bytes` its shard has, so the store
+/// would drop it as it filled, and the log would forget what it admitted.
+fn log_too_large(rule: &Rule, store: &StoreSettings) -> Option<String> {
+    let config = store.memory_config(ratewarden_memory::WhenFull::default());
+    let share = config.shard_bytes();
+    [Some(&rule.limit), rule.local.as_ref()]
+        .into_iter()
+        .flatten()
+        .find_map(|limit| {
+            let ratewarden_core::Limit::SlidingLog(log) = limit else {
+                return None;
+            };
+            let needs = ratewarden_memory::SLOT_BYTES + log.largest_heap_bytes();
+            (needs > share).then(|| {
+                format!(
+                    "a sliding log of `limit` {} keeps up to {} entries a key ({needs} bytes), more \
+                     than a store shard holds: `[store] max_bytes` ({}) over {} shards is {share} \
+                     bytes each; raise `max_bytes` to at least {}, lower `limit`, or use \
+                     `sliding-window`, which keeps two counts a key",
+                    ratewarden_core::Algorithm::limit(log),
+                    ratewarden_core::Algorithm::limit(log),
+                    store.max_bytes,
+                    config.shard_count(),
+                    needs.saturating_mul(config.shard_count()),
+                )
+            })
+        })
 }
 
 /// The span of the start of the key (or table header) with the most dotted parts, outside

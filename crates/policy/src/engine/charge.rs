@@ -357,9 +357,13 @@ impl<S: AsyncStore> Engine<S> {
             };
             // Units are held only where the store charged them (a failed store held none,
             // and neither did a shadow rule that said no).
-            let charged = outcomes
+            // The outcomes are sorted by rule: its own are found by halving, not by a walk
+            // per rule (quadratic in a call of many concurrency descriptors).
+            let from = outcomes.partition_point(|o| o.rule < a.rule);
+            let charged = outcomes[from..]
                 .iter()
-                .any(|o| o.rule == a.rule && o.decision.is_allowed() && !o.store_failed);
+                .take_while(|o| o.rule == a.rule)
+                .any(|o| o.decision.is_allowed() && !o.store_failed);
             if charged && a.cost > 0 {
                 charges.push(charge_of(&rules[a.rule], a));
                 let lease = u64::try_from(c.lease().as_nanos()).unwrap_or(u64::MAX);

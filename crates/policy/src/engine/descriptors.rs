@@ -195,11 +195,21 @@ impl<S: AsyncStore> Engine<S> {
             .charge(None, &rules, counters, &applying, set.version, now)
             .await;
 
+        // Each decided descriptor has a rule of its own, with at most one outcome: found
+        // in one pass: a search of the outcomes per descriptor would make a call of n
+        // descriptors cost n².
+        let mut outcome_of: Vec<Option<usize>> = vec![None; owners.len()];
+        for (n, o) in charged.outcomes.iter().enumerate() {
+            if let Some(slot) = outcome_of.get_mut(o.rule) {
+                slot.get_or_insert(n);
+            }
+        }
+        let outcome_of = |k: usize| outcome_of.get(k).copied().flatten();
         let over: Vec<bool> = resolved
             .iter()
             .zip(&rule_of)
             .map(|(r, k)| match (r, k) {
-                (Some(_), Some(k)) => charged.outcomes.iter().any(|o| o.rule == *k && o.said_no()),
+                (Some(_), Some(k)) => outcome_of(*k).is_some_and(|n| charged.outcomes[n].said_no()),
                 // A rule of 0 requests is always over; an unlimited one never.
                 (Some(r), None) => r.limit.is_none() && !r.unlimited,
                 (None, _) => false,
@@ -216,7 +226,7 @@ impl<S: AsyncStore> Engine<S> {
             .zip(&rule_of)
             .zip(&over)
             .map(|((r, k), &over)| {
-                let outcome = k.and_then(|k| charged.outcomes.iter().position(|o| o.rule == k));
+                let outcome = k.and_then(outcome_of);
                 match r {
                     None => DescriptorVerdict {
                         status: DescriptorStatus::Ok,

@@ -1,6 +1,7 @@
 //! Request descriptors resolved to rules exactly as envoyproxy/ratelimit's `GetLimit` does,
 //! and its statuses combined as it combines them.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use ratewarden_core::{FixedWindow, Limit};
@@ -12,7 +13,9 @@ use super::{Descriptor, EnvoyConfig, RateLimitOverride, Resolved, Unit};
 /// the same request (README Example 7). Names are collected from every rule first, so a rule
 /// that is itself replaced still replaces others.
 pub fn apply_replaces(resolved: &mut [Option<Resolved>]) {
-    let replaced: Vec<String> = resolved
+    // A set: every descriptor of a call may name rules it replaces, and a list searched
+    // per descriptor would make the call quadratic in what it carries.
+    let replaced: HashSet<String> = resolved
         .iter()
         .flatten()
         .flat_map(|r| r.replaces.iter().cloned())

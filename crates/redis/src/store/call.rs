@@ -1,6 +1,8 @@
 //! Script calls: one per decision on a server or within a Cluster slot, and layered
 //! decisions across slots by reserve-then-refund.
 
+use std::collections::HashMap;
+
 use ratewarden_core::{Decision, Limit};
 
 use super::connection::{Client, Connection};
@@ -60,15 +62,19 @@ impl RedisStore {
         let groups: Vec<Vec<usize>> = match &self.client {
             Client::Single(_) => vec![(0..checks.len()).collect()],
             Client::Cluster(_) => {
-                let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+                // A slot's group found by its number, not by a walk of the groups so far: a
+                // call of n keys over as many slots would otherwise cost n².
+                let mut group_of: HashMap<u16, usize> = HashMap::new();
+                let mut groups: Vec<Vec<usize>> = Vec::new();
                 for (i, key) in keys.iter().enumerate() {
                     let s = slot::slot(key.as_bytes());
-                    match groups.iter_mut().find(|(g, _)| *g == s) {
-                        Some((_, members)) => members.push(i),
-                        None => groups.push((s, vec![i])),
-                    }
+                    let g = *group_of.entry(s).or_insert_with(|| {
+                        groups.push(Vec::new());
+                        groups.len() - 1
+                    });
+                    groups[g].push(i);
                 }
-                groups.into_iter().map(|(_, members)| members).collect()
+                groups
             }
         };
         let mut connection = self.connection().await?;

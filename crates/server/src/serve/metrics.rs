@@ -96,8 +96,14 @@ impl StoreFigures {
             gauge(
                 "store_key_bytes",
                 "Heap bytes of the keys the in-memory store holds (keys longer than 24 bytes; \
-                 with a 64-byte slot per key, what [store] max_bytes bounds)",
+                 with a 64-byte slot per key and the states' heap, what [store] max_bytes bounds)",
                 bytes(stats.key_bytes),
+            )?;
+            gauge(
+                "store_state_bytes",
+                "Heap bytes of the states the in-memory store holds (sliding logs' entries, \
+                 concurrency permits), counted by [store] max_bytes",
+                bytes(stats.state_bytes),
             )?;
             gauge(
                 "store_allocated_bytes",
@@ -433,6 +439,7 @@ mod tests {
             memory: Some(StoreStats {
                 keys: 3,
                 key_bytes: 120,
+                state_bytes: 640,
                 allocated_bytes: 4096,
                 evicted_fresh: 1,
                 evicted_live: 2,
@@ -445,6 +452,7 @@ mod tests {
         for line in [
             "ratewarden_keys 3",
             "ratewarden_store_key_bytes 120",
+            "ratewarden_store_state_bytes 640",
             "ratewarden_store_allocated_bytes 4096",
             r#"ratewarden_store_evicted_total{state="fresh"} 1"#,
             r#"ratewarden_store_evicted_total{state="live"} 2"#,

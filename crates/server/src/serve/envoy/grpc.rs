@@ -13,6 +13,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration;
 use ratewarden_core::NANOS_PER_SEC;
+use ratewarden_policy::config::CallBounds;
 use ratewarden_policy::envoy::{RateLimitOverride, Unit};
 use ratewarden_policy::{DescriptorStatus, DescriptorVerdict, RequestDescriptor, Verdict};
 use tonic::{Request, Response, Status};
@@ -30,6 +31,23 @@ impl RateLimitService for Rls {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
+        // A call charges whatever descriptors it names: only our Envoys may make one.
+        let peer = request.remote_addr().map(|a| a.ip());
+        let settings = self.app.settings();
+        if !settings
+            .envoy
+            .admits(self.app.engine.identity().trusted(), peer)
+        {
+            let who = peer.map_or_else(|| "an unknown peer".to_owned(), |ip| ip.to_string());
+            let list = if settings.envoy.clients.is_some() {
+                "`[envoy] clients`"
+            } else {
+                "`[server] trusted_proxies`, which stands for `[envoy] clients` when that is not set"
+            };
+            return Err(Status::permission_denied(format!(
+                "{who} may not call ShouldRateLimit: it is not in {list}"
+            )));
+        }
         // The same in-flight cap as the HTTP listeners: a shed call is Envoy's to decide
         // (its `failure_mode_deny`), as any unavailable service is.
         let Some(_slot) = self.app.shedder.enter(false).await else {
@@ -50,6 +68,7 @@ pub(crate) async fn decide(
     app: &App,
     request: RateLimitRequest,
 ) -> Result<RateLimitResponse, Status> {
+    within_bounds(&app.settings().envoy, &request)?;
     let descriptors = request
         .descriptors
         .iter()
@@ -100,6 +119,28 @@ pub(crate) async fn decide(
         ));
     }
     Ok(response(app, &verdict))
+}
+
+/// Refuses a request carrying more than `[envoy]` allows, before anything is resolved or
+/// charged: `INVALID_ARGUMENT` naming the bound, its setting and what was sent.
+fn within_bounds(bounds: &CallBounds, request: &RateLimitRequest) -> Result<(), Status> {
+    let sent = request.descriptors.len();
+    if sent > bounds.max_descriptors {
+        return Err(Status::invalid_argument(format!(
+            "{sent} descriptors in one request, more than `[envoy] max_descriptors` ({})",
+            bounds.max_descriptors
+        )));
+    }
+    for (i, d) in request.descriptors.iter().enumerate() {
+        if d.entries.len() > bounds.max_entries {
+            return Err(Status::invalid_argument(format!(
+                "descriptor {i}: {} entries, more than `[envoy] max_entries` ({})",
+                d.entries.len(),
+                bounds.max_entries
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn response(app: &App, verdict: &Verdict) -> RateLimitResponse {

@@ -8,6 +8,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::R
 use tokio::sync::watch;
 
 use super::authz::Authz;
+use super::bound::NamedBound;
 use super::grpc::Rls;
 use crate::serve::app::App;
 
@@ -17,14 +18,29 @@ pub(crate) async fn serve(
     app: Arc<App>,
     mut stop: watch::Receiver<bool>,
 ) {
+    // Refused by the codec before it decodes: a message's bytes bound what decoding it
+    // allocates (`NamedBound` names the setting in the refusal).
+    let max = app.started().envoy.max_message_bytes;
+    let open = app.started().envoy.clients.is_none() && app.engine.identity().trusted().is_empty();
+    if open && listener.local_addr().is_ok_and(|a| !a.ip().is_loopback()) {
+        tracing::warn!(
+            "the gRPC listener answers ShouldRateLimit from anyone who reaches it: name the \
+             Envoys in `[envoy] clients` (or `[server] trusted_proxies`)"
+        );
+    }
     let rls = RateLimitServiceServer::new(Rls {
         app: Arc::clone(&app),
-    });
-    let authz = AuthorizationServer::new(Authz { app });
+    })
+    .max_decoding_message_size(max);
+    let authz = AuthorizationServer::new(Authz { app }).max_decoding_message_size(max);
     let shutdown = async move {
         let _ = stop.changed().await;
     };
     let served = tonic::transport::Server::builder()
+        .layer(tower_layer::layer_fn(move |inner| NamedBound {
+            inner,
+            max,
+        }))
         .add_service(rls)
         .add_service(authz)
         .serve_with_incoming_shutdown(

@@ -7,6 +7,7 @@
 //! the gateway would.
 
 mod authz;
+mod bound;
 mod grpc;
 mod json;
 mod listen;
