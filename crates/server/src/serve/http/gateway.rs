@@ -16,7 +16,8 @@ use ratewarden_core::{DisplayDuration, NANOS_PER_SEC};
 use ratewarden_policy::{Bounds, Identity, ServerSettings};
 
 use super::guard;
-use super::limits::{self, Paced};
+use super::limits::Paced;
+use super::sent_body::{Fault, Watched};
 use super::upstream::{Local, Upstream};
 use crate::serve::app::{Answer, App};
 use crate::serve::reply::{self, Body, Holding, Plain, Problem};
@@ -186,14 +187,15 @@ pub(crate) async fn handle(
     let forwarded = forward(upstream, &identity, &bounds, peer, &path, request).await;
     // The round trip is to the response head, as the upstream's own latency; a 5xx, a
     // timeout or a failed connection is a drop: the upstream is failing, which is what an
-    // adaptive limit must back off from. A client too slow with its own body is neither.
+    // adaptive limit must back off from. A body the client broke (malformed, too slow,
+    // cut) is neither: one client's faults would otherwise shed everyone's requests.
     let rtt_ns = Some(app.clock.now().saturating_sub(sent));
     permit.completion = match &forwarded {
         Ok(response) => Some(Completion {
             rtt_ns,
             dropped: response.status().is_server_error(),
         }),
-        Err(Failed::Client(error)) if limits::too_slow(error).is_some() => None,
+        Err(Failed::Body(_)) => None,
         Err(_) => Some(Completion {
             rtt_ns,
             dropped: true,
@@ -211,10 +213,13 @@ pub(crate) async fn handle(
                 ),
             );
         }
+        Err(Failed::Body(Fault::Slow(why))) => {
+            return reply::problem(StatusCode::REQUEST_TIMEOUT, why);
+        }
+        Err(Failed::Body(Fault::Broken(why))) => {
+            return reply::problem(StatusCode::BAD_REQUEST, why);
+        }
         Err(Failed::Client(error)) => {
-            if let Some(slow) = limits::too_slow(&error) {
-                return reply::problem(StatusCode::REQUEST_TIMEOUT, slow.to_string());
-            }
             if is_connect_timeout(&error) {
                 tracing::warn!(%error, "the upstream did not take the connection in time");
                 return reply::problem(
@@ -247,9 +252,12 @@ pub(crate) async fn handle(
 
 /// Why forwarding failed.
 enum Failed {
-    /// No response head within `[server] upstream_response_timeout`.
+    /// No response head within `[server] upstream_response_timeout` of the request's end
+    /// (or of the upstream's last taking of its body).
     Timeout,
-    /// The client's error: connecting, sending (a request body too slow, say), receiving.
+    /// The client broke its own request body.
+    Body(Fault),
+    /// The upstream client's error: connecting, sending, receiving.
     Client(hyper_util::client::legacy::Error),
 }
 
@@ -292,18 +300,33 @@ async fn forward(
     forwarding_headers(&mut parts.headers, identity, peer);
     // A client body that stalls or trickles is cut, and its request with it: it does not
     // hold an in-flight slot for as long as it likes (issue 12, item 6).
-    let body = Paced::new(
+    let (body, progress) = Watched::new(Paced::new(
         body,
         "client",
         bounds.body_idle_timeout,
         bounds.body_min_rate,
         bounds.body_rate_grace,
-    )
-    .boxed();
-    let sent = upstream.client().request(Request::from_parts(parts, body));
-    match tokio::time::timeout(bounds.upstream_response_timeout, sent).await {
-        Ok(answer) => answer.map_err(Failed::Client),
-        Err(_) => Err(Failed::Timeout),
+    ));
+    let sent = upstream
+        .client()
+        .request(Request::from_parts(parts, body.boxed()));
+    let mut sent = std::pin::pin!(sent);
+    // An upload may take longer than the upstream may take to answer: the upstream's time
+    // runs from the body's end, or while it does not take the body it was handed.
+    let timeout = bounds.upstream_response_timeout;
+    loop {
+        match tokio::time::timeout_at(progress.deadline(timeout), &mut sent).await {
+            Ok(Ok(response)) => return Ok(response),
+            // The client's body failed, and the upstream's request with it.
+            Ok(Err(error)) => {
+                return Err(match progress.fault() {
+                    Some(fault) => Failed::Body(fault),
+                    None => Failed::Client(error),
+                })
+            }
+            Err(_) if progress.upstream_late(timeout) => return Err(Failed::Timeout),
+            Err(_) => {}
+        }
     }
 }
 

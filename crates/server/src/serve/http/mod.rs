@@ -26,6 +26,7 @@ mod listen;
 mod operator;
 mod rewind;
 mod send;
+mod sent_body;
 mod upstream;
 
 pub(crate) use api::request_error_status;
