@@ -16,12 +16,13 @@ mod engine;
 pub mod envoy;
 mod hint;
 mod ip;
+pub mod method_override;
 pub mod path;
 
 pub use config::{
-    Adaptive, Bounds, Config, ConfigError, ConfigErrors, Cost, KeyPart, KeySources, Match, Mode,
-    OnStoreFailure, Queue, Rule, ServerSettings, StoreKind, StoreSettings, MAX_WEIGHT,
-    MIN_HEADER_BYTES, MIN_STORE_BYTES,
+    Adaptive, Bounds, Config, ConfigError, ConfigErrors, Cost, KeyPart, KeySources, Match,
+    MethodOverride, Mode, OnStoreFailure, Queue, Rule, ServerSettings, StoreKind, StoreSettings,
+    MAX_WEIGHT, MIN_HEADER_BYTES, MIN_STORE_BYTES,
 };
 pub use engine::{
     api_key_digest, fingerprint, rollout_bucket, AdaptiveState, Answer, DescriptorStatus,

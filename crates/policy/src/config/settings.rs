@@ -127,6 +127,25 @@ pub struct ServerSettings {
     /// Header bytes, connections per client, and how long heads and bodies may take, both
     /// ways through the gateway.
     pub bounds: Bounds,
+    /// What the gateway does with a request that asks the upstream for another method (an
+    /// override header, a `_method` parameter).
+    pub method_override: MethodOverride,
+    /// How many bytes of a `POST`'s form or JSON body the gateway reads for `_method`
+    /// before deciding; past them the body streams on, still read, and is cut if it names
+    /// another method.
+    pub method_override_scan: usize,
+}
+
+/// What the gateway does with a request that asks the upstream, by a header
+/// (`X-HTTP-Method-Override`) or a `_method` parameter, to serve it as another method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MethodOverride {
+    /// Refused with 400: the client sends the method it means (the default).
+    #[default]
+    Refuse,
+    /// Decided as the method it asks for, and forwarded as sent, for upstreams whose forms
+    /// send `DELETE` and `PUT` as `POST` (Rails, Laravel, Symfony).
+    Decide,
 }
 
 impl Default for ServerSettings {
@@ -147,6 +166,8 @@ impl Default for ServerSettings {
             shutdown_grace: Duration::from_secs(30),
             max_body: 64 * 1024,
             bounds: Bounds::default(),
+            method_override: MethodOverride::Refuse,
+            method_override_scan: 64 * 1024,
         }
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::request::Parts;
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
@@ -17,6 +18,7 @@ use ratewarden_policy::{Bounds, Identity, ServerSettings};
 
 use super::guard;
 use super::limits::Paced;
+use super::overrides::{self, Scanned};
 use super::sent_body::{Fault, Watched};
 use super::upstream::{Local, Upstream};
 use crate::serve::app::{Answer, App};
@@ -143,7 +145,11 @@ pub(crate) async fn handle(
         return reply::problem(StatusCode::BAD_GATEWAY, "no upstream is configured");
     };
     let identity = app.engine.identity();
-    if let Some(refused) = guard::refusal(&request, &identity) {
+    // One reading of `[server]` for the whole request: a reload in the middle changes the
+    // next request, not half of this one.
+    let settings = app.settings();
+    let bounds = settings.bounds;
+    if let Some(refused) = guard::refusal(&request, &identity, settings.method_override) {
         return refused;
     }
     // What is matched is what is forwarded: one spelling of the path (issue 12, item 2).
@@ -151,19 +157,34 @@ pub(crate) async fn handle(
         Ok(path) => path.into_owned(),
         Err(error) => return reply::problem(StatusCode::BAD_REQUEST, error.to_string()),
     };
-    let header_pairs: Vec<(&str, &str)> = request
-        .headers()
+    let (parts, body) = request.into_parts();
+    // A client body that stalls or trickles is cut, and its request with it: it does not
+    // hold a connection, or an in-flight slot, for as long as it likes.
+    let body = Paced::new(
+        body,
+        "client",
+        bounds.body_idle_timeout,
+        bounds.body_min_rate,
+        bounds.body_rate_grace,
+    );
+    // Decided as the method the upstream will serve it as, or refused.
+    let (method, body) = match overrides::read(&parts, body, &settings).await {
+        Ok(read) => read,
+        Err(refused) => return refused.response(),
+    };
+    let header_pairs: Vec<(&str, &str)> = parts
+        .headers
         .iter()
         .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)))
         .collect();
-    let host = request
-        .headers()
+    let host = parts
+        .headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
-        .or_else(|| request.uri().authority().map(Authority::as_str));
+        .or_else(|| parts.uri.authority().map(Authority::as_str));
     let engine_request = ratewarden_policy::Request {
         peer: peer.ip(),
-        method: request.method().as_str(),
+        method: &method,
         path: &path,
         host,
         headers: &header_pairs,
@@ -171,10 +192,6 @@ pub(crate) async fn handle(
         api_key: None,
         tenant: None,
     };
-    // One reading of `[server]` for the whole request: a reload in the middle changes the
-    // next request, not half of this one.
-    let settings = app.settings();
-    let bounds = settings.bounds;
     let (headers, mut permit, slot) = match admit(app, &engine_request, &settings).await {
         Admission::Refused(plain) => return plain.response(),
         Admission::Admitted {
@@ -184,7 +201,7 @@ pub(crate) async fn handle(
         } => (fields, permit, slot),
     };
     let sent = app.clock.now();
-    let forwarded = forward(upstream, &identity, &bounds, peer, &path, request).await;
+    let forwarded = forward(upstream, &identity, &bounds, peer, &path, (parts, body)).await;
     // The round trip is to the response head, as the upstream's own latency; a 5xx, a
     // timeout or a failed connection is a drop: the upstream is failing, which is what an
     // adaptive limit must back off from. A body the client broke (malformed, too slow,
@@ -280,9 +297,8 @@ async fn forward(
     bounds: &Bounds,
     peer: SocketAddr,
     path: &str,
-    request: Request<Incoming>,
+    (mut parts, body): (Parts, Scanned<Paced<Incoming>>),
 ) -> Result<Response<Incoming>, Failed> {
-    let (mut parts, body) = request.into_parts();
     // The normalized path the rules matched, and the query as the client sent it.
     let target = match parts.uri.query() {
         Some(query) => format!("{path}?{query}"),
@@ -298,15 +314,7 @@ async fn forward(
     }
     strip_hop_by_hop(&mut parts.headers);
     forwarding_headers(&mut parts.headers, identity, peer);
-    // A client body that stalls or trickles is cut, and its request with it: it does not
-    // hold an in-flight slot for as long as it likes (issue 12, item 6).
-    let (body, progress) = Watched::new(Paced::new(
-        body,
-        "client",
-        bounds.body_idle_timeout,
-        bounds.body_min_rate,
-        bounds.body_rate_grace,
-    ));
+    let (body, progress) = Watched::new(body);
     let sent = upstream
         .client()
         .request(Request::from_parts(parts, body.boxed()));

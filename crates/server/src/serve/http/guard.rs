@@ -10,7 +10,7 @@
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
-use ratewarden_policy::Identity;
+use ratewarden_policy::{Identity, MethodOverride};
 
 use crate::serve::reply::{self, Body};
 
@@ -34,8 +34,13 @@ const PATH_OVERRIDES: [&str; 2] = ["x-original-url", "x-rewrite-url"];
 const ALLOW: &str = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
 
 /// The answer refusing a request whose identity could be read two ways, or that asks for a
-/// tunnel; `None` for a request the gateway may decide.
-pub(crate) fn refusal<B>(request: &Request<B>, identity: &Identity) -> Option<Response<Body>> {
+/// tunnel; `None` for a request the gateway may decide. Under `method_override = "decide"`
+/// a `POST`'s override header is left to `overrides.rs`, which decides it as that method.
+pub(crate) fn refusal<B>(
+    request: &Request<B>,
+    identity: &Identity,
+    mode: MethodOverride,
+) -> Option<Response<Body>> {
     if request.method() == Method::CONNECT {
         // A tunnel carries bytes we cannot decide on, to wherever the client names.
         let mut response = reply::problem(
@@ -72,8 +77,11 @@ pub(crate) fn refusal<B>(request: &Request<B>, identity: &Identity) -> Option<Re
         METHOD_OVERRIDES.contains(&name) || PATH_OVERRIDES.contains(&name)
     });
     if overrides {
-        if let Some(detail) = method_override(headers, request.method().as_str()) {
-            return bad(detail);
+        let decided = mode == MethodOverride::Decide && request.method() == Method::POST;
+        if !decided {
+            if let Some(detail) = method_override(headers, request.method().as_str()) {
+                return bad(detail);
+            }
         }
         for name in PATH_OVERRIDES {
             if headers.contains_key(name) {
@@ -97,6 +105,19 @@ pub(crate) fn refusal<B>(request: &Request<B>, identity: &Identity) -> Option<Re
         return bad(detail);
     }
     None
+}
+
+/// The method override headers' lines, each as its name and the method it names
+/// (uppercased, as the frameworks read it).
+pub(crate) fn override_headers(
+    headers: &HeaderMap,
+) -> impl Iterator<Item = (&'static str, String)> + '_ {
+    METHOD_OVERRIDES.into_iter().flat_map(move |name| {
+        headers.get_all(name).iter().map(move |value| {
+            let method = String::from_utf8_lossy(value.as_bytes()).to_ascii_uppercase();
+            (name, method)
+        })
+    })
 }
 
 /// Why a request's method could be read as another one upstream (a method override header

@@ -24,6 +24,7 @@ mod lean_upstream;
 mod limits;
 mod listen;
 mod operator;
+mod overrides;
 mod rewind;
 mod send;
 mod sent_body;

@@ -136,9 +136,12 @@ where
 
 /// The fault a client's body failed with: too slow, or else broken, with every cause's
 /// words (hyper's outer error says only that a body could not be read).
-fn fault(error: &(dyn std::error::Error + 'static)) -> Fault {
+pub(crate) fn fault(error: &(dyn std::error::Error + 'static)) -> Fault {
     if let Some(slow) = limits::too_slow(error) {
         return Fault::Slow(slow.to_string());
+    }
+    if let Some(late) = error.downcast_ref::<super::overrides::LateOverride>() {
+        return Fault::Broken(late.to_string());
     }
     let mut words = String::from("the request body could not be read");
     let mut next = Some(error);
