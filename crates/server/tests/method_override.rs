@@ -229,3 +229,24 @@ fn a_bad_method_override_setting_is_located() {
     assert!(error.contains("\"refuse\" or \"decide\""), "{error}");
     assert!(error.contains("method_override_scan"), "{error}");
 }
+
+#[tokio::test]
+async fn forward_auth_refuses_a_query_s_method_override_as_it_refuses_the_headers() {
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"off\"\ntrusted_proxies = [\"127.0.0.1\"]\n{RULES}"
+    );
+    let clock: Arc<dyn Clock> = Arc::new(ManualClock::new(T0));
+    let server = common::start(common::options(&toml, clock)).await;
+    let ask = |uri: &'static str| async move {
+        let headers = [
+            ("x-forwarded-method", "POST"),
+            ("x-forwarded-uri", uri),
+            ("x-forwarded-for", "203.0.113.7"),
+        ];
+        common::get(server.listen, "/v1/auth", &headers).await
+    };
+    let refused = ask("/account?_method=DELETE#x").await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(refused.body.contains("_method=DELETE"), "{}", refused.body);
+    assert_eq!(ask("/account?_method=post").await.status, 200);
+}
