@@ -440,6 +440,16 @@ impl Multipart {
 
 /// Where a part's head ends in `rest`: its length, and the blank line's.
 fn head_end(rest: &[u8]) -> Option<(usize, usize)> {
+    // A part with no header lines: its blank line comes at once.
+    if rest.starts_with(b"\r\n") {
+        return Some((0, 2));
+    }
+    if rest.starts_with(b"\n") {
+        return Some((0, 1));
+    }
+    if rest.len() < 2 {
+        return None;
+    }
     let crlf = find(rest, b"\r\n\r\n").map(|i| (i, 4));
     let lf = find(rest, b"\n\n").map(|i| (i, 2));
     crlf.into_iter().chain(lf).min_by_key(|(i, _)| *i)
@@ -783,6 +793,9 @@ mod tests {
         assert_eq!(scan(&kind, crlf), ["DELETE"]);
         let lf = b"preamble\n--XyZ\ncontent-disposition: form-data; filename=\"a\"; name=_method\n\nPUT\n--XyZ--";
         assert_eq!(scan(&kind, lf), ["PUT"]);
+        // A part with no head, then the `_method` one: its head is not swallowed.
+        let headless = b"--XyZ\r\n\r\nx\r\n--XyZ\r\nContent-Disposition: form-data; name=_method\r\n\r\nPATCH\r\n--XyZ--";
+        assert_eq!(scan(&kind, headless), ["PATCH"]);
         let other = b"--XyZ\r\nContent-Disposition: form-data; name=\"_methods\"\r\n\r\nDELETE\r\n--XyZ\r\nContent-Disposition: form-data; filename=\"_method\"; name=\"f\"\r\n\r\nDELETE\r\n--XyZ--\r\n";
         assert!(scan(&kind, other).is_empty());
     }

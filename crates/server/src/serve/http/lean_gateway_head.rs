@@ -5,7 +5,8 @@
 //! its `forwarding_headers`, with `guard.rs`), which serves the rest of the connection: a
 //! head this reads wrongly can only be sent there, never answered or forwarded differently.
 //! So it hands off, besides what hyper answers with an error, every head `guard.rs` would
-//! look at twice (a second `Host`, an override header, an underscore in a name, an identity
+//! look at twice (a second `Host`, an override header or a query's `_method` naming another
+//! method, an underscore in a name, an identity
 //! header repeated or not visible ASCII, `Connection` naming a header) and every head whose
 //! forwarded form takes more than dropping `Connection`, adding our forwarding lines and
 //! adding our hop to one `X-Forwarded-For` line: any other hop-by-hop header, and any
