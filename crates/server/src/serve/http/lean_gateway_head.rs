@@ -4,16 +4,16 @@
 //! Everything this does not recognise exactly goes to hyper's gateway (`gateway.rs` and
 //! its `forwarding_headers`, with `guard.rs`), which serves the rest of the connection: a
 //! head this reads wrongly can only be sent there, never answered or forwarded differently.
-//! So it hands off, besides what hyper answers with an error, every head `guard.rs` would
-//! look at twice (a second `Host`, an override header or a query's `_method` naming another
-//! method, an underscore in a name, an identity
-//! header repeated or not visible ASCII, `Connection` naming a header) and every head whose
-//! forwarded form takes more than dropping `Connection`, adding our forwarding lines and
-//! adding our hop to one `X-Forwarded-For` line: any other hop-by-hop header, and any
-//! forwarding header but one line each of `X-Forwarded-For`, `X-Forwarded-Proto` and
-//! `X-Forwarded-Host` from a trusted proxy (a load balancer's). `Forwarded` and `X-Real-IP`
-//! always go, and so does any forwarding line from a peer we do not trust, whose lines
-//! hyper's gateway removes or replaces.
+//! So it hands off, besides what hyper answers with an error, every head `guard.rs` or
+//! `overrides.rs` would look at twice (a second `Host`, an override header or a query's
+//! `_method` naming another method, an underscore in a name, an identity header repeated or
+//! not visible ASCII, `Connection` naming a header) and every head whose forwarded form
+//! takes more than dropping `Connection`, adding our forwarding lines and adding our hop to
+//! one `X-Forwarded-For` line: any other hop-by-hop header, and any forwarding header but
+//! one line each of `X-Forwarded-For`, `X-Forwarded-Proto` and `X-Forwarded-Host` from a
+//! trusted proxy (a load balancer's). `Forwarded` and `X-Real-IP` always go, and so does any
+//! forwarding line from a peer we do not trust, whose lines hyper's gateway removes or
+//! replaces.
 
 use std::mem::MaybeUninit;
 use std::net::IpAddr;
