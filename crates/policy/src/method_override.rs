@@ -50,6 +50,27 @@ fn method_of(value: &[u8]) -> Option<String> {
     Some(String::from_utf8_lossy(value).to_ascii_uppercase())
 }
 
+/// Whether `query` may spell a `_method` parameter at all: it holds `method` in any case,
+/// or an escape (which may spell any of its letters). Most queries do not, and need not be
+/// read by [`in_query`].
+///
+/// # Examples
+///
+/// ```
+/// use ratewarden_policy::method_override::may_name_method;
+///
+/// assert!(may_name_method("_METHOD=put"));
+/// assert!(may_name_method("_%6Dethod=put"));
+/// assert!(!may_name_method("page=2&sort=name"));
+/// ```
+pub fn may_name_method(query: &str) -> bool {
+    query.contains('%')
+        || query
+            .as_bytes()
+            .windows(6)
+            .any(|w| w.eq_ignore_ascii_case(b"method"))
+}
+
 /// The methods the `_method` parameters of `query` (a target's query, without the `?`)
 /// name, in order.
 ///

@@ -109,9 +109,8 @@ pub(super) fn read<'h, 'b>(
         Some((path, query)) => (path, Some(query)),
         None => (target, None),
     };
-    // A `_method` naming another method is hyper's to refuse (`overrides.rs`); a query
-    // that cannot spell one is not read for it.
-    if query.is_some_and(|q| may_name_method(q) && overrides_method(q, method)) {
+    // A `_method` naming another method is hyper's to refuse (`overrides.rs`).
+    if query.is_some_and(|q| overrides_method(q, method)) {
         return Head::Other;
     }
     let headers: &'h [httparse::Header<'b>] = request.headers;
@@ -202,21 +201,13 @@ pub(super) fn read<'h, 'b>(
     })
 }
 
-/// Whether `query` may spell a `_method` parameter: it holds `method` in any case, or an
-/// escape (which may spell any of its letters).
-fn may_name_method(query: &str) -> bool {
-    query.contains('%')
-        || query
-            .as_bytes()
-            .windows(6)
-            .any(|w| w.eq_ignore_ascii_case(b"method"))
-}
-
 /// Whether `query`'s `_method` parameters name another method than `method`.
 fn overrides_method(query: &str, method: &str) -> bool {
-    ratewarden_policy::method_override::in_query(query)
-        .iter()
-        .any(|named| !named.eq_ignore_ascii_case(method))
+    use ratewarden_policy::method_override::{in_query, may_name_method};
+    may_name_method(query)
+        && in_query(query)
+            .iter()
+            .any(|named| !named.eq_ignore_ascii_case(method))
 }
 
 /// Whether the line at `at` is an identity header that comes again later: the limiter

@@ -18,7 +18,7 @@ use http::request::Parts;
 use http::{Method, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
-use ratewarden_policy::method_override::{body_kinds, in_query, Scan};
+use ratewarden_policy::method_override::{body_kinds, in_query, may_name_method, Scan};
 use ratewarden_policy::{MethodOverride, ServerSettings};
 
 use super::guard;
@@ -43,13 +43,18 @@ where
     B: HttpBody<Data = Bytes, Error = BoxError> + Unpin,
 {
     let sent = parts.method.as_str();
-    let mut named: Vec<Named> = guard::override_headers(&parts.headers)
-        .map(|(name, method)| Named {
-            source: format!("`{name}: {method}`"),
-            method,
-        })
-        .collect();
-    if let Some(query) = parts.uri.query() {
+    let mut named: Vec<Named> = Vec::new();
+    // Otherwise the guard has refused a header naming another method, and one naming this
+    // one changes nothing.
+    if settings.method_override == MethodOverride::Decide && parts.method == Method::POST {
+        named.extend(
+            guard::override_headers(&parts.headers).map(|(name, method)| Named {
+                source: format!("`{name}: {method}`"),
+                method,
+            }),
+        );
+    }
+    if let Some(query) = parts.uri.query().filter(|q| may_name_method(q)) {
         named.extend(in_query(query).into_iter().map(|method| Named {
             source: format!("`_method={method}` in the query"),
             method,
