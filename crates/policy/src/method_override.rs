@@ -6,8 +6,9 @@
 //! Laravel), an `application/x-www-form-urlencoded` body (a `POST` with no `Content-Type`
 //! too: Rack parses it as a form), a `multipart/form-data` part (and Rack's
 //! `multipart/mixed` and `multipart/related`), and a JSON object's top-level key (Laravel
-//! reads a JSON body as its input). Names are read as PHP reads them: percent-decoded,
-//! leading spaces dropped, and `.`, ` ` and an unclosed `[` read as `_`, so `.method` and
+//! reads a JSON body as its input). Names are read as PHP and Rack read them:
+//! percent-decoded, cut at a NUL, leading spaces dropped, `.`, ` ` and an unclosed `[`
+//! read as `_`, brackets around the key taken off, so `.method`, `[_method]` and
 //! `%5Fmethod` are `_method` too; case is ignored. A value overrides when it is a method
 //! name (ASCII letters only, as Symfony demands and Rack's list holds), uppercased as they
 //! uppercase it; an array (`_method[]=…`) or any other value overrides nothing there.
@@ -29,17 +30,27 @@ pub const MAX_PART_HEAD: usize = 8 * 1024;
 
 /// Whether a decoded parameter name reads as `_method` to Rack, PHP or Symfony.
 fn is_override_name(name: &[u8]) -> bool {
+    // PHP reads a name as a C string: it ends at a NUL.
+    let name = name.split(|&b| b == 0).next().unwrap_or(name);
     // PHP drops leading spaces, then reads `.`, ` ` and an unclosed `[` as `_`.
     let name = match name.iter().position(|&b| b != b' ') {
         Some(start) => &name[start..],
         None => return false,
     };
-    match name {
+    let php = match name {
         [first, rest @ ..] => {
             matches!(first, b'_' | b'.' | b' ' | b'[') && rest.eq_ignore_ascii_case(b"method")
         }
         [] => false,
-    }
+    };
+    // Rack 2 takes the key out of leading brackets and trailing `]`: `[_method]`.
+    let start = name.iter().position(|&b| b != b'[' && b != b']');
+    let rack = start.is_some_and(|start| {
+        let key = &name[start..];
+        let end = key.iter().rposition(|&b| b != b']').map_or(0, |e| e + 1);
+        key[..end].eq_ignore_ascii_case(b"_method")
+    });
+    php || rack
 }
 
 /// The method a `_method` value names, uppercased; `None` when it names none.
@@ -784,6 +795,9 @@ mod tests {
             "x=1;_method=DELETE",
             "_method=%44ELETE",
             "_method=DELETE&",
+            "_method%00x=DELETE",
+            "[_method]=DELETE",
+            "_method]=DELETE",
         ] {
             assert_eq!(form(body), ["DELETE"], "{body}");
         }
