@@ -129,28 +129,35 @@ pub enum BodyKind {
 ///     [BodyKind::Multipart(b"xy".to_vec())]
 /// );
 /// assert!(body_kinds(["text/plain"]).is_empty());
+/// // Two boundaries: parsers disagree on which is the body's, so both are read.
+/// assert_eq!(
+///     body_kinds(["multipart/form-data; boundary=a; boundary=b"]),
+///     [BodyKind::Multipart(b"a".to_vec()), BodyKind::Multipart(b"b".to_vec())]
+/// );
 /// ```
 pub fn body_kinds<'a>(content_types: impl IntoIterator<Item = &'a str>) -> Vec<BodyKind> {
     let mut kinds = Vec::new();
     let mut any = false;
     for value in content_types {
         any = true;
-        let mut params = value.split(';');
-        let media = params.next().unwrap_or("").trim().to_ascii_lowercase();
-        let kind = if media == "application/x-www-form-urlencoded" {
-            Some(BodyKind::Form)
+        let media = value
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        let mut found = Vec::new();
+        if media == "application/x-www-form-urlencoded" {
+            found.push(BodyKind::Form);
         } else if media.starts_with("multipart/") {
-            params
-                .filter_map(|p| p.split_once('='))
-                .find(|(name, _)| name.trim().eq_ignore_ascii_case("boundary"))
-                .map(|(_, b)| b.trim().trim_matches('"').as_bytes().to_vec())
-                .filter(|b| !b.is_empty())
-                .map(BodyKind::Multipart)
-        } else {
-            None
-        };
-        if let Some(kind) = kind.filter(|k| !kinds.contains(k)) {
-            kinds.push(kind);
+            // Every `boundary=` the value holds: PHP takes the first, Rack's pattern the
+            // last, wherever it stands; the body is read under each.
+            found.extend(boundaries(value).map(BodyKind::Multipart));
+        }
+        for kind in found {
+            if !kinds.contains(&kind) {
+                kinds.push(kind);
+            }
         }
         // Laravel reads a body as JSON when its `Content-Type` holds `/json` or `+json`
         // anywhere, parameters too.
@@ -164,6 +171,26 @@ pub fn body_kinds<'a>(content_types: impl IntoIterator<Item = &'a str>) -> Vec<B
         kinds.push(BodyKind::Form);
     }
     kinds
+}
+
+/// The values after each `boundary=` in a `Content-Type` value, any case, unquoted, up to
+/// a `;`, `,` or `"`.
+fn boundaries(value: &str) -> impl Iterator<Item = Vec<u8>> + '_ {
+    let bytes = value.as_bytes();
+    (0..bytes.len()).filter_map(move |at| {
+        let key = bytes.get(at..at + 9)?;
+        if !key.eq_ignore_ascii_case(b"boundary=") {
+            return None;
+        }
+        let rest = &bytes[at + 9..];
+        let rest = rest.strip_prefix(b"\"").unwrap_or(rest);
+        let end = rest
+            .iter()
+            .position(|&b| matches!(b, b';' | b',' | b'"'))
+            .unwrap_or(rest.len());
+        let boundary = rest[..end].trim_ascii();
+        (!boundary.is_empty()).then(|| boundary.to_vec())
+    })
 }
 
 /// Reads a body, piece by piece, for the methods its `_method` parameters name, under
