@@ -476,7 +476,9 @@ impl Multipart {
                             close_value(&mut self.state, &self.pending[at..at + start], found);
                             at += next;
                             self.line_start = true;
-                            self.state = if closing { Part::Done } else { Part::Head };
+                            // Past the closing delimiter a strict parser reads nothing, a
+                            // lenient one may read on: its epilogue is read as parts too.
+                            self.state = if closing { Part::Skip } else { Part::Head };
                         }
                     }
                 }
@@ -490,9 +492,11 @@ impl Multipart {
     }
 
     fn finish(&mut self, found: &mut Vec<String>) {
-        // A body cut in a `_method` part: what came is what a lenient parser may take.
+        // The body ended in a `_method` part: its value runs to a last delimiter with no
+        // line end after it, or (a body cut short) to the end, as a lenient parser takes it.
         let tail = std::mem::take(&mut self.pending);
-        close_value(&mut self.state, &tail, found);
+        let end = delimiter_at_line(&tail, &self.delimiter, self.line_start).unwrap_or(tail.len());
+        close_value(&mut self.state, &tail[..end], found);
         self.state = Part::Done;
     }
 }
@@ -529,9 +533,27 @@ enum Delimiter {
     },
 }
 
-/// The next delimiter of `rest` at a line's start (`line_start`: `rest` begins one), and
-/// followed by `--`, white space or the line's end, as parsers demand.
+/// The next delimiter of `rest` at a line's start (`line_start`: `rest` begins one),
+/// whatever follows it on its line: PHP takes any such line as one (Rack wants `--` or the
+/// line's end), and reading more lines as delimiters than a parser does only reads more
+/// part heads.
 fn next_delimiter(rest: &[u8], delimiter: &[u8], line_start: bool) -> Delimiter {
+    let Some(i) = delimiter_at_line(rest, delimiter, line_start) else {
+        return Delimiter::None;
+    };
+    let after = &rest[i + delimiter.len()..];
+    match find(after, b"\n") {
+        Some(end) => Delimiter::At {
+            start: i,
+            next: i + delimiter.len() + end + 1,
+            closing: after.starts_with(b"--"),
+        },
+        None => Delimiter::Wait,
+    }
+}
+
+/// Where the first `delimiter` at a line's start in `rest` begins.
+fn delimiter_at_line(rest: &[u8], delimiter: &[u8], line_start: bool) -> Option<usize> {
     let mut search = 0;
     while let Some(i) = find(&rest[search..], delimiter) {
         let i = search + i;
@@ -541,34 +563,11 @@ fn next_delimiter(rest: &[u8], delimiter: &[u8], line_start: bool) -> Delimiter 
         } else {
             rest[i - 1] == b'\n'
         };
-        if !at_line {
-            continue;
+        if at_line {
+            return Some(i);
         }
-        let after = &rest[i + delimiter.len()..];
-        let closing = match after {
-            [] | [b'-'] => return Delimiter::Wait,
-            [b'-', b'-', ..] => true,
-            [b' ' | b'\t' | b'\r' | b'\n', ..] => false,
-            _ => continue,
-        };
-        if closing {
-            // Nothing after the closing delimiter is read.
-            return Delimiter::At {
-                start: i,
-                next: rest.len(),
-                closing,
-            };
-        }
-        return match find(after, b"\n") {
-            Some(end) => Delimiter::At {
-                start: i,
-                next: i + delimiter.len() + end + 1,
-                closing,
-            },
-            None => Delimiter::Wait,
-        };
     }
-    Delimiter::None
+    None
 }
 
 /// Ends a `_method` part (when `state` is one) whose remaining body is `tail`, its line
@@ -855,6 +854,12 @@ mod tests {
         assert_eq!(scan(&kind, crlf), ["DELETE"]);
         let lf = b"preamble\n--XyZ\ncontent-disposition: form-data; filename=\"a\"; name=_method\n\nPUT\n--XyZ--";
         assert_eq!(scan(&kind, lf), ["PUT"]);
+        // Parts past the closing delimiter, and a delimiter line with more after it (PHP
+        // takes both), are read too.
+        let epilogue = b"--XyZ--\r\n--XyZ\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n";
+        assert_eq!(scan(&kind, epilogue), ["DELETE"]);
+        let junk = b"--XyZ\r\nContent-Disposition: form-data; name=a\r\n\r\nx\r\n--XyZjunk\r\nContent-Disposition: form-data; name=_method\r\n\r\nPUT\r\n--XyZ--";
+        assert_eq!(scan(&kind, junk), ["PUT"]);
         // A part with no head, then the `_method` one: its head is not swallowed.
         let headless = b"--XyZ\r\n\r\nx\r\n--XyZ\r\nContent-Disposition: form-data; name=_method\r\n\r\nPATCH\r\n--XyZ--";
         assert_eq!(scan(&kind, headless), ["PATCH"]);
