@@ -148,9 +148,10 @@ fn decide(sent: &str, named: &[Named], mode: MethodOverride) -> Result<String, P
             first.source, first.method
         ));
     }
-    // Frameworks disagree on which comes first (Rack: the parameter; Symfony: the
-    // header): two different methods have no one meaning.
-    if let Some(second) = other.find(|n| n.method != first.method) {
+    // Frameworks disagree on which comes first (Rack: the parameter; Symfony: the header,
+    // then the body, then the query): two different methods named, this one among them,
+    // have no one meaning.
+    if let Some(second) = named.iter().find(|n| n.method != first.method) {
         return bad(format!(
             "{} and {} name two different methods; send one",
             first.source, second.source
@@ -304,6 +305,9 @@ mod tests {
         assert!(decide("GET", &delete, MethodOverride::Decide).is_err());
         let two = named(&[("header", "DELETE"), ("body", "PUT")]);
         assert!(decide("POST", &two, MethodOverride::Decide).is_err());
+        // Symfony would serve the header's POST, Rack the parameter's DELETE.
+        let own_and_other = named(&[("header", "POST"), ("query", "DELETE")]);
+        assert!(decide("POST", &own_and_other, MethodOverride::Decide).is_err());
         let same = named(&[("query", "POST")]);
         assert_eq!(
             decide("POST", &same, MethodOverride::Refuse).unwrap(),
