@@ -229,7 +229,7 @@ async fn a_stalled_upload_is_a_408_problem_on_a_connection_the_lean_path_began()
 fn aimd(upstream: SocketAddr) -> String {
     gateway(
         upstream,
-        "upstream_response_timeout = \"300ms\"\nbody_idle_timeout = \"1s\"",
+        "upstream_response_timeout = \"2s\"\nbody_idle_timeout = \"2s\"",
         r#"
 [[limit]]
 name = "up"
@@ -262,7 +262,7 @@ async fn bodies_a_client_broke_teach_an_adaptive_limit_nothing() {
     let up = reading_upstream().await;
     let server = common::start(common::options(&aimd(up), Arc::new(RealClock::new()))).await;
     let admin = server.admin.unwrap();
-    for _ in 0..5 {
+    for _ in 0..3 {
         // Malformed.
         let mut answers = Answers::connect(server.listen).await;
         answers.send(MALFORMED).await;
@@ -297,10 +297,10 @@ async fn bodies_a_client_broke_teach_an_adaptive_limit_nothing() {
     // no drop.
     let mut answers = Answers::connect(server.listen).await;
     answers
-        .send(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 4096\r\n\r\n")
+        .send(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 5120\r\n\r\n")
         .await;
-    for _ in 0..4 {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(600)).await;
         let _ = answers.stream.write_all(&[b'a'; 1024]).await;
     }
     let answer = answers.next(false).await;
