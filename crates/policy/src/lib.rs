@@ -18,12 +18,14 @@ pub mod envoy;
 mod hint;
 pub mod host;
 mod ip;
+pub mod method_override;
 pub mod path;
 
 pub use config::{
     Adaptive, AdminAccess, AdminToken, Bounds, Config, ConfigError, ConfigErrors, Cost, KeyPart,
-    KeySources, Match, Mode, OnStoreFailure, Queue, Rule, ServerSettings, StoreKind, StoreSettings,
-    WhenKeyMissing, ADMIN_TOKEN_ENV, MAX_WEIGHT, MIN_HEADER_BYTES, MIN_STORE_BYTES,
+    KeySources, Match, MethodOverride, Mode, OnStoreFailure, Queue, Rule, ServerSettings,
+    StoreKind, StoreSettings, WhenKeyMissing, ADMIN_TOKEN_ENV, MAX_WEIGHT, MIN_HEADER_BYTES,
+    MIN_STORE_BYTES,
 };
 pub use engine::{
     api_key_digest, fingerprint, rollout_bucket, AdaptiveState, Answer, DescriptorStatus,

@@ -20,11 +20,13 @@
 //! The query is not part of the path: split it off first.
 //!
 //! Past RFC 3986, many upstreams also serve `/login/`, `/LOGIN` and `/Login/` as `/login`
-//! (case-insensitive routers, frameworks that redirect or strip a trailing slash), and a
-//! limiter must err towards limiting. So a rule's `match.path` takes those aliases too
-//! unless it says `path_exact = true`: [`same_path`] and [`path_under`] compare ignoring
-//! ASCII case and one trailing slash, and [`fold`] is the one spelling a `route` key part
-//! keeps, so the aliases share one budget. What is forwarded is the normalized path as the
+//! (case-insensitive routers, frameworks that redirect or strip a trailing slash), and
+//! Rails (`(.:format)`) and Symfony (`{_format}`) serve `/login.json` and `/login.xml` as
+//! `/login` in another format; a limiter must err towards limiting. So a rule's
+//! `match.path` takes those aliases too unless it says `path_exact = true`: [`same_path`]
+//! and [`path_under`] compare ignoring ASCII case, one trailing slash and a format suffix,
+//! and [`fold`] is the one spelling a `route` key part keeps, so the aliases share one
+//! budget. What is forwarded is the normalized path as the
 //! client sent it, never the folded one.
 
 use std::borrow::Cow;
@@ -214,26 +216,31 @@ fn rewrite(path: &str) -> Result<Cow<'_, str>, PathError> {
         })
 }
 
-/// Whether normalized paths `given` and `rule` name the same resource up to ASCII case and
-/// one trailing slash (`/login/`, `/LOGIN` and `/Login/` are `/login`).
+/// Whether normalized paths `given` and `rule` name the same resource up to ASCII case,
+/// one trailing slash and a format suffix (`/login/`, `/LOGIN`, `/Login/` and
+/// `/login.json` are `/login`).
 ///
 /// # Examples
 ///
 /// ```
 /// use ratewarden_policy::path::same_path;
 ///
-/// for alias in ["/login", "/login/", "/LOGIN", "/Login/"] {
+/// for alias in ["/login", "/login/", "/LOGIN", "/Login/", "/login.json", "/Login.XML/"] {
 ///     assert!(same_path(alias, "/login"));
 /// }
 /// assert!(!same_path("/login/x", "/login"));
+/// assert!(!same_path("/login.", "/login"));
+/// assert!(same_path("/feed.xml", "/feed.xml"));
 /// ```
 pub fn same_path(given: &str, rule: &str) -> bool {
-    trim_slash(given.as_bytes()).eq_ignore_ascii_case(trim_slash(rule.as_bytes()))
+    let (given, rule) = (trim_slash(given.as_bytes()), trim_slash(rule.as_bytes()));
+    given.eq_ignore_ascii_case(rule)
+        || without_format(given).is_some_and(|given| given.eq_ignore_ascii_case(rule))
 }
 
 /// Whether normalized path `given` is under `prefix` (a rule's `path` without its `*`) up
 /// to ASCII case; a prefix ending in `/` also takes the directory itself without it (`/api`
-/// is under `/api/`), as an upstream may serve both alike.
+/// and `/api.json` are under `/api/`), as an upstream may serve them alike.
 ///
 /// # Examples
 ///
@@ -242,16 +249,21 @@ pub fn same_path(given: &str, rule: &str) -> bool {
 ///
 /// assert!(path_under("/API/Orders", "/api/"));
 /// assert!(path_under("/api", "/api/"));
+/// assert!(path_under("/api.json", "/api/"));
 /// assert!(!path_under("/apix", "/api/"));
 /// ```
 pub fn path_under(given: &str, prefix: &str) -> bool {
     let (given, prefix) = (given.as_bytes(), prefix.as_bytes());
     let starts = given.len() >= prefix.len() && given[..prefix.len()].eq_ignore_ascii_case(prefix);
-    starts || (prefix.ends_with(b"/") && trim_slash(prefix).eq_ignore_ascii_case(given))
+    let directory = |given: &[u8]| trim_slash(prefix).eq_ignore_ascii_case(given);
+    starts
+        || (prefix.ends_with(b"/")
+            && (directory(given) || without_format(given).is_some_and(directory)))
 }
 
-/// The one spelling of a normalized path's aliases by ASCII case and trailing slash:
-/// lowercase, without a trailing slash (but `/` stays `/`). Borrowed when already so.
+/// The one spelling of a normalized path's aliases by ASCII case, trailing slash and
+/// format suffix: lowercase, without a trailing slash (but `/` stays `/`) or a format
+/// suffix. Borrowed when already so.
 ///
 /// # Examples
 ///
@@ -259,16 +271,27 @@ pub fn path_under(given: &str, prefix: &str) -> bool {
 /// use ratewarden_policy::path::fold;
 ///
 /// assert_eq!(fold("/Login/"), "/login");
+/// assert_eq!(fold("/Login.JSON"), "/login");
 /// assert_eq!(fold("/"), "/");
 /// ```
 pub fn fold(path: &str) -> Cow<'_, str> {
     let bytes = trim_slash(path.as_bytes());
+    let bytes = without_format(bytes).unwrap_or(bytes);
     let trimmed = &path[..bytes.len()];
     if bytes.iter().any(u8::is_ascii_uppercase) {
         Cow::Owned(trimmed.to_ascii_lowercase())
     } else {
         Cow::Borrowed(trimmed)
     }
+}
+
+/// `path` without a format suffix (`.json` in `/login.json`: a last segment's last dot
+/// and what follows, neither empty), as Rails' `(.:format)` and Symfony's `{_format}`
+/// route it to the path without it; `None` when it has none.
+fn without_format(path: &[u8]) -> Option<&[u8]> {
+    let segment = path.iter().rposition(|&b| b == b'/')? + 1;
+    let dot = segment + path[segment..].iter().rposition(|&b| b == b'.')?;
+    (dot > segment && dot + 1 < path.len()).then(|| &path[..dot])
 }
 
 /// `path` without one trailing `/`, unless it is the root.

@@ -288,6 +288,8 @@ fn the_reload_column_matches_what_a_reload_leaves_for_a_restart() {
         ("sheddable", "sheddable = [{ path = \"/b\" }]"),
         ("shutdown_grace", "shutdown_grace = \"1s\""),
         ("max_body", "max_body = 100"),
+        ("method_override", "method_override = \"decide\""),
+        ("method_override_scan", "method_override_scan = 100"),
         ("header_read_timeout", "header_read_timeout = \"1s\""),
         ("idle_timeout", "idle_timeout = \"1s\""),
         ("send_timeout", "send_timeout = \"1s\""),

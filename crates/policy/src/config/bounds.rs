@@ -59,8 +59,9 @@ pub struct Bounds {
     /// How long connecting to the upstream may take; 504 after. Read at start (the
     /// upstream's connector is built once per worker).
     pub upstream_connect_timeout: Duration,
-    /// How long the upstream may take to send its response head once the request is sent;
-    /// 504 after.
+    /// How long the upstream may take to send its response head once the request body has
+    /// been sent whole (an upload's own time is bounded by the body fields), or keep the
+    /// body it was sent untaken; 504 after.
     pub upstream_response_timeout: Duration,
     /// The longest the upstream's response body may go without a byte; the response is
     /// cut after.

@@ -43,5 +43,7 @@ pub use calls::CallBounds;
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{Cost, KeyPart, Match, Mode, OnStoreFailure, Rule, WhenKeyMissing};
 pub use queue::{Queue, MAX_WEIGHT};
-pub use settings::{Config, KeySources, ServerSettings, StoreKind, StoreSettings, MIN_STORE_BYTES};
+pub use settings::{
+    Config, KeySources, MethodOverride, ServerSettings, StoreKind, StoreSettings, MIN_STORE_BYTES,
+};
 pub use validate::{load, parse};

@@ -55,6 +55,8 @@ pub(super) struct RawServer {
     pub(super) upstream_idle_timeout: Option<Spanned<String>>,
     pub(super) upstream_pool_idle: Option<Spanned<String>>,
     pub(super) max_connections_per_client: Option<Spanned<i64>>,
+    pub(super) method_override: Option<Spanned<String>>,
+    pub(super) method_override_scan: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]

@@ -8,7 +8,7 @@ use super::admin::{admin_access, RawAdmin};
 use super::error::Errors;
 use super::raw::{RawMatch, RawServer};
 use super::rule::{host_problem, match_of, path_problem, stray_header_value};
-use super::{Bounds, Match, ServerSettings, MIN_HEADER_BYTES};
+use super::{Bounds, Match, MethodOverride, ServerSettings, MIN_HEADER_BYTES};
 
 pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> ServerSettings {
     let defaults = ServerSettings::default();
@@ -98,6 +98,25 @@ pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> Server
     let critical_reserve =
         count("critical_reserve", &raw.critical_reserve, true).unwrap_or(max_in_flight / 10);
     let max_body = count("max_body", &raw.max_body, false).unwrap_or(defaults.max_body);
+    let method_override_scan = count("method_override_scan", &raw.method_override_scan, false)
+        .unwrap_or(defaults.method_override_scan);
+    let method_override = match raw.method_override.as_ref() {
+        None => defaults.method_override,
+        Some(v) => match v.get_ref().trim() {
+            "refuse" => MethodOverride::Refuse,
+            "decide" => MethodOverride::Decide,
+            other => {
+                errors.at(
+                    Some(v.span()),
+                    None,
+                    format!(
+                        "`[server]`: `method_override` must be \"refuse\" or \"decide\", not `{other}`"
+                    ),
+                );
+                defaults.method_override
+            }
+        },
+    };
     if critical_reserve >= max_in_flight {
         errors.at(
             raw.critical_reserve.as_ref().map(Spanned::span),
@@ -157,6 +176,8 @@ pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> Server
         max_body,
         bounds,
         envoy: defaults.envoy,
+        method_override,
+        method_override_scan,
     }
 }
 

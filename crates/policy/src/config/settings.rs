@@ -132,6 +132,25 @@ pub struct ServerSettings {
     pub bounds: Bounds,
     /// What one call to the Envoy front doors may carry, and who may call (`[envoy]`).
     pub envoy: CallBounds,
+    /// What the gateway does with a request that asks the upstream for another method (an
+    /// override header, a `_method` parameter).
+    pub method_override: MethodOverride,
+    /// How many bytes of a `POST`'s form or JSON body the gateway reads for `_method`
+    /// before deciding; past them the body streams on, still read, and is cut if it names
+    /// another method.
+    pub method_override_scan: usize,
+}
+
+/// What the gateway does with a request that asks the upstream, by a header
+/// (`X-HTTP-Method-Override`) or a `_method` parameter, to serve it as another method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MethodOverride {
+    /// Refused with 400: the client sends the method it means (the default).
+    #[default]
+    Refuse,
+    /// Decided as the method it asks for, and forwarded as sent, for upstreams whose forms
+    /// send `DELETE` and `PUT` as `POST` (Rails, Laravel, Symfony).
+    Decide,
 }
 
 impl Default for ServerSettings {
@@ -154,6 +173,8 @@ impl Default for ServerSettings {
             max_body: 64 * 1024,
             bounds: Bounds::default(),
             envoy: CallBounds::default(),
+            method_override: MethodOverride::Refuse,
+            method_override_scan: 64 * 1024,
         }
     }
 }

@@ -252,7 +252,7 @@ fn mismatch(m: &Match, request: &Request<'_>) -> Option<(&'static str, String)> 
             let how = match (path.ends_with('*'), m.path_exact) {
                 (true, _) => "paths under",
                 (false, true) => "exactly the path",
-                (false, false) => "the path (any case, trailing slash or not)",
+                (false, false) => "the path (any case, trailing slash or format suffix or not)",
             };
             return Some((
                 "path",

@@ -51,6 +51,8 @@ const METHOD_HEADERS: [&str; 2] = ["x-forwarded-method", "x-original-method"];
 struct Proxied<'a> {
     method: &'a str,
     path: std::borrow::Cow<'a, str>,
+    /// The URI's query, if it has one.
+    query: Option<&'a str>,
     host: Option<&'a str>,
 }
 
@@ -91,8 +93,11 @@ pub(crate) async fn handle(
         Err(problem) => return problem.response(),
     };
     // The client's own headers, as the upstream will read them: one reading only.
+    // The proxy never sends the body: a `_method` there is beyond this door (the gateway
+    // reads it); one in the query is refused as the override headers are.
     if let Some(detail) = guard::ambiguous_identity(headers, &identity)
         .or_else(|| guard::method_override(headers, proxied.method))
+        .or_else(|| query_override(proxied.query, proxied.method))
     {
         return reply::problem(StatusCode::BAD_REQUEST, detail);
     }
@@ -182,6 +187,11 @@ fn read<'a>(
         )));
     }
     let path = uri.split(['?', '#']).next().unwrap_or(uri);
+    let query = uri
+        .split('#')
+        .next()
+        .and_then(|before| before.split_once('?'))
+        .map(|(_, query)| query);
     // The spelling the gateway would forward, so that every alias of a path is decided as
     // that path (issue 12, item 2).
     let path = ratewarden_policy::path::normalize(path).map_err(|error| {
@@ -210,7 +220,23 @@ fn read<'a>(
             None => named(headers, &["host"], as_is)?,
         },
     };
-    Ok(Proxied { method, path, host })
+    Ok(Proxied {
+        method,
+        path,
+        query,
+        host,
+    })
+}
+
+/// Why the query's `_method` could make the proxied request another method upstream, if
+/// it could (Symfony and Laravel read it there).
+fn query_override(query: Option<&str>, method: &str) -> Option<String> {
+    let named = ratewarden_policy::method_override::in_query(query?);
+    let other = named.iter().find(|m| !m.eq_ignore_ascii_case(method))?;
+    Some(format!(
+        "`_method={other}` in the query would make this {method} a {other} upstream; send \
+         that method"
+    ))
 }
 
 /// The one value the headers `names` give, each line read by `convert`, if any: lines that

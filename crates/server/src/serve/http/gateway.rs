@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::request::Parts;
 use http::uri::{PathAndQuery, Scheme};
 use http::{Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
@@ -16,7 +17,9 @@ use ratewarden_core::{DisplayDuration, NANOS_PER_SEC};
 use ratewarden_policy::{Bounds, ClientIpHeader, Identity, ServerSettings};
 
 use super::guard;
-use super::limits::{self, Paced};
+use super::limits::Paced;
+use super::overrides::{self, Scanned};
+use super::sent_body::{Fault, Watched};
 use super::upstream::{Local, Upstream};
 use crate::serve::app::{Answer, App};
 use crate::serve::reply::{self, Body, Holding, Plain, Problem};
@@ -142,7 +145,11 @@ pub(crate) async fn handle(
         return reply::problem(StatusCode::BAD_GATEWAY, "no upstream is configured");
     };
     let identity = app.engine.identity();
-    if let Some(refused) = guard::refusal(&request, &identity) {
+    // One reading of `[server]` for the whole request: a reload in the middle changes the
+    // next request, not half of this one.
+    let settings = app.settings();
+    let bounds = settings.bounds;
+    if let Some(refused) = guard::refusal(&request, &identity, settings.method_override) {
         return refused;
     }
     // What is matched is what is forwarded: one spelling of the path (issue 12, item 2).
@@ -150,17 +157,32 @@ pub(crate) async fn handle(
         Ok(path) => path.into_owned(),
         Err(error) => return reply::problem(StatusCode::BAD_REQUEST, error.to_string()),
     };
-    let header_pairs: Vec<(&str, &str)> = request
-        .headers()
+    let (parts, body) = request.into_parts();
+    // A client body that stalls or trickles is cut, and its request with it: it does not
+    // hold a connection, or an in-flight slot, for as long as it likes.
+    let body = Paced::new(
+        body,
+        "client",
+        bounds.body_idle_timeout,
+        bounds.body_min_rate,
+        bounds.body_rate_grace,
+    );
+    // Decided as the method the upstream will serve it as, or refused.
+    let (method, body) = match overrides::read(&parts, body, &settings).await {
+        Ok(read) => read,
+        Err(refused) => return refused.response(),
+    };
+    let header_pairs: Vec<(&str, &str)> = parts
+        .headers
         .iter()
         .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)))
         .collect();
     // Without a host (HTTP/1.0 in origin-form), the upstream is told its own authority:
     // that is what it routes on, so that is what is decided on.
-    let host = guard::host(&request).or(Some(upstream.authority.as_str()));
+    let host = guard::host(&parts).or(Some(upstream.authority.as_str()));
     let engine_request = ratewarden_policy::Request {
         peer: peer.ip(),
-        method: request.method().as_str(),
+        method: &method,
         path: &path,
         host,
         headers: &header_pairs,
@@ -168,10 +190,6 @@ pub(crate) async fn handle(
         api_key: None,
         tenant: None,
     };
-    // One reading of `[server]` for the whole request: a reload in the middle changes the
-    // next request, not half of this one.
-    let settings = app.settings();
-    let bounds = settings.bounds;
     let (headers, mut permit, slot) = match admit(app, &engine_request, &settings).await {
         Admission::Refused(plain) => return plain.response(),
         Admission::Admitted {
@@ -181,17 +199,18 @@ pub(crate) async fn handle(
         } => (fields, permit, slot),
     };
     let sent = app.clock.now();
-    let forwarded = forward(upstream, &identity, &bounds, peer, &path, request).await;
+    let forwarded = forward(upstream, &identity, &bounds, peer, &path, (parts, body)).await;
     // The round trip is to the response head, as the upstream's own latency; a 5xx, a
     // timeout or a failed connection is a drop: the upstream is failing, which is what an
-    // adaptive limit must back off from. A client too slow with its own body is neither.
+    // adaptive limit must back off from. A body the client broke (malformed, too slow,
+    // cut) is neither: one client's faults would otherwise shed everyone's requests.
     let rtt_ns = Some(app.clock.now().saturating_sub(sent));
     permit.completion = match &forwarded {
         Ok(response) => Some(Completion {
             rtt_ns,
             dropped: response.status().is_server_error(),
         }),
-        Err(Failed::Client(error)) if limits::too_slow(error).is_some() => None,
+        Err(Failed::Body(_)) => None,
         Err(_) => Some(Completion {
             rtt_ns,
             dropped: true,
@@ -209,10 +228,13 @@ pub(crate) async fn handle(
                 ),
             );
         }
+        Err(Failed::Body(Fault::Slow(why))) => {
+            return reply::problem(StatusCode::REQUEST_TIMEOUT, why);
+        }
+        Err(Failed::Body(Fault::Broken(why))) => {
+            return reply::problem(StatusCode::BAD_REQUEST, why);
+        }
         Err(Failed::Client(error)) => {
-            if let Some(slow) = limits::too_slow(&error) {
-                return reply::problem(StatusCode::REQUEST_TIMEOUT, slow.to_string());
-            }
             if is_connect_timeout(&error) {
                 tracing::warn!(%error, "the upstream did not take the connection in time");
                 return reply::problem(
@@ -245,9 +267,12 @@ pub(crate) async fn handle(
 
 /// Why forwarding failed.
 enum Failed {
-    /// No response head within `[server] upstream_response_timeout`.
+    /// No response head within `[server] upstream_response_timeout` of the request's end
+    /// (or of the upstream's last taking of its body).
     Timeout,
-    /// The client's error: connecting, sending (a request body too slow, say), receiving.
+    /// The client broke its own request body.
+    Body(Fault),
+    /// The upstream client's error: connecting, sending, receiving.
     Client(hyper_util::client::legacy::Error),
 }
 
@@ -270,9 +295,8 @@ async fn forward(
     bounds: &Bounds,
     peer: SocketAddr,
     path: &str,
-    request: Request<Incoming>,
+    (mut parts, body): (Parts, Scanned<Paced<Incoming>>),
 ) -> Result<Response<Incoming>, Failed> {
-    let (mut parts, body) = request.into_parts();
     // The host decided on: the target's authority wins over `Host` (`guard::host`), and the
     // upstream must not be told another one, nor its own address for want of a `Host`.
     if let Some(authority) = parts.uri.authority() {
@@ -295,20 +319,27 @@ async fn forward(
     }
     strip_hop_by_hop(&mut parts.headers);
     forwarding_headers(&mut parts.headers, identity, peer);
-    // A client body that stalls or trickles is cut, and its request with it: it does not
-    // hold an in-flight slot for as long as it likes (issue 12, item 6).
-    let body = Paced::new(
-        body,
-        "client",
-        bounds.body_idle_timeout,
-        bounds.body_min_rate,
-        bounds.body_rate_grace,
-    )
-    .boxed();
-    let sent = upstream.client().request(Request::from_parts(parts, body));
-    match tokio::time::timeout(bounds.upstream_response_timeout, sent).await {
-        Ok(answer) => answer.map_err(Failed::Client),
-        Err(_) => Err(Failed::Timeout),
+    let (body, progress) = Watched::new(body);
+    let sent = upstream
+        .client()
+        .request(Request::from_parts(parts, body.boxed()));
+    let mut sent = std::pin::pin!(sent);
+    // An upload may take longer than the upstream may take to answer: the upstream's time
+    // runs from the body's end, or while it does not take the body it was handed.
+    let timeout = bounds.upstream_response_timeout;
+    loop {
+        match tokio::time::timeout_at(progress.deadline(timeout), &mut sent).await {
+            Ok(Ok(response)) => return Ok(response),
+            // The client's body failed, and the upstream's request with it.
+            Ok(Err(error)) => {
+                return Err(match progress.fault() {
+                    Some(fault) => Failed::Body(fault),
+                    None => Failed::Client(error),
+                })
+            }
+            Err(_) if progress.upstream_late(timeout) => return Err(Failed::Timeout),
+            Err(_) => {}
+        }
     }
 }
 

@@ -11,7 +11,7 @@
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::uri::Authority;
 use http::{Method, Request, Response, StatusCode, Version};
-use ratewarden_policy::Identity;
+use ratewarden_policy::{Identity, MethodOverride};
 
 use crate::serve::reply::{self, Body};
 
@@ -35,8 +35,13 @@ const PATH_OVERRIDES: [&str; 2] = ["x-original-url", "x-rewrite-url"];
 const ALLOW: &str = "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS";
 
 /// The answer refusing a request whose identity could be read two ways, or that asks for a
-/// tunnel; `None` for a request the gateway may decide.
-pub(crate) fn refusal<B>(request: &Request<B>, identity: &Identity) -> Option<Response<Body>> {
+/// tunnel; `None` for a request the gateway may decide. Under `method_override = "decide"`
+/// a `POST`'s override header is left to `overrides.rs`, which decides it as that method.
+pub(crate) fn refusal<B>(
+    request: &Request<B>,
+    identity: &Identity,
+    mode: MethodOverride,
+) -> Option<Response<Body>> {
     if request.method() == Method::CONNECT {
         // A tunnel carries bytes we cannot decide on, to wherever the client names.
         let mut response = reply::problem(
@@ -60,8 +65,11 @@ pub(crate) fn refusal<B>(request: &Request<B>, identity: &Identity) -> Option<Re
         METHOD_OVERRIDES.contains(&name) || PATH_OVERRIDES.contains(&name)
     });
     if overrides {
-        if let Some(detail) = method_override(headers, request.method().as_str()) {
-            return bad(detail);
+        let decided = mode == MethodOverride::Decide && request.method() == Method::POST;
+        if !decided {
+            if let Some(detail) = method_override(headers, request.method().as_str()) {
+                return bad(detail);
+            }
         }
         for name in PATH_OVERRIDES {
             if headers.contains_key(name) {
@@ -131,14 +139,27 @@ pub(crate) fn host_problem<B>(request: &Request<B>) -> Option<String> {
 
 /// The host the gateway decides on and forwards (after [`refusal`] took the request): the
 /// target's authority when it has one (RFC 9112 §3.2.2: it wins over `Host`), else `Host`.
-pub(crate) fn host<B>(request: &Request<B>) -> Option<&str> {
-    match request.uri().authority() {
+pub(crate) fn host(request: &http::request::Parts) -> Option<&str> {
+    match request.uri.authority() {
         Some(authority) => Some(authority.as_str()),
         None => request
-            .headers()
+            .headers
             .get(header::HOST)
             .and_then(|h| h.to_str().ok()),
     }
+}
+
+/// The method override headers' lines, each as its name and the method it names
+/// (uppercased, as the frameworks read it).
+pub(crate) fn override_headers(
+    headers: &HeaderMap,
+) -> impl Iterator<Item = (&'static str, String)> + '_ {
+    METHOD_OVERRIDES.into_iter().flat_map(move |name| {
+        headers.get_all(name).iter().map(move |value| {
+            let method = String::from_utf8_lossy(value.as_bytes()).to_ascii_uppercase();
+            (name, method)
+        })
+    })
 }
 
 /// Why a request's method could be read as another one upstream (a method override header

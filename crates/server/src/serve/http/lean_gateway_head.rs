@@ -4,14 +4,15 @@
 //! Everything this does not recognise exactly goes to hyper's gateway (`gateway.rs` and
 //! its `forwarding_headers`, with `guard.rs`), which serves the rest of the connection: a
 //! head this reads wrongly can only be sent there, never answered or forwarded differently.
-//! So it hands off, besides what hyper answers with an error, every head `guard.rs` would
-//! look at twice (a second `Host`, an override header, an underscore in a name, an identity
-//! header repeated or not visible ASCII, `Connection` naming a header) and every head whose
-//! forwarded form takes more than dropping `Connection`, adding our forwarding lines and
-//! adding our hop to one `X-Forwarded-For` line: any other hop-by-hop header, and any
-//! forwarding header but one line each of `X-Forwarded-For` (when it is the configured
-//! `client_ip_header`), `X-Forwarded-Proto` and `X-Forwarded-Host` from a trusted proxy (a
-//! load balancer's). `Forwarded`, `X-Real-IP` and every other header naming the client
+//! So it hands off, besides what hyper answers with an error, every head `guard.rs` or
+//! `overrides.rs` would look at twice (a second `Host`, an override header or a query's
+//! `_method` naming another method, an underscore in a name, an identity header repeated or
+//! not visible ASCII, `Connection` naming a header) and every head whose forwarded form
+//! takes more than dropping `Connection`, adding our forwarding lines and adding our hop to
+//! one `X-Forwarded-For` line: any other hop-by-hop header, and any forwarding header but
+//! one line each of `X-Forwarded-For` (when it is the configured `client_ip_header`),
+//! `X-Forwarded-Proto` and `X-Forwarded-Host` from a trusted proxy (a load balancer's).
+//! `Forwarded`, `X-Real-IP` and every other header naming the client
 //! (`gateway::CLIENT_HEADERS`, a configured `client_ip_header`) always go, and so does any
 //! forwarding line from a peer we do not trust, whose lines hyper's gateway rewrites.
 
@@ -109,6 +110,10 @@ pub(super) fn read<'h, 'b>(
         Some((path, query)) => (path, Some(query)),
         None => (target, None),
     };
+    // A `_method` naming another method is hyper's to refuse (`overrides.rs`).
+    if query.is_some_and(|q| overrides_method(q, method)) {
+        return Head::Other;
+    }
     let headers: &'h [httparse::Header<'b>] = request.headers;
     let mut host = None;
     let mut close = None;
@@ -207,6 +212,15 @@ pub(super) fn read<'h, 'b>(
         forwarded_for,
         forwarded_proto,
     })
+}
+
+/// Whether `query`'s `_method` parameters name another method than `method`.
+fn overrides_method(query: &str, method: &str) -> bool {
+    use ratewarden_policy::method_override::{in_query, may_name_method};
+    may_name_method(query)
+        && in_query(query)
+            .iter()
+            .any(|named| !named.eq_ignore_ascii_case(method))
 }
 
 /// Whether the line at `at` is an identity header that comes again later: the limiter

@@ -24,8 +24,10 @@ mod lean_upstream;
 mod limits;
 mod listen;
 mod operator;
+mod overrides;
 mod rewind;
 mod send;
+mod sent_body;
 mod upstream;
 
 pub(crate) use api::request_error_status;
