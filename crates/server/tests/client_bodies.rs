@@ -56,21 +56,6 @@ async fn start(toml: &str) -> Running {
     common::start(common::options(toml, clock)).await
 }
 
-/// The gateway's requests so far by the path that served them: (lean, hyper).
-async fn paths(server: &Running) -> (u64, u64) {
-    let metrics = common::get(server.admin.unwrap(), "/metrics", &[])
-        .await
-        .body;
-    let count = |path: &str| -> u64 {
-        let series = format!("ratewarden_gateway_path_total{{path=\"{path}\"}} ");
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(series.as_str()))
-            .map_or(0, |n| n.parse().unwrap())
-    };
-    (count("lean"), count("hyper"))
-}
-
 /// A connection whose first request, a `GET`, has been answered.
 async fn after_a_get(addr: SocketAddr) -> Answers {
     let mut answers = Answers::connect(addr).await;
@@ -120,7 +105,7 @@ async fn an_upload_longer_than_the_response_timeout_reaches_a_healthy_upstream()
     assert_eq!(status(&answer), 200, "{answer}");
     assert!(answer.ends_with("got 40960"), "{answer}");
     assert_eq!(
-        paths(&server).await,
+        common::gateway_paths(&server).await,
         (1, 1),
         "a GET on the lean path, then hyper's"
     );
@@ -210,7 +195,7 @@ async fn a_malformed_chunked_body_is_a_400_problem_not_a_502() {
     let answer = answers.next(false).await;
     assert!(is_problem(&answer, 400), "{answer}");
     assert!(answer.contains("request body"), "{answer}");
-    assert_eq!(paths(&server).await, (1, 1));
+    assert_eq!(common::gateway_paths(&server).await, (1, 1));
 }
 
 #[tokio::test(start_paused = true)]

@@ -98,22 +98,6 @@ async fn start_reloadable(upstream: SocketAddr, name: &str, extra: &str) -> (Run
     (server, file)
 }
 
-/// The gateway's requests so far by the path that served them: (lean, hyper).
-async fn paths(server: &Running) -> (u64, u64) {
-    let admin = server.admin.expect("an admin listener");
-    let metrics = common::get(admin, "/metrics", &[]).await.body;
-    let count = |path: &str| -> u64 {
-        let series = format!("ratewarden_gateway_path_total{{path=\"{path}\"}} ");
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(series.as_str()))
-            .unwrap_or_else(|| panic!("no {series}in {metrics}"))
-            .parse()
-            .unwrap()
-    };
-    (count("lean"), count("hyper"))
-}
-
 /// An upstream that answers by path, and records each request head it receives.
 struct Upstream {
     addr: SocketAddr,
@@ -568,7 +552,11 @@ async fn a_chunked_answer_loses_its_extensions_and_trailers_as_through_hyper() {
     let raw = trailers_raw(server.listen).await;
     assert!(raw.ends_with("\r\n\r\n5\r\nhello\r\n0\r\n\r\n"), "{raw}");
     assert!(!raw.contains("a=b") && !raw.contains("X-T: 1"), "{raw}");
-    assert_eq!(paths(&server).await, (1, 0), "served on the lean path");
+    assert_eq!(
+        common::gateway_paths(&server).await,
+        (1, 0),
+        "served on the lean path"
+    );
 }
 
 #[tokio::test]
@@ -576,13 +564,17 @@ async fn rules_the_lean_path_does_not_serve_whole_hand_every_connection_to_hyper
     let up = Upstream::start().await;
     let lean = start(up.addr, "").await;
     trailers_raw(lean.listen).await;
-    assert_eq!(paths(&lean).await, (1, 0), "the lean path's");
+    assert_eq!(
+        common::gateway_paths(&lean).await,
+        (1, 0),
+        "the lean path's"
+    );
     // A concurrency rule holds a permit the lean path does not serve yet: hyper's.
     let concurrency = "[[limit]]\nname = \"reports\"\nmatch = { path = \"/reports\" }\nkey = [\"ip\"]\nalgorithm = \"concurrency\"\nlimit = 2\nlease = \"30s\"\n";
     let hyper = start(up.addr, concurrency).await;
     let raw = trailers_raw(hyper.listen).await;
     assert!(raw.starts_with("HTTP/1.1 200 OK\r\n"), "{raw}");
-    assert_eq!(paths(&hyper).await, (0, 1), "hyper's");
+    assert_eq!(common::gateway_paths(&hyper).await, (0, 1), "hyper's");
 }
 
 #[tokio::test]
@@ -592,7 +584,7 @@ async fn a_request_the_lean_path_does_not_take_is_counted_as_hyper_s() {
     let mut answers = Answers::connect(server.listen).await;
     answers.send(&get("/", "")).await;
     assert!(answers.next(false).await.ends_with("hello"));
-    assert_eq!(paths(&server).await, (1, 0));
+    assert_eq!(common::gateway_paths(&server).await, (1, 0));
     // A forwarding header from the client: hyper's, for the rest of the connection.
     answers
         .send(&get("/", "X-Forwarded-For: 203.0.113.9\r\n"))
@@ -600,7 +592,7 @@ async fn a_request_the_lean_path_does_not_take_is_counted_as_hyper_s() {
     assert!(answers.next(false).await.ends_with("hello"));
     answers.send(&get("/", "")).await;
     assert!(answers.next(false).await.ends_with("hello"));
-    assert_eq!(paths(&server).await, (1, 2));
+    assert_eq!(common::gateway_paths(&server).await, (1, 2));
 }
 
 /// The bytes a gateway sends for `request` on `answers` until it closes the connection.
@@ -765,7 +757,11 @@ async fn a_client_that_reads_none_of_a_long_answer_is_dropped_at_send_timeout_on
         // And the client's connection with it, once it reads what was in flight.
         while answers.more().await > 0 {}
     }
-    assert_eq!(paths(&lean).await.0, 1, "the lean path served the first");
+    assert_eq!(
+        common::gateway_paths(&lean).await.0,
+        1,
+        "the lean path served the first"
+    );
 }
 
 #[tokio::test]
@@ -782,7 +778,7 @@ async fn a_request_pipelined_while_the_upstream_answers_is_kept_and_served_next(
     assert!(answers.next(false).await.ends_with("\n\nheld"));
     assert!(answers.next(false).await.starts_with("HTTP/1.1 200 OK\n"));
     assert!(answers.next(false).await.starts_with("HTTP/1.1 429 "));
-    assert_eq!(paths(&server).await, (3, 0));
+    assert_eq!(common::gateway_paths(&server).await, (3, 0));
 }
 
 #[tokio::test]
@@ -874,7 +870,7 @@ async fn a_kept_alive_lean_connection_is_closed_at_idle_timeout() {
         Duration::from_secs(45),
         Duration::from_secs(46),
     );
-    assert_eq!(paths(&server).await, (2, 0));
+    assert_eq!(common::gateway_paths(&server).await, (2, 0));
 }
 
 #[tokio::test(start_paused = true)]
@@ -904,14 +900,14 @@ async fn a_reload_bringing_a_rule_the_lean_path_does_not_serve_applies_to_open_c
     let mut kept = Answers::connect(server.listen).await;
     kept.send(&get("/", "")).await;
     assert!(kept.next(false).await.ends_with("hello"));
-    assert_eq!(paths(&server).await, (1, 0));
+    assert_eq!(common::gateway_paths(&server).await, (1, 0));
     let concurrency = "[[limit]]\nname = \"reports\"\nmatch = { path = \"/reports\" }\nkey = [\"ip\"]\nalgorithm = \"concurrency\"\nlimit = 2\nlease = \"30s\"\n";
     file.write(concurrency);
     server.reload().await.expect("the new rules load");
     // The same connection: its next request is hyper's.
     kept.send(&get("/", "")).await;
     assert!(kept.next(false).await.ends_with("hello"));
-    assert_eq!(paths(&server).await, (1, 1), "hyper's");
+    assert_eq!(common::gateway_paths(&server).await, (1, 1), "hyper's");
 }
 
 /// `request` on a new connection to each gateway (hyper's served by hyper from its first
@@ -1041,7 +1037,7 @@ async fn odd_heads(
     [methods, targets, hosts, lines]: [&[&str]; 4],
     count: usize,
 ) -> u64 {
-    let (before, _) = paths(lean).await;
+    let (before, _) = common::gateway_paths(lean).await;
     // A fixed seed: the same few hundred heads every run (xorshift).
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut pick = |n: usize| {
@@ -1080,7 +1076,7 @@ async fn odd_heads(
         assert_eq!(a, b, "the upstream received another head");
     }
     assert_eq!(ours.len(), theirs.len());
-    paths(lean).await.0 - before
+    common::gateway_paths(lean).await.0 - before
 }
 
 #[tokio::test]
@@ -1167,7 +1163,7 @@ async fn a_flood_of_interim_answers_is_skipped_in_linear_time_as_through_hyper()
 async fn decided_when_still(server: &Running) -> u64 {
     let mut last = u64::MAX;
     for _ in 0..100 {
-        let (lean, hyper) = paths(server).await;
+        let (lean, hyper) = common::gateway_paths(server).await;
         if lean + hyper == last {
             return last;
         }
@@ -1325,7 +1321,11 @@ async fn at_capacity_a_request_is_shed_on_the_lean_path_as_through_hyper() {
     }
     assert!(shed[0].starts_with("HTTP/1.1 503 "), "{}", shed[0]);
     assert_eq!(shed[0], shed[1]);
-    assert_eq!(paths(&lean).await, (3, 0), "all served on the lean path");
+    assert_eq!(
+        common::gateway_paths(&lean).await,
+        (3, 0),
+        "all served on the lean path"
+    );
 }
 
 #[tokio::test]
@@ -1347,7 +1347,11 @@ async fn a_reload_that_shortens_upstream_response_timeout_applies_to_an_open_lea
         "{:?}",
         sent.elapsed()
     );
-    assert_eq!(paths(&server).await, (2, 0), "both on the lean path");
+    assert_eq!(
+        common::gateway_paths(&server).await,
+        (2, 0),
+        "both on the lean path"
+    );
 }
 
 /// Loopback, where the tests connect from, is our load balancer.
@@ -1459,8 +1463,12 @@ async fn a_trusted_proxy_s_x_forwarded_for_is_keyed_forwarded_and_answered_on_th
         "the proxy's own proto, and none of ours: {proto}"
     );
     let n = requests.len() as u64;
-    assert_eq!(paths(&lean).await, (n, 0), "every one on the lean path");
-    assert_eq!(paths(&hyper).await, (0, n + 1));
+    assert_eq!(
+        common::gateway_paths(&lean).await,
+        (n, 0),
+        "every one on the lean path"
+    );
+    assert_eq!(common::gateway_paths(&hyper).await, (0, n + 1));
 }
 
 #[tokio::test]
@@ -1499,7 +1507,11 @@ async fn forwarding_lines_a_trusted_proxy_sends_that_hyper_would_join_or_drop_go
     }
     let (ours, theirs) = (lean_up.heads(), hyper_up.heads());
     assert_eq!(ours, theirs);
-    assert_eq!(paths(&lean).await.0, 0, "none on the lean path");
+    assert_eq!(
+        common::gateway_paths(&lean).await.0,
+        0,
+        "none on the lean path"
+    );
 }
 
 #[tokio::test]
@@ -1528,7 +1540,11 @@ async fn under_another_client_ip_header_every_forwarding_line_goes_to_hyper_and_
             assert_eq!(a, b, "{header}: {}", String::from_utf8_lossy(&request));
         }
         assert_eq!(lean_up.heads(), hyper_up.heads(), "{header}");
-        assert_eq!(paths(&lean).await.0, 0, "{header}: none on the lean path");
+        assert_eq!(
+            common::gateway_paths(&lean).await.0,
+            0,
+            "{header}: none on the lean path"
+        );
     }
 }
 
@@ -1565,7 +1581,7 @@ async fn a_trusted_proxy_s_long_x_forwarded_for_at_the_line_and_byte_bounds_is_a
     }
     assert_eq!(lean_up.heads(), hyper_up.heads());
     // Those of at most 32 lines and 8192 bytes: 31 and 32 lines, 8191 and 8192 bytes.
-    assert_eq!(paths(&lean).await.0, 4);
+    assert_eq!(common::gateway_paths(&lean).await.0, 4);
 }
 
 #[tokio::test]
@@ -1624,7 +1640,7 @@ async fn a_forwarding_line_from_a_peer_not_trusted_goes_to_hyper_which_keys_on_t
         answers.send(&get("/", lines)).await;
         assert!(answers.next(false).await.ends_with("hello"));
     }
-    assert_eq!(paths(&server).await, (0, 4), "all hyper's");
+    assert_eq!(common::gateway_paths(&server).await, (0, 4), "all hyper's");
     let heads = up.heads();
     assert!(
         heads[0].ends_with("\r\nx-forwarded-for: 127.0.0.1\r\nforwarded: for=127.0.0.1;proto=http\r\nx-forwarded-proto: http\r\n\r\n"),
@@ -1673,7 +1689,7 @@ async fn trust_is_the_connection_s_peer_s_so_a_client_beside_the_proxy_keeps_its
         assert_eq!(status(&answer), wanted, "{list}: {answer}");
     }
     assert_eq!(
-        paths(&server).await,
+        common::gateway_paths(&server).await,
         (3, 2),
         "the proxy's lean, the client's hyper's"
     );
@@ -1697,13 +1713,13 @@ async fn a_reload_that_stops_trusting_the_proxy_applies_to_its_open_lean_connect
     let mut kept = Answers::connect(server.listen).await;
     kept.send(&limited_via("203.0.113.9")).await;
     assert_eq!(status(&kept.next(false).await), 200);
-    assert_eq!(paths(&server).await, (1, 0));
+    assert_eq!(common::gateway_paths(&server).await, (1, 0));
     file.write("trusted_proxies = [\"10.0.0.0/8\"]");
     server.reload().await.expect("the new proxies load");
     // The same connection: its list is no longer believed, and is hyper's to replace.
     kept.send(&limited_via("203.0.113.10")).await;
     assert_eq!(status(&kept.next(false).await), 200, "keyed on 127.0.0.1");
-    assert_eq!(paths(&server).await, (1, 1));
+    assert_eq!(common::gateway_paths(&server).await, (1, 1));
     assert!(up.heads()[1].contains("\r\nx-forwarded-for: 127.0.0.1\r\n"));
     // Trusted again: a new connection's list is the lean path's once more.
     file.write(PROXIED);
@@ -1715,5 +1731,5 @@ async fn a_reload_that_stops_trusting_the_proxy_applies_to_its_open_lean_connect
         429,
         "the same client as at first"
     );
-    assert_eq!(paths(&server).await, (2, 1));
+    assert_eq!(common::gateway_paths(&server).await, (2, 1));
 }

@@ -251,21 +251,6 @@ async fn forward_auth_refuses_a_query_s_method_override_as_it_refuses_the_header
     assert_eq!(ask("/account?_method=post").await.status, 200);
 }
 
-/// The gateway's requests so far by the path that served them: (lean, hyper).
-async fn paths(server: &Running) -> (u64, u64) {
-    let metrics = common::get(server.admin.unwrap(), "/metrics", &[])
-        .await
-        .body;
-    let count = |path: &str| -> u64 {
-        let series = format!("ratewarden_gateway_path_total{{path=\"{path}\"}} ");
-        metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(series.as_str()))
-            .map_or(0, |n| n.parse().unwrap())
-    };
-    (count("lean"), count("hyper"))
-}
-
 #[tokio::test]
 async fn a_query_that_names_no_other_method_stays_on_the_lean_path() {
     let server = start("").await;
@@ -274,7 +259,7 @@ async fn a_query_that_names_no_other_method_stays_on_the_lean_path() {
         assert_eq!(status(&ask(server.listen, request.as_bytes()).await), 200);
     }
     // Each connection's first `GET` and the one asked: all six on the lean path.
-    assert_eq!(paths(&server).await, (6, 0));
+    assert_eq!(common::gateway_paths(&server).await, (6, 0));
     let refused = ask(
         server.listen,
         b"GET /a?_%6Dethod=PUT HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -282,7 +267,7 @@ async fn a_query_that_names_no_other_method_stays_on_the_lean_path() {
     .await;
     assert!(is_problem(&refused, 400), "{refused}");
     assert_eq!(
-        paths(&server).await,
+        common::gateway_paths(&server).await,
         (7, 1),
         "handed to hyper, which refused it"
     );

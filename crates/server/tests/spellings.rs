@@ -13,10 +13,10 @@ use hyper::body::Incoming;
 use ratewarden_core::{Clock, ManualClock};
 use ratewarden_server::serve::Running;
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 mod common;
+
+use common::raw::{raw, Raw};
 
 const T0: u64 = 1_000_000_000_000;
 
@@ -52,71 +52,6 @@ upstream = "http://{upstream}"
 {rules}
 "#
     )
-}
-
-/// A response read off a raw socket.
-struct Raw {
-    status: u16,
-    head: String,
-    body: String,
-}
-
-impl Raw {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.head.lines().find_map(|line| {
-            let (n, v) = line.split_once(':')?;
-            n.trim().eq_ignore_ascii_case(name).then(|| v.trim())
-        })
-    }
-
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {} {}", self.status, self.body))
-    }
-
-    /// A 4xx that says what was wrong, as problem+json.
-    fn is_problem(&self, status: u16) -> bool {
-        self.status == status
-            && self.header("content-type") == Some("application/problem+json")
-            && self.json()["status"] == status
-    }
-}
-
-/// Sends `request` as written (`\n` becomes CRLF) on a new connection and reads the one
-/// response (a `Content-Length` body).
-async fn raw(addr: SocketAddr, request: &str) -> Raw {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(request.replace('\n', "\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        let n = stream.read(&mut chunk).await.expect("a response");
-        assert!(n > 0, "the connection closed before a response: {buf:?}");
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
-    let status = head[9..12].parse().expect("a status");
-    let mut raw = Raw {
-        status,
-        head,
-        body: String::new(),
-    };
-    let length: usize = raw
-        .header("content-length")
-        .map_or(0, |v| v.parse().unwrap());
-    while buf.len() < head_end + length {
-        let n = stream.read(&mut chunk).await.unwrap();
-        assert!(n > 0, "the connection closed mid-body");
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    raw.body = String::from_utf8_lossy(&buf[head_end..head_end + length]).into_owned();
-    raw
 }
 
 /// `GET /x` through the gateway with `headers` (each line ending in `\n`, `Host` among

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod answers;
+pub mod raw;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -329,4 +330,18 @@ pub fn assert_waited(waited: Duration, from: Duration, to: Duration) {
         waited >= from && waited <= to,
         "waited {waited:?}, not within {from:?}..={to:?}"
     );
+}
+
+/// The gateway's requests so far by the path that served them: (lean, hyper).
+pub async fn gateway_paths(server: &Running) -> (u64, u64) {
+    let admin = server.admin.expect("an admin listener");
+    let metrics = get(admin, "/metrics", &[]).await.body;
+    let count = |path: &str| -> u64 {
+        let series = format!("ratewarden_gateway_path_total{{path=\"{path}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series.as_str()))
+            .map_or(0, |n| n.parse().unwrap())
+    };
+    (count("lean"), count("hyper"))
 }
