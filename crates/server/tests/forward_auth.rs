@@ -590,27 +590,50 @@ http://{listen} {{
     )
 }
 
+/// The server on a rule set, with Caddy's `forward_auth` in front of a counting upstream,
+/// as `docs/front-doors.md` configures it; each part lives as long as this.
+struct Caddy {
+    listen: SocketAddr,
+    seen: Arc<AtomicUsize>,
+    _proxy: Proxy,
+    _scratch: Scratch,
+    _server: Running,
+}
+
+impl Caddy {
+    async fn start(rules: &str) -> Self {
+        let caddy = binary("/usr/bin/caddy", "caddy");
+        let server = serve(r#""127.0.0.1""#, rules).await;
+        let (upstream, seen) = counted_upstream().await;
+        let scratch = Scratch::new("caddy");
+        let listen = free_addr();
+        let conf = scratch.path().join("Caddyfile");
+        std::fs::write(&conf, caddyfile(listen, server.listen, upstream)).unwrap();
+        let mut proxy = Proxy::spawn(
+            std::process::Command::new(caddy)
+                .args(["run", "--adapter", "caddyfile", "--config"])
+                .arg(&conf)
+                .env("HOME", scratch.path())
+                .env("XDG_DATA_HOME", scratch.path().join("data"))
+                .env("XDG_CONFIG_HOME", scratch.path().join("config")),
+            listen,
+            scratch.path().join("caddy.log"),
+        );
+        proxy.ready().await;
+        Self {
+            listen,
+            seen,
+            _proxy: proxy,
+            _scratch: scratch,
+            _server: server,
+        }
+    }
+}
+
 #[tokio::test]
 async fn caddy_forward_auth_limits_in_front_of_an_upstream() {
-    let caddy = binary("/usr/bin/caddy", "caddy");
-    let server = serve(r#""127.0.0.1""#, ORDERS).await;
-    let (upstream, seen) = counted_upstream().await;
-    let scratch = Scratch::new("caddy");
-    let listen = free_addr();
-    let conf = scratch.path().join("Caddyfile");
-    std::fs::write(&conf, caddyfile(listen, server.listen, upstream)).unwrap();
-    let mut proxy = Proxy::spawn(
-        std::process::Command::new(caddy)
-            .args(["run", "--adapter", "caddyfile", "--config"])
-            .arg(&conf)
-            .env("HOME", scratch.path())
-            .env("XDG_DATA_HOME", scratch.path().join("data"))
-            .env("XDG_CONFIG_HOME", scratch.path().join("config")),
-        listen,
-        scratch.path().join("caddy.log"),
-    );
-    proxy.ready().await;
-    client_sees_the_contract(listen, &seen).await;
+    let caddy = Caddy::start(ORDERS).await;
+    client_sees_the_contract(caddy.listen, &caddy.seen).await;
 }
 
 /// HAProxy's config: `examples/haproxy/ratewarden.lua` (HAProxy's own HTTP client, no
@@ -801,25 +824,8 @@ async fn behind_nginx_auth_request_a_client_s_own_forwarding_headers_are_not_its
 
 #[tokio::test]
 async fn behind_caddy_forward_auth_a_client_s_own_forwarding_headers_are_not_its_address() {
-    let caddy = binary("/usr/bin/caddy", "caddy");
-    let server = serve(r#""127.0.0.1""#, LOGIN).await;
-    let (upstream, seen) = counted_upstream().await;
-    let scratch = Scratch::new("caddy");
-    let listen = free_addr();
-    let conf = scratch.path().join("Caddyfile");
-    std::fs::write(&conf, caddyfile(listen, server.listen, upstream)).unwrap();
-    let mut proxy = Proxy::spawn(
-        std::process::Command::new(caddy)
-            .args(["run", "--adapter", "caddyfile", "--config"])
-            .arg(&conf)
-            .env("HOME", scratch.path())
-            .env("XDG_DATA_HOME", scratch.path().join("data"))
-            .env("XDG_CONFIG_HOME", scratch.path().join("config")),
-        listen,
-        scratch.path().join("caddy.log"),
-    );
-    proxy.ready().await;
-    only_the_proxy_names_the_client(listen, &seen).await;
+    let caddy = Caddy::start(LOGIN).await;
+    only_the_proxy_names_the_client(caddy.listen, &caddy.seen).await;
 }
 
 /// HAProxy's Lua action names the client in `X-Forwarded-For` and copies only the headers
