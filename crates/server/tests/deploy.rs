@@ -816,24 +816,45 @@ async fn the_dashboard_and_alerts_name_only_exported_metrics() {
     }
 }
 
-/// `promtool check rules` accepts the alerts, and `promtool test rules` fires each on the
-/// series that should fire it, not before its `for` (scripts/test installs Debian's
-/// `prometheus` for promtool).
+/// `promtool check rules` accepts the alerts, and the dashboard's queries as recording
+/// rules (Grafana's `$__rate_interval` and `$instance` filled in as Grafana would), and
+/// `promtool test rules` fires each alert on the series that should fire it, not before its
+/// `for` (scripts/test installs Debian's `prometheus` for promtool).
 #[test]
-fn promtool_checks_and_tests_the_alerts() {
+fn promtool_checks_the_alerts_and_the_dashboard_queries_and_tests_the_alerts() {
     let probe = Command::new("promtool").arg("--version").output();
     if !probe.is_ok_and(|o| o.status.success()) {
         eprintln!("SKIPPED: promtool is not installed (scripts/test installs `prometheus`)");
         return;
     }
-    let dir = root().join("deploy/prometheus");
+    let dashboard: Value =
+        serde_json::from_str(&read("deploy/grafana/ratewarden.json")).expect("JSON");
+    let mut queries = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (i, target) in items(&dashboard["panels"])
+        .iter()
+        .flat_map(|p| items(&p["targets"]))
+        .enumerate()
+    {
+        let expr = text(&target["expr"])
+            .replace("$__rate_interval", "1m")
+            .replace("$instance", ".*");
+        let expr = serde_json::to_string(&expr).unwrap();
+        queries.push_str(&format!(
+            "      - record: dashboard:query_{i}\n        expr: {expr}\n"
+        ));
+    }
+    let dir = scratch("promtool");
+    std::fs::write(dir.join("dashboard.yml"), queries).unwrap();
+    let rules = root().join("deploy/prometheus");
+    let dashboard_rules = dir.join("dashboard.yml").display().to_string();
     for args in [
         ["check", "rules", "alerts.yml"],
+        ["check", "rules", dashboard_rules.as_str()],
         ["test", "rules", "alerts.test.yml"],
     ] {
         let out = Command::new("promtool")
             .args(args)
-            .current_dir(&dir)
+            .current_dir(&rules)
             .output()
             .unwrap();
         assert!(
