@@ -324,6 +324,15 @@ impl Metrics {
         );
         let gateway_path =
             ["lean", "hyper"].map(|path| paths.get_or_create(&PathLabels { path }).clone());
+        // Series that alerts watch exist at 0 from the start: a counter that appears only at
+        // its first increment has no earlier sample, so `increase()` and `rate()` miss that
+        // first failed reload or shed request (deploy/prometheus/alerts.yml).
+        for result in ["ok", "error"] {
+            let _ = reloads.get_or_create(&ResultLabels { result });
+        }
+        for reason in ["connections", "in_flight", "adaptive"] {
+            let _ = shed.get_or_create(&ReasonLabels { reason });
+        }
         Self {
             registry,
             decision_seconds,
