@@ -44,6 +44,7 @@ impl RateLimitService for Rls {
             } else {
                 "`[server] trusted_proxies`, which stands for `[envoy] clients` when that is not set"
             };
+            self.app.log_untrusted(&who, "ShouldRateLimit", list);
             return Err(Status::permission_denied(format!(
                 "{who} may not call ShouldRateLimit: it is not in {list}"
             )));
