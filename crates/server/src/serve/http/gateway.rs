@@ -250,6 +250,9 @@ pub(crate) async fn handle(
         }
     };
     let (mut parts, body) = response.into_parts();
+    // Hyper writes the response's version: ours (RFC 9110 §6.2), not an HTTP/1.0
+    // upstream's, which would tell an HTTP/1.1 client it may not keep its connection.
+    parts.version = http::Version::HTTP_11;
     strip_hop_by_hop(&mut parts.headers);
     // An upstream that stops sending mid-body does not hold the slot and the permit forever.
     let body = Paced::new(
