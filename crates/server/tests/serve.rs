@@ -797,6 +797,8 @@ async fn an_unreachable_upstream_is_a_502_problem() {
         reply.header("content-type"),
         Some("application/problem+json")
     );
+    // Which upstream: the setting to look at (its address is in the log, not told clients).
+    assert!(reply.body.contains("`[server] upstream`"), "{}", reply.body);
 }
 
 #[tokio::test(start_paused = true)]

@@ -643,7 +643,8 @@ async fn relay(
     let broken = |conn: &mut Conn, permit: &mut PermitGuard| {
         let problem = Problem::new(
             StatusCode::BAD_GATEWAY,
-            "the upstream could not be reached or failed to answer",
+            "the upstream (`[server] upstream`, named in the log) could not be reached or failed \
+             to answer",
         );
         failed(conn, permit, problem)
     };
@@ -653,7 +654,7 @@ async fn relay(
         // request's future, and the rules learn nothing from it.
         Raced::Gone => return Relayed::Abort,
         Raced::TimedOut => {
-            tracing::warn!("the upstream did not answer in time");
+            tracing::warn!(upstream = %upstream.authority, "the upstream did not answer in time");
             let detail = format!(
                 "the upstream did not answer within {}",
                 DisplayDuration(bounds.upstream_response_timeout)
@@ -665,7 +666,7 @@ async fn relay(
             );
         }
         Raced::Done(Err(Failed::ConnectTimeout)) => {
-            tracing::warn!("the upstream did not take the connection in time");
+            tracing::warn!(upstream = %upstream.authority, "the upstream did not take the connection in time");
             let problem = Problem::new(
                 StatusCode::GATEWAY_TIMEOUT,
                 "the upstream did not take the connection in time",
@@ -673,7 +674,7 @@ async fn relay(
             return failed(conn, &mut permit, problem);
         }
         Raced::Done(Err(Failed::Broken(error))) => {
-            tracing::warn!(%error, "upstream request failed");
+            tracing::warn!(%error, upstream = %upstream.authority, "upstream request failed");
             return broken(conn, &mut permit);
         }
     };
