@@ -198,6 +198,8 @@ pub struct Served {
     pub listen: SocketAddr,
     /// The admin listener, if configured.
     pub admin: Option<SocketAddr>,
+    /// The gRPC listener, if configured.
+    pub grpc: Option<SocketAddr>,
     /// Its log lines after the one that gave the addresses, as they come.
     pub lines: mpsc::UnboundedReceiver<String>,
     log: Arc<Mutex<Vec<String>>>,
@@ -265,10 +267,12 @@ impl Served {
         };
         let listen = field("listen").unwrap_or_else(|| panic!("no listen address in: {line}"));
         let admin = field("admin");
+        let grpc = field("grpc");
         let served = Self {
             child,
             listen,
             admin,
+            grpc,
             lines,
             log,
             reader: Some(reader),
