@@ -178,3 +178,45 @@ async fn a_key_reset_is_logged_once() {
     assert_eq!(log.matches("key reset").count(), 1, "logged once:\n{log}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[tokio::test]
+async fn the_refusal_log_is_off_until_turned_on() {
+    let dir = std::env::temp_dir().join(format!("ratewarden-logs-refusals-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("r.toml");
+    std::fs::write(
+        &config,
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"off\"\n\n[[limit]]\nname = \"per-ip\"\nkey = [\"ip\"]\nalgorithm = \"fixed-window\"\nlimit = 1\nwindow = \"1h\"\n",
+    )
+    .unwrap();
+    let args = [
+        OsStr::new("serve"),
+        "--config".as_ref(),
+        config.as_ref(),
+        "--workers".as_ref(),
+        "1".as_ref(),
+    ];
+    for on in [false, true] {
+        let env: &[(&str, &str)] = if on {
+            &[("RUST_LOG", "info,ratewarden::refusals=debug")]
+        } else {
+            &[]
+        };
+        let mut child = Served::spawn_with_env(args, env).await;
+        for _ in 0..3 {
+            common::post(child.listen, "/v1/check", r#"{"ip": "203.0.113.7"}"#).await;
+        }
+        if on {
+            let line = line_with(&mut child, "request refused").await;
+            assert!(line.contains("per-ip (per-ip@"), "{line}");
+            assert!(line.contains("203.0.113.7/32"), "{line}");
+            assert!(line.contains("status=429"), "{line}");
+            let log = child.log();
+            assert_eq!(log.matches("request refused").count(), 2, "{log}");
+        } else {
+            let log = child.log();
+            assert!(!log.contains("request refused"), "{log}");
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

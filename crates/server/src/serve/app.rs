@@ -256,6 +256,9 @@ impl App {
             // An adaptive concurrency rule: the upstream is at what it can take.
             self.metrics.shed("adaptive");
         }
+        if refused {
+            log_refusal(verdict, retry);
+        }
         verdict.answer(settings.legacy_headers, retry)
     }
 
@@ -266,6 +269,36 @@ impl App {
             .apply(retry_ns, self.settings().retry_after_jitter)
     }
 }
+
+/// The refusal log, off by default (a flood would otherwise flood the log too): on with
+/// `RUST_LOG=info,ratewarden::refusals=debug`. One line per refused request: the rules
+/// that refused it, the key each counted (an API key as its digest) and when to retry.
+fn log_refusal(verdict: &Verdict, retry_ns: u64) {
+    if !tracing::enabled!(target: REFUSALS, tracing::Level::DEBUG) {
+        return;
+    }
+    let mut rules = String::new();
+    for outcome in verdict.violated() {
+        if !rules.is_empty() {
+            rules.push_str(", ");
+        }
+        let name = verdict
+            .rules
+            .get(outcome.rule)
+            .map_or("?", |r| r.name.as_str());
+        rules.push_str(&format!("{name} ({})", outcome.key));
+    }
+    tracing::debug!(
+        target: REFUSALS,
+        status = if verdict.unavailable || verdict.shed() { 503 } else { 429 },
+        rules = %rules,
+        retry_after = %ratewarden_core::ReadableDuration(Duration::from_nanos(retry_ns)),
+        "request refused"
+    );
+}
+
+/// The refusal log's target, as `RUST_LOG` names it.
+const REFUSALS: &str = "ratewarden::refusals";
 
 /// Reads and validates both files (either may be absent); blocking file I/O.
 fn load(

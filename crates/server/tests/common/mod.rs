@@ -220,8 +220,8 @@ impl Served {
     ) -> Self {
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ratewarden"))
             .args(args)
-            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
