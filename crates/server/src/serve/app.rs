@@ -273,7 +273,7 @@ impl App {
 /// The refusal log, off by default (a flood would otherwise flood the log too): on with
 /// `RUST_LOG=info,ratewarden::refusals=debug`. One line per refused request: the rules
 /// that refused it, the key each counted (an API key as its digest) and when to retry.
-fn log_refusal(verdict: &Verdict, retry_ns: u64) {
+pub(crate) fn log_refusal(verdict: &Verdict, retry_ns: u64) {
     if !tracing::enabled!(target: REFUSALS, tracing::Level::DEBUG) {
         return;
     }
