@@ -125,7 +125,10 @@ pub fn main(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .await?;
         signals(&running).await?;
         let grace = running.app.started().shutdown_grace;
-        tracing::info!(grace = ?grace, "shutting down: finishing requests in flight");
+        tracing::info!(
+            grace = %ratewarden_core::DisplayDuration(grace),
+            "shutting down: finishing requests in flight"
+        );
         running.shutdown();
         running.wait().await;
         tracing::info!("stopped");
