@@ -60,7 +60,7 @@ pub use error::Error;
 pub use limit::{AlgorithmKind, Limit, LimitState};
 pub use numbers::{Numbers, DEFAULT_LEASE, DEFAULT_TIMEZONE};
 pub use store::{now_or_panic, AsyncStore, Check, Store};
-pub use units::{parse_decimal, parse_duration, DisplayDuration, Rate, Ticks};
+pub use units::{parse_decimal, parse_duration, DisplayDuration, Rate, ReadableDuration, Ticks};
 pub use window::window_secs;
 
 /// Nanoseconds in one second.

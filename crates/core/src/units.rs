@@ -376,9 +376,70 @@ impl fmt::Display for DisplayDuration {
     }
 }
 
+/// Shows a measured duration (a reset, a wait) for people: to the millisecond, rounded up, in
+/// hours, minutes and seconds: `1m10.342s`, `2h0m5s`, `250ms`, `4us`.
+///
+/// [`DisplayDuration`] is exact, for durations written in a config; a measured one is rarely
+/// a whole number of any unit, and exact it would read `70341385215ns`.
+///
+/// # Examples
+///
+/// ```
+/// use ratewarden_core::ReadableDuration;
+/// use std::time::Duration;
+///
+/// assert_eq!(ReadableDuration(Duration::from_nanos(70_341_385_215)).to_string(), "1m10.342s");
+/// assert_eq!(ReadableDuration(Duration::from_millis(250)).to_string(), "250ms");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadableDuration(pub Duration);
+
+impl fmt::Display for ReadableDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ns = self.0.as_nanos();
+        if ns == 0 {
+            return write!(f, "0s");
+        }
+        if ns < 1_000_000 {
+            return write!(f, "{}us", ns.div_ceil(1_000));
+        }
+        // Rounded up: a client told "retry in 1.999s" that retries then must not be early.
+        let ms = ns.div_ceil(1_000_000);
+        if ms < 1_000 {
+            return write!(f, "{ms}ms");
+        }
+        let (secs, millis) = (ms / 1_000, ms % 1_000);
+        let (hours, minutes, seconds) = (secs / 3_600, secs / 60 % 60, secs % 60);
+        if hours > 0 {
+            write!(f, "{hours}h{minutes}m")?;
+        } else if minutes > 0 {
+            write!(f, "{minutes}m")?;
+        }
+        if millis == 0 {
+            write!(f, "{seconds}s")
+        } else {
+            let fraction = format!("{millis:03}");
+            write!(f, "{seconds}.{}s", fraction.trim_end_matches('0'))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn measured_durations_read_in_human_units() {
+        let show = |ns: u64| ReadableDuration(Duration::from_nanos(ns)).to_string();
+        assert_eq!(show(70_341_385_215), "1m10.342s");
+        assert_eq!(show(70_000_000_000), "1m10s");
+        assert_eq!(show(7_205_500_000_000), "2h0m5.5s");
+        assert_eq!(show(999_000_001), "1s");
+        assert_eq!(show(1_500_000), "2ms");
+        assert_eq!(show(1_001), "2us");
+        assert_eq!(show(0), "0s");
+        assert_eq!(show(u64::MAX), "5124095h34m33.71s");
+    }
 
     #[test]
     fn rates_read_like_people_write_them() {

@@ -20,3 +20,21 @@ pub(crate) fn did_you_mean<'a>(wrong: &str, known: impl IntoIterator<Item = &'a 
         .map(|k| format!("; did you mean `{k}`?"))
         .unwrap_or_default()
 }
+
+/// The algorithm named exactly `name`, as the docs spell it: `token_bucket` or `Token-Bucket`
+/// is refused (with a hint) rather than read as `token-bucket`, so that one spelling is the
+/// one the docs, logs and metrics show and a search of the files finds.
+pub(crate) fn algorithm(name: &str) -> Option<ratewarden_core::AlgorithmKind> {
+    ratewarden_core::AlgorithmKind::ALL
+        .into_iter()
+        .find(|k| k.as_str() == name)
+}
+
+/// [`did_you_mean`] for an algorithm, which also finds the one spelt in another case or with
+/// underscores (`TOKEN_BUCKET`).
+pub(crate) fn algorithm_hint<'a>(wrong: &str, known: impl IntoIterator<Item = &'a str>) -> String {
+    match wrong.parse::<ratewarden_core::AlgorithmKind>() {
+        Ok(kind) => format!("; did you mean `{kind}`?"),
+        Err(_) => did_you_mean(wrong, known),
+    }
+}

@@ -102,6 +102,28 @@ fn every_error_says_where_and_what() {
         ("key = [\"ip\"]\nalgorithm = \"gcra\"\nrate = \"1/s\"\nburst = 1".to_owned(), "a `[[limit]]` needs a `name`"),
         ("name = \"k\"\nkey = [\"ip\"]\nrate = \"1/s\"\nburst = 1".to_owned(), "`algorithm` is missing; one of: fixed-window"),
         (format!("{gcra}rate = \"50/s\"\nburst = \"ten\""), "test.toml:6:9: invalid type: string \"ten\", expected i64"),
+        // One spelling: another is refused with the docs' own, never read as it silently.
+        (
+            "name = \"k\"\nkey = [\"ip\"]\nalgorithm = \"token_bucket\"\nrate = \"1/s\"\nburst = 1".to_owned(),
+            "test.toml:4:13: limit `k`: `algorithm`: unknown algorithm `token_bucket`",
+        ),
+        (
+            "name = \"k\"\nkey = [\"ip\"]\nalgorithm = \"TOKEN_BUCKET\"\nrate = \"1/s\"\nburst = 1".to_owned(),
+            "did you mean `token-bucket`?",
+        ),
+        (
+            "name = \"k\"\nkey = [\"ip\"]\nalgorithm = \"Fixed-Window\"\nlimit = 1\nwindow = \"1s\"".to_owned(),
+            "did you mean `fixed-window`?",
+        ),
+        // Every algorithm in the list, the adaptive one included.
+        (
+            "name = \"k\"\nkey = [\"ip\"]\nalgorithm = \"slidinglog\"\nlimit = 1\nwindow = \"1s\"".to_owned(),
+            "gcra, quota, concurrency, adaptive-concurrency;",
+        ),
+        (
+            "name = \"k\"\nkey = [\"ip\"]\nalgorithm = \"adaptive_concurrency\"".to_owned(),
+            "did you mean `adaptive-concurrency`?",
+        ),
     ];
     for (body, want) in cases {
         let got = errors(body);

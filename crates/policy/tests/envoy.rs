@@ -660,6 +660,10 @@ fn error_extension() {
         ["t.yaml:5:29: limit `d.a`: unknown `algorithm` `gcr`: use fixed-window, sliding-log, sliding-window, token-bucket, leaky-bucket, leaky-queue, gcra, quota; did you mean `gcra`?"]
     );
     assert_eq!(
+        errors("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5}\n    ratewarden: {algorithm: token_bucket}\n"),
+        ["t.yaml:5:29: limit `d.a`: unknown `algorithm` `token_bucket`: use fixed-window, sliding-log, sliding-window, token-bucket, leaky-bucket, leaky-queue, gcra, quota; did you mean `token-bucket`?"]
+    );
+    assert_eq!(
         errors("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5}\n    ratewarden: {algorithm: concurrency}\n"),
         ["t.yaml:5:29: limit `d.a`: `algorithm: concurrency` is not a rate; use it in the native TOML config"]
     );

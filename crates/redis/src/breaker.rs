@@ -105,7 +105,7 @@ impl Breaker {
             if inner.state == BreakerState::Closed {
                 tracing::warn!(
                     failures = inner.failures,
-                    cool_down = ?self.cool_down,
+                    cool_down = %ratewarden_core::DisplayDuration(self.cool_down),
                     "redis keeps failing; the circuit breaker opens"
                 );
             }

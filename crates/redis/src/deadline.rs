@@ -68,8 +68,8 @@ pub(crate) async fn within<T>(
                     return Err(Blame::Redis);
                 }
                 tracing::debug!(
-                    late = ?fired.saturating_duration_since(due),
-                    ?deadline,
+                    late = %ratewarden_core::ReadableDuration(fired.saturating_duration_since(due)),
+                    deadline = %ratewarden_core::DisplayDuration(deadline),
                     "the deadline timer fired late: the process is saturated; waiting on for the reply"
                 );
                 due = fired + deadline;

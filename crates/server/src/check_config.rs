@@ -43,6 +43,16 @@ pub fn main(path: &Path) -> anyhow::Result<ExitCode> {
         eprintln!("error: 1 problem(s) in {}", path.display());
         return Ok(ExitCode::from(1));
     }
+    if let Some(upstream) = config.server.upstream.as_deref() {
+        if let Err(why) = reach(upstream, config.server.bounds.upstream_connect_timeout) {
+            // Not an error: the upstream may start after us, and `serve` starts without it.
+            eprintln!(
+                "warning: {}: `[server] upstream` {upstream}: {why}; until it answers, the \
+                 gateway answers 502",
+                path.display()
+            );
+        }
+    }
     let mut out = io::stdout().lock();
     let rows: Vec<[String; 6]> = config.rules.iter().map(row).collect();
     let header = [
@@ -87,6 +97,30 @@ pub fn main(path: &Path) -> anyhow::Result<ExitCode> {
         config.rules.len()
     )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether a TCP connection to `upstream` (`http://host[:port]`) opens within `timeout`, as
+/// the gateway's first request would open it.
+fn reach(upstream: &str, timeout: std::time::Duration) -> Result<(), String> {
+    use std::net::ToSocketAddrs;
+    let authority = upstream.strip_prefix("http://").unwrap_or(upstream);
+    // A bracketed IPv6 address keeps its colons; a port after the last one, else 80.
+    let with_port = match authority.rsplit_once(':') {
+        Some((_, port)) if !port.contains(']') => authority.to_owned(),
+        _ => format!("{authority}:80"),
+    };
+    let addrs: Vec<_> = with_port
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve it ({e})"))?
+        .collect();
+    let mut last = None;
+    for addr in &addrs {
+        match std::net::TcpStream::connect_timeout(addr, timeout) {
+            Ok(_) => return Ok(()),
+            Err(e) => last = Some(format!("cannot connect to {addr} ({e})")),
+        }
+    }
+    Err(last.unwrap_or_else(|| "it resolves to no address".to_owned()))
 }
 
 /// Where the admin listener is and how it is protected: where its token came from (never

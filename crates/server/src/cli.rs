@@ -70,6 +70,11 @@ Examples:
   kill -HUP $(pidof ratewarden)
   curl -s -X POST localhost:9090/reload -H 'content-type: application/json'
 
+  # Only envoyproxy/ratelimit configs: its ports, on every interface unless moved:
+  ratewarden serve --envoy-config ratelimit/ --listen 127.0.0.1:8080 --grpc 127.0.0.1:8081
+
+Without --config, `serve` reads ./ratewarden.toml; start from the repository's
+examples/ratewarden.toml. --listen, --grpc and --admin override the file's addresses.
 Set `[server] upstream = \"http://127.0.0.1:3000\"` to run as a gateway in front of a service,
 and `[server] api` to serve the decision API beside it. SIGTERM or SIGINT stop accepting and
 let requests in flight finish within `[server] shutdown_grace` (30s). Logs go to standard
@@ -80,8 +85,9 @@ Examples:
   # The lesson's Figure 1, every algorithm at 5 a second:
   ratewarden simulate --trace figure1 --all --limit 5 --window 1s
 
-  # One algorithm, as JSON lines:
-  ratewarden simulate --trace my.csv --algorithm gcra --rate 50/s --burst 100 --format jsonl
+  # One algorithm on a trace of your own (here from standard input), as JSON lines:
+  printf '0\\n0.1\\n0.1\\n0.1\\n2.5,2\\n' | \\
+    ratewarden simulate --trace - --algorithm gcra --rate 1/s --burst 2 --format jsonl
 
   # Draw the picture:
   ratewarden simulate --trace figure1 --all --svg figure1.svg
@@ -380,6 +386,16 @@ pub struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<std::net::SocketAddr>,
 
+    /// Serve Envoy's gRPC services here instead of `[server] grpc`, such as
+    /// `127.0.0.1:8081`.
+    #[arg(long, value_name = "ADDR")]
+    pub grpc: Option<std::net::SocketAddr>,
+
+    /// Serve the admin listener here instead of `[server] admin` (default
+    /// `127.0.0.1:9090`), or `off`. Off loopback it needs a token, as in the file.
+    #[arg(long, value_name = "ADDR|off", value_parser = parse_admin)]
+    pub admin: Option<AdminAddr>,
+
     /// How to write logs.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -387,6 +403,19 @@ pub struct ServeArgs {
     /// Threads serving requests, each with its own event loop (default: one per core).
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
+}
+
+/// `--admin`: an address, or `off`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AdminAddr(pub Option<std::net::SocketAddr>);
+
+fn parse_admin(s: &str) -> Result<AdminAddr, String> {
+    if s == "off" {
+        return Ok(AdminAddr(None));
+    }
+    s.parse()
+        .map(|a| AdminAddr(Some(a)))
+        .map_err(|_| format!("`{s}` is neither an address such as `127.0.0.1:9090` nor `off`"))
 }
 
 /// Log formats.

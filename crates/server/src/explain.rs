@@ -76,16 +76,23 @@ fn ms(ns: u64) -> u64 {
     ns.div_ceil(1_000_000)
 }
 
+/// A measured duration for people (`1m10.342s`), beside the integer a machine reads.
+pub(crate) fn readable(ns: u64) -> String {
+    ratewarden_core::ReadableDuration(std::time::Duration::from_nanos(ns)).to_string()
+}
+
 fn state(d: &Decision) -> Value {
-    let retry_after_ms = match d.outcome {
-        Outcome::Limited { retry_after_ns } => Some(ms(retry_after_ns)),
+    let retry_after_ns = match d.outcome {
+        Outcome::Limited { retry_after_ns } => Some(retry_after_ns),
         _ => None,
     };
     json!({
         "limit": d.limit,
         "remaining": d.remaining,
         "reset_after_ms": ms(d.reset_after_ns),
-        "retry_after_ms": retry_after_ms,
+        "reset_after": readable(d.reset_after_ns),
+        "retry_after_ms": retry_after_ns.map(ms),
+        "retry_after": retry_after_ns.map(readable),
     })
 }
 
@@ -195,9 +202,7 @@ pub(crate) fn to_text(explained: &Explanation, rules: &[Rule]) -> String {
                             "  state: {} of {} left, fully reset in {}",
                             d.remaining,
                             d.limit,
-                            ratewarden_core::DisplayDuration(std::time::Duration::from_nanos(
-                                d.reset_after_ns
-                            ))
+                            readable(d.reset_after_ns)
                         ));
                         let verdict = outcome_words(d);
                         if *enforced {

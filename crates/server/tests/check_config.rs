@@ -310,3 +310,47 @@ fn an_admin_listener_off_loopback_needs_a_token_or_an_explicit_opt_out() {
         "{stderr}"
     );
 }
+
+#[test]
+fn an_upstream_nobody_answers_on_passes_with_a_warning_naming_it() {
+    let dir = std::env::temp_dir().join(format!("ratewarden-check-up-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // A port nobody listens on (bound, read, released).
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let path = dir.join("gateway.toml");
+    std::fs::write(
+        &path,
+        format!("[server]\nupstream = \"http://{closed}\"\n\n[[limit]]\nname = \"all\"\nkey = [\"ip\"]\nalgorithm = \"gcra\"\nrate = \"5/s\"\nburst = 5\n"),
+    )
+    .unwrap();
+    let out = check(path.to_str().unwrap());
+    let err = String::from_utf8_lossy(&out.stderr);
+    // It may come up after us: a warning, not a failure.
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "warning: {}: `[server] upstream` http://{closed}: cannot connect",
+            path.display()
+        )),
+        "{err}"
+    );
+    // One that answers passes quietly.
+    let open = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = open.local_addr().unwrap();
+    std::fs::write(
+        &path,
+        format!("[server]\nupstream = \"http://{addr}\"\n\n[[limit]]\nname = \"all\"\nkey = [\"ip\"]\nalgorithm = \"gcra\"\nrate = \"5/s\"\nburst = 5\n"),
+    )
+    .unwrap();
+    let out = check(path.to_str().unwrap());
+    assert!(out.status.success());
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -466,70 +466,43 @@ async fn client_sees_the_contract(proxy: SocketAddr, upstream_seen: &AtomicUsize
     assert_eq!(upstream_seen.load(Ordering::SeqCst), 4);
 }
 
-/// nginx's config for `auth_request` to `/v1/auth/nginx`: the one `docs/front-doors.md`
-/// gives, with the addresses filled in.
+/// nginx's config for `auth_request` to `/v1/auth/nginx`: `examples/nginx/nginx.conf`, the
+/// whole file the docs give, with the addresses filled in and its files in `dir` (nginx
+/// runs unprivileged in the foreground here).
 fn nginx_conf(
     dir: &Path,
     listen: SocketAddr,
     ratewarden: SocketAddr,
     upstream: SocketAddr,
 ) -> String {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/nginx/nginx.conf");
+    let example = std::fs::read_to_string(example).unwrap();
     let dir = dir.display();
+    let replaced = example
+        .replace("worker_processes auto;", "worker_processes 1;")
+        .replace("server 127.0.0.1:8080;", &format!("server {ratewarden};"))
+        .replace("server 127.0.0.1:3000;", &format!("server {upstream};"))
+        .replace("listen 80;", &format!("listen {listen};"))
+        .replace(
+            "http {\n",
+            &format!(
+                "http {{\n    access_log off;\n    client_body_temp_path {dir}/body;\n    \
+                 proxy_temp_path {dir}/proxy;\n    fastcgi_temp_path {dir}/fastcgi;\n    \
+                 uwsgi_temp_path {dir}/uwsgi;\n    scgi_temp_path {dir}/scgi;\n"
+            ),
+        );
+    for placed in [
+        ratewarden.to_string(),
+        upstream.to_string(),
+        listen.to_string(),
+    ] {
+        assert!(
+            replaced.contains(&placed),
+            "the example changed: {placed} not placed"
+        );
+    }
     format!(
-        r#"daemon off;
-master_process off;
-worker_processes 1;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log info;
-events {{ worker_connections 64; }}
-http {{
-    access_log off;
-    client_body_temp_path {dir}/body;
-    proxy_temp_path {dir}/proxy;
-    fastcgi_temp_path {dir}/fastcgi;
-    uwsgi_temp_path {dir}/uwsgi;
-    scgi_temp_path {dir}/scgi;
-
-    upstream ratewarden {{ server {ratewarden}; keepalive 16; }}
-
-    server {{
-        listen {listen};
-
-        location / {{
-            auth_request /.ratewarden;
-            auth_request_set $ratelimit_policy $upstream_http_ratelimit_policy;
-            auth_request_set $ratelimit $upstream_http_ratelimit;
-            auth_request_set $retry_after $upstream_http_retry_after;
-            add_header RateLimit-Policy $ratelimit_policy always;
-            add_header RateLimit $ratelimit always;
-            error_page 403 = @ratelimited;
-            proxy_pass http://{upstream};
-        }}
-
-        location = /.ratewarden {{
-            internal;
-            proxy_pass http://ratewarden/v1/auth/nginx;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_pass_request_body off;
-            proxy_set_header Content-Length "";
-            proxy_set_header X-Original-URI $request_uri;
-            proxy_set_header X-Original-Method $request_method;
-            proxy_set_header X-Forwarded-Host $host;
-            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;
-        }}
-
-        location @ratelimited {{
-            add_header Retry-After $retry_after always;
-            add_header RateLimit-Policy $ratelimit_policy always;
-            add_header RateLimit $ratelimit always;
-            add_header Cache-Control no-store always;
-            default_type application/problem+json;
-            return 429 '{{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded","title":"Quota Exceeded","status":429}}';
-        }}
-    }}
-}}
-"#
+        "daemon off;\nmaster_process off;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log info;\n{replaced}"
     )
 }
 
@@ -809,6 +782,33 @@ async fn nginx(scratch: &Scratch, listen: SocketAddr, conf: String) -> Proxy {
     );
     proxy.ready().await;
     proxy
+}
+
+#[test]
+fn the_docs_show_the_nginx_conf_the_tests_run() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let example = std::fs::read_to_string(root.join("examples/nginx/nginx.conf")).unwrap();
+    let docs = std::fs::read_to_string(root.join("docs/front-doors.md")).unwrap();
+    assert!(
+        docs.contains(&format!("```nginx\n{example}```")),
+        "docs/front-doors.md must show examples/nginx/nginx.conf whole"
+    );
+}
+
+#[tokio::test]
+async fn behind_nginx_a_refused_proxy_is_no_quota_exceeded() {
+    // Ratewarden trusts another address than nginx's: every question is refused with 403,
+    // which the example's `error_page 403` must not show clients as a 429.
+    let server = serve(r#""10.9.9.9""#, ORDERS).await;
+    let (upstream, seen) = counted_upstream().await;
+    let scratch = Scratch::new("nginx");
+    let listen = free_addr();
+    let conf = nginx_conf(scratch.path(), listen, server.listen, upstream);
+    let _proxy = nginx(&scratch, listen, conf).await;
+    let r = get(listen, "/orders/7", &[("x-api-key", "k1")]).await;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR, "{}", r.body);
+    assert!(!r.body.contains("quota-exceeded"), "{}", r.body);
+    assert_eq!(seen.load(Ordering::SeqCst), 0, "nothing reached the app");
 }
 
 #[tokio::test]

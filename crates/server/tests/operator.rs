@@ -625,3 +625,66 @@ async fn a_config_built_in_code_cannot_start_an_open_admin_listener_off_loopback
     assert!(error.contains("admin_token_file"), "{error}");
     assert!(error.contains("admin_insecure"), "{error}");
 }
+
+#[tokio::test]
+async fn reset_and_retry_times_read_in_human_units_beside_the_integers() {
+    let toml = "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n\n[[limit]]\nname = \"hourly\"\nkey = [\"ip\"]\nalgorithm = \"fixed-window\"\nlimit = 1\nwindow = \"1h\"\n";
+    // 800 s into its hour, and a few odd nanoseconds: no unit divides the reset.
+    let clock = ManualClock::new(T0 + 18_658_614_785);
+    let running = common::start(common::options(toml, Arc::new(clock))).await;
+    let (api, admin) = (running.listen, running.admin.unwrap());
+    let body = r#"{"ip": "203.0.113.7"}"#;
+    assert_eq!(
+        common::post(api, "/v1/check", body).await.json()["allowed"],
+        true
+    );
+
+    let state = common::get(admin, "/v1/keys?rule=hourly&key=203.0.113.7%2F32", &[]).await;
+    assert_eq!(state.status, StatusCode::OK, "{}", state.body);
+    let state = state.json();
+    assert_eq!(state["reset_after_ms"], 2_781_342, "{state}");
+    assert_eq!(state["reset_after"], "46m21.342s", "{state}");
+    assert_eq!(state["retry_after"], "46m21.342s", "{state}");
+    assert_eq!(state["retry_after_ms"], 2_781_342, "{state}");
+
+    let explained = common::post(admin, "/v1/explain", body).await.json();
+    let shown = &explained["rules"][0]["state"];
+    assert_eq!(shown["reset_after"], "46m21.342s", "{explained}");
+    assert_eq!(shown["reset_after_ms"], 2_781_342, "{explained}");
+}
+
+#[test]
+fn the_explain_command_says_the_reset_in_human_units() {
+    let dir = std::env::temp_dir().join(format!("ratewarden-explain-units-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("rules.toml");
+    // The real clock: the window's reset is some odd number of nanoseconds away.
+    std::fs::write(
+        &path,
+        "[[limit]]\nname = \"hourly\"\nkey = [\"ip\"]\nalgorithm = \"fixed-window\"\nlimit = 5\nwindow = \"1h\"\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratewarden"))
+        .args(["explain", "--config"])
+        .arg(&path)
+        .args(["--request", r#"{"ip": "203.0.113.7"}"#])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let reset = text
+        .lines()
+        .find_map(|l| l.split_once("fully reset in ").map(|(_, r)| r.to_owned()))
+        .unwrap_or_else(|| panic!("no reset in:\n{text}"));
+    assert!(
+        !reset.ends_with("ns") && !reset.ends_with("us"),
+        "a reset an hour off in human units, not `{reset}`"
+    );
+    assert!(
+        reset
+            .chars()
+            .all(|c| c.is_ascii_digit() || "hms.".contains(c)),
+        "{reset}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -373,7 +373,7 @@ async fn envoy_configs_reload_and_a_bad_one_keeps_the_old() {
     assert_eq!(limit(&r), 3, "the old config stays");
     assert_eq!(
         header(&r, "ratelimit-policy").unwrap(),
-        r#""descriptor-0";q=3;w=60"#
+        r#""edge/client_id";q=3;w=60"#
     );
     std::fs::write(&path, config(7)).unwrap();
     running.reload().await.unwrap();
@@ -386,7 +386,7 @@ async fn envoy_configs_reload_and_a_bad_one_keeps_the_old() {
     // The policy field of a rule kept between calls follows the reload.
     assert_eq!(
         header(&r, "ratelimit-policy").unwrap(),
-        r#""descriptor-0";q=7;w=60"#
+        r#""edge/client_id";q=7;w=60"#
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -797,6 +797,8 @@ async fn an_unreachable_upstream_is_a_502_problem() {
         reply.header("content-type"),
         Some("application/problem+json")
     );
+    // Which upstream: the setting to look at (its address is in the log, not told clients).
+    assert!(reply.body.contains("`[server] upstream`"), "{}", reply.body);
 }
 
 #[tokio::test(start_paused = true)]
@@ -1521,5 +1523,68 @@ async fn the_binary_takes_the_admin_token_from_the_environment_and_never_logs_it
         "{log}"
     );
     assert!(!log.contains(token), "the token is in the log: {log}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn envoy_mode_moves_its_listeners_with_flags_alone() {
+    let yaml = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/common/edge.yaml");
+    // No TOML: every listener placed by a flag (their defaults take every interface).
+    let mut child = Served::spawn([
+        "serve",
+        "--envoy-config",
+        yaml.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--grpc",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+    ])
+    .await;
+    let grpc = child.grpc.expect("a gRPC listener where --grpc said");
+    assert!(grpc.ip().is_loopback() && grpc.port() != 0, "{grpc}");
+    assert!(child.admin.is_some_and(|a| a.ip().is_loopback()));
+    assert!(tokio::net::TcpStream::connect(grpc).await.is_ok());
+    let log = child.log();
+    assert!(
+        !log.contains("every interface"),
+        "nothing on 0.0.0.0:\n{log}"
+    );
+
+    // `--admin off` turns the admin listener off.
+    let mut child = Served::spawn([
+        "serve",
+        "--envoy-config",
+        yaml.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--grpc",
+        "127.0.0.1:0",
+        "--admin",
+        "off",
+        "--workers",
+        "1",
+    ])
+    .await;
+    assert_eq!(child.admin, None);
+    assert!(child.log().contains(" admin=off "));
+}
+
+#[test]
+fn serve_without_a_config_points_at_the_example() {
+    let dir = std::env::temp_dir().join(format!("ratewarden-noconfig-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratewarden"))
+        .arg("serve")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--config FILE"), "{err}");
+    assert!(err.contains("examples/ratewarden.toml"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -6,7 +6,6 @@ use ratewarden_core::{AlgorithmKind, CalendarUnit, Limit, Numbers, Rate};
 
 use super::error::Errors;
 use super::raw::RawLimit;
-use crate::hint::did_you_mean;
 
 /// The rule's limit, `None` after recording what was wrong. `span` is the whole
 /// `[[limit]]` table, for what is missing from it.
@@ -141,13 +140,17 @@ fn algorithm(
         errors.at(Some(span.clone()), rule, message);
         return None;
     };
-    a.get_ref()
-        .parse::<AlgorithmKind>()
-        .map_err(|e| {
-            let hint = did_you_mean(a.get_ref(), names());
-            errors.at(Some(a.span()), rule, format!("`algorithm`: {e}{hint}"));
-        })
-        .ok()
+    let given = a.get_ref();
+    let kind = crate::hint::algorithm(given);
+    if kind.is_none() {
+        let hint = crate::hint::algorithm_hint(given, names());
+        let message = format!(
+            "`algorithm`: unknown algorithm `{given}`; known algorithms: {}{hint}",
+            names().join(", ")
+        );
+        errors.at(Some(a.span()), rule, message);
+    }
+    kind
 }
 
 /// `limit` at `1 / n` of its size (never below one unit), for a local fallback shared by `n`

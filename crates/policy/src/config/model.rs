@@ -114,6 +114,18 @@ pub enum WhenKeyMissing {
     Refuse,
 }
 
+/// The policy as the file spells it (`open`, `closed`, `local / 3`), for logs.
+impl std::fmt::Display for OnStoreFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Open => f.write_str("open"),
+            Self::Closed => f.write_str("closed"),
+            Self::Local { divide_by: 1 } => f.write_str("local"),
+            Self::Local { divide_by } => write!(f, "local / {divide_by}"),
+        }
+    }
+}
+
 impl Default for WhenKeyMissing {
     fn default() -> Self {
         WhenKeyMissing::Client(IpGrouping::default())

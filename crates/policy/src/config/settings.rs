@@ -44,6 +44,41 @@ pub enum StoreKind {
     },
 }
 
+/// The store as logs name it, without credentials: `memory`, `redis redis://10.0.0.5:6379/0`,
+/// `redis-cluster redis://a:6379, redis://b:6379`.
+impl std::fmt::Display for StoreKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Memory => f.write_str("memory"),
+            Self::Redis { url } => write!(f, "redis {}", without_credentials(url)),
+            Self::RedisCluster { nodes } => {
+                f.write_str("redis-cluster ")?;
+                for (i, node) in nodes.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    f.write_str(&without_credentials(node))?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// `url` without its user and password, nor its query (where a password may be passed too):
+/// what a log may carry.
+fn without_credentials(url: &str) -> String {
+    let url = url.split(['?', '#']).next().unwrap_or_default();
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    format!("{scheme}://{host}{path}")
+}
+
 /// The `[store]` section, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoreSettings {
@@ -284,5 +319,26 @@ impl StoreSettings {
         .into_iter()
         .filter_map(|(field, differs)| differs.then_some(field))
         .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_is_named_without_its_credentials() {
+        let redis = StoreKind::Redis {
+            url: "rediss://app:s3cr@t@redis.internal:6380/2?password=x".to_owned(),
+        };
+        assert_eq!(redis.to_string(), "redis rediss://redis.internal:6380/2");
+        let cluster = StoreKind::RedisCluster {
+            nodes: vec!["redis://:pw@a:6379".to_owned(), "redis://b:6379".to_owned()],
+        };
+        assert_eq!(
+            cluster.to_string(),
+            "redis-cluster redis://a:6379, redis://b:6379"
+        );
+        assert_eq!(StoreKind::Memory.to_string(), "memory");
     }
 }

@@ -436,7 +436,7 @@ fn failed<E: std::fmt::Display>(rule: &Rule, counters: Option<&Counters>, error:
     if let Some(c) = counters {
         Counters::bump(&c.store_failures);
     }
-    tracing::warn!(rule = %rule.name, %error, policy = ?rule.on_store_failure, "store failed");
+    tracing::warn!(rule = %rule.name, %error, policy = %rule.on_store_failure, "store failed");
 }
 
 fn check<'r>(rules: &'r [Rule], a: &'r Applying) -> Check<'r> {

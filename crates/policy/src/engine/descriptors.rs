@@ -165,7 +165,13 @@ impl<S: AsyncStore> Engine<S> {
                             None
                         }
                         _ => {
-                            let name = r.name.clone().unwrap_or_else(|| format!("descriptor-{i}"));
+                            // Its place in the tree, as when it comes alone; a request's own
+                            // limit (no YAML rule) by its place in the request.
+                            let name = r
+                                .name
+                                .clone()
+                                .or_else(|| r.label.clone())
+                                .unwrap_or_else(|| format!("{domain}/descriptor-{i}"));
                             Some(envoy_rule(name, domain, limit.clone(), r.shadow_mode))
                         }
                     };

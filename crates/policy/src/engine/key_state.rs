@@ -93,7 +93,8 @@ impl<S: AsyncStore> Engine<S> {
     }
 
     /// Forgets the state of key `parts` under the rule named `rule`: its next request is
-    /// decided as a new key's. Logged. Returns whether there was a state to forget.
+    /// decided as a new key's. Returns whether there was a state to forget. Not logged here:
+    /// the caller logs it once, with who asked (the admin listener names the peer).
     /// The key's in-process buckets (a `local_first` rule's, the store-failure fallback's)
     /// are cleared with it.
     ///
@@ -110,7 +111,6 @@ impl<S: AsyncStore> Engine<S> {
         // A hybrid rule's bucket would go on refusing the key without asking the store.
         self.hybrid.clear(&stored_key);
         self.local.clear(&stored_key);
-        tracing::warn!(rule, key = %stored_key, cleared, "key reset by an operator");
         Ok(cleared)
     }
 }

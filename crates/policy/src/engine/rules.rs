@@ -54,9 +54,12 @@ impl RuleSet {
                 .deciding_rules()
                 .into_iter()
                 .map(|rule| {
+                    // Unnamed, a YAML rule is named by its place in the tree (`edge/client_id`),
+                    // the label its metrics carry: a name logs and `RateLimit-Policy` can
+                    // be traced back to the file by.
                     let name = rule.rule.name.clone();
                     let alone = envoy_rule(
-                        name.unwrap_or_else(|| "descriptor-0".to_owned()),
+                        name.unwrap_or_else(|| rule.label.clone()),
                         rule.domain,
                         rule.limit.clone(),
                         rule.shadow_mode,

@@ -152,7 +152,7 @@ pub(super) fn extension(
         None => AlgorithmKind::FixedWindow,
         Some(a) => {
             let text = string(a, "algorithm", name, errors)?;
-            match text.parse::<AlgorithmKind>() {
+            match crate::hint::algorithm(&text).ok_or(()) {
                 Ok(AlgorithmKind::Concurrency) => {
                     errors.at(
                         a.at,
@@ -169,7 +169,7 @@ pub(super) fn extension(
                         .filter(|k| **k != AlgorithmKind::Concurrency)
                         .map(|k| k.as_str())
                         .collect();
-                    let hint = did_you_mean(&text, known.iter().copied());
+                    let hint = crate::hint::algorithm_hint(&text, known.iter().copied());
                     errors.at(
                         a.at,
                         name,

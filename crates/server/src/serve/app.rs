@@ -16,6 +16,10 @@ use tokio::sync::watch;
 use super::metrics::Metrics;
 use super::operator::{Operator, ReloadRecord};
 use super::shed::Shedder;
+use super::throttle::Throttle;
+
+/// How often a refused, untrusted proxy is logged at most: every request would flood the log.
+const UNTRUSTED_LOG_EVERY_NS: u64 = 10 * ratewarden_core::NANOS_PER_SEC;
 
 pub(crate) struct App {
     pub(crate) engine: Arc<Engine<AnyStore>>,
@@ -33,6 +37,10 @@ pub(crate) struct App {
     envoy_path: Option<PathBuf>,
     ready: AtomicBool,
     jitter: Jitter,
+    /// Refusals of a peer outside `trusted_proxies` on a proxy's door: the proxy may turn
+    /// our 403 into an answer of its own (nginx's `error_page 403`), so the log is where
+    /// its operator learns why.
+    pub(crate) untrusted: Throttle,
 }
 
 /// A reload put in force.
@@ -73,6 +81,7 @@ impl App {
             envoy_path,
             ready: AtomicBool::new(false),
             jitter: Jitter::new(),
+            untrusted: Throttle::new(UNTRUSTED_LOG_EVERY_NS),
         })
     }
 
@@ -80,6 +89,11 @@ impl App {
     /// upstream's pool), which a reload does not change.
     pub(crate) fn started(&self) -> &ServerSettings {
         &self.started.0
+    }
+
+    /// `[store]` as started: a reload does not move the store.
+    pub(crate) fn started_store(&self) -> &StoreSettings {
+        &self.started.1
     }
 
     /// `[server]` as it is now (read it once per request: a reload swaps it whole).
@@ -93,6 +107,21 @@ impl App {
 
     pub(crate) fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// Logs (at most once per period) that `who` asked on `door` and was refused for not
+    /// being in `trusted_proxies`.
+    pub(crate) fn log_untrusted(&self, who: &str, door: &str, setting: &str) {
+        if let Some(suppressed) = self.untrusted.admit(self.clock.now()) {
+            tracing::warn!(
+                peer = who,
+                door,
+                suppressed,
+                "refused a proxy not in {setting}: every request it asks about is refused \
+                 (403 or PERMISSION_DENIED, which the proxy may show as an answer of its own, \
+                 such as nginx's `error_page 403` turning it into a 429); add its address"
+            );
+        }
     }
 
     /// Reads the config file and the Envoy configs again, off the async workers (a large
@@ -116,6 +145,16 @@ impl App {
         result
     }
 
+    /// What a reload reads, as its log lines name it: Envoy configs only when some were
+    /// loaded, or a reload mentioning them would send the operator looking for a file.
+    fn what(&self) -> &'static str {
+        match (&self.config_path, &self.envoy_path) {
+            (_, None) => "rules",
+            (None, Some(_)) => "Envoy configs",
+            (Some(_), Some(_)) => "rules and Envoy configs",
+        }
+    }
+
     async fn reload_files(&self) -> Result<Reloaded, ConfigErrors> {
         let (config_path, envoy_path) = (self.config_path.clone(), self.envoy_path.clone());
         let loaded = tokio::task::spawn_blocking(move || load(config_path, envoy_path)).await;
@@ -130,7 +169,7 @@ impl App {
         let (config, envoy) = match loaded {
             Ok(both) => both,
             Err(errors) => {
-                tracing::warn!(%errors, "reload rejected; the old rules and Envoy configs stay");
+                tracing::warn!(%errors, "reload rejected; the old {} stay", self.what());
                 self.metrics.reloaded(false);
                 return Err(errors);
             }
@@ -160,7 +199,7 @@ impl App {
                         ratewarden_policy::ADMIN_TOKEN_ENV,
                     ),
                 }]);
-                tracing::warn!(%errors, "reload rejected; the old rules and Envoy configs stay");
+                tracing::warn!(%errors, "reload rejected; the old {} stay", self.what());
                 self.metrics.reloaded(false);
                 return Err(errors);
             }
@@ -186,7 +225,7 @@ impl App {
             // Envoy configs only: the rules stay as they are.
             None => self.engine.reload_with_envoy(self.engine.config(), envoy),
         };
-        tracing::info!(version, "rules and Envoy configs reloaded");
+        tracing::info!(version, "{} reloaded", self.what());
         self.metrics.reloaded(true);
         Ok(Reloaded {
             version,
@@ -217,6 +256,9 @@ impl App {
             // An adaptive concurrency rule: the upstream is at what it can take.
             self.metrics.shed("adaptive");
         }
+        if refused {
+            log_refusal(verdict, retry);
+        }
         verdict.answer(settings.legacy_headers, retry)
     }
 
@@ -227,6 +269,36 @@ impl App {
             .apply(retry_ns, self.settings().retry_after_jitter)
     }
 }
+
+/// The refusal log, off by default (a flood would otherwise flood the log too): on with
+/// `RUST_LOG=info,ratewarden::refusals=debug`. One line per refused request: the rules
+/// that refused it, the key each counted (an API key as its digest) and when to retry.
+pub(crate) fn log_refusal(verdict: &Verdict, retry_ns: u64) {
+    if !tracing::enabled!(target: REFUSALS, tracing::Level::DEBUG) {
+        return;
+    }
+    let mut rules = String::new();
+    for outcome in verdict.violated() {
+        if !rules.is_empty() {
+            rules.push_str(", ");
+        }
+        let name = verdict
+            .rules
+            .get(outcome.rule)
+            .map_or("?", |r| r.name.as_str());
+        rules.push_str(&format!("{name} ({})", outcome.key));
+    }
+    tracing::debug!(
+        target: REFUSALS,
+        status = if verdict.unavailable || verdict.shed() { 503 } else { 429 },
+        rules = %rules,
+        retry_after = %ratewarden_core::ReadableDuration(Duration::from_nanos(retry_ns)),
+        "request refused"
+    );
+}
+
+/// The refusal log's target, as `RUST_LOG` names it.
+const REFUSALS: &str = "ratewarden::refusals";
 
 /// Reads and validates both files (either may be absent); blocking file I/O.
 fn load(

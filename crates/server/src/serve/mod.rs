@@ -25,6 +25,7 @@ mod shed;
 mod signals;
 mod start;
 mod store;
+mod throttle;
 mod timer;
 mod workers;
 

@@ -14,6 +14,9 @@ use super::signals::signals;
 use super::start::{start, Options};
 use crate::cli::ServeArgs;
 
+/// The config `serve` reads without --config, in the working directory.
+const DEFAULT_CONFIG: &str = "ratewarden.toml";
+
 /// `ratewarden serve`: loads the config, serves until SIGTERM or SIGINT, reloads on SIGHUP.
 ///
 /// # Errors
@@ -44,7 +47,19 @@ pub fn main(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let config_path = match (&args.config, &envoy) {
         (Some(path), _) => Some(path.clone()),
         (None, Some(_)) => None,
-        (None, None) => Some(PathBuf::from("ratewarden.toml")),
+        (None, None) => {
+            let default = PathBuf::from(DEFAULT_CONFIG);
+            if !default.exists() {
+                eprintln!(
+                    "error: no config: give one with --config FILE, or write ./{DEFAULT_CONFIG} \
+                     (start from the repository's examples/ratewarden.toml: \
+                     `ratewarden serve --config examples/ratewarden.toml`), or serve \
+                     envoyproxy/ratelimit YAML with --envoy-config PATH"
+                );
+                return Ok(ExitCode::from(1));
+            }
+            Some(default)
+        }
     };
     let mut config = match &config_path {
         Some(path) => match ratewarden_policy::config::load(path) {
@@ -62,13 +77,30 @@ pub fn main(args: ServeArgs) -> anyhow::Result<ExitCode> {
             config
         }
     };
-    if envoy.is_some() && config.server.grpc.is_none() {
-        eprintln!(
-            "warning: --envoy-config without `[server] grpc`: Envoy's ShouldRateLimit is not served; add grpc = \"0.0.0.0:8081\""
-        );
-    }
     if let Some(listen) = args.listen {
         config.server.listen = listen;
+    }
+    if let Some(grpc) = args.grpc {
+        config.server.grpc = Some(grpc);
+    }
+    if let Some(admin) = args.admin {
+        config.server.admin = admin.0;
+    }
+    if config_path.is_none() {
+        let every = |a: Option<SocketAddr>| a.is_some_and(|a| a.ip().is_unspecified());
+        if every(Some(config.server.listen)) || every(config.server.grpc) {
+            tracing::warn!(
+                listen = %config.server.listen,
+                grpc = %config.server.grpc.map_or_else(|| "off".to_owned(), |a| a.to_string()),
+                "no --config: listening where envoyproxy/ratelimit does, on every interface \
+                 (0.0.0.0); move them with --listen and --grpc"
+            );
+        }
+    }
+    if envoy.is_some() && config.server.grpc.is_none() {
+        eprintln!(
+            "warning: --envoy-config without `[server] grpc`: Envoy's ShouldRateLimit is not served; add grpc = \"0.0.0.0:8081\" or --grpc 0.0.0.0:8081"
+        );
     }
     let workers = args.workers.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
@@ -93,7 +125,10 @@ pub fn main(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .await?;
         signals(&running).await?;
         let grace = running.app.started().shutdown_grace;
-        tracing::info!(grace = ?grace, "shutting down: finishing requests in flight");
+        tracing::info!(
+            grace = %ratewarden_core::DisplayDuration(grace),
+            "shutting down: finishing requests in flight"
+        );
         running.shutdown();
         running.wait().await;
         tracing::info!("stopped");

@@ -59,6 +59,7 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
         );
     }
     let store = AnyStore::from_settings(&config.store)?;
+    let no_trusted_proxies = config.trusted_proxies.is_empty();
     let settings = config.server.clone();
     let store_settings = config.store.clone();
     let engine = Arc::new(Engine::with_envoy(config, options.envoy, store));
@@ -149,16 +150,37 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
     workers::spawn(&mut tasks, listeners, &app, &local, &stopped, grace)?;
     tasks.spawn(operator::sample(Arc::clone(&app), stopped.clone()));
     tasks.spawn(app::sweep(Arc::clone(&app), stopped));
+    let off = |addr: Option<std::net::SocketAddr>| {
+        addr.map_or_else(|| "off".to_owned(), |a| a.to_string())
+    };
     tracing::info!(
         listen = %listen_addr,
         role = main_role.as_str(),
-        api = ?api_addr,
-        grpc = ?grpc_addr,
-        admin = ?admin_addr,
+        api = %off(api_addr),
+        grpc = %off(grpc_addr),
+        admin = %off(admin_addr),
         admin_auth = crate::check_config::admin_protection(&settings),
         upstream = settings.upstream.as_deref().unwrap_or("none"),
+        store = %app.started_store().kind,
+        rules = app.engine.rule_list().len(),
+        envoy_domains = app.engine.envoy().domains().count(),
         "ratewarden serving"
     );
+    // Forward-auth is on every decision API listener; without a trusted proxy it refuses
+    // every proxy, and the proxy may show that 403 as an answer of its own.
+    let forward_auth = if main_role == Role::Api {
+        Some(listen_addr)
+    } else {
+        api_addr
+    };
+    if let (Some(addr), true) = (forward_auth, no_trusted_proxies) {
+        tracing::warn!(
+            api = %addr,
+            "`[server] trusted_proxies` is empty: forward-auth (/v1/auth, /v1/auth/nginx, \
+             /v1/auth/envoy) refuses every proxy with 403; name your proxies' addresses if \
+             one asks here (docs/front-doors.md, \"Troubleshooting\")"
+        );
+    }
     if let Some(addr) = admin_addr.filter(|a| !a.ip().to_canonical().is_loopback()) {
         if settings.admin_access.token.is_none() {
             tracing::warn!(

@@ -199,6 +199,8 @@ pub struct Served {
     pub listen: SocketAddr,
     /// The admin listener, if configured.
     pub admin: Option<SocketAddr>,
+    /// The gRPC listener, if configured.
+    pub grpc: Option<SocketAddr>,
     /// Its log lines after the one that gave the addresses, as they come.
     pub lines: mpsc::UnboundedReceiver<String>,
     log: Arc<Mutex<Vec<String>>>,
@@ -219,8 +221,8 @@ impl Served {
     ) -> Self {
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ratewarden"))
             .args(args)
-            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
@@ -266,10 +268,12 @@ impl Served {
         };
         let listen = field("listen").unwrap_or_else(|| panic!("no listen address in: {line}"));
         let admin = field("admin");
+        let grpc = field("grpc");
         let served = Self {
             child,
             listen,
             admin,
+            grpc,
             lines,
             log,
             reader: Some(reader),

@@ -37,6 +37,7 @@ impl Authorization for Authz {
         let peer = request.remote_addr().map(|a: SocketAddr| a.ip());
         if !peer.is_some_and(|ip| app.engine.identity().trusted().contains(ip)) {
             let who = peer.map_or_else(|| "an unknown peer".to_owned(), |ip| ip.to_string());
+            app.log_untrusted(&who, "ext_authz Check", "`[server] trusted_proxies`");
             return Err(Status::permission_denied(format!(
                 "{who} is not a trusted proxy (`[server] trusted_proxies`): a CheckRequest \
                  names the client's address and path, which only a trusted proxy may do"

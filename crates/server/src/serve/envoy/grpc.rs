@@ -44,6 +44,7 @@ impl RateLimitService for Rls {
             } else {
                 "`[server] trusted_proxies`, which stands for `[envoy] clients` when that is not set"
             };
+            self.app.log_untrusted(&who, "ShouldRateLimit", list);
             return Err(Status::permission_denied(format!(
                 "{who} may not call ShouldRateLimit: it is not in {list}"
             )));
@@ -114,6 +115,7 @@ pub(crate) async fn decide(
         .await
         .map_err(|e| Status::invalid_argument(e.to_string()))?;
     if verdict.unavailable {
+        crate::serve::app::log_refusal(&verdict, verdict.retry_ns());
         return Err(Status::unavailable(
             "the rate limit store failed and a rule fails closed",
         ));
@@ -158,6 +160,7 @@ fn response(app: &App, verdict: &Verdict) -> RateLimitResponse {
         // The enforced rules' longest wait, as every door says it: a shadow rule that would
         // have refused does not make the client wait.
         let retry = app.jittered(verdict.retry_ns());
+        crate::serve::app::log_refusal(verdict, retry);
         headers.push((
             ratewarden_http::RETRY_AFTER,
             http::HeaderValue::from(ratewarden_http::retry_after_secs(retry)),

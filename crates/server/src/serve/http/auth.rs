@@ -37,6 +37,17 @@ pub(crate) enum Flavour {
     Envoy,
 }
 
+impl Flavour {
+    /// The path it is asked on, as logs name it.
+    fn door(self) -> &'static str {
+        match self {
+            Self::Plain => "/v1/auth",
+            Self::Nginx => "/v1/auth/nginx",
+            Self::Envoy => ENVOY_PREFIX,
+        }
+    }
+}
+
 /// The prefix Envoy's `path_prefix` puts before the proxied path.
 pub(crate) const ENVOY_PREFIX: &str = "/v1/auth/envoy";
 
@@ -64,6 +75,11 @@ pub(crate) async fn handle(
 ) -> Response<Body> {
     let identity = app.engine.identity();
     if !identity.trusted().contains(peer.ip()) {
+        app.log_untrusted(
+            &peer.ip().to_string(),
+            flavour.door(),
+            "`[server] trusted_proxies`",
+        );
         return reply::problem(
             StatusCode::FORBIDDEN,
             format!(

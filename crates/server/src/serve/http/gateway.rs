@@ -219,7 +219,7 @@ pub(crate) async fn handle(
     let response = match forwarded {
         Ok(response) => response,
         Err(Failed::Timeout) => {
-            tracing::warn!("the upstream did not answer in time");
+            tracing::warn!(upstream = %upstream.authority, "the upstream did not answer in time");
             return reply::problem(
                 StatusCode::GATEWAY_TIMEOUT,
                 format!(
@@ -236,20 +236,24 @@ pub(crate) async fn handle(
         }
         Err(Failed::Client(error)) => {
             if is_connect_timeout(&error) {
-                tracing::warn!(%error, "the upstream did not take the connection in time");
+                tracing::warn!(%error, upstream = %upstream.authority, "the upstream did not take the connection in time");
                 return reply::problem(
                     StatusCode::GATEWAY_TIMEOUT,
                     "the upstream did not take the connection in time",
                 );
             }
-            tracing::warn!(%error, "upstream request failed");
+            tracing::warn!(%error, upstream = %upstream.authority, "upstream request failed");
             return reply::problem(
                 StatusCode::BAD_GATEWAY,
-                "the upstream could not be reached or failed to answer",
+                "the upstream (`[server] upstream`, named in the log) could not be reached or failed \
+             to answer",
             );
         }
     };
     let (mut parts, body) = response.into_parts();
+    // Hyper writes the response's version: ours (RFC 9110 §6.2), not an HTTP/1.0
+    // upstream's, which would tell an HTTP/1.1 client it may not keep its connection.
+    parts.version = http::Version::HTTP_11;
     strip_hop_by_hop(&mut parts.headers);
     // An upstream that stops sending mid-body does not hold the slot and the permit forever.
     let body = Paced::new(

@@ -18,7 +18,7 @@
 //! Bodies are framed as hyper's client reads them and hyper's server sends them: a
 //! `Content-Length` answer relayed as it comes; a chunked one decoded (`chunked.rs`) and
 //! chunked anew, its extensions and trailers dropped; one framed by the upstream's close
-//! sent chunked (an HTTP/1.0 one as it comes, then the close); a `Content-Length` left
+//! sent chunked (an HTTP/1.0 one too: the client is answered in HTTP/1.1); a `Content-Length` left
 //! beside `Transfer-Encoding` sent as that length. The client is watched while the
 //! upstream answers (gone: the exchange and its upstream connection are dropped, as hyper
 //! drops the request's future), and one timer entry, the connection's, times the exchange
@@ -545,9 +545,6 @@ enum Out {
     Length(u64),
     /// Chunked anew: the data of each read one chunk, no extension, no trailer.
     Chunked,
-    /// As it comes, the end told by closing the connection: an HTTP/1.0 answer of unknown
-    /// length, which hyper's server does not chunk.
-    Close,
 }
 
 /// What a wait raced against the client and the clock came to.
@@ -646,7 +643,8 @@ async fn relay(
     let broken = |conn: &mut Conn, permit: &mut PermitGuard| {
         let problem = Problem::new(
             StatusCode::BAD_GATEWAY,
-            "the upstream could not be reached or failed to answer",
+            "the upstream (`[server] upstream`, named in the log) could not be reached or failed \
+             to answer",
         );
         failed(conn, permit, problem)
     };
@@ -656,7 +654,7 @@ async fn relay(
         // request's future, and the rules learn nothing from it.
         Raced::Gone => return Relayed::Abort,
         Raced::TimedOut => {
-            tracing::warn!("the upstream did not answer in time");
+            tracing::warn!(upstream = %upstream.authority, "the upstream did not answer in time");
             let detail = format!(
                 "the upstream did not answer within {}",
                 DisplayDuration(bounds.upstream_response_timeout)
@@ -668,7 +666,7 @@ async fn relay(
             );
         }
         Raced::Done(Err(Failed::ConnectTimeout)) => {
-            tracing::warn!("the upstream did not take the connection in time");
+            tracing::warn!(upstream = %upstream.authority, "the upstream did not take the connection in time");
             let problem = Problem::new(
                 StatusCode::GATEWAY_TIMEOUT,
                 "the upstream did not take the connection in time",
@@ -676,7 +674,7 @@ async fn relay(
             return failed(conn, &mut permit, problem);
         }
         Raced::Done(Err(Failed::Broken(error))) => {
-            tracing::warn!(%error, "upstream request failed");
+            tracing::warn!(%error, upstream = %upstream.authority, "upstream request failed");
             return broken(conn, &mut permit);
         }
     };
@@ -791,7 +789,6 @@ async fn relay(
             .position(|(name, _)| is_named(name, b"content-length"))
     };
     let out = match out_framing(&lines, first_length, framing) {
-        Some(Out::Chunked) if http10 => Out::Close,
         Some(out) => out,
         None => {
             // Hyper's server cannot write a head whose `Content-Length` lines disagree
@@ -805,10 +802,11 @@ async fn relay(
             return Relayed::Abort;
         }
     };
-    // The head as hyper writes the response `gateway::handle` makes of this one (the
-    // version is the upstream's: hyper writes the response's).
+    // The head as hyper writes the response `gateway::handle` makes of this one: in our
+    // version, not the upstream's (RFC 9110 §6.2), so an HTTP/1.0 upstream's answer of
+    // unknown length is chunked and the client's connection kept.
     let out_buf = &mut conn.out;
-    out_buf.extend_from_slice(if http10 { b"HTTP/1.0 " } else { b"HTTP/1.1 " });
+    out_buf.extend_from_slice(b"HTTP/1.1 ");
     out_buf.extend_from_slice(status.as_str().as_bytes());
     out_buf.push(b' ');
     out_buf.extend_from_slice(response.reason.unwrap_or("").as_bytes());
@@ -836,7 +834,7 @@ async fn relay(
             out_buf.extend_from_slice(n.to_string().as_bytes());
             out_buf.extend_from_slice(b"\r\n");
         }
-        Out::Length(_) | Out::None | Out::Close => {}
+        Out::Length(_) | Out::None => {}
     }
     if !named(b"date") {
         super::lean_answer::date(out_buf);
@@ -853,8 +851,6 @@ async fn relay(
     )
     .await;
     match relayed {
-        // An answer framed by the close is ended by closing.
-        Some(_) if matches!(out, Out::Close) => Relayed::Close,
         Some(ended) => {
             if ended && reusable {
                 upstream.lean.put(stream, now);
@@ -927,10 +923,6 @@ async fn body(
                 }
                 false
             }
-            Out::Close => {
-                conn.out.extend_from_slice(data);
-                false
-            }
         };
         if malformed && !whole {
             let _ = conn.flush().await;
@@ -946,8 +938,6 @@ async fn body(
             }
             match out {
                 Out::Chunked => conn.out.extend_from_slice(b"0\r\n\r\n"),
-                // Its end is the close: the caller closes the client's connection.
-                Out::Close => return Some(false),
                 Out::None | Out::Length(_) => {}
             }
             // Bytes past the answer are nobody's: that connection is not reused.

@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::api::CheckBody;
+use crate::explain::readable;
 use crate::serve::app::App;
 use crate::serve::reply::{self, Body, Problem};
 
@@ -107,8 +108,8 @@ pub(crate) async fn explain(
 }
 
 fn state_json(rule: &str, parts: &str, stored_key: &str, d: &Decision) -> Value {
-    let retry_after_ms = match d.outcome {
-        Outcome::Limited { retry_after_ns } => Some(ms(retry_after_ns)),
+    let retry_after_ns = match d.outcome {
+        Outcome::Limited { retry_after_ns } => Some(retry_after_ns),
         _ => None,
     };
     json!({
@@ -118,8 +119,10 @@ fn state_json(rule: &str, parts: &str, stored_key: &str, d: &Decision) -> Value 
         "limit": d.limit,
         "remaining": d.remaining,
         "reset_after_ms": ms(d.reset_after_ns),
+        "reset_after": readable(d.reset_after_ns),
         "limited": !d.is_allowed(),
-        "retry_after_ms": retry_after_ms,
+        "retry_after_ms": retry_after_ns.map(ms),
+        "retry_after": retry_after_ns.map(readable),
         "next_request": outcome_words(d),
     })
 }
