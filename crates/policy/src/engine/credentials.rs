@@ -67,7 +67,11 @@ pub(super) fn parse(value: &str) -> Result<Credentials<'_>, Unreadable> {
 
 /// RFC 9110 §5.6.2's `tchar`.
 fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+    // `!#$%&'*+-.^_`|~`, digits and letters, as ranges: a scheme is read on every request.
+    matches!(
+        b,
+        b'!' | b'#'..=b'\'' | b'*' | b'+' | b'-' | b'.' | b'0'..=b'9' | b'A'..=b'Z' | b'^'..=b'z' | b'|' | b'~'
+    )
 }
 
 /// A byte of a credential every server reads as one token: visible ASCII but the list and
@@ -80,6 +84,14 @@ fn is_token_byte(b: u8) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tchar_is_rfc_9110_s() {
+        for b in 0..=255u8 {
+            let listed = b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+            assert_eq!(is_tchar(b), listed, "{b:#x}");
+        }
+    }
 
     #[test]
     fn the_scheme_is_read_in_any_case_and_after_any_spaces() {
