@@ -31,10 +31,14 @@ pub(super) type Unreadable = &'static str;
 /// A scheme that is not a token or is followed by anything but spaces, and a `Bearer`
 /// credential that is not one token.
 pub(super) fn parse(value: &str) -> Result<Credentials<'_>, Unreadable> {
-    let end = value
-        .bytes()
-        .position(|b| !is_tchar(b))
-        .unwrap_or(value.len());
+    // The spelling RFC 6750 gives, which nearly every client sends, without a scan.
+    let end = match value.strip_prefix("Bearer ") {
+        Some(_) => "Bearer".len(),
+        None => value
+            .bytes()
+            .position(|b| !is_tchar(b))
+            .unwrap_or(value.len()),
+    };
     let (scheme, rest) = value.split_at(end);
     if scheme.is_empty() {
         return Err("does not start with a scheme such as `Bearer`");
