@@ -46,7 +46,27 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the completion script for a shell, generated from these same arguments.
+    #[command(after_help = COMPLETIONS_EXAMPLES)]
+    Completions {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page, ratewarden(1), in roff (`ratewarden man | man -l -`), or write it
+    /// and a page for each command (ratewarden-serve(1), ...) into a folder.
+    Man {
+        /// The folder to write `ratewarden.1`, `ratewarden-serve.1`, ... into, such as
+        /// `/usr/local/share/man/man1`.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
+
+const COMPLETIONS_EXAMPLES: &str = "\
+Examples:
+  ratewarden completions bash > /etc/bash_completion.d/ratewarden
+  ratewarden completions zsh > \"${fpath[1]}/_ratewarden\"
+  ratewarden completions fish > ~/.config/fish/completions/ratewarden.fish";
 
 const EXPLAIN_EXAMPLES: &str = "\
 Examples:

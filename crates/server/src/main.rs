@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use ratewarden_server::cli::{Cli, Command};
 
 /// Per-thread heaps: requests on different tokio workers never contend for an allocator lock.
@@ -20,6 +20,22 @@ fn main() -> ExitCode {
             request,
             json,
         } => ratewarden_server::explain::main(&config, &request, json),
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "ratewarden",
+                &mut std::io::stdout(),
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { dir: None } => clap_mangen::Man::new(Cli::command())
+            .render(&mut std::io::stdout())
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(anyhow::Error::from),
+        Command::Man { dir: Some(dir) } => clap_mangen::generate_to(Cli::command(), &dir)
+            .map(|()| ExitCode::SUCCESS)
+            .map_err(|e| anyhow::anyhow!("writing the man pages into {}: {e}", dir.display())),
     };
     match result {
         Ok(code) => code,
