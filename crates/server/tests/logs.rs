@@ -2,29 +2,53 @@
 //! no line an attacker wrote (issues 11 and 12).
 
 use std::ffi::OsStr;
+use std::path::PathBuf;
 
 mod common;
 
 use common::Served;
 
+/// A config file in a folder of its own, removed with it.
+struct Config {
+    dir: PathBuf,
+    file: PathBuf,
+}
+
+impl Config {
+    fn new(name: &str, toml: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("ratewarden-logs-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("r.toml");
+        std::fs::write(&file, toml).unwrap();
+        Self { dir, file }
+    }
+
+    /// `serve` on this file with one worker.
+    fn serve(&self) -> [&OsStr; 5] {
+        [
+            OsStr::new("serve"),
+            OsStr::new("--config"),
+            self.file.as_os_str(),
+            OsStr::new("--workers"),
+            OsStr::new("1"),
+        ]
+    }
+}
+
+impl Drop for Config {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 #[tokio::test]
 async fn logs_to_a_pipe_carry_no_colour_and_escape_forged_lines() {
-    let dir = std::env::temp_dir().join(format!("ratewarden-logs-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("r.toml");
-    std::fs::write(
-        &config,
+    let config = Config::new(
+        "pipe",
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"off\"\n\n[[limit]]\nname = \"watch\"\nkey = [\"header:x-user\"]\nalgorithm = \"fixed-window\"\nlimit = 1\nwindow = \"1m\"\nmode = \"shadow\"\n",
-    )
-    .unwrap();
-    let mut child = Served::spawn([
-        OsStr::new("serve"),
-        "--config".as_ref(),
-        config.as_ref(),
-        "--workers".as_ref(),
-        "1".as_ref(),
-    ])
-    .await;
+    );
+    let mut child = Served::spawn(config.serve()).await;
     // The shadow rule logs "would have rejected" with the key, which holds the header.
     let body = r#"{"headers": {"x-user": "evil\r\nERROR forged: admin logged in\u001b[31m"}}"#;
     for _ in 0..2 {
@@ -47,7 +71,6 @@ async fn logs_to_a_pipe_carry_no_colour_and_escape_forged_lines() {
         seen.iter().all(|l| !l.starts_with("ERROR forged")),
         "{seen:#?}"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Waits for a log line containing `needle`, for up to 10 s.
@@ -67,23 +90,13 @@ async fn line_with(child: &mut Served, needle: &str) -> String {
 
 #[tokio::test]
 async fn logs_read_plainly_name_the_store_and_say_each_thing_once() {
-    let dir = std::env::temp_dir().join(format!("ratewarden-logs-plain-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("r.toml");
     // Nothing listens on port 1: every call to the store fails, fast.
     let toml = "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n\n\
         [store]\nkind = \"redis\"\nurl = \"redis://app:hunter2@127.0.0.1:1/0\"\n\n\
         [[limit]]\nname = \"per-ip\"\nkey = [\"ip\"]\nalgorithm = \"fixed-window\"\nlimit = 5\nwindow = \"1m\"\n\n\
         [[limit]]\nname = \"login\"\nkey = [\"ip\"]\nalgorithm = \"fixed-window\"\nlimit = 5\nwindow = \"1m\"\non_store_failure = \"local\"\nlocal_divide_by = 3\n";
-    std::fs::write(&config, toml).unwrap();
-    let mut child = Served::spawn([
-        OsStr::new("serve"),
-        "--config".as_ref(),
-        config.as_ref(),
-        "--workers".as_ref(),
-        "1".as_ref(),
-    ])
-    .await;
+    let config = Config::new("plain", toml);
+    let mut child = Served::spawn(config.serve()).await;
     let admin = child.admin.unwrap();
 
     // The proxy's 403 may be shown as another answer (nginx's `error_page 403`): the log
@@ -100,7 +113,7 @@ async fn logs_read_plainly_name_the_store_and_say_each_thing_once() {
     let failed = line_with(&mut child, "store failed").await;
 
     // A reload without Envoy configs does not mention them.
-    std::fs::write(&config, "[server]\nlisten = 1\n").unwrap();
+    std::fs::write(&config.file, "[server]\nlisten = 1\n").unwrap();
     let reload = common::post(admin, "/reload", "").await;
     assert_eq!(reload.status.as_u16(), 422, "{}", reload.body);
     let rejected = line_with(&mut child, "reload rejected").await;
@@ -139,27 +152,15 @@ async fn logs_read_plainly_name_the_store_and_say_each_thing_once() {
         failed.contains("policy=open") || failed.contains("policy=local / 3"),
         "{failed}"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[tokio::test]
 async fn a_key_reset_is_logged_once() {
-    let dir = std::env::temp_dir().join(format!("ratewarden-logs-reset-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("r.toml");
-    std::fs::write(
-        &config,
+    let config = Config::new(
+        "reset",
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\n\n[[limit]]\nname = \"per-ip\"\nkey = [\"ip\"]\nalgorithm = \"fixed-window\"\nlimit = 5\nwindow = \"1m\"\n",
-    )
-    .unwrap();
-    let mut child = Served::spawn([
-        OsStr::new("serve"),
-        "--config".as_ref(),
-        config.as_ref(),
-        "--workers".as_ref(),
-        "1".as_ref(),
-    ])
-    .await;
+    );
+    let mut child = Served::spawn(config.serve()).await;
     common::post(child.listen, "/v1/check", r#"{"ip": "203.0.113.7"}"#).await;
     let reset = common::post(
         child.admin.unwrap(),
@@ -176,33 +177,21 @@ async fn a_key_reset_is_logged_once() {
     assert!(status.is_success());
     let log = child.log();
     assert_eq!(log.matches("key reset").count(), 1, "logged once:\n{log}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[tokio::test]
 async fn the_refusal_log_is_off_until_turned_on() {
-    let dir = std::env::temp_dir().join(format!("ratewarden-logs-refusals-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("r.toml");
-    std::fs::write(
-        &config,
+    let config = Config::new(
+        "refusals",
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"off\"\n\n[[limit]]\nname = \"per-ip\"\nkey = [\"ip\"]\nalgorithm = \"fixed-window\"\nlimit = 1\nwindow = \"1h\"\n",
-    )
-    .unwrap();
-    let args = [
-        OsStr::new("serve"),
-        "--config".as_ref(),
-        config.as_ref(),
-        "--workers".as_ref(),
-        "1".as_ref(),
-    ];
+    );
     for on in [false, true] {
         let env: &[(&str, &str)] = if on {
             &[("RUST_LOG", "info,ratewarden::refusals=debug")]
         } else {
             &[]
         };
-        let mut child = Served::spawn_with_env(args, env).await;
+        let mut child = Served::spawn_with_env(config.serve(), env).await;
         for _ in 0..3 {
             common::post(child.listen, "/v1/check", r#"{"ip": "203.0.113.7"}"#).await;
         }
@@ -218,5 +207,4 @@ async fn the_refusal_log_is_off_until_turned_on() {
             assert!(!log.contains("request refused"), "{log}");
         }
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
