@@ -115,3 +115,50 @@ async fn grpc_on_several_workers_answers_every_call_and_stops_cleanly() {
     running.shutdown();
     running.wait().await;
 }
+
+/// One HTTP/2 connection carries many streams of up to `max_message_bytes` each, so a client
+/// that may open connections without end holds memory without end: the gRPC listener holds
+/// each client to `max_connections_per_client`, as the HTTP listeners do.
+#[tokio::test]
+async fn the_grpc_listener_holds_a_client_to_its_share_of_connections() {
+    use tokio::io::AsyncReadExt;
+
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\ngrpc = \"127.0.0.1:0\"\nmax_connections_per_client = 2\n{RULE}"
+    );
+    let running = start(&toml, 1).await;
+    let grpc = running.grpc.unwrap();
+    let held = [
+        tokio::net::TcpStream::connect(grpc).await.unwrap(),
+        tokio::net::TcpStream::connect(grpc).await.unwrap(),
+    ];
+    let mut third = tokio::net::TcpStream::connect(grpc).await.unwrap();
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        third.read_to_end(&mut rest),
+    )
+    .await;
+    assert!(
+        matches!(closed, Ok(Ok(0))),
+        "the third connection was kept open"
+    );
+    // Its connections closed, the client is served again, and the calls still know who
+    // asks (the connection's address reaches the service).
+    drop(held);
+    let answered = async {
+        loop {
+            if let Ok(mut client) = RateLimitServiceClient::connect(format!("http://{grpc}")).await
+            {
+                if let Ok(r) = client.should_rate_limit(ask()).await {
+                    return r.into_inner();
+                }
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    let r = tokio::time::timeout(std::time::Duration::from_secs(5), answered)
+        .await
+        .expect("served once the held connections closed");
+    assert_eq!(r.overall_code, Code::Ok as i32);
+}

@@ -9,8 +9,10 @@ use tokio::sync::watch;
 
 use super::authz::Authz;
 use super::bound::NamedBound;
+use super::capped::Capped;
 use super::grpc::Rls;
 use crate::serve::app::App;
+use crate::serve::http::clients::Clients;
 
 /// Envoy's rate limit service and `ext_authz` on the current runtime, until `stop`.
 pub(crate) async fn serve(
@@ -32,6 +34,10 @@ pub(crate) async fn serve(
         app: Arc::clone(&app),
     })
     .max_decoding_message_size(max);
+    let clients = Arc::new(Clients::new(
+        app.started().bounds.max_connections_per_client,
+    ));
+    let capped_app = Arc::clone(&app);
     let authz = AuthorizationServer::new(Authz { app }).max_decoding_message_size(max);
     let shutdown = async move {
         let _ = stop.changed().await;
@@ -44,7 +50,12 @@ pub(crate) async fn serve(
         .add_service(rls)
         .add_service(authz)
         .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+            Capped {
+                inner: tonic::transport::server::TcpIncoming::from(listener)
+                    .with_nodelay(Some(true)),
+                clients,
+                app: capped_app,
+            },
             shutdown,
         )
         .await;

@@ -8,6 +8,7 @@
 
 mod authz;
 mod bound;
+mod capped;
 mod grpc;
 mod json;
 mod listen;

@@ -7,7 +7,7 @@ mod api;
 mod auth;
 mod check_json;
 mod chunked;
-mod clients;
+pub(crate) mod clients;
 mod dashboard;
 mod decision_json;
 mod gateway;
