@@ -182,7 +182,7 @@ pub(crate) async fn handle(
     let host = guard::host(&parts).or(Some(upstream.authority.as_str()));
     let engine_request = ratewarden_policy::Request {
         peer: peer.ip(),
-        method: &method,
+        method: method.as_str(),
         path: &path,
         host,
         headers: &header_pairs,

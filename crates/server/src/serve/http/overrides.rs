@@ -38,11 +38,10 @@ pub(super) async fn read<B>(
     parts: &Parts,
     mut body: B,
     settings: &ServerSettings,
-) -> Result<(String, Scanned<B>), Plain>
+) -> Result<(Method, Scanned<B>), Plain>
 where
     B: HttpBody<Data = Bytes, Error = BoxError> + Unpin,
 {
-    let sent = parts.method.as_str();
     let mut named: Vec<Named> = Vec::new();
     // Otherwise the guard has refused a header naming another method, and one naming this
     // one changes nothing.
@@ -116,7 +115,7 @@ where
             scanning = (!ended).then_some(scan);
         }
     }
-    let decided = decide(sent, &named, settings.method_override)?;
+    let decided = decide(&parts.method, &named, settings.method_override)?;
     let scanned = Scanned {
         prefix,
         trailers,
@@ -128,13 +127,15 @@ where
     Ok((decided, scanned))
 }
 
-/// The method to decide a request `sent` as, given the methods it `named`.
-fn decide(sent: &str, named: &[Named], mode: MethodOverride) -> Result<String, Plain> {
+/// The method to decide a request sent as `method` as, given the methods it `named`.
+fn decide(method: &Method, named: &[Named], mode: MethodOverride) -> Result<Method, Plain> {
+    let sent = method.as_str();
     let mut other = named
         .iter()
         .filter(|n| !n.method.eq_ignore_ascii_case(sent));
     let Some(first) = other.next() else {
-        return Ok(sent.to_owned());
+        // The usual case, and no allocation: a standard method is a constant.
+        return Ok(method.clone());
     };
     let bad = |detail: String| Err(Problem::new(StatusCode::BAD_REQUEST, detail).plain());
     if mode == MethodOverride::Refuse || sent != "POST" {
@@ -157,7 +158,12 @@ fn decide(sent: &str, named: &[Named], mode: MethodOverride) -> Result<String, P
             first.source, second.source
         ));
     }
-    Ok(first.method.clone())
+    Method::from_bytes(first.method.as_bytes()).or_else(|_| {
+        bad(format!(
+            "{} names no HTTP method; send the method it means",
+            first.source
+        ))
+    })
 }
 
 /// The answer to a body whose `_method` cannot be known.
@@ -177,7 +183,7 @@ pub(super) struct Scanned<B> {
     rest: Option<B>,
     scan: Option<Scan>,
     /// The method the request was decided as.
-    decided: String,
+    decided: Method,
     /// The bytes read before deciding, for the error.
     bound: usize,
 }
@@ -196,7 +202,7 @@ impl<B> Scanned<B> {
         let other = scan
             .found()
             .iter()
-            .find(|m| !m.eq_ignore_ascii_case(&self.decided))?;
+            .find(|m| !m.eq_ignore_ascii_case(self.decided.as_str()))?;
         Some(Box::new(LateOverride(format!(
             "the body names `_method={other}` past the first {} bytes read before deciding \
              it as {}; send the method it means",
@@ -298,20 +304,23 @@ mod tests {
     fn a_post_is_decided_as_the_one_method_it_names_only_when_told_to() {
         let delete = named(&[("header", "DELETE"), ("body", "DELETE")]);
         assert_eq!(
-            decide("POST", &delete, MethodOverride::Decide).unwrap(),
+            decide(&Method::POST, &delete, MethodOverride::Decide).unwrap(),
             "DELETE"
         );
-        assert!(decide("POST", &delete, MethodOverride::Refuse).is_err());
-        assert!(decide("GET", &delete, MethodOverride::Decide).is_err());
+        assert!(decide(&Method::POST, &delete, MethodOverride::Refuse).is_err());
+        assert!(decide(&Method::GET, &delete, MethodOverride::Decide).is_err());
         let two = named(&[("header", "DELETE"), ("body", "PUT")]);
-        assert!(decide("POST", &two, MethodOverride::Decide).is_err());
+        assert!(decide(&Method::POST, &two, MethodOverride::Decide).is_err());
         // Symfony would serve the header's POST, Rack the parameter's DELETE.
         let own_and_other = named(&[("header", "POST"), ("query", "DELETE")]);
-        assert!(decide("POST", &own_and_other, MethodOverride::Decide).is_err());
+        assert!(decide(&Method::POST, &own_and_other, MethodOverride::Decide).is_err());
         let same = named(&[("query", "POST")]);
         assert_eq!(
-            decide("POST", &same, MethodOverride::Refuse).unwrap(),
+            decide(&Method::POST, &same, MethodOverride::Refuse).unwrap(),
             "POST"
         );
+        // A name no method has is refused, never forwarded as a method decided on.
+        let garbled = named(&[("body", "DEL ETE")]);
+        assert!(decide(&Method::POST, &garbled, MethodOverride::Decide).is_err());
     }
 }
