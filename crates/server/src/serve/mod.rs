@@ -10,14 +10,15 @@
 //! doors of both share); `running` is the handle `start`
 //! returns; `run` and `signals` are the command around it.
 
+mod admin;
+mod api;
 mod app;
+mod conn;
 mod envoy;
-mod forwarded;
-mod http;
+mod gateway;
+mod h1;
 mod logs;
 mod metrics;
-mod metrics_adaptive;
-mod operator;
 mod reply;
 mod run;
 mod running;
@@ -29,7 +30,7 @@ mod throttle;
 mod timer;
 mod workers;
 
-pub(crate) use http::CheckBody;
+pub(crate) use api::CheckBody;
 /// Moved to core, beside the other clocks; this path stays.
 pub use ratewarden_core::TokioClock;
 pub use run::main;

@@ -17,8 +17,8 @@ use envoy_types::pb::google::rpc;
 use http::HeaderName;
 use tonic::{Code, Request, Response, Status};
 
+use crate::serve::api::forwarded;
 use crate::serve::app::{Answer, App};
-use crate::serve::forwarded;
 
 /// The service, over the server's engine.
 pub(crate) struct Authz {

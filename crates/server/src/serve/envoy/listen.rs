@@ -12,7 +12,7 @@ use super::bound::NamedBound;
 use super::capped::Capped;
 use super::grpc::Rls;
 use crate::serve::app::App;
-use crate::serve::http::clients::Clients;
+use crate::serve::conn::clients::Clients;
 
 /// Envoy's rate limit service and `ext_authz` on the current runtime, until `stop`.
 pub(crate) async fn serve(

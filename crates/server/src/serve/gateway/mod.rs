@@ -1,6 +1,16 @@
 //! The gateway: decide each request, then forward the allowed ones to the upstream,
 //! streaming both ways, and add the RateLimit fields to what comes back.
 
+pub(crate) mod guard;
+pub(crate) mod lean;
+mod lean_head;
+mod lean_upstream;
+mod overrides;
+mod sent_body;
+pub(crate) mod upstream;
+
+pub(crate) use upstream::Local;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,25 +26,24 @@ use ratewarden_core::adaptive::Completion;
 use ratewarden_core::{DisplayDuration, NANOS_PER_SEC};
 use ratewarden_policy::{Bounds, ClientIpHeader, Identity, ServerSettings};
 
-use super::guard;
-use super::limits::Paced;
-use super::overrides::{self, Scanned};
-use super::sent_body::{Fault, Watched};
-use super::upstream::{Local, Upstream};
 use crate::serve::app::{Answer, App};
+use crate::serve::conn::pacing::Paced;
+use crate::serve::gateway::sent_body::{Fault, Watched};
 use crate::serve::reply::{self, Body, Holding, Plain, Problem};
 use crate::serve::shed::Slot;
 use crate::serve::timer::ClockTimer;
+use overrides::Scanned;
+use upstream::Upstream;
 
 /// Releases an allowed request's concurrency permit when dropped: when its response has
 /// been sent, or the client went away. It keeps the verdict that carried the permit: the
 /// engine releases a permit only to its owner.
-pub(super) struct PermitGuard {
-    pub(super) app: Arc<App>,
-    pub(super) held: Option<(ratewarden_policy::GrantId, ratewarden_policy::Verdict)>,
+pub(crate) struct PermitGuard {
+    pub(crate) app: Arc<App>,
+    pub(crate) held: Option<(ratewarden_policy::GrantId, ratewarden_policy::Verdict)>,
     /// How the upstream answered, once it has: what adaptive rules learn from. `None`
     /// (the client went away first, or its own body was too slow) teaches them nothing.
-    pub(super) completion: Option<Completion>,
+    pub(crate) completion: Option<Completion>,
 }
 
 impl Drop for PermitGuard {
@@ -67,7 +76,7 @@ impl Drop for PermitGuard {
 /// What the gateway makes of a request before the upstream sees it, whichever HTTP/1.1
 /// path read it (`handle` here, `lean_gateway::decide`): one code for both, so that they
 /// cannot decide apart.
-pub(super) enum Admission {
+pub(crate) enum Admission {
     /// Answered without the upstream: at capacity (503), a request the rules cannot read
     /// one way (problem+json), or the contract's 429 or 503.
     Refused(Plain),
@@ -83,7 +92,7 @@ pub(super) enum Admission {
 /// The shedder's place (critical requests first), the rules' decision, and a queueing
 /// rule's wait: a client that goes away meanwhile drops this future, and with it the
 /// place, the permit and any place in a rule's queue.
-pub(super) async fn admit(
+pub(crate) async fn admit(
     app: &Arc<App>,
     request: &ratewarden_policy::Request<'_>,
     settings: &ServerSettings,
@@ -107,7 +116,7 @@ pub(super) async fn admit(
         // A request the rules cannot read one way (a repeated key header, conflicting key
         // sources, a cost that is not a number): the client's fault, and one meaning.
         Err(e) => {
-            let status = super::api::request_error_status(&e);
+            let status = crate::serve::api::request_error_status(&e);
             return Admission::Refused(Problem::new(status, e.to_string()).plain());
         }
     };
@@ -427,7 +436,7 @@ fn forwarding_headers(headers: &mut HeaderMap, identity: &Identity, peer: Socket
 
 /// Headers besides `X-Forwarded-For` and `Forwarded` that upstreams read as the client's
 /// address: whichever of them a request carries says the client we keyed on.
-pub(super) const CLIENT_HEADERS: [HeaderName; 6] = [
+pub(crate) const CLIENT_HEADERS: [HeaderName; 6] = [
     HeaderName::from_static("x-real-ip"),
     HeaderName::from_static("true-client-ip"),
     HeaderName::from_static("cf-connecting-ip"),
@@ -443,7 +452,7 @@ pub(super) const CLIENT_HEADERS: [HeaderName; 6] = [
 /// is written anew as the client and our hop. Both gateway paths write their lines from this
 /// one function: the lean path (`lean_gateway::forwarded_head`) may not phrase our hop
 /// another way than hyper's.
-pub(super) fn forwarding_values(
+pub(crate) fn forwarding_values(
     peer: std::net::IpAddr,
     client: std::net::IpAddr,
     (sent_for, sent_forwarded): (Option<&str>, Option<&str>),
@@ -487,7 +496,7 @@ pub(super) fn forwarding_values(
 
 /// How the client reached us: the `X-Forwarded-Proto` we add when none is forwarded, and
 /// the `proto=` of a `Forwarded` list we begin (the gateway listens in plain HTTP).
-pub(super) const PROTO: &str = "http";
+pub(crate) const PROTO: &str = "http";
 
 /// The forwarding headers, as names made once: a name given as text is parsed and
 /// lowercased on every lookup.

@@ -13,7 +13,7 @@ const MAX_HEADERS: usize = 32;
 
 /// What the bytes at the start of a connection's buffer are.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Head<'b> {
+pub(crate) enum Head<'b> {
     /// A `/v1/check` the lean path serves.
     Check(Check<'b>),
     /// Not a whole head yet: read more (the caller bounds how much).
@@ -24,19 +24,19 @@ pub(super) enum Head<'b> {
 
 /// A `/v1/check` head the lean path serves.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct Check<'b> {
+pub(crate) struct Check<'b> {
     /// The head's length in bytes: the body starts there.
-    pub(super) len: usize,
+    pub(crate) len: usize,
     /// The body's length (`Content-Length`).
-    pub(super) body: u64,
+    pub(crate) body: u64,
     /// The first `Content-Type`'s value.
-    pub(super) kind: Option<&'b [u8]>,
+    pub(crate) kind: Option<&'b [u8]>,
     /// `Connection: close`: answer, then close.
-    pub(super) close: bool,
+    pub(crate) close: bool,
 }
 
 /// Reads the head at the start of `buf`.
-pub(super) fn read(buf: &[u8]) -> Head<'_> {
+pub(crate) fn read(buf: &[u8]) -> Head<'_> {
     let mut headers = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
     let mut request = httparse::Request::new(&mut []);
     let len = match request.parse_with_uninit_headers(buf, &mut headers) {

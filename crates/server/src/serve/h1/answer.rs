@@ -12,7 +12,7 @@ use ratewarden_core::{Clock, RealClock, NANOS_PER_SEC};
 use crate::serve::reply::Plain;
 
 /// Appends `answer` to `out`, with `connection: close` when `close`.
-pub(super) fn write(out: &mut Vec<u8>, answer: &Plain, close: bool) {
+pub(crate) fn write(out: &mut Vec<u8>, answer: &Plain, close: bool) {
     out.reserve(200 + answer.body.len());
     if answer.status == StatusCode::OK {
         out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
@@ -51,7 +51,7 @@ pub(super) fn write(out: &mut Vec<u8>, answer: &Plain, close: bool) {
 }
 
 /// Appends a `date` line with the time now, as hyper writes it.
-pub(super) fn date(out: &mut Vec<u8>) {
+pub(crate) fn date(out: &mut Vec<u8>) {
     out.extend_from_slice(b"date: ");
     DATE.with(|date| out.extend_from_slice(date.borrow_mut().now()));
     out.extend_from_slice(b"\r\n");

@@ -13,43 +13,43 @@ use serde::Serialize;
 
 /// The answer of `/v1/check` (see `docs/decision-api.md`).
 #[cfg_attr(test, derive(Serialize, Debug, Clone))]
-pub(super) struct DecisionOut<'a> {
-    pub(super) allowed: bool,
-    pub(super) status: u16,
-    pub(super) retry_after_ms: Option<u64>,
-    pub(super) delay_ms: u64,
-    pub(super) policies: Vec<PolicyOut<'a>>,
-    pub(super) violated_policies: Vec<&'a str>,
-    pub(super) would_have_rejected: Vec<&'a str>,
+pub(crate) struct DecisionOut<'a> {
+    pub(crate) allowed: bool,
+    pub(crate) status: u16,
+    pub(crate) retry_after_ms: Option<u64>,
+    pub(crate) delay_ms: u64,
+    pub(crate) policies: Vec<PolicyOut<'a>>,
+    pub(crate) violated_policies: Vec<&'a str>,
+    pub(crate) would_have_rejected: Vec<&'a str>,
     /// 32 hex digits.
-    pub(super) reservation: Option<String>,
+    pub(crate) reservation: Option<String>,
     /// 32 hex digits.
-    pub(super) permit: Option<String>,
-    pub(super) config_version: u64,
+    pub(crate) permit: Option<String>,
+    pub(crate) config_version: u64,
     /// `[name, value]` pairs, in order; the names are header names (tokens, with nothing
     /// to escape).
-    pub(super) headers: Vec<(&'a str, &'a str)>,
-    pub(super) body: Option<&'a str>,
+    pub(crate) headers: Vec<(&'a str, &'a str)>,
+    pub(crate) body: Option<&'a str>,
 }
 
 /// One rule's part in the answer.
 #[cfg_attr(test, derive(Serialize, Debug, Clone))]
-pub(super) struct PolicyOut<'a> {
-    pub(super) name: &'a str,
-    pub(super) key: &'a str,
-    pub(super) outcome: &'static str,
-    pub(super) enforced: bool,
-    pub(super) limit: u64,
-    pub(super) remaining: u64,
-    pub(super) reset_after_ms: u64,
-    pub(super) retry_after_ms: Option<u64>,
-    pub(super) delay_ms: Option<u64>,
-    pub(super) store_failed: bool,
+pub(crate) struct PolicyOut<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) key: &'a str,
+    pub(crate) outcome: &'static str,
+    pub(crate) enforced: bool,
+    pub(crate) limit: u64,
+    pub(crate) remaining: u64,
+    pub(crate) reset_after_ms: u64,
+    pub(crate) retry_after_ms: Option<u64>,
+    pub(crate) delay_ms: Option<u64>,
+    pub(crate) store_failed: bool,
 }
 
 impl DecisionOut<'_> {
     /// The answer as compact JSON.
-    pub(super) fn to_json(&self) -> Vec<u8> {
+    pub(crate) fn to_json(&self) -> Vec<u8> {
         let mut out = Json(Vec::with_capacity(self.size_hint()));
         out.raw(b"{\"allowed\":");
         out.bool(self.allowed);

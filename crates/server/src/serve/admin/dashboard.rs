@@ -8,10 +8,10 @@ use ratewarden_policy::{OnStoreFailure, RuleStats};
 use ratewarden_redis::BreakerState;
 use serde_json::{json, Value};
 
-use super::operator::top_json;
 use crate::check_config::row;
+use crate::serve::admin::endpoints::top_json;
+use crate::serve::admin::samples::{Sample, SAMPLE_EVERY};
 use crate::serve::app::App;
-use crate::serve::operator::{Sample, SAMPLE_EVERY};
 use crate::serve::reply::{self, Body};
 
 const PAGE: &str = include_str!("dashboard/index.html");

@@ -23,7 +23,7 @@ use ratewarden_policy::{ClientIpHeader, Identity};
 
 /// The most header lines a head the lean path serves may have; more go to hyper (whose
 /// own bound is 100).
-pub(super) const MAX_HEADERS: usize = 32;
+pub(crate) const MAX_HEADERS: usize = 32;
 
 /// The longest header name looked up among the identity headers; a longer one goes to
 /// hyper (no header the rules name is that long in practice).
@@ -35,7 +35,7 @@ const MAX_TARGET: usize = u16::MAX as usize - 1;
 
 /// What the bytes at the start of a connection's buffer are.
 #[derive(Debug)]
-pub(super) enum Head<'h, 'b> {
+pub(crate) enum Head<'h, 'b> {
     /// A request the lean path serves.
     Get(Get<'h, 'b>),
     /// Not a whole head yet: read more (the caller bounds how much).
@@ -46,41 +46,41 @@ pub(super) enum Head<'h, 'b> {
 
 /// A `GET` or `HEAD` the lean path serves.
 #[derive(Debug)]
-pub(super) struct Get<'h, 'b> {
+pub(crate) struct Get<'h, 'b> {
     /// The head's length in bytes: the next request starts there.
-    pub(super) len: usize,
+    pub(crate) len: usize,
     /// `GET` or `HEAD`.
-    pub(super) method: &'b str,
+    pub(crate) method: &'b str,
     /// The target's path, as sent (not yet normalized).
-    pub(super) path: &'b str,
+    pub(crate) path: &'b str,
     /// What follows the target's `?`, if it has one.
-    pub(super) query: Option<&'b str>,
+    pub(crate) query: Option<&'b str>,
     /// The one `Host` line's value.
-    pub(super) host: &'b str,
+    pub(crate) host: &'b str,
     /// Every header line, `Connection` among them, in order; each value visible ASCII.
-    pub(super) headers: &'h [httparse::Header<'b>],
+    pub(crate) headers: &'h [httparse::Header<'b>],
     /// `Connection: close`: answer, then close.
-    pub(super) close: bool,
+    pub(crate) close: bool,
     /// Where in `headers` the one `X-Forwarded-For` line is, sent by a trusted proxy: our
     /// hop is added to its list.
-    pub(super) forwarded_for: Option<usize>,
+    pub(crate) forwarded_for: Option<usize>,
     /// A trusted proxy sent its `X-Forwarded-Proto` line: forwarded as it came, and ours
     /// not added.
-    pub(super) forwarded_proto: bool,
+    pub(crate) forwarded_proto: bool,
 }
 
 /// Storage for a head's header lines, on the caller's stack.
-pub(super) type Lines<'b> = [MaybeUninit<httparse::Header<'b>>; MAX_HEADERS];
+pub(crate) type Lines<'b> = [MaybeUninit<httparse::Header<'b>>; MAX_HEADERS];
 
 /// Empty storage for [`read`].
-pub(super) fn lines<'b>() -> Lines<'b> {
+pub(crate) fn lines<'b>() -> Lines<'b> {
     [const { MaybeUninit::uninit() }; MAX_HEADERS]
 }
 
 /// Reads the head at the start of `buf`, its lines into `lines`; `identity` names the
 /// headers that decide who a request is under the rules in force, and the proxies whose
 /// forwarding lines are believed (the connection's `peer` among them, or not).
-pub(super) fn read<'h, 'b>(
+pub(crate) fn read<'h, 'b>(
     buf: &'b [u8],
     lines: &'h mut Lines<'b>,
     identity: &Identity,
@@ -395,7 +395,7 @@ mod tests {
 
     #[test]
     fn every_other_header_naming_the_client_goes_to_hyper_which_rewrites_it() {
-        for name in super::super::gateway::CLIENT_HEADERS {
+        for name in crate::serve::gateway::CLIENT_HEADERS {
             for peer in [CLIENT, PROXY] {
                 let head = format!("GET / HTTP/1.1\r\nHost: a\r\n{name}: 1.2.3.4\r\n\r\n");
                 let identity = identity();

@@ -1,6 +1,8 @@
 //! `/metrics`: what each rule did, how long decisions took, in flight, shed, what the store
 //! holds and had to do (keys, bytes, evictions, late timeouts), version.
 
+pub(crate) mod adaptive;
+
 use std::fmt;
 use std::sync::{Arc, OnceLock};
 
@@ -266,7 +268,7 @@ impl Collector for EngineCollector {
             }
         }
         StoreFigures::of(self.engine.store()).encode(&mut encoder)?;
-        super::metrics_adaptive::encode(&self.engine, &mut encoder)?;
+        adaptive::encode(&self.engine, &mut encoder)?;
         let version = ConstGauge::new(self.engine.version() as i64);
         version.encode(encoder.encode_descriptor(
             "config_version",

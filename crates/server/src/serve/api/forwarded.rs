@@ -59,7 +59,7 @@ pub(crate) async fn decide(
         .decide(request, started)
         .await
         .map_err(|e| Undecided {
-            status: crate::serve::http::request_error_status(&e),
+            status: crate::serve::api::request_error_status(&e),
             detail: e.to_string(),
         })?;
     app.metrics

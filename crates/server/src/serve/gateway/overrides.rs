@@ -21,8 +21,8 @@ use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use ratewarden_policy::method_override::{body_kinds, in_query, may_name_method, Scan};
 use ratewarden_policy::{MethodOverride, ServerSettings};
 
-use super::guard;
-use super::sent_body::{self, Fault};
+use crate::serve::gateway::guard;
+use crate::serve::gateway::sent_body::{self, Fault};
 use crate::serve::reply::{BoxError, Plain, Problem};
 
 /// Where a request named a method.
@@ -34,7 +34,7 @@ struct Named {
 
 /// The method to decide `parts` as, and its body (read in part, the rest to stream): or
 /// the 4xx refusing it.
-pub(super) async fn read<B>(
+pub(crate) async fn read<B>(
     parts: &Parts,
     mut body: B,
     settings: &ServerSettings,
@@ -177,7 +177,7 @@ fn unknowable(why: &str) -> Plain {
 
 /// A body the gateway has read the start of: that start, then the rest as it comes, read
 /// on for `_method` when the start did not end it.
-pub(super) struct Scanned<B> {
+pub(crate) struct Scanned<B> {
     prefix: Option<Bytes>,
     trailers: Option<HeaderMap>,
     rest: Option<B>,
@@ -214,7 +214,7 @@ impl<B> Scanned<B> {
 /// A body cut because, past what was read before deciding, it names another method.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub(super) struct LateOverride(String);
+pub(crate) struct LateOverride(String);
 
 impl<B> HttpBody for Scanned<B>
 where

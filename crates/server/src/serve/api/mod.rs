@@ -5,6 +5,13 @@
 //! is always a 200 (the decision is in the body, with the status and headers the caller
 //! should send); 4xx answers are about the API request itself, as problem+json.
 
+mod auth;
+mod check_json;
+mod decision_json;
+pub(crate) mod forwarded;
+pub(crate) mod lean;
+mod lean_head;
+
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -22,10 +29,10 @@ use ratewarden_core::{DisplayDuration, Outcome, NANOS_PER_SEC};
 use ratewarden_policy::{GrantId, Owner, ReleaseError, ServerSettings, SettleError};
 use serde::Deserialize;
 
-use super::decision_json::{DecisionOut, PolicyOut};
+use crate::serve::api::decision_json::{DecisionOut, PolicyOut};
 use serde_json::json;
 
-use super::auth::{Flavour, ENVOY_PREFIX};
+use crate::serve::api::auth::{Flavour, ENVOY_PREFIX};
 use crate::serve::app::{Answer, App};
 use crate::serve::reply::{self, Body, Plain, Problem};
 
@@ -37,7 +44,7 @@ pub(crate) const MAX_COST: u64 = 1_000_000_000;
 #[derive(Deserialize)]
 #[cfg_attr(test, derive(Debug, PartialEq))]
 #[serde(transparent)]
-pub(super) struct Text<'a>(#[serde(borrow)] pub(super) Cow<'a, str>);
+pub(crate) struct Text<'a>(#[serde(borrow)] pub(crate) Cow<'a, str>);
 
 impl std::ops::Deref for Text<'_> {
     type Target = str;
@@ -53,23 +60,23 @@ impl std::ops::Deref for Text<'_> {
 #[derive(Deserialize)]
 #[cfg_attr(test, derive(Debug, PartialEq))]
 #[serde(deny_unknown_fields)]
-pub(super) struct Check<'a> {
+pub(crate) struct Check<'a> {
     /// The client's address; the API caller's own when absent.
     #[serde(borrow)]
-    pub(super) ip: Option<Text<'a>>,
+    pub(crate) ip: Option<Text<'a>>,
     #[serde(borrow)]
-    pub(super) method: Option<Text<'a>>,
+    pub(crate) method: Option<Text<'a>>,
     #[serde(borrow)]
-    pub(super) path: Option<Text<'a>>,
+    pub(crate) path: Option<Text<'a>>,
     #[serde(borrow)]
-    pub(super) host: Option<Text<'a>>,
+    pub(crate) host: Option<Text<'a>>,
     #[serde(default)]
-    pub(super) headers: BTreeMap<String, String>,
+    pub(crate) headers: BTreeMap<String, String>,
     #[serde(borrow)]
-    pub(super) api_key: Option<Text<'a>>,
+    pub(crate) api_key: Option<Text<'a>>,
     #[serde(borrow)]
-    pub(super) tenant: Option<Text<'a>>,
-    pub(super) cost: Option<u64>,
+    pub(crate) tenant: Option<Text<'a>>,
+    pub(crate) cost: Option<u64>,
 }
 
 /// `/v1/settle`: the reservation, the real cost, and the client again as the check named it
@@ -254,7 +261,7 @@ pub(crate) async fn handle(
         _ => None,
     };
     if let Some(flavour) = flavour {
-        return Box::pin(super::auth::handle(app, peer, request, flavour)).await;
+        return Box::pin(crate::serve::api::auth::handle(app, peer, request, flavour)).await;
     }
     // The endpoint as a tag, not the path copied: the request is moved on below.
     let endpoint = match path {
@@ -420,7 +427,7 @@ async fn read_json(
 
 /// The 415 of a body that is not JSON, from its `Content-Type` (absent: taken as JSON).
 /// Shared by hyper's path and the lean one (`lean.rs`).
-pub(super) fn json_content_type(kind: Option<&[u8]>) -> Result<(), Problem> {
+pub(crate) fn json_content_type(kind: Option<&[u8]>) -> Result<(), Problem> {
     let Some(kind) = kind else {
         return Ok(());
     };
@@ -445,7 +452,7 @@ pub(super) fn json_content_type(kind: Option<&[u8]>) -> Result<(), Problem> {
 }
 
 /// The 413 of a declared `Content-Length` over `max`, before a byte of the body is read.
-pub(super) fn declared_length(length: u64, max: usize) -> Result<(), Problem> {
+pub(crate) fn declared_length(length: u64, max: usize) -> Result<(), Problem> {
     if length > max as u64 {
         Err(too_large(max))
     } else {
@@ -454,7 +461,7 @@ pub(super) fn declared_length(length: u64, max: usize) -> Result<(), Problem> {
 }
 
 /// The 408 of a body that did not arrive within `[server] api_body_timeout`.
-pub(super) fn body_timed_out(timeout: std::time::Duration) -> Problem {
+pub(crate) fn body_timed_out(timeout: std::time::Duration) -> Problem {
     Problem::new(
         StatusCode::REQUEST_TIMEOUT,
         format!(
@@ -466,7 +473,7 @@ pub(super) fn body_timed_out(timeout: std::time::Duration) -> Problem {
 
 /// `/v1/check` once its body is read whole: a place in flight, the body read, the decision.
 /// Both hyper's path (`handle`) and the lean one (`lean.rs`) answer through this.
-pub(super) async fn check(
+pub(crate) async fn check(
     app: &Arc<App>,
     settings: &ServerSettings,
     peer: SocketAddr,
@@ -539,7 +546,7 @@ fn too_large(max: usize) -> Problem {
 
 /// A `/v1/check` body: by hand when it is plain (`check_json`), else as [`parse`] reads it.
 fn parse_check(body: &[u8]) -> Result<Check<'_>, Problem> {
-    match super::check_json::read(body) {
+    match crate::serve::api::check_json::read(body) {
         Some(check) => Ok(check),
         None => parse(body),
     }

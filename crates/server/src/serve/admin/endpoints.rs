@@ -12,8 +12,8 @@ use ratewarden_policy::{outcome_words, KeyStateError, RuleTop, TopReport};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::api::CheckBody;
 use crate::explain::readable;
+use crate::serve::api::CheckBody;
 use crate::serve::app::App;
 use crate::serve::reply::{self, Body, Problem};
 

@@ -10,7 +10,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use ratewarden_policy::{Engine, WAIT_BUCKETS_NS};
 
-use super::store::AnyStore;
+use crate::serve::store::AnyStore;
 
 /// The most limiters a scrape shows (the busiest first).
 const SHOWN: usize = 100;

@@ -43,15 +43,15 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::chunked::Chunked;
-use super::gateway::{self, admit, Admission, PermitGuard};
-use super::graceful::Stop;
-use super::lean_conn::{Conn, MoreHead, FLUSH_AT, SHRINK_OVER};
-use super::lean_gateway_head::{self, Get, Head};
-use super::lean_upstream::{Answered, Failed, MAX_RESPONSE_HEADERS};
-use super::rewind::Rewind;
-use super::upstream::{Local, Upstream};
 use crate::serve::app::App;
+use crate::serve::conn::graceful::Stop;
+use crate::serve::conn::lean::{Conn, MoreHead, FLUSH_AT, SHRINK_OVER};
+use crate::serve::conn::rewind::Rewind;
+use crate::serve::gateway::lean_head::{self, Get, Head};
+use crate::serve::gateway::lean_upstream::{Answered, Failed, MAX_RESPONSE_HEADERS};
+use crate::serve::gateway::upstream::{Local, Upstream};
+use crate::serve::gateway::{self, admit, Admission, PermitGuard};
+use crate::serve::h1::chunked::Chunked;
 use crate::serve::reply::{Plain, Problem};
 use crate::serve::shed::Slot;
 
@@ -89,7 +89,7 @@ struct Allowed {
 
 /// Serves `stream` (a gateway listener's connection, just accepted) until it closes; or
 /// hands it back, with what was read of it, for hyper to serve the rest.
-pub(super) async fn serve(
+pub(crate) async fn serve(
     stream: TcpStream,
     app: &Arc<App>,
     local: &Local,
@@ -108,9 +108,9 @@ pub(super) async fn serve(
     loop {
         let step = {
             let identity = app.engine.identity();
-            let mut lines = lean_gateway_head::lines();
+            let mut lines = lean_head::lines();
             let buf = &conn.buf[conn.start..conn.end];
-            match lean_gateway_head::read(buf, &mut lines, &identity, peer.ip()) {
+            match lean_head::read(buf, &mut lines, &identity, peer.ip()) {
                 // Asked per request: a reload that brings a rule the lean path does not
                 // serve applies to kept-alive connections too.
                 _ if !eligible(app, &identity) => Step::Other,
@@ -837,7 +837,7 @@ async fn relay(
         Out::Length(_) | Out::None => {}
     }
     if !named(b"date") {
-        super::lean_answer::date(out_buf);
+        crate::serve::h1::answer::date(out_buf);
     }
     out_buf.extend_from_slice(b"\r\n");
     drop(lines);

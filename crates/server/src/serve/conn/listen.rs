@@ -20,10 +20,10 @@ use tokio::sync::watch;
 use crate::serve::app::App;
 use crate::serve::reply::Body;
 
-use super::clients::Clients;
-use super::graceful::{Shutdown, Stop, Ticket};
-use super::idle;
-use super::upstream::Local;
+use crate::serve::conn::clients::Clients;
+use crate::serve::conn::graceful::{Shutdown, Stop, Ticket};
+use crate::serve::conn::idle;
+use crate::serve::gateway::upstream::Local;
 
 /// What a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,9 +118,12 @@ pub(crate) async fn serve(
                 let changed = pin!(rx.changed());
                 let mut stop = Stop::new(stopping, changed);
                 if role == Role::Api {
-                    super::lean::serve(stream, &app, peer, bounds, &mut stop).await
+                    crate::serve::api::lean::serve(stream, &app, peer, bounds, &mut stop).await
                 } else {
-                    super::lean_gateway::serve(stream, &app, &local, peer, bounds, &mut stop).await
+                    crate::serve::gateway::lean::serve(
+                        stream, &app, &local, peer, bounds, &mut stop,
+                    )
+                    .await
                 }
             };
             if let Some(rest) = rest {
@@ -160,7 +163,7 @@ where
         async move { Ok::<_, Infallible>(route(&app, &local, role, peer, request).await) }
     });
     // A write that waits `send_timeout` without progress ends the connection (`send.rs`).
-    let stream = super::send::Sending::new(stream, bounds.send_timeout);
+    let stream = crate::serve::conn::send::Sending::new(stream, bounds.send_timeout);
     let (stream, timer) = idle::timed(stream, bounds.idle_timeout, bounds.header_read_timeout);
     let connection = http
         .timer(timer)
@@ -181,9 +184,9 @@ async fn route(
     request: Request<Incoming>,
 ) -> Response<Body> {
     let response = match role {
-        Role::Gateway => super::gateway::handle(app, local, peer, request).await,
-        Role::Api => super::api::handle(app, peer, request).await,
-        Role::Admin => super::admin::handle(app, peer, request).await,
+        Role::Gateway => crate::serve::gateway::handle(app, local, peer, request).await,
+        Role::Api => crate::serve::api::handle(app, peer, request).await,
+        Role::Admin => crate::serve::admin::handle(app, peer, request).await,
     };
     app.metrics
         .responded(role.as_str(), response.status().as_u16());

@@ -19,9 +19,9 @@ use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 use ratewarden_core::NANOS_PER_SEC;
 
-use super::guard;
+use crate::serve::api::forwarded;
 use crate::serve::app::{Answer, App};
-use crate::serve::forwarded;
+use crate::serve::gateway::guard;
 use crate::serve::reply::{self, Body, Problem};
 
 /// Which proxy family asks: it decides the status of a limited request.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use ratewarden_policy::RuleStats;
 use tokio::sync::watch;
 
-use super::app::App;
+use crate::serve::app::App;
 
 /// How often the counters are sampled.
 pub(crate) const SAMPLE_EVERY: Duration = Duration::from_secs(5);

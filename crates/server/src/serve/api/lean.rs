@@ -30,16 +30,16 @@ use std::sync::Arc;
 use ratewarden_policy::config::Bounds;
 use tokio::net::TcpStream;
 
-use super::api;
-use super::graceful::Stop;
-use super::lean_conn::{Conn, Filled, MoreHead, Wait, FLUSH_AT};
-use super::lean_head::{self, Head};
-use super::rewind::Rewind;
+use crate::serve::api;
+use crate::serve::api::lean_head::{self, Head};
 use crate::serve::app::App;
+use crate::serve::conn::graceful::Stop;
+use crate::serve::conn::lean::{Conn, Filled, MoreHead, Wait, FLUSH_AT};
+use crate::serve::conn::rewind::Rewind;
 
 /// Serves `stream` (an API listener's connection, just accepted) until it closes; or hands
 /// it back, with what was read of it, for hyper to serve the rest.
-pub(super) async fn serve(
+pub(crate) async fn serve(
     stream: TcpStream,
     app: &Arc<App>,
     peer: SocketAddr,

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use tokio::time::Instant;
 
-use super::limits;
+use crate::serve::conn::pacing;
 use crate::serve::reply::BoxError;
 
 /// How a client broke its own request body.
@@ -137,10 +137,10 @@ where
 /// The fault a client's body failed with: too slow, or else broken, with every cause's
 /// words (hyper's outer error says only that a body could not be read).
 pub(crate) fn fault(error: &(dyn std::error::Error + 'static)) -> Fault {
-    if let Some(slow) = limits::too_slow(error) {
+    if let Some(slow) = pacing::too_slow(error) {
         return Fault::Slow(slow.to_string());
     }
-    if let Some(late) = error.downcast_ref::<super::overrides::LateOverride>() {
+    if let Some(late) = error.downcast_ref::<crate::serve::gateway::overrides::LateOverride>() {
         return Fault::Broken(late.to_string());
     }
     let mut words = String::from("the request body could not be read");

@@ -13,24 +13,24 @@ use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
-use super::graceful::Stop;
-use super::rewind::Rewind;
-use super::send::Sending;
 use crate::serve::app::App;
+use crate::serve::conn::graceful::Stop;
+use crate::serve::conn::rewind::Rewind;
+use crate::serve::conn::send::Sending;
 use crate::serve::reply::Plain;
 
 /// The read buffer's first size: a check's head and body are a few hundred bytes.
-pub(super) const FIRST_BUFFER: usize = 4 * 1024;
+pub(crate) const FIRST_BUFFER: usize = 4 * 1024;
 
 /// A buffer grown past this goes back to its first size once empty.
-pub(super) const SHRINK_OVER: usize = 16 * 1024;
+pub(crate) const SHRINK_OVER: usize = 16 * 1024;
 
 /// Answers past this many bytes are written before serving more pipelined requests.
-pub(super) const FLUSH_AT: usize = 64 * 1024;
+pub(crate) const FLUSH_AT: usize = 64 * 1024;
 
 /// What a read is waiting for, which sets its deadline.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Wait {
+pub(crate) enum Wait {
     /// A kept-alive connection's next request: `idle_timeout` until its first byte.
     Idle,
     /// The rest of a head: `header_read_timeout`.
@@ -40,7 +40,7 @@ pub(super) enum Wait {
 }
 
 /// How a read ended.
-pub(super) enum Filled {
+pub(crate) enum Filled {
     /// Bytes arrived.
     Read,
     /// The peer closed, or the connection failed.
@@ -53,7 +53,7 @@ pub(super) enum Filled {
 
 /// What to do once more of a head that was not whole has been waited for
 /// ([`Conn::more_head`]).
-pub(super) enum MoreHead {
+pub(crate) enum MoreHead {
     /// Bytes arrived: read the head again.
     Read,
     /// As long as `max_header_bytes` and not whole: hyper's to answer (431).
@@ -88,25 +88,25 @@ fn poll_deadline(
 }
 
 /// One connection's state.
-pub(super) struct Conn {
-    pub(super) stream: TcpStream,
+pub(crate) struct Conn {
+    pub(crate) stream: TcpStream,
     /// Bytes read; the unserved ones are `buf[start..end]`.
-    pub(super) buf: Vec<u8>,
-    pub(super) start: usize,
-    pub(super) end: usize,
+    pub(crate) buf: Vec<u8>,
+    pub(crate) start: usize,
+    pub(crate) end: usize,
     /// Answers not yet written.
-    pub(super) out: Vec<u8>,
-    pub(super) wait: Wait,
+    pub(crate) out: Vec<u8>,
+    pub(crate) wait: Wait,
     /// The current wait's deadline, once a read has blocked in it.
-    pub(super) deadline: Option<Instant>,
+    pub(crate) deadline: Option<Instant>,
     /// The connection's one timer entry.
-    pub(super) sleep: Pin<Box<Sleep>>,
-    pub(super) bounds: Bounds,
+    pub(crate) sleep: Pin<Box<Sleep>>,
+    pub(crate) bounds: Bounds,
 }
 
 impl Conn {
     /// `stream`, just accepted: its first head is timed from now.
-    pub(super) fn new(stream: TcpStream, bounds: Bounds) -> Self {
+    pub(crate) fn new(stream: TcpStream, bounds: Bounds) -> Self {
         let deadline = Instant::now() + bounds.header_read_timeout;
         Self {
             stream,
@@ -122,13 +122,13 @@ impl Conn {
     }
 
     /// Starts a wait of `kind`: its deadline is set when a read first blocks in it.
-    pub(super) fn begin(&mut self, kind: Wait) {
+    pub(crate) fn begin(&mut self, kind: Wait) {
         self.wait = kind;
         self.deadline = None;
     }
 
     /// After a request: the next one's wait.
-    pub(super) fn next(&mut self) {
+    pub(crate) fn next(&mut self) {
         if self.start == self.end {
             (self.start, self.end) = (0, 0);
             // A large body grew the buffer: an idle connection does not keep that memory.
@@ -144,13 +144,13 @@ impl Conn {
 
     /// Writes `answer` into the write buffer, and counts it as hyper's path does for the
     /// listener of `role`.
-    pub(super) fn answer(&mut self, app: &App, role: &'static str, answer: &Plain, close: bool) {
-        super::lean_answer::write(&mut self.out, answer, close);
+    pub(crate) fn answer(&mut self, app: &App, role: &'static str, answer: &Plain, close: bool) {
+        crate::serve::h1::answer::write(&mut self.out, answer, close);
         app.metrics.responded(role, answer.status.as_u16());
     }
 
     /// Makes the buffer hold `len` unserved bytes from `start`.
-    pub(super) fn make_room(&mut self, len: usize) {
+    pub(crate) fn make_room(&mut self, len: usize) {
         if self.start + len > self.buf.len() && self.start > 0 {
             self.buf.copy_within(self.start..self.end, 0);
             (self.start, self.end) = (0, self.end - self.start);
@@ -164,7 +164,7 @@ impl Conn {
     /// timed from its first byte (before it, a kept-alive connection is idle), the answers
     /// to earlier requests are written first, and the head is bounded by
     /// `max_header_bytes`.
-    pub(super) async fn more_head(&mut self, stop: &mut Stop<'_>) -> MoreHead {
+    pub(crate) async fn more_head(&mut self, stop: &mut Stop<'_>) -> MoreHead {
         let limit = self.bounds.max_header_bytes;
         if self.end - self.start >= limit {
             return MoreHead::HandOff;
@@ -183,7 +183,7 @@ impl Conn {
     }
 
     /// Reads more, keeping at most `limit` unserved bytes.
-    pub(super) async fn fill(&mut self, limit: usize, stop: &mut Stop<'_>) -> Filled {
+    pub(crate) async fn fill(&mut self, limit: usize, stop: &mut Stop<'_>) -> Filled {
         let unserved = self.end - self.start;
         if self.end == self.buf.len() {
             // Room to read into: compacted, or grown (doubling) up to the limit.
@@ -236,7 +236,7 @@ impl Conn {
     }
 
     /// Whether `at` has passed; if not, `cx` is woken by then (see [`poll_deadline`]).
-    pub(super) fn poll_deadline(&mut self, cx: &mut std::task::Context<'_>, at: Instant) -> bool {
+    pub(crate) fn poll_deadline(&mut self, cx: &mut std::task::Context<'_>, at: Instant) -> bool {
         poll_deadline(&mut self.sleep, cx, at)
     }
 
@@ -245,7 +245,7 @@ impl Conn {
     /// unserved is buffered, at most `limit` bytes: bytes that come are the next request's,
     /// kept, and from then on the connection is not watched (as hyper: a half-closed
     /// pipelining client still gets its answers).
-    pub(super) fn poll_gone(&mut self, cx: &mut std::task::Context<'_>, limit: usize) -> bool {
+    pub(crate) fn poll_gone(&mut self, cx: &mut std::task::Context<'_>, limit: usize) -> bool {
         if self.start != self.end {
             return false;
         }
@@ -264,7 +264,7 @@ impl Conn {
     }
 
     /// Writes the answers buffered; false when the connection failed.
-    pub(super) async fn flush(&mut self) -> bool {
+    pub(crate) async fn flush(&mut self) -> bool {
         if self.out.is_empty() {
             return true;
         }
@@ -281,14 +281,14 @@ impl Conn {
     }
 
     /// Writes what is buffered and closes.
-    pub(super) async fn close(mut self) {
+    pub(crate) async fn close(mut self) {
         if self.flush().await {
             let _ = self.stream.shutdown().await;
         }
     }
 
     /// The connection for hyper, the bytes not served first.
-    pub(super) async fn hand_off(mut self) -> Option<Rewind<TcpStream>> {
+    pub(crate) async fn hand_off(mut self) -> Option<Rewind<TcpStream>> {
         // Answers to earlier pipelined requests go first.
         if !self.flush().await {
             return None;

@@ -3,6 +3,10 @@
 //! `/v1/keys/reset` (`operator.rs`). Every route first passes the `Host` check, and every
 //! route with data or an effect the bearer token check when a token is set.
 
+mod dashboard;
+mod endpoints;
+pub(crate) mod samples;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -13,7 +17,7 @@ use hyper::body::Incoming;
 use ratewarden_policy::{AdminAccess, ADMIN_TOKEN_ENV};
 use serde_json::json;
 
-use super::{dashboard, operator};
+use self::endpoints as operator;
 use crate::serve::app::App;
 use crate::serve::reply::{self, Body};
 

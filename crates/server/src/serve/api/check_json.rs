@@ -12,11 +12,11 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use super::api::{Check, Text};
+use crate::serve::api::{Check, Text};
 
 /// The body as a [`Check`], when it is plain enough to read here; `None` sends it to
 /// `serde_json`.
-pub(super) fn read(body: &[u8]) -> Option<Check<'_>> {
+pub(crate) fn read(body: &[u8]) -> Option<Check<'_>> {
     // Checked once whole, not string by string (that was 700 instructions for eight short
     // strings). Not UTF-8 anywhere, the body is not JSON serde would take either. A string
     // is then cut out at its quotes, ASCII bytes, so always at a character's boundary.

@@ -23,10 +23,10 @@ use tokio::time::Instant;
 const MAX_IDLE: usize = 256;
 
 /// The longest response head read: hyper's client buffer (8 KiB plus 100 lines of 4 KiB).
-pub(super) const MAX_RESPONSE_HEAD: usize = 8192 + 4096 * 100;
+pub(crate) const MAX_RESPONSE_HEAD: usize = 8192 + 4096 * 100;
 
 /// The most header lines a response may have, as hyper's client.
-pub(super) const MAX_RESPONSE_HEADERS: usize = 100;
+pub(crate) const MAX_RESPONSE_HEADERS: usize = 100;
 
 /// A worker's idle connections to the upstream.
 #[derive(Debug)]
@@ -44,7 +44,7 @@ struct Idle {
 
 /// Why an exchange failed, as the gateway answers it.
 #[derive(Debug)]
-pub(super) enum Failed {
+pub(crate) enum Failed {
     /// No connection within `upstream_connect_timeout`: 504.
     ConnectTimeout,
     /// Not reached, or no well-formed answer: 502.
@@ -53,9 +53,9 @@ pub(super) enum Failed {
 
 /// A response head read whole (not yet parsed): its connection, and `buf[..filled]` holds
 /// the head and the start of its body.
-pub(super) struct Answered {
-    pub(super) stream: TcpStream,
-    pub(super) filled: usize,
+pub(crate) struct Answered {
+    pub(crate) stream: TcpStream,
+    pub(crate) filled: usize,
 }
 
 impl Pool {
@@ -73,7 +73,7 @@ impl Pool {
 
     /// Gives back a connection whose last response was complete and well framed, its idle
     /// time counted from `now`.
-    pub(super) fn put(&self, stream: TcpStream, now: Instant) {
+    pub(crate) fn put(&self, stream: TcpStream, now: Instant) {
         let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
         if idle.len() < MAX_IDLE {
             idle.push(Idle { stream, since: now });
@@ -109,7 +109,7 @@ impl Pool {
     /// skipping interim (1xx) answers; a new connection within `connect_timeout`. The
     /// caller times the whole (`upstream_response_timeout`) and may drop it at any point:
     /// the connection goes with it, never back to the pool.
-    pub(super) async fn exchange(
+    pub(crate) async fn exchange(
         &self,
         request: &[u8],
         buf: &mut Vec<u8>,
