@@ -2,12 +2,12 @@
 //! sockets, on paused time: Retry-After in both forms, both header generations, a 503,
 //! POST without a key, the deadline over all attempts.
 
-mod common;
+mod client_common;
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::*;
+use client_common::*;
 use http::{Method, StatusCode};
 use http_body_util::Full;
 use ratewarden_client::{Backoff, RetryBudget, RetryMiddleware, Settings};

@@ -10,7 +10,7 @@ mod plot;
 
 use std::process::ExitCode;
 
-use crate::cli::RetriesArgs;
+use crate::args::RetriesArgs;
 pub use model::{run, Figures, Run, Scenario, Second, Strategy};
 
 /// The table of figures, a row per run.

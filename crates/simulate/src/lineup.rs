@@ -6,7 +6,7 @@ use ratewarden_core::{
     LeakyQueue, Limit, Quota, Rate, SlidingLog, SlidingWindow, TokenBucket,
 };
 
-use crate::cli::SimulateArgs;
+use crate::args::SimulateArgs;
 
 /// The limits a simulation runs side by side.
 #[derive(Debug, Clone)]

@@ -7,7 +7,7 @@ use ratewarden_core::{parse_decimal, NANOS_PER_SEC};
 
 /// The lesson's Figure 1: a burst of 14 in 0.7 s straddling the one-second mark, then a steady
 /// 4 a second.
-pub const FIGURE1: &str = include_str!("../../fixtures/figure1.csv");
+pub const FIGURE1: &str = include_str!("../fixtures/figure1.csv");
 
 /// One arrival of a trace.
 #[derive(Debug, Clone, PartialEq, Eq)]

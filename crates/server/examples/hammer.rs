@@ -2,13 +2,13 @@
 //! 50 requests, paced by the `RateLimit` fields the gateway sends, with at most one 429.
 //!
 //! ```sh
-//! cargo run -p ratewarden-client --example hammer
+//! cargo run -p ratewarden-server --example hammer
 //! ```
 //!
 //! It starts an upstream and the gateway in front of it in this process, then sends the
 //! requests one after another through reqwest with `RetryMiddleware`. The first answer
 //! says how much is left and when it resets; every later request is spaced to fit.
-//! `tests/gateway.rs` runs the same `hammer` on paused time.
+//! `tests/client_gateway.rs` runs the same `hammer` on paused time.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

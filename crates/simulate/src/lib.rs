@@ -4,6 +4,7 @@
 //! decided by each algorithm with the same numbers, shown as a table, JSON lines, totals, or
 //! the lesson's Figure 1 as an SVG picture.
 
+mod args;
 mod lineup;
 pub mod load;
 mod load_plot;
@@ -21,7 +22,10 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use ratewarden_core::{Algorithm, Decision, LimitState, Outcome};
 
-use crate::cli::{Format, SimulateArgs, SimulateWhat};
+pub use args::{
+    Format, LoadArgs, LoadStrategy, RetriesArgs, Scenario, SimulateArgs, SimulateWhat,
+    SIMULATE_EXAMPLES,
+};
 pub use lineup::{lineup, Lineup};
 pub use output::{Jsonl, Sink, Summary, Table};
 pub use plot::Plot;

@@ -13,7 +13,7 @@ use ratewarden_core::adaptive::{
     Strategy, Ticket, VegasConfig, WindowConfig,
 };
 
-use crate::cli::{LoadArgs, LoadStrategy, Scenario};
+use crate::args::{LoadArgs, LoadStrategy, Scenario};
 
 const SEC: u64 = 1_000_000_000;
 /// The figures are gathered in buckets of this long.
