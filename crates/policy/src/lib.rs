@@ -19,7 +19,10 @@ mod hint;
 pub mod host;
 mod ip;
 pub mod method_override;
+pub mod parts;
 pub mod path;
+#[cfg(feature = "tokio")]
+mod runtime;
 
 pub use config::{
     Adaptive, AdminAccess, AdminToken, Bounds, Config, ConfigError, ConfigErrors, Cost, KeyPart,
@@ -42,3 +45,5 @@ pub use ip::{
     client_ip, push_ip, push_ip_net, ClientIpError, ClientIpHeader, HeaderNameError, IpGrouping,
     PrefixError, TrustedProxies,
 };
+#[cfg(feature = "tokio")]
+pub use runtime::{release_soon, ClockTimer};

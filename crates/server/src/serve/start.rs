@@ -16,7 +16,6 @@ use super::gateway::Local;
 use super::running::Running;
 use super::store::AnyStore;
 use super::workers;
-use crate::serve::admin::samples;
 
 /// What to start: a validated config, where it came from (for reloads), and the clock.
 pub struct Options {
@@ -146,7 +145,7 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
     }
     let local = Arc::new(Local::new(settings.upstream.as_deref(), &settings.bounds)?);
     workers::spawn(&mut tasks, listeners, &app, &local, &stopped, grace)?;
-    tasks.spawn(samples::sample(Arc::clone(&app), stopped.clone()));
+    tasks.spawn(app::sample(Arc::clone(&app), stopped.clone()));
     tasks.spawn(app::sweep(Arc::clone(&app), stopped));
     let off = |addr: Option<std::net::SocketAddr>| {
         addr.map_or_else(|| "off".to_owned(), |a| a.to_string())

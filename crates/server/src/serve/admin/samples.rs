@@ -2,13 +2,10 @@
 //! the last minutes (for its sparklines), and the last reload's result.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use ratewarden_policy::RuleStats;
-use tokio::sync::watch;
-
-use crate::serve::app::App;
 
 /// How often the counters are sampled.
 pub(crate) const SAMPLE_EVERY: Duration = Duration::from_secs(5);
@@ -70,22 +67,6 @@ impl Operator {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
-    }
-}
-
-/// Samples every rule's counters every [`SAMPLE_EVERY`] until `stop`.
-pub(crate) async fn sample(app: Arc<App>, mut stop: watch::Receiver<bool>) {
-    let mut tick = tokio::time::interval(SAMPLE_EVERY);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {
-                let mut rules = app.engine.stats();
-                rules.extend(app.engine.envoy_stats());
-                app.operator.sampled(Sample { at_ns: app.clock.now(), rules });
-            }
-            _ = stop.changed() => return,
-        }
     }
 }
 

@@ -17,12 +17,12 @@ use std::sync::Arc;
 use http::header::HeaderMap;
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
-use ratewarden_core::NANOS_PER_SEC;
 
-use crate::serve::api::forwarded;
-use crate::serve::app::{Answer, App};
+use crate::serve::admission::{self, Admission, Ask};
+use crate::serve::app::App;
 use crate::serve::gateway::guard;
 use crate::serve::reply::{self, Body, Problem};
+use ratewarden_policy::Answer;
 
 /// Which proxy family asks: it decides the status of a limited request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,10 +117,7 @@ pub(crate) async fn handle(
     {
         return reply::problem(StatusCode::BAD_REQUEST, detail);
     }
-    let header_pairs: Vec<(&str, &str)> = headers
-        .iter()
-        .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)))
-        .collect();
+    let header_pairs = ratewarden_policy::parts::header_pairs(headers);
     // The proxy is the peer and trusted: the engine reads the client's address from the
     // forwarding headers, as it does behind a load balancer.
     let engine_request = ratewarden_policy::Request {
@@ -133,21 +130,15 @@ pub(crate) async fn handle(
         api_key: None,
         tenant: None,
     };
-    let critical = app
-        .settings()
-        .critical
-        .iter()
-        .any(|m| m.matches(&engine_request));
-    let Some(_slot) = app.shedder.enter(critical).await else {
-        app.metrics.shed("in_flight");
-        return reply::contract(ratewarden_http::unavailable(
-            app.jittered(NANOS_PER_SEC),
-            "the server is at capacity",
-        ));
-    };
-    let answer = match forwarded::decide(app, &engine_request).await {
-        Ok(answer) => answer,
-        Err(undecided) => return reply::problem(undecided.status, undecided.detail),
+    let settings = app.settings();
+    let ask = Ask::Request(&engine_request);
+    let (answer, _slot) = match admission::admit(app, admission::FORWARD_AUTH, ask, &settings).await
+    {
+        Admission::Decided(decided) => (decided.answer, decided.slot),
+        Admission::Shed(response) => return reply::contract(response),
+        Admission::Undecided(undecided) => {
+            return reply::problem(undecided.status, undecided.detail)
+        }
     };
     match answer {
         Answer::Go { headers, delay } => {
@@ -209,7 +200,7 @@ fn read<'a>(
         .and_then(|before| before.split_once('?'))
         .map(|(_, query)| query);
     // The spelling the gateway would forward, so that every alias of a path is decided as
-    // that path (issue 12, item 2).
+    // that path.
     let path = ratewarden_policy::path::normalize(path).map_err(|error| {
         let source = if own_path.is_some() {
             "the path after `/v1/auth/envoy`"

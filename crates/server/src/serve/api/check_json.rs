@@ -1,9 +1,9 @@
 //! `/v1/check`'s body read by hand when it is the plain object nearly every caller sends:
 //! known fields, each once, strings without escapes, a whole-number cost, no `headers`.
 //!
-//! Through `serde_json` the body was 5,800 instructions of the decision API's request
-//! (2026-12-03): the derived visitor, each field's name matched by its own pass, each value
-//! through `Option`'s and `Cow`'s visitors. Anything this reader does not take whole (an
+//! Through `serde_json` the body is a large share of the decision API's request (the derived
+//! visitor, each field's name matched by its own pass, each value through `Option`'s and
+//! `Cow`'s visitors; `docs/benchmarks.md`). Anything this reader does not take whole (an
 //! escape, a duplicate or unknown field, `headers`, a number that is not a plain `u64`,
 //! malformed JSON) gives `None`, and the body goes to `serde_json` as before, which then
 //! accepts or refuses it with the same words as ever. What this reader does take it reads
@@ -12,17 +12,57 @@
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use crate::serve::api::{Check, Text};
+use serde::Deserialize;
 
-/// The body as a [`Check`], when it is plain enough to read here; `None` sends it to
+/// A string of a request body, borrowed from the body unless it has escapes (serde does
+/// not borrow through an `Option<Cow>`, hence the wrapper).
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
+#[serde(transparent)]
+pub(crate) struct Text<'a>(#[serde(borrow)] pub(crate) Cow<'a, str>);
+
+impl std::ops::Deref for Text<'_> {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+/// `/v1/check`'s body. Its strings borrow from the body where they can (no escapes), one
+/// allocation fewer each per request. Most bodies are read by hand (`check_json`), the
+/// rest by serde.
+#[derive(Deserialize)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CheckJson<'a> {
+    /// The client's address; the API caller's own when absent.
+    #[serde(borrow)]
+    pub(crate) ip: Option<Text<'a>>,
+    #[serde(borrow)]
+    pub(crate) method: Option<Text<'a>>,
+    #[serde(borrow)]
+    pub(crate) path: Option<Text<'a>>,
+    #[serde(borrow)]
+    pub(crate) host: Option<Text<'a>>,
+    #[serde(default)]
+    pub(crate) headers: BTreeMap<String, String>,
+    #[serde(borrow)]
+    pub(crate) api_key: Option<Text<'a>>,
+    #[serde(borrow)]
+    pub(crate) tenant: Option<Text<'a>>,
+    pub(crate) cost: Option<u64>,
+}
+
+/// The body as a [`CheckJson`], when it is plain enough to read here; `None` sends it to
 /// `serde_json`.
-pub(crate) fn read(body: &[u8]) -> Option<Check<'_>> {
-    // Checked once whole, not string by string (that was 700 instructions for eight short
-    // strings). Not UTF-8 anywhere, the body is not JSON serde would take either. A string
+pub(crate) fn read(body: &[u8]) -> Option<CheckJson<'_>> {
+    // Checked once whole, not string by string (cheaper for the eight short strings of a
+    // typical body). Not UTF-8 anywhere, the body is not JSON serde would take either. A string
     // is then cut out at its quotes, ASCII bytes, so always at a character's boundary.
     let text = std::str::from_utf8(body).ok()?;
     let mut r = Reader { text, body, at: 0 };
-    let mut check = Check {
+    let mut check = CheckJson {
         ip: None,
         method: None,
         path: None,
@@ -58,7 +98,7 @@ pub(crate) fn read(body: &[u8]) -> Option<Check<'_>> {
                     "host" => (3, &mut check.host),
                     "api_key" => (4, &mut check.api_key),
                     "tenant" => (5, &mut check.tenant),
-                    // `headers`, and a field `Check` does not know (serde refuses it).
+                    // `headers`, and a field `CheckJson` does not know (serde refuses it).
                     _ => return None,
                 };
                 if seen & (1 << bit) != 0 {
@@ -158,7 +198,7 @@ mod tests {
 
     use super::*;
 
-    fn serde(body: &[u8]) -> Option<Check<'_>> {
+    fn serde(body: &[u8]) -> Option<CheckJson<'_>> {
         serde_json::from_slice(body).ok()
     }
 

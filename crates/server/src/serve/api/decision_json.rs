@@ -237,8 +237,8 @@ fn must_escape(b: u8) -> bool {
 }
 
 /// Where the first byte at or after `from` that must be escaped is, looked for a word of
-/// eight bytes at a time (a byte at a time, this scan was 2,000 instructions of the
-/// decision API's request, 2026-12-03: a tenth of all its own work).
+/// eight bytes at a time (a byte at a time, this scan was a tenth of the decision API's own
+/// work per request).
 fn next_escape(bytes: &[u8], from: usize) -> Option<usize> {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);

@@ -1,5 +1,5 @@
 //! What the gateway refuses before deciding: requests whose identity the limiter and the
-//! upstream could read differently (issue 12, item 1 and "Smaller").
+//! upstream could read differently.
 //!
 //! The rule: the limiter keys on exactly what the upstream will see. A header that decides
 //! who a request is (the API key, the tenant, a header a rule keys or matches on, `Host`,
@@ -135,18 +135,6 @@ pub(crate) fn host_problem<B>(request: &Request<B>) -> Option<String> {
         }
     }
     None
-}
-
-/// The host the gateway decides on and forwards (after [`refusal`] took the request): the
-/// target's authority when it has one (RFC 9112 §3.2.2: it wins over `Host`), else `Host`.
-pub(crate) fn host(request: &http::request::Parts) -> Option<&str> {
-    match request.uri.authority() {
-        Some(authority) => Some(authority.as_str()),
-        None => request
-            .headers
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok()),
-    }
 }
 
 /// The method override headers' lines, each as its name and the method it names

@@ -11,7 +11,6 @@ pub(crate) mod upstream;
 
 pub(crate) use upstream::Local;
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,16 +22,17 @@ use http::{Request, Response, StatusCode, Uri};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use ratewarden_core::adaptive::Completion;
-use ratewarden_core::{DisplayDuration, NANOS_PER_SEC};
+use ratewarden_core::DisplayDuration;
 use ratewarden_policy::{Bounds, ClientIpHeader, Identity, ServerSettings};
 
-use crate::serve::app::{Answer, App};
+use crate::serve::admission::{self, Ask, Decided};
+use crate::serve::app::App;
 use crate::serve::conn::pacing::Paced;
-use crate::serve::gateway::sent_body::{Fault, Watched};
 use crate::serve::reply::{self, Body, Holding, Plain, Problem};
 use crate::serve::shed::Slot;
-use crate::serve::timer::ClockTimer;
 use overrides::Scanned;
+use ratewarden_policy::Answer;
+use sent_body::{Fault, Watched};
 use upstream::Upstream;
 
 /// Releases an allowed request's concurrency permit when dropped: when its response has
@@ -53,29 +53,19 @@ impl Drop for PermitGuard {
         };
         let app = Arc::clone(&self.app);
         let completion = self.completion;
-        let release = async move {
+        ratewarden_policy::release_soon(Box::pin(async move {
             let owner = ratewarden_policy::Owner::Verdict(&verdict);
             let now = app.clock.now();
             let _ = match completion {
                 Some(c) => app.engine.release_with(id, owner, c, now).await,
                 None => app.engine.release(id, owner, now).await,
             };
-        };
-        // A store that answers at once (in memory) releases here; one a network away
-        // releases on a task of its own. Outside a runtime the lease lets the permit go.
-        let mut release = Box::pin(release);
-        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
-        if release.as_mut().poll(&mut context).is_pending() {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(release);
-            }
-        }
+        }));
     }
 }
 
 /// What the gateway makes of a request before the upstream sees it, whichever HTTP/1.1
-/// path read it (`handle` here, `lean_gateway::decide`): one code for both, so that they
-/// cannot decide apart.
+/// path read it (`handle` here, `lean::decide`).
 pub(crate) enum Admission {
     /// Answered without the upstream: at capacity (503), a request the rules cannot read
     /// one way (problem+json), or the contract's 429 or 503.
@@ -89,41 +79,31 @@ pub(crate) enum Admission {
     },
 }
 
-/// The shedder's place (critical requests first), the rules' decision, and a queueing
-/// rule's wait: a client that goes away meanwhile drops this future, and with it the
-/// place, the permit and any place in a rule's queue.
+/// The admission pipeline as the gateway renders it: a refusal to answer, or the fields,
+/// permit and place to forward with, after a queueing rule's delay (as nginx's
+/// `limit_req burst=N` holds a request). A client that goes away meanwhile drops this
+/// future, and with it the place and the permit.
 pub(crate) async fn admit(
     app: &Arc<App>,
     request: &ratewarden_policy::Request<'_>,
     settings: &ServerSettings,
 ) -> Admission {
-    let critical = settings.critical.iter().any(|m| m.matches(request));
-    let Some(slot) = app.shedder.enter(critical).await else {
-        app.metrics.shed("in_flight");
-        return Admission::Refused(Plain::contract(ratewarden_http::unavailable(
-            app.jittered(NANOS_PER_SEC),
-            "the server is at capacity",
-        )));
-    };
-    // One reading of the clock for both the decision and its timing (each reading is
-    // about a hundred instructions, and a request through the gateway took five).
-    let started = app.clock.now();
-    // The gateway can hold a request: past an adaptive rule's limit it may wait its turn
-    // in the rule's queue.
-    let timer = ClockTimer(Arc::clone(&app.clock));
-    let verdict = match app.engine.decide_waiting_at(request, started, &timer).await {
-        Ok(verdict) => verdict,
-        // A request the rules cannot read one way (a repeated key header, conflicting key
-        // sources, a cost that is not a number): the client's fault, and one meaning.
-        Err(e) => {
-            let status = crate::serve::api::request_error_status(&e);
-            return Admission::Refused(Problem::new(status, e.to_string()).plain());
-        }
-    };
-    app.metrics
-        .decision_seconds
-        .observe(app.clock.now().saturating_sub(started) as f64 / 1e9);
-    let (fields, delay) = match app.answer_with(&verdict, settings) {
+    let decided =
+        match admission::admit(app, admission::GATEWAY, Ask::Request(request), settings).await {
+            admission::Admission::Decided(decided) => decided,
+            admission::Admission::Shed(response) => {
+                return Admission::Refused(Plain::contract(response))
+            }
+            admission::Admission::Undecided(undecided) => {
+                return Admission::Refused(Problem::new(undecided.status, undecided.detail).plain())
+            }
+        };
+    let Decided {
+        verdict,
+        answer,
+        slot,
+    } = decided;
+    let (fields, delay) = match answer {
         Answer::Stop(response) => return Admission::Refused(Plain::contract(response)),
         Answer::Go { headers, delay } => (headers, delay),
     };
@@ -133,7 +113,6 @@ pub(crate) async fn admit(
         completion: None,
     };
     if !delay.is_zero() {
-        // A queueing rule: wait our turn, as nginx's `limit_req burst=N` does.
         tokio::time::sleep(delay).await;
     }
     Admission::Admitted {
@@ -161,7 +140,7 @@ pub(crate) async fn handle(
     if let Some(refused) = guard::refusal(&request, &identity, settings.method_override) {
         return refused;
     }
-    // What is matched is what is forwarded: one spelling of the path (issue 12, item 2).
+    // What is matched is what is forwarded: one spelling of the path.
     let path = match ratewarden_policy::path::normalize(request.uri().path()) {
         Ok(path) => path.into_owned(),
         Err(error) => return reply::problem(StatusCode::BAD_REQUEST, error.to_string()),
@@ -181,14 +160,10 @@ pub(crate) async fn handle(
         Ok(read) => read,
         Err(refused) => return refused.response(),
     };
-    let header_pairs: Vec<(&str, &str)> = parts
-        .headers
-        .iter()
-        .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)))
-        .collect();
+    let header_pairs = ratewarden_policy::parts::header_pairs(&parts.headers);
     // Without a host (HTTP/1.0 in origin-form), the upstream is told its own authority:
     // that is what it routes on, so that is what is decided on.
-    let host = guard::host(&parts).or(Some(upstream.authority.as_str()));
+    let host = ratewarden_policy::parts::host(&parts).or(Some(upstream.authority.as_str()));
     let engine_request = ratewarden_policy::Request {
         peer: peer.ip(),
         method: method.as_str(),

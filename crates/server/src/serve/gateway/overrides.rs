@@ -22,7 +22,7 @@ use ratewarden_policy::method_override::{body_kinds, in_query, may_name_method, 
 use ratewarden_policy::{MethodOverride, ServerSettings};
 
 use crate::serve::gateway::guard;
-use crate::serve::gateway::sent_body::{self, Fault};
+use crate::serve::gateway::sent_body::{self, Fault, LateOverride};
 use crate::serve::reply::{BoxError, Plain, Problem};
 
 /// Where a request named a method.
@@ -210,11 +210,6 @@ impl<B> Scanned<B> {
         ))))
     }
 }
-
-/// A body cut because, past what was read before deciding, it names another method.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub(crate) struct LateOverride(String);
 
 impl<B> HttpBody for Scanned<B>
 where

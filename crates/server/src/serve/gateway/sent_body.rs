@@ -140,7 +140,7 @@ pub(crate) fn fault(error: &(dyn std::error::Error + 'static)) -> Fault {
     if let Some(slow) = pacing::too_slow(error) {
         return Fault::Slow(slow.to_string());
     }
-    if let Some(late) = error.downcast_ref::<crate::serve::gateway::overrides::LateOverride>() {
+    if let Some(late) = error.downcast_ref::<LateOverride>() {
         return Fault::Broken(late.to_string());
     }
     let mut words = String::from("the request body could not be read");
@@ -155,6 +155,12 @@ pub(crate) fn fault(error: &(dyn std::error::Error + 'static)) -> Fault {
     }
     Fault::Broken(words)
 }
+
+/// A body cut because, past what was read before deciding, it names another method than
+/// the one it was decided as (`overrides.rs` scans it as it streams).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct LateOverride(pub(crate) String);
 
 #[cfg(test)]
 mod tests {

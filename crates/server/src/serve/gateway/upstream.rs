@@ -35,7 +35,7 @@ impl Upstream {
             .with_context(|| format!("`[server] upstream` `{url}` has no host"))?;
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
-        // An upstream that does not take the connection fails fast, a 504 (issue 12, item 7).
+        // An upstream that does not take the connection fails fast, a 504.
         connector.set_connect_timeout(Some(bounds.upstream_connect_timeout));
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())

@@ -206,8 +206,9 @@ impl Collector for EngineCollector {
                 "decisions",
                 "Decisions per rule and outcome since its rules came into force: allowed, \
                  rejected, skipped (allowed by this rule, not charged: another rule rejected \
-                 the request), shadow_rejected (would have rejected in shadow mode or outside a \
-                 rollout), and failed_open, failed_closed or fell_back (the store failed and \
+                 the request), shadow_allowed and shadow_rejected (would have allowed or \
+                 rejected, in shadow mode or outside a rollout's share: with allowed, rejected \
+                 and skipped, every request the rule matched), and failed_open, failed_closed or fell_back (the store failed and \
                  the rule's on_store_failure answered; also counted as allowed or rejected). \
                  envoyproxy/ratelimit YAML rules are labelled by their place in the file, \
                  domain/key=value/key2",
@@ -232,6 +233,7 @@ impl Collector for EngineCollector {
                     ("allowed", s.allowed),
                     ("rejected", s.rejected),
                     ("skipped", s.skipped),
+                    ("shadow_allowed", s.shadow_allowed),
                     ("shadow_rejected", s.would_have_rejected),
                     (failed, s.store_failures),
                 ] {

@@ -77,6 +77,7 @@ function rule(r) {
     el("div", { class: "counts" }, [
       count("allowed", "allowed", r.counts.allowed),
       count("rejected", "rejected", r.counts.rejected),
+      count("shadow allowed", "shadow-allowed", r.counts.shadow_allowed),
       count("shadow rejected", "shadow-rejected", r.counts.shadow_rejected),
     ]),
     sparkline([
@@ -86,7 +87,7 @@ function rule(r) {
     ]),
     el("p", {
       class: "legend",
-      text: `now: ${last(r.rates.allowed).toFixed(1)}/s allowed, ${last(r.rates.rejected).toFixed(1)}/s rejected, ${last(r.rates.shadow_rejected).toFixed(1)}/s shadow-rejected`,
+      text: `now: ${last(r.rates.allowed).toFixed(1)}/s allowed, ${last(r.rates.rejected).toFixed(1)}/s rejected, ${last(r.rates.shadow_allowed).toFixed(1)}/s shadow-allowed, ${last(r.rates.shadow_rejected).toFixed(1)}/s shadow-rejected`,
     }),
     el("div", { class: "tops" }, [
       offenders("top limited", r.top && r.top.limited),
