@@ -176,7 +176,7 @@ async fn reload(app: &App) -> Response<Body> {
 /// header cross-origin without a CORS preflight, which this listener never answers.
 const RELOAD_HEADER: &str = "x-ratewarden-reload";
 
-/// The answer refusing a `/reload` a web page could have sent (issue 12, "Smaller"): a browser on the
+/// The answer refusing a `/reload` a web page could have sent: a browser on the
 /// operator's machine may POST `text/plain` cross-origin without asking, and a page whose
 /// domain was rebound to 127.0.0.1 is "same-origin" with us.
 fn post_refusal<B>(
