@@ -2,13 +2,13 @@
 //! per attempt.
 //!
 //! A `tokio::time::timeout` per attempt makes a timer entry, puts it in the wheel under the
-//! driver's lock and takes it out on drop: a seventh of the middleware's own cost. Here an
-//! attempt that is not done on its first poll puts its deadline and waker in a slab
-//! under one short lock, and takes them out when it ends; one task per runtime (spawned on
-//! the first attempt there) sleeps until the earliest deadline, cuts what is past it and
-//! wakes those attempts. An attempt that ends takes nothing else with it: the task's
-//! deadline may then be stale, and it scans the slab and sleeps again when it wakes (with
-//! requests ending well before their deadline, once per deadline, 30 s by default).
+//! driver's lock and takes it out on drop, on every request. Here an attempt that is not
+//! done on its first poll puts its deadline and waker in a slab under one short lock, and
+//! takes them out when it ends; one task per runtime (spawned on the first attempt there)
+//! sleeps until the earliest deadline, cuts what is past it and wakes those attempts. An
+//! attempt that ends takes nothing else with it: the task's deadline may then be stale, and
+//! it scans the slab and sleeps again when it wakes (with requests ending well before their
+//! deadline, once per deadline, 30 s by default).
 //!
 //! Precision: the task sleeps on tokio's timer until the earliest deadline, so an attempt is
 //! cut as `tokio::time::timeout` cuts it (the timer's 1 ms resolution) plus one wakeup of the
