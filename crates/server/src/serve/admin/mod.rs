@@ -1,6 +1,6 @@
 //! The admin listener: `/metrics`, `/live`, `/ready`, `POST /reload`, and the operator's
 //! view: the dashboard at `/` (`dashboard.rs`), `/v1/top`, `/v1/explain`, `/v1/keys` and
-//! `/v1/keys/reset` (`operator.rs`). Every route first passes the `Host` check, and every
+//! `/v1/keys/reset` (`endpoints.rs`). Every route first passes the `Host` check, and every
 //! route with data or an effect the bearer token check when a token is set.
 
 mod dashboard;

@@ -108,8 +108,8 @@ pub(crate) async fn serve(
             });
             continue;
         }
-        // The decision API's `/v1/check` (`lean.rs`) and the gateway's plain `GET` and
-        // `HEAD` (`lean_gateway.rs`) on their own paths, anything else handed to hyper with
+        // The decision API's `/v1/check` (`api/lean.rs`) and the gateway's plain `GET` and
+        // `HEAD` (`gateway/lean.rs`) on their own paths, anything else handed to hyper with
         // the bytes read so far.
         tokio::spawn(async move {
             let _open = open;
