@@ -87,8 +87,8 @@ impl Default for Bounds {
             idle_timeout: Duration::from_secs(75),
             // nginx's `send_timeout`.
             send_timeout: Duration::from_secs(60),
-            // A head's bytes are held until it is parsed: unbounded, a few clients sending
-            // 200 KB heads hold gigabytes.
+            // A head's bytes are held until it is parsed: unbounded, clients sending 200 KB
+            // heads on many connections hold gigabytes.
             max_header_bytes: 64 * 1024,
             api_body_timeout: Duration::from_secs(10),
             body_idle_timeout: Duration::from_secs(10),

@@ -36,8 +36,8 @@ pub struct Identity {
 
 /// Headers that decide who a request is whatever the rules say: what the engine reads of
 /// every request (the bearer token, the host, the forwarding headers), and what an upstream
-/// commonly reads of the client (a gateway keying `Authorization` is bypassed by an
-/// upstream that authenticates on `X-Api-Key` if the gateway may drop or duplicate it).
+/// commonly reads of the client (`X-Api-Key`, say, while the rules key on
+/// `Authorization`).
 const ALWAYS: [&str; 8] = [
     "authorization",
     "host",
