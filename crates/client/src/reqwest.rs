@@ -46,14 +46,15 @@ impl RetryMiddleware {
     }
 }
 
-/// `scheme://host:port` of a URL, as [`crate::origin_of`] writes it for a `Uri`: the
-/// start of the URL as it is serialized, up to its path, unless it carries credentials
-/// (formatting it cost a tenth of the middleware's time); borrowed then, since the policy
-/// copies an origin's name on its first request only.
+/// `scheme://host:port` of a URL, as [`crate::origin_of`] writes it for a `Uri`.
+///
+/// Unless the URL carries credentials, this is the start of the URL as it is serialized, up
+/// to its path, borrowed: formatting it would be a large share of the middleware's time,
+/// and the policy copies an origin's name on its first request only.
 fn origin(url: &reqwest::Url) -> Cow<'_, str> {
     if url.username().is_empty() && url.password().is_none() {
         // `scheme://host[:port]` + path + `?query` + `#fragment`: the URL keeps where its
-        // path starts, where subtracting the lengths of the rest cost three more walks.
+        // path starts, where subtracting the lengths of the rest costs three more walks.
         return Cow::Borrowed(&url[..url::Position::BeforePath]);
     }
     let host = url.host_str().unwrap_or("");
@@ -68,7 +69,7 @@ fn origin(url: &reqwest::Url) -> Cow<'_, str> {
 ///
 /// A request without a body is copied part by part rather than by `Request::try_clone`,
 /// which builds a map of extensions for the timeout and then drops it for a copy of the
-/// original's (two thirds of its cost, 0.9% of a request's time at an 18 µs round trip).
+/// original's (most of its cost).
 /// The copy is the same request to everything that can look at it: a reqwest 0.13
 /// `Request`'s extensions are private to reqwest, which reads nothing from them but the
 /// timeout (`execute_request`: the rest are dropped unread, never handed to hyper), so the
@@ -187,14 +188,14 @@ impl RetryMiddleware {
             // reqwest-middleware boxes this future for every call: it holds the request
             // once (taken as an `Option` rather than put in one), one attempt's future and
             // no answer across a wait, so that it stays within the allocator's fast sizes
-            // (it was 1.5 KB, past glibc's 1 KB thread cache).
+            // (glibc's thread cache serves up to about 1 KB).
             loop {
                 let held = !hold.is_zero();
                 if held {
                     tokio::time::sleep(hold).await;
                 }
                 // Unheld, no time has passed since `before_attempt` read the clock (the copy
-                // aside): its reading serves, where reading the clock again cost as much.
+                // aside): its reading serves, and a second reading would cost as much again.
                 let left = if held {
                     policy.time_left(&call)
                 } else {
@@ -273,8 +274,8 @@ mod tests {
     }
 
     /// reqwest-middleware allocates our future for every call: past about 1 KB, glibc
-    /// serves it outside its per-thread cache, which cost hundreds of instructions a
-    /// request more (it was 1.5 KB; the request alone is a quarter of a kilobyte).
+    /// serves it outside its per-thread cache, a slower path on every request (the request
+    /// alone is a quarter of a kilobyte).
     #[tokio::test]
     async fn the_future_of_a_call_stays_within_the_allocators_cache() {
         let measure = std::sync::Arc::new(Measure(std::sync::Mutex::new(0)));

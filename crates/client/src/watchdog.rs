@@ -1,25 +1,25 @@
 //! One watch over the deadlines of a policy's attempts in flight, in place of a tokio timer
 //! per attempt.
 //!
-//! A `tokio::time::timeout` per attempt cost about 1,000 instructions of the middleware's
-//! 7,000 (a timer entry made, put in the wheel under the driver's lock, taken out on drop).
-//! Here an attempt that is not done on its first poll puts its deadline and waker in a slab
-//! under one short lock, and takes them out when it ends; one task per runtime (spawned on
-//! the first attempt there) sleeps until the earliest deadline, cuts what is past it and
-//! wakes those attempts. An attempt that ends takes nothing else with it: the task's
-//! deadline may then be stale, and it scans the slab and sleeps again when it wakes (with
-//! requests ending well before their deadline, once per deadline, 30 s by default).
+//! A `tokio::time::timeout` per attempt makes a timer entry, puts it in the wheel under the
+//! driver's lock and takes it out on drop, on every request. Here an attempt that is not
+//! done on its first poll puts its deadline and waker in a slab under one short lock, and
+//! takes them out when it ends; one task per runtime (spawned on the first attempt there)
+//! sleeps until the earliest deadline, cuts what is past it and wakes those attempts. An
+//! attempt that ends takes nothing else with it: the task's deadline may then be stale, and
+//! it scans the slab and sleeps again when it wakes (with requests ending well before their
+//! deadline, once per deadline, 30 s by default).
 //!
 //! Precision: the task sleeps on tokio's timer until the earliest deadline, so an attempt is
-//! cut as `tokio::time::timeout` cut it (the timer's 1 ms resolution) plus one wakeup of the
+//! cut as `tokio::time::timeout` cuts it (the timer's 1 ms resolution) plus one wakeup of the
 //! watch task before the attempt's own: on paused time, exactly at the deadline.
 //!
 //! Runtimes: a watch is kept per tokio runtime (by its id), as a timer belongs to its
 //! runtime, so a runtime left idle or shut down never holds back another's deadlines; a
 //! watch task that its runtime drops takes its watch with it, and the next attempt there
 //! starts another. Outside a tokio runtime the attempt falls back to
-//! `tokio::time::timeout`, as before (which needs tokio's timer: so does reqwest). A
-//! runtime without timers fails where it failed before: the watch's timer is made in the
+//! `tokio::time::timeout` (which needs tokio's timer: so does reqwest). A runtime without
+//! timers fails as `tokio::time::timeout` fails there: the watch's timer is made in the
 //! attempt's task, before the watch task is spawned. The tasks end when the policy is
 //! dropped.
 
@@ -105,7 +105,7 @@ impl Watchdog {
             let (Ok(runtime), Some(deadline)) =
                 (Handle::try_current(), Instant::now().checked_add(left))
             else {
-                // No runtime to watch in (or a deadline past the clock's range): as before.
+                // No runtime to watch in (or a deadline past the clock's range): tokio's own.
                 // Boxed: this rare path's timer would otherwise make every attempt's future
                 // larger, and the middleware's future past the allocator's fast sizes.
                 return Box::pin(tokio::time::timeout(left, attempt))

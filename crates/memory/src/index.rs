@@ -57,7 +57,7 @@ impl Index {
     }
 
     /// The slot of the first entry for `hash` that `is` accepts, probing from its bucket.
-    // Always inlined: the probe is a few instructions a step, and a call around it (which
+    // Always inlined: the probe is a handful of operations a step, and a call around it (which
     // the compiler chose once the key compare was inlined into it) costs as much again.
     #[inline(always)]
     pub(crate) fn find(&self, hash: u64, mut is: impl FnMut(usize) -> bool) -> Option<usize> {

@@ -1,8 +1,8 @@
 //! One spelling per path: a request target normalized once, before rules match it.
 //!
 //! A rule on `/login` must see every spelling an upstream resolves to `/login`: `//login`,
-//! `/%6Cogin`, `/./login` and `/x/../login` all reached the upstream's `/login` while the
-//! limiter counted them under other paths (issue 12, item 2). [`normalize`] applies the
+//! `/%6Cogin`, `/./login` and `/x/../login` all reach an upstream's `/login`, and a limiter
+//! matching the raw target would count each under another path. [`normalize`] applies the
 //! normalizations of RFC 3986 §6.2.2 that every upstream agrees on, and refuses the spellings
 //! upstreams disagree about, so that what is matched is what is forwarded:
 //!
@@ -73,8 +73,8 @@ impl std::error::Error for PathError {}
 /// assert_eq!(normalize("/a%2fb").unwrap_err().reason, "an encoded `/` (`%2F`)");
 /// ```
 pub fn normalize(path: &str) -> Result<Cow<'_, str>, PathError> {
-    // Nearly every path is already in its one spelling: found so in one pass without the
-    // two buffers the rewrite fills (870 instructions a decision-API request, 2026-12-03).
+    // Nearly every path is already in its one spelling: found so in one pass, without the
+    // two buffers the rewrite fills.
     if is_canonical(path.as_bytes()) {
         return Ok(Cow::Borrowed(path));
     }

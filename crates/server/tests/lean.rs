@@ -1,4 +1,4 @@
-//! The decision API's own HTTP/1.1 path for `POST /v1/check` (`serve/http/lean.rs`): its
+//! The decision API's own HTTP/1.1 path for `POST /v1/check` (`serve/api/lean.rs`): its
 //! answers are hyper's answers byte for byte (but the date), its bounds hold, and every
 //! request it does not take is handed to hyper with the bytes already read.
 

@@ -1,4 +1,4 @@
-//! The gateway's own HTTP/1.1 path (`serve/http/lean_gateway.rs`): its answers are those
+//! The gateway's own HTTP/1.1 path (`serve/gateway/lean.rs`): its answers are those
 //! of hyper's gateway byte for byte (but the date), the upstream receives the same heads
 //! from both, every request it does not take is handed to hyper (and counted so), and every
 //! bound a client or an upstream controls holds: timeouts, a client gone, the shutdown.

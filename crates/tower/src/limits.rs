@@ -84,7 +84,8 @@ impl<St: AsyncStore + 'static> EngineLimits<St> {
         peer: IpAddr,
         timer: &dyn Timer,
     ) -> Result<Verdict, Unreadable> {
-        // What is matched is one spelling of the path, as at the gateway (issue 12).
+        // What is matched is one spelling of the path, as at the gateway: a rule on `/login`
+        // also sees `//login` and `/%6Cogin`.
         let path =
             ratewarden_policy::path::normalize(request.uri.path()).map_err(|e| Unreadable {
                 status: StatusCode::BAD_REQUEST,

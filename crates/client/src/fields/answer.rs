@@ -2,10 +2,9 @@
 //!
 //! The policy reads up to four fields of every answer (`Retry-After`, `RateLimit`,
 //! `RateLimit-Policy`, and `X-RateLimit-Remaining` when there is no `RateLimit`). A lookup
-//! hashes the name it looks for, and four cost about 450 instructions an answer; an answer's
-//! map is mostly a handful of fields, and walking it once comparing names costs a third of
-//! that. A larger map, or one with a field the walk does not keep on more than one line, is
-//! looked up as before.
+//! hashes the name it looks for; an answer's map is mostly a handful of fields, and walking
+//! it once comparing names costs a third of four lookups. A larger map, or one with a field
+//! the walk does not keep on more than one line, is looked up name by name.
 
 use std::option;
 

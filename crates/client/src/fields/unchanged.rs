@@ -1,7 +1,7 @@
-//! Telling an answer whose rate limit fields are the bytes of the last one without parsing
-//! it: a comparison of raw bytes costs a few dozen instructions where a Structured Field
-//! parse costs thousands, and a server whose policy has not changed sends the same
-//! `RateLimit-Policy` on every answer.
+//! Telling, without parsing, an answer whose rate limit fields are the bytes of the last one.
+//!
+//! A comparison of raw bytes is a small fraction of a Structured Field parse, and a server
+//! whose policy has not changed sends the same `RateLimit-Policy` on every answer.
 
 use crate::fields::Lines;
 

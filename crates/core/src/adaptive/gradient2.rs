@@ -108,7 +108,7 @@ impl WindowUpdate for Gradient2 {
         // did not shape it. Under sustained overload every window is full, its RTT is the
         // queue the limit lets build, and learning it drags the reference up, the limit
         // after it (`tolerance` above a reference that follows), and so on for as long as
-        // the overload lasts (measured: p99 5.8x the unloaded one after a minute). A window
+        // the overload lasts (docs/adaptive.md has the figures). A window
         // that did not use the limit, or one at the lowest limit, shows the upstream's own
         // latency: a service slower for good is believed from those.
         let unshaped = (w.max_in_flight as f64) < self.limit / 2.0 || self.limit <= c.min as f64;

@@ -93,7 +93,7 @@ impl WindowUpdate for Vegas {
         // own queue did not shape may serve: one that did not use the limit, or one at the
         // lowest limit. Under sustained overload every window is full, the "no-load" RTT a
         // probe read there was a loaded one, and each probe ratcheted the limit up (Uber's
-        // drifting target; measured here: p99 4.5x the unloaded one after a minute at 3x).
+        // drifting target; docs/adaptive.md has the figures).
         // The probe waits, still due, until such a window comes.
         let unshaped = w.max_in_flight.saturating_mul(2) < l || l <= self.config.min.max(1);
         if u128::from(self.probe_count) * 1000 >= due && unshaped {

@@ -104,8 +104,8 @@ impl Schedule {
     }
 
     /// [`decide`](Self::decide) in 64-bit nanoseconds, when a tick is a nanosecond and
-    /// every number fits (`None` otherwise, before changing anything): the same decision,
-    /// in a third of the instructions.
+    /// every number fits (`None` otherwise, before changing anything): the same decision
+    /// without 128-bit tick arithmetic.
     #[inline]
     fn decide_narrow(&self, tat: &mut Ticks, now: u64, cost: u64, queue: bool) -> Option<Decision> {
         let allowance = self.narrow?;
@@ -190,8 +190,8 @@ mod tests {
     use proptest::prelude::*;
     use std::time::Duration;
 
-    /// The decision as it was computed before rejections skipped a division: `remaining`
-    /// always divided the room left.
+    /// The decision computed the plain way, `remaining` always dividing the room left: the
+    /// reference for the path where a rejection skips that division.
     fn three_divisions(
         s: &Schedule,
         tat: &mut Ticks,

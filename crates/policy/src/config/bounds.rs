@@ -1,5 +1,5 @@
 //! What a client (or the upstream) may hold of the gateway: header bytes, connections, and
-//! the time a head or a body may take (issue 12, items 6 and 7), as `[server]` fields.
+//! the time a head or a body may take, as `[server]` fields.
 //!
 //! Some are read where a connection or the upstream's pool is set up, once at start; the
 //! others are read per request, so a reload changes them for the next request.
@@ -87,7 +87,8 @@ impl Default for Bounds {
             idle_timeout: Duration::from_secs(75),
             // nginx's `send_timeout`.
             send_timeout: Duration::from_secs(60),
-            // 200 KB headers took the gateway's memory to 1.3 GB (issue 12, item 5).
+            // A head's bytes are held until it is parsed: unbounded, clients sending 200 KB
+            // heads on many connections hold gigabytes.
             max_header_bytes: 64 * 1024,
             api_body_timeout: Duration::from_secs(10),
             body_idle_timeout: Duration::from_secs(10),

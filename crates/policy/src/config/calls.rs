@@ -39,7 +39,7 @@ impl Default for CallBounds {
 
 impl CallBounds {
     /// Whether `peer` may call `ShouldRateLimit`: in `clients` when given, else in
-    /// `trusted` when that names any proxy, else anyone (as before the list existed).
+    /// `trusted` when that names any proxy, else anyone (a config naming neither is open).
     pub fn admits(&self, trusted: &TrustedProxies, peer: Option<std::net::IpAddr>) -> bool {
         let list = match &self.clients {
             Some(clients) => clients,

@@ -79,7 +79,7 @@ impl<S: AsyncStore> Engine<S> {
         }
         // `open` rules on a shared store are charged here first, at their own numbers, all
         // or nothing: what this process admits, whether the store answered or not, is never
-        // more than one limiter's worth (issue 12, item 11).
+        // more than one limiter's worth.
         // Empty (no allocation) unless the store is shared: in memory nothing is guarded.
         let guarded: Vec<bool> = if !locally_refused && self.store.is_shared() {
             enforced.iter().map(|a| guards(&rules[a.rule])).collect()

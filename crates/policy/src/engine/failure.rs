@@ -13,7 +13,7 @@ impl<S: AsyncStore> Engine<S> {
     ///
     /// `open` does not mean unlimited: the rule is still enforced at its own numbers on the
     /// engine's local store, so one process alone stays exact and a fleet of N admits at
-    /// most N times the limit; it only never answers 503 (issue 12, item 11). `local`
+    /// most N times the limit; it only never answers 503. `local`
     /// decides on the rule's divided share instead.
     pub(super) fn on_store_failure(
         &self,

@@ -1,7 +1,7 @@
 //! The hash that deals a tenant its hand of queue lanes, keyed with a secret.
 //!
 //! Shuffle sharding isolates a light tenant only if a heavy one cannot choose where it
-//! lands. With an unkeyed hash (it was FNV-1a) anyone who knows a victim tenant's name can
+//! lands. With an unkeyed hash (FNV-1a, say) anyone who knows a victim tenant's name can
 //! compute its hand offline and make up tenant names whose hands cover it, then fill those
 //! lanes: the victim's requests find every lane of its hand full and are shed. Keyed with
 //! a secret drawn when the engine is made, the hands are different in every process and

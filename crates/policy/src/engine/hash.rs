@@ -23,7 +23,7 @@ fn hex(bytes: &[u8]) -> String {
     text
 }
 
-/// Appends `bytes` in lowercase hex: by table, not `core::fmt` (which cost an API-keyed
+/// Appends `bytes` in lowercase hex: by table, not `core::fmt` (which costs an API-keyed
 /// decision more than the SHA-256 before it).
 fn push_hex(out: &mut String, bytes: &[u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";

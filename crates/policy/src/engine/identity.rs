@@ -8,8 +8,7 @@ use crate::{Config, Cost, KeyPart, Match, Rule, TrustedProxies};
 ///
 /// A front door that forwards requests (the gateway) must hand these to the upstream
 /// exactly as they were decided on: never stripped because `Connection` names them, never
-/// twice so that the limiter counts one line and the upstream reads the other (issue 12,
-/// item 1).
+/// twice so that the limiter counts one line and the upstream reads the other.
 ///
 /// # Examples
 ///
@@ -37,8 +36,8 @@ pub struct Identity {
 
 /// Headers that decide who a request is whatever the rules say: what the engine reads of
 /// every request (the bearer token, the host, the forwarding headers), and what an upstream
-/// commonly reads of the client (the issue's bypass keyed `Authorization` while the
-/// upstream authenticated on `X-Api-Key`).
+/// commonly reads of the client (`X-Api-Key`, say, while the rules key on
+/// `Authorization`).
 const ALWAYS: [&str; 8] = [
     "authorization",
     "host",

@@ -21,8 +21,8 @@ pub(super) fn build_key(
     request: &Request<'_>,
     client: IpAddr,
 ) -> Result<Option<String>, RequestError> {
-    // Room for the usual parts (an address, a digest, a short name) from the start: grown
-    // from the prefix's length, the key was copied twice more (500 instructions a request).
+    // Room for the usual parts (an address, a digest, a short name) from the start, so the
+    // key is not copied again as it grows past the prefix's length.
     let mut key = String::with_capacity(prefix.len() + 24 * rule.key.len());
     key.push_str(prefix);
     let mut stood_in = false;

@@ -117,7 +117,7 @@ mod tests {
     use ratewarden_memory::StoreConfig;
 
     /// Keys come from clients: `[store] max_keys` bounds the engine's in-process buckets
-    /// too, not only the store (they were a million keys each whatever the config said).
+    /// too, not only the store.
     #[test]
     fn store_bounds_hold_for_the_in_process_buckets() {
         let config = crate::config::parse(

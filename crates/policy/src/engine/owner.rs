@@ -1,5 +1,5 @@
 //! Whose a reservation or a permit is: an id alone settles or releases nothing, the caller
-//! must also be the client it was issued for (issue 12, item 4).
+//! must also be the client it was issued for.
 //!
 //! An id is a bearer secret, and secrets leak: into logs, a shared cache, another tenant's
 //! hands. So a grant remembers the keys it charged (one per rule), and a settle or a

@@ -41,8 +41,8 @@ impl<'a> Request<'a> {
     }
 
     /// The one line of header `name`, for a key or a cost: a repeated header is refused,
-    /// since a proxy and the upstream may each read a different line of it (issue 12,
-    /// item 1), and keying on the first would let a client pick its own budget.
+    /// since a proxy and the upstream may each read a different line of it, and keying
+    /// on the first would let a client pick its own budget.
     pub(super) fn single_header(&self, name: &str) -> Result<Option<&'a str>, Repeated> {
         let mut values = self.header_values(name);
         let first = values.next();

@@ -3,7 +3,7 @@
 //!
 //! Both are kept in a [`Ledger`]: a map by id, and a queue in issue order that expiry walks
 //! from the front a few entries per call, so a grant or a release costs O(1) however many
-//! are live (issue 12, item 8), and a cap on the live count: past it the oldest lapses, as
+//! are live, and a cap on the live count: past it the oldest lapses, as
 //! it would at the end of its lease.
 
 use std::collections::{HashMap, VecDeque};
@@ -25,7 +25,7 @@ const SWEEP: usize = 4;
 /// A reservation's or a permit's id: 128 random bits from the operating system, written as
 /// 32 lowercase hex digits. Knowing one id tells nothing of another; and an id alone is not
 /// enough: a settle or a release must come from the client it was issued for (see
-/// [`Owner`](super::Owner); issue 12, item 4).
+/// [`Owner`](super::Owner)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct GrantId(u128);
 

@@ -3,7 +3,7 @@
 //!
 //! The engine has no runtime of its own: a front door that can hold a request (the
 //! gateway, the tower layer) passes a [`Timer`]; one that cannot (the decision API,
-//! forward-auth) decides without one, and a full limit refuses at once as before.
+//! forward-auth) decides without one, and a full limit refuses at once.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -119,10 +119,9 @@ const CLIENT_RESPONSE: Duration = Duration::from_millis(500);
 const CLIENT_CONNECT: Duration = Duration::from_secs(1);
 
 /// The client's own timeout: its default, or longer when our deadline may wait longer.
-/// With the client's 500 ms, a store configured to wait 5 s failed after 500 ms with a
-/// client error, counted against Redis by the breaker (the conformance suite's
-/// "Redis(timed out)" on a loaded machine). The cluster client needs a value; the single
-/// connection takes none for replies (the deadline is its one clock).
+/// With the client's 500 ms, a store configured to wait 5 s would fail after 500 ms with a
+/// client error, counted against Redis by the breaker. The cluster client needs a value;
+/// the single connection takes none for replies (the deadline is its one clock).
 fn client_timeout(deadline: Duration, default: Duration) -> Duration {
     crate::deadline::longest_wait(deadline).max(default)
 }

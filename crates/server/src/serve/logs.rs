@@ -1,9 +1,9 @@
 //! `serve`'s log output: text or JSON lines on stderr, filtered by `RUST_LOG`.
 //!
 //! Colours only when stderr is a terminal: a file, journald or a pipe gets plain text, not
-//! escape sequences (issue 11). Text lines escape the control characters of what they
-//! carry (a CR or LF in a header value must not start a forged line, an ESC must not drive
-//! the operator's terminal: issue 12); JSON escapes them by its own rules.
+//! escape sequences. Text lines escape the control characters of what they carry (a CR or
+//! LF in a header value must not start a forged line, an ESC must not drive the operator's
+//! terminal); JSON escapes them by its own rules.
 
 use std::io::{self, IsTerminal, Write};
 

@@ -1,6 +1,6 @@
 //! The admin listener: `/metrics`, `/live`, `/ready`, `POST /reload`, and the operator's
 //! view: the dashboard at `/` (`dashboard.rs`), `/v1/top`, `/v1/explain`, `/v1/keys` and
-//! `/v1/keys/reset` (`operator.rs`). Every route first passes the `Host` check, and every
+//! `/v1/keys/reset` (`endpoints.rs`). Every route first passes the `Host` check, and every
 //! route with data or an effect the bearer token check when a token is set.
 
 mod dashboard;
@@ -176,7 +176,7 @@ async fn reload(app: &App) -> Response<Body> {
 /// header cross-origin without a CORS preflight, which this listener never answers.
 const RELOAD_HEADER: &str = "x-ratewarden-reload";
 
-/// The answer refusing a `/reload` a web page could have sent (issue 12, "Smaller"): a browser on the
+/// The answer refusing a `/reload` a web page could have sent: a browser on the
 /// operator's machine may POST `text/plain` cross-origin without asking, and a page whose
 /// domain was rebound to 127.0.0.1 is "same-origin" with us.
 fn post_refusal<B>(

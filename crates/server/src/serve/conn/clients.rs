@@ -1,6 +1,7 @@
-//! How many connections one client may hold open at once (issue 12, item 6): time limits
-//! end slow connections, but a client opening them faster than they end could still take
-//! every file descriptor, and then `accept` fails for everyone.
+//! How many connections one client may hold open at once.
+//!
+//! Time limits end slow connections, but a client opening them faster than they end could
+//! still take every file descriptor, and then `accept` fails for everyone.
 
 use std::collections::HashMap;
 use std::net::IpAddr;

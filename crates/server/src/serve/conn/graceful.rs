@@ -2,8 +2,7 @@
 //! without its cost on every poll of every connection.
 //!
 //! hyper-util polls a `watch` channel's `changed()` before each poll of the connection,
-//! taking the channel's waiter lock each time: 950 instructions of the decision API's
-//! request (2026-12-03), more than the idle timer. Here a connection polls the channel only
+//! taking the channel's waiter lock each time. Here a connection polls the channel only
 //! to register its waker (again only when its task's waker changes) and otherwise reads one
 //! flag; the shutdown sets the flag before it wakes the connections, so none misses it.
 //!

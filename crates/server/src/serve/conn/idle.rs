@@ -2,21 +2,22 @@
 //! head: `[server] idle_timeout` until its first byte, `header_read_timeout` from it.
 //!
 //! hyper's HTTP/1 `header_read_timeout` starts as soon as hyper begins waiting for a head,
-//! which on a kept-alive connection is as soon as the previous response is written. So an
-//! idle pooled connection was closed after 10 s, and a client honouring a 10 s `Retry-After`
-//! on it raced the close (its retry failing with no answer). hyper's HTTP/1 server uses its
-//! timer for that one wait alone, so each connection gets a [`HeadTimer`] of its own that
-//! reads how many bytes the connection has received ([`Counted`]): while none have come since
-//! the wait began, the connection is idle; from the first, the head has `header_read_timeout`
-//! as before, so a slowloris is still cut. A fresh connection's first head is timed from the
-//! accept by `header_read_timeout` alone: a client that connects and says nothing is not an
-//! idle keep-alive, and gets no more time than a slow head.
+//! which on a kept-alive connection is as soon as the previous response is written: alone,
+//! it would close an idle pooled connection after 10 s, and a client honouring a 10 s
+//! `Retry-After` on it would race the close (its retry failing with no answer). hyper's
+//! HTTP/1 server uses its timer for that one wait alone, so each connection gets a
+//! [`HeadTimer`] of its own that reads how many bytes the connection has received
+//! ([`Counted`]): while none have come since the wait began, the connection is idle; from the
+//! first, the head has `header_read_timeout`, so a slowloris is still cut. A fresh
+//! connection's first head is timed from the accept by `header_read_timeout` alone: a client
+//! that connects and says nothing is not an idle keep-alive, and gets no more time than a
+//! slow head.
 //!
 //! Every wait of a connection shares one timer entry (`Shared::sleep`), reset to each wait's
-//! deadline: a later deadline is then a compare-and-swap, where arming a timer for each
-//! request and dropping it at its head (two allocations, the timer wheel's lock twice) was
-//! 1,500 instructions of the decision API's request (2026-12-03). Between waits the entry
-//! stays armed at the last one's deadline; if it fires then, it only wakes the connection.
+//! deadline: a later deadline is then a compare-and-swap, where a timer armed for each request
+//! and dropped at its head costs two allocations and the timer wheel's lock twice. Between
+//! waits the entry stays armed at the last one's deadline; if it fires then, it only wakes
+//! the connection.
 //!
 //! Bytes of a next request read ahead while the previous one was served (pipelining) are
 //! not seen as its start: such a head is timed as idle. Pipelining is rare and the

@@ -68,7 +68,7 @@ pub(crate) async fn serve(
     let bounds = app.started().bounds;
     let mut http = hyper::server::conn::http1::Builder::new();
     // A client that never finishes its headers does not hold a connection long
-    // (slowloris), and a head past the bound is a 431, not memory (issue 12, items 5, 6).
+    // (slowloris), and a head past the bound is a 431, not memory.
     // The config refuses a bound under hyper's floor, where this would panic. Each
     // connection's timer (`idle`) gives the wait for a kept-alive connection's next request
     // `idle_timeout` instead.
@@ -108,8 +108,8 @@ pub(crate) async fn serve(
             });
             continue;
         }
-        // The decision API's `/v1/check` (`lean.rs`) and the gateway's plain `GET` and
-        // `HEAD` (`lean_gateway.rs`) on their own paths, anything else handed to hyper with
+        // The decision API's `/v1/check` (`api/lean.rs`) and the gateway's plain `GET` and
+        // `HEAD` (`gateway/lean.rs`) on their own paths, anything else handed to hyper with
         // the bytes read so far.
         tokio::spawn(async move {
             let _open = open;

@@ -1,8 +1,8 @@
-//! The time a body may take, so a slow peer cannot keep a connection or an in-flight slot
-//! (issue 12, items 6 and 7). The numbers are `[server]` fields
-//! (`ratewarden_policy::Bounds`): the body timeouts and minimum rate here, the head's time
-//! and bytes on each connection (`listen.rs`), the upstream's timeouts in `gateway.rs` and
-//! `upstream.rs`.
+//! The time a body may take, so a slow peer cannot keep a connection or an in-flight slot.
+//!
+//! The numbers are `[server]` fields (`ratewarden_policy::Bounds`): the body timeouts and
+//! minimum rate here, the head's time and bytes on each connection (`listen.rs`), the
+//! upstream's timeouts in the gateway (`gateway/`).
 
 use std::future::Future;
 use std::pin::Pin;

@@ -174,9 +174,9 @@ pub(crate) struct Metrics {
     reloads: Family<ResultLabels, Counter>,
     responses: Family<StatusLabels, Counter>,
     /// Each listener's counter of 200s (gateway, api, admin), taken from `responses` at its
-    /// first: nearly every response is one, and the family's lookup (the labels hashed with
-    /// SipHash under a lock) cost about 1,200 instructions a request. Taken at the first, not
-    /// at start, so a listener's series appears when it answers, as before.
+    /// first: nearly every response is one, and the family's lookup hashes the labels with
+    /// SipHash under a lock. Taken at the first, not at start, so a listener's series
+    /// appears only once it answers.
     ok: [OnceLock<Counter>; 3],
     /// The gateway's requests by the path that served them: the lean one, then hyper's.
     /// Taken from their family at start, so a request pays one atomic add.
