@@ -36,7 +36,7 @@ pub use leaky_bucket::{LeakyBucket, LeakyBucketState};
 pub use leaky_queue::{LeakyQueue, LeakyQueueState};
 pub use quota::{CalendarUnit, Quota, QuotaState};
 pub use sliding_log::{SlidingLog, SlidingLogState};
-pub use sliding_window::{SlidingWindow, SlidingWindowState};
+pub use sliding_window::{SlidingWindow, SlidingWindowState, MAX_SUB_WINDOWS};
 pub use token_bucket::{TokenBucket, TokenBucketState};
 
 use crate::Decision;
@@ -107,7 +107,14 @@ pub trait HeapSize {
 }
 
 impl HeapSize for FixedWindowState {}
-impl HeapSize for SlidingWindowState {}
+impl HeapSize for SlidingWindowState {
+    fn heap_bytes(&self) -> usize {
+        match self {
+            SlidingWindowState::Windows { .. } => 0,
+            SlidingWindowState::Slots { counts, .. } => std::mem::size_of_val(&**counts),
+        }
+    }
+}
 impl HeapSize for TokenBucketState {}
 impl HeapSize for LeakyQueueState {}
 impl HeapSize for GcraState {}
