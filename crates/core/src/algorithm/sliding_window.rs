@@ -374,8 +374,9 @@ impl SlidingWindow {
             if first < w {
                 let at = (u128::from(r.slot) + j as u128) * u128::from(w)
                     + u128::from(first.max(from));
-                let t = super::saturate(at.div_ceil(u128::from(self.sub_windows)));
-                return t.saturating_sub(r.at);
+                // Past the end of u64 time the wait still counts, saturated, from `r.at`.
+                let t = at.div_ceil(u128::from(self.sub_windows));
+                return super::saturate(t.saturating_sub(u128::from(r.at)));
             }
         }
         // Unreachable for a cost within the limit: N + 1 slots on, nothing is counted.
@@ -411,7 +412,8 @@ impl SlidingWindow {
         let reset = match r.counts[..=n].iter().rposition(|&c| c > 0) {
             Some(i) => {
                 let fresh = (u128::from(r.slot) + (i + 1) as u128) * u128::from(w);
-                super::saturate(fresh.div_ceil(u128::from(self.sub_windows))).saturating_sub(r.at)
+                let fresh = fresh.div_ceil(u128::from(self.sub_windows));
+                super::saturate(fresh.saturating_sub(u128::from(r.at)))
             }
             None => 0,
         };
