@@ -4,6 +4,8 @@
 //! decided by each algorithm with the same numbers, shown as a table, JSON lines, totals, or
 //! the lesson's Figure 1 as an SVG picture.
 
+pub mod accuracy;
+pub mod gen;
 mod lineup;
 pub mod load;
 mod load_plot;
@@ -166,6 +168,8 @@ pub fn main(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         return match what {
             SimulateWhat::Retries(args) => retries::main(args),
             SimulateWhat::Load(load) => load::main(&load),
+            SimulateWhat::Accuracy(args) => accuracy::main(&args),
+            SimulateWhat::Trace(args) => gen::main(&args),
         };
     }
     let lineup = lineup(&args)?;
