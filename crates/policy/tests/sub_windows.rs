@@ -48,7 +48,8 @@ fn bad_sub_windows_are_located() {
     let short = rule("sub_windows = 10").replace("\"1s\"", "\"5ns\"");
     let e = parse("t.toml", &short).unwrap_err().to_string();
     assert!(
-        e.contains("t.toml:7:15: limit `per-ip`: `sub_windows`: ") && e.contains("shorter than a nanosecond"),
+        e.contains("t.toml:7:15: limit `per-ip`: `sub_windows`: ")
+            && e.contains("shorter than a nanosecond"),
         "{e}"
     );
     // On another algorithm.

@@ -71,7 +71,10 @@ fn the_counter_is_exact_where_its_estimate_is() {
                 "{} sub-windows, own state {own_state}",
                 counter.sub_windows
             );
-            assert_eq!(counter.classes[WELL_BEHAVED].sources, 1, "the steady source");
+            assert_eq!(
+                counter.classes[WELL_BEHAVED].sources, 1,
+                "the steady source"
+            );
         }
     }
 }
@@ -116,7 +119,10 @@ fn the_generator_is_seeded_and_classes_its_sources() {
         .collect();
     assert_eq!(abusive.len(), 1, "1% of 50, rounded up");
     // An abusive source sends at 20 to 50 a second.
-    let sent = a.iter().filter(|x| abusive.contains(x.key.as_str())).count();
+    let sent = a
+        .iter()
+        .filter(|x| abusive.contains(x.key.as_str()))
+        .count();
     assert!((20 * 15..=50 * 25).contains(&sent), "{sent}");
 }
 
@@ -157,17 +163,38 @@ fn the_commands_print_a_table_a_trace_and_located_errors() {
     ]);
     assert!(ok, "{err}");
     assert!(out.contains("5290 requests; limit 10 per 1s"), "{out}");
-    assert!(out.contains("| `sub_windows = 10` | 96 | well-behaved | "), "{out}");
+    assert!(
+        out.contains("| `sub_windows = 10` | 96 | well-behaved | "),
+        "{out}"
+    );
 
     let (ok, out, err) = ratewarden(&["simulate", "trace", "--sources", "3", "--seconds", "2"]);
     assert!(ok, "{err}");
     assert!(out.starts_with("# ratewarden simulate trace --sources 3 --seconds 2 "));
-    assert!(out.lines().skip(1).all(|l| l.split(',').count() == 3), "{out}");
+    assert!(
+        out.lines().skip(1).all(|l| l.split(',').count() == 3),
+        "{out}"
+    );
 
-    let (ok, _, err) = ratewarden(&["simulate", "accuracy", "--sub-windows", "1,0", "--sources", "2"]);
-    assert!(!ok && err.contains("--sub-windows 0") && err.contains("sub_windows"), "{err}");
+    let (ok, _, err) = ratewarden(&[
+        "simulate",
+        "accuracy",
+        "--sub-windows",
+        "1,0",
+        "--sources",
+        "2",
+    ]);
+    assert!(
+        !ok && err.contains("--sub-windows 0") && err.contains("sub_windows"),
+        "{err}"
+    );
     let (ok, _, err) = ratewarden(&["simulate", "trace", "--abusive-rate", "50"]);
     assert!(!ok && err.contains("--abusive-rate `50`"), "{err}");
-    let (ok, _, err) = ratewarden(&["simulate", "accuracy", "--trace", "crates/server/fixtures/figure1.expected.csv"]);
+    let (ok, _, err) = ratewarden(&[
+        "simulate",
+        "accuracy",
+        "--trace",
+        "crates/server/fixtures/figure1.expected.csv",
+    ]);
     assert!(!ok && err.contains("figure1.expected.csv:line "), "{err}");
 }

@@ -4,7 +4,7 @@
 //! |---|---|---|---|
 //! | [`FixedWindow`] | a window id and a count | up to 2× the limit across a window edge | simple counters, calendar-like promises |
 //! | [`SlidingLog`] | every allowed request's time (at most `limit`) | never more than `limit` in any window | small, costly limits (OTP sends) |
-//! | [`SlidingWindow`] | two window counts | estimated, nearly exact on smooth traffic | per-minute limits over millions of keys |
+//! | [`SlidingWindow`] | two window counts, or `N + 1` slot counts | estimated, nearly exact on smooth traffic | per-minute limits over millions of keys |
 //! | [`TokenBucket`] | a token count and when it was last topped up | at most `burst + rate·t` in any `t` | the common default for APIs |
 //! | [`LeakyBucket`] | a water level and when it last drained | same decisions as the token bucket | the "meter" reading of the same idea |
 //! | [`LeakyQueue`] | when the queue drains | none: excess waits its turn | smoothing traffic to a partner |

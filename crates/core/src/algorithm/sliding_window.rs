@@ -334,7 +334,8 @@ impl SlidingWindow {
     /// `oldest · (W − e) + whole · W`: the estimate of the rolling window's units, times `W`.
     fn weighted(&self, oldest: u64, whole: u64, elapsed: u64) -> u128 {
         let w = self.window.get();
-        (u128::from(oldest) * u128::from(w - elapsed)).saturating_add(u128::from(whole) * u128::from(w))
+        (u128::from(oldest) * u128::from(w - elapsed))
+            .saturating_add(u128::from(whole) * u128::from(w))
     }
 
     /// The counts of the slots wholly inside the rolling window, `j` slots on from `r`'s.
@@ -365,15 +366,15 @@ impl SlidingWindow {
             let first = match oldest {
                 0 => 0,
                 _ => {
-                    let slack = (u128::from(room) * u128::from(w) / u128::from(oldest))
-                        .min(u128::from(w));
+                    let slack =
+                        (u128::from(room) * u128::from(w) / u128::from(oldest)).min(u128::from(w));
                     u64::try_from(u128::from(w) - slack).unwrap_or(w)
                 }
             };
             let from = if j == 0 { r.elapsed } else { 0 };
             if first < w {
-                let at = (u128::from(r.slot) + j as u128) * u128::from(w)
-                    + u128::from(first.max(from));
+                let at =
+                    (u128::from(r.slot) + j as u128) * u128::from(w) + u128::from(first.max(from));
                 // Past the end of u64 time the wait still counts, saturated, from `r.at`.
                 let t = at.div_ceil(u128::from(self.sub_windows));
                 return super::saturate(t.saturating_sub(u128::from(r.at)));
@@ -553,7 +554,8 @@ mod tests {
             let limit = 1 + next(&mut x) % 12;
             let window = 1 + next(&mut x) % 3_000;
             let sw = SlidingWindow::new(limit, Duration::from_nanos(window)).unwrap();
-            let (mut two, mut slots) = (SlidingWindowState::default(), SlidingWindowState::default());
+            let (mut two, mut slots) =
+                (SlidingWindowState::default(), SlidingWindowState::default());
             let mut now = next(&mut x) % 10_000;
             for step in 0..300 {
                 // Now and then the clock goes back a little.
@@ -567,7 +569,14 @@ mod tests {
                 let a = sw.decide(&mut two, now, cost);
                 // The slots forget a state with nothing counted; the two-window counter keeps
                 // its window, which only a clock going back would notice.
-                if matches!(two, SlidingWindowState::Windows { previous: 0, current: 0, .. }) {
+                if matches!(
+                    two,
+                    SlidingWindowState::Windows {
+                        previous: 0,
+                        current: 0,
+                        ..
+                    }
+                ) {
                     two = SlidingWindowState::default();
                 }
                 let b = sw.decide_slots(&mut slots, now, cost);
@@ -602,8 +611,14 @@ mod tests {
                 if let Some(wait) = d.retry_after() {
                     let wait = u64::try_from(wait.as_nanos()).unwrap();
                     assert!(wait > 0);
-                    assert!(!sw.peek(&s, now + wait - 1, cost).is_allowed(), "n {n} limit {limit} window {window} at {now} cost {cost} wait {wait}");
-                    assert!(sw.peek(&s, now + wait, cost).is_allowed(), "n {n} limit {limit} window {window} at {now} cost {cost} wait {wait}");
+                    assert!(
+                        !sw.peek(&s, now + wait - 1, cost).is_allowed(),
+                        "n {n} limit {limit} window {window} at {now} cost {cost} wait {wait}"
+                    );
+                    assert!(
+                        sw.peek(&s, now + wait, cost).is_allowed(),
+                        "n {n} limit {limit} window {window} at {now} cost {cost} wait {wait}"
+                    );
                 }
                 // The reset is when the key turns fresh.
                 let reset = u64::try_from(d.reset_after().as_nanos()).unwrap();
@@ -624,7 +639,11 @@ mod tests {
                 field: "sub_windows"
             }
         );
-        assert!(sw.with_sub_windows(61).unwrap_err().to_string().contains("over 60"));
+        assert!(sw
+            .with_sub_windows(61)
+            .unwrap_err()
+            .to_string()
+            .contains("over 60"));
         let short = SlidingWindow::new(5, Duration::from_nanos(3)).unwrap();
         assert!(short
             .with_sub_windows(4)

@@ -59,7 +59,8 @@ pub(super) fn limit(
             format!(
                 "`{field}` does not apply to `{kind}`, which takes {}",
                 match takes.split_last() {
-                    Some((last, rest)) if rest.len() > 1 => format!("{} and {last}", rest.join(", ")),
+                    Some((last, rest)) if rest.len() > 1 =>
+                        format!("{} and {last}", rest.join(", ")),
                     _ => takes.join(" and "),
                 }
             ),
@@ -110,7 +111,12 @@ pub(super) fn limit(
             errors.at(at, rule, format!("`timezone`: {e}"));
             None
         }
-        Err(e @ ratewarden_core::Error::TooLarge { field: "sub_windows", .. }) => {
+        Err(
+            e @ ratewarden_core::Error::TooLarge {
+                field: "sub_windows",
+                ..
+            },
+        ) => {
             let at = raw.sub_windows.as_ref().map(|t| t.span());
             errors.at(at, rule, format!("`sub_windows`: {e}"));
             None

@@ -59,7 +59,12 @@ pub struct AccuracyArgs {
     pub window: Duration,
 
     /// The counters to compare, by their sub-windows, comma separated.
-    #[arg(long, value_delimiter = ',', default_value = "1,2,10", value_name = "N,...")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,2,10",
+        value_name = "N,..."
+    )]
     pub sub_windows: Vec<u32>,
 
     /// Let the counter keep its own state (charged with what it allowed) instead of asking it
@@ -173,10 +178,7 @@ pub fn compare(
         run.log_max_bytes = run.log_max_bytes.max(run.log.heap_bytes());
         run.requests += 1;
         run.log_refused += u64::from(!exact);
-        for ((counter, state), wrong) in counters
-            .iter()
-            .zip(&mut run.counters)
-            .zip(&mut run.wrong)
+        for ((counter, state), wrong) in counters.iter().zip(&mut run.counters).zip(&mut run.wrong)
         {
             let estimated = if own_state {
                 counter.decide(state, a.at, a.cost).is_allowed()
@@ -255,7 +257,13 @@ pub fn table(accuracy: &Accuracy) -> String {
     for counter in &accuracy.counters {
         // The figure that matters first, then the classes, then everything.
         let mut order: Vec<&String> = counter.classes.keys().collect();
-        order.sort_by_key(|c| (c.as_str() != WELL_BEHAVED, c.as_str() == "all", c.to_string()));
+        order.sort_by_key(|c| {
+            (
+                c.as_str() != WELL_BEHAVED,
+                c.as_str() == "all",
+                c.to_string(),
+            )
+        });
         for class in order {
             let c = &counter.classes[class];
             let _ = writeln!(
