@@ -379,6 +379,10 @@ mod tests {
                         prop_assert!(periods.iter().all(|p| p.len() == 2 && p[0] < p[1]));
                         prop_assert!(periods[0][0] <= hint && hint < periods[0][1].max(hint.saturating_add(1)));
                     }
+                    Limit::SlidingWindow(sw) if sw.sub_windows() > 1 => {
+                        prop_assert_eq!(n, 3);
+                        prop_assert_eq!(params[2], u64::from(sw.sub_windows()));
+                    }
                     _ => prop_assert_eq!(n, 2),
                 }
             }
