@@ -304,7 +304,7 @@ impl SlidingWindow {
         let w = u128::from(self.window.get());
         let scaled = u128::from(now) * u128::from(self.sub_windows);
         // The window is at least N ns, so the slot is at most `now` and fits.
-        let index = u64::try_from(scaled / w).unwrap_or(u64::MAX);
+        let index = u64::try_from(self.window.div(scaled)).unwrap_or(u64::MAX);
         let mut rolled = Rolled {
             slot: index,
             elapsed: 0,
