@@ -2,7 +2,8 @@
 //!
 //! - `decide/manual_clock/<algorithm>`: every algorithm; each iteration advances a
 //!   `ManualClock` by one emission interval (1 µs), reads it through the `Clock` trait and
-//!   decides a cost of 1, so the steady state is allowed.
+//!   decides a cost of 1, so the steady state is allowed (and the sliding window split into
+//!   10 sub-windows, and a sliding log with 10 entries alive).
 //! - `decide/real_clock/<algorithm>`: the same, reading `RealClock` each iteration (the loop
 //!   runs faster than the rate, so after the burst most decisions are rejections).
 //! - `decide/limit_enum/<algorithm>`: through the `Limit` enum, the path the policy engine
@@ -198,6 +199,13 @@ fn decide_manual_clock(c: &mut Criterion) {
         .expect("valid parameters");
     group.bench("sliding-log-10-live", is_allowed, || {
         manual_step(&small_log)
+    });
+    // The sliding window split into 10 sub-windows: N + 1 counts rolled per decision.
+    let ten = SlidingWindow::new(black_box(WINDOW_LIMIT), black_box(WINDOW))
+        .and_then(|sw| sw.with_sub_windows(black_box(10)))
+        .expect("valid parameters");
+    group.bench("sliding-window-10-sub-windows", is_allowed, || {
+        manual_step(&ten)
     });
     group.finish();
 }

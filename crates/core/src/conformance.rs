@@ -91,6 +91,10 @@ fn every_limit() -> Vec<Limit> {
         FixedWindow::new(4, window).expect("valid").into(),
         SlidingLog::new(4, window).expect("valid").into(),
         SlidingWindow::new(4, window).expect("valid").into(),
+        SlidingWindow::new(4, window)
+            .and_then(|sw| sw.with_sub_windows(7))
+            .expect("valid")
+            .into(),
         TokenBucket::new(rate, 4).expect("valid").into(),
         LeakyBucket::new(rate, 4).expect("valid").into(),
         LeakyQueue::new(rate, 3).expect("valid").into(),
@@ -100,6 +104,16 @@ fn every_limit() -> Vec<Limit> {
             .into(),
         Concurrency::new(4, window).expect("valid").into(),
     ]
+}
+
+/// A limit's name in keys and messages: its algorithm, and a sliding window's sub-windows.
+fn label(limit: &Limit) -> String {
+    match limit {
+        Limit::SlidingWindow(sw) if sw.sub_windows() > 1 => {
+            format!("{}/{}", limit.kind(), sw.sub_windows())
+        }
+        _ => limit.kind().to_string(),
+    }
 }
 
 /// A small deterministic generator (xorshift64): the same pseudo-random trace on every run,
@@ -148,7 +162,7 @@ pub fn matches_the_algorithms<S: Store>(store: &S) {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut next = move |n: u64| rng.below(n);
     for limit in every_limit() {
-        let name = limit.kind();
+        let name = label(&limit);
         let mut reference: HashMap<String, LimitState> = HashMap::new();
         let mut now = 1_700_000_000 * NANOS_PER_SEC;
         for step in 0..600 {
@@ -245,17 +259,17 @@ pub fn layered_is_all_or_nothing<S: Store>(store: &S) {
 /// Peeking, however often, charges nothing.
 pub fn peek_charges_nothing<S: Store>(store: &S) {
     for limit in every_limit() {
-        let key = format!("peek|{}", limit.kind());
+        let key = format!("peek|{}", label(&limit));
         for _ in 0..10 {
             let d = ok("peek", store.peek(&limit, &key, NANOS_PER_SEC, 1));
-            assert!(d.is_allowed(), "peek: {}", limit.kind());
+            assert!(d.is_allowed(), "peek: {}", label(&limit));
         }
         let d = ok("peek", store.decide(&limit, &key, NANOS_PER_SEC, 1));
         assert_eq!(
             d.remaining,
             limit.limit() - 1,
             "peek: {} was charged",
-            limit.kind()
+            label(&limit)
         );
     }
 }
@@ -318,7 +332,7 @@ pub fn concurrency_permits_and_leases<S: Store>(store: &S) {
 /// the store did with its state meanwhile.
 pub fn idle_keys_decide_as_fresh<S: Store>(store: &S) {
     for limit in every_limit() {
-        let key = format!("idle|{}", limit.kind());
+        let key = format!("idle|{}", label(&limit));
         let now = 20 * NANOS_PER_SEC;
         let mut last = Decision::new(crate::Outcome::Allowed, 0, 0, 0);
         for _ in 0..6 {
@@ -327,7 +341,7 @@ pub fn idle_keys_decide_as_fresh<S: Store>(store: &S) {
         let later = now + last.reset_after_ns.max(1);
         let fresh = limit.peek(&LimitState::default(), later, 1);
         let got = ok("idle", store.decide(&limit, &key, later, 1));
-        assert_eq!(got, fresh, "idle: {} after its reset", limit.kind());
+        assert_eq!(got, fresh, "idle: {} after its reset", label(&limit));
     }
 }
 
@@ -335,8 +349,8 @@ pub fn idle_keys_decide_as_fresh<S: Store>(store: &S) {
 /// key is cleared; clearing a key never seen says so.
 pub fn clear_forgets_a_key<S: Store>(store: &S) {
     for limit in every_limit() {
-        let key = format!("clear|{}", limit.kind());
-        let other = format!("clear-other|{}", limit.kind());
+        let key = format!("clear|{}", label(&limit));
+        let other = format!("clear-other|{}", label(&limit));
         let now = 30 * NANOS_PER_SEC;
         for _ in 0..20 {
             ok("clear", store.decide(&limit, &key, now, 1));
@@ -345,25 +359,25 @@ pub fn clear_forgets_a_key<S: Store>(store: &S) {
         assert!(
             ok("clear", store.clear(&key)),
             "clear: {} held no state",
-            limit.kind()
+            label(&limit)
         );
         let fresh = limit.peek(&LimitState::default(), now, 1);
         assert_eq!(
             ok("clear", store.peek(&limit, &key, now, 1)),
             fresh,
             "clear: {} after a reset",
-            limit.kind()
+            label(&limit)
         );
         assert_ne!(
             ok("clear", store.peek(&limit, &other, now, 1)),
             fresh,
             "clear: {} cleared another key too",
-            limit.kind()
+            label(&limit)
         );
         assert!(
             !ok("clear", store.clear(&key)),
             "clear: {} cleared twice",
-            limit.kind()
+            label(&limit)
         );
     }
 }

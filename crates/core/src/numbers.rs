@@ -37,14 +37,19 @@ pub struct Numbers {
     pub timezone: Option<String>,
     /// `lease`: how long a concurrency permit lives ([`DEFAULT_LEASE`] when absent).
     pub lease: Option<Duration>,
+    /// `sub_windows`: the slots a sliding window is split into (1, the two-window counter,
+    /// when absent).
+    pub sub_windows: Option<u32>,
 }
 
 impl AlgorithmKind {
     /// The numbers this algorithm takes, by their names in [`Numbers`] and in config files;
-    /// every one is required except `timezone` and `lease`, which have defaults.
+    /// every one is required except `timezone`, `lease` and `sub_windows`, which have
+    /// defaults.
     pub fn fields(&self) -> &'static [&'static str] {
         match self {
-            Self::FixedWindow | Self::SlidingLog | Self::SlidingWindow => &["limit", "window"],
+            Self::FixedWindow | Self::SlidingLog => &["limit", "window"],
+            Self::SlidingWindow => &["limit", "window", "sub_windows"],
             Self::TokenBucket | Self::LeakyBucket | Self::LeakyQueue | Self::Gcra => {
                 &["rate", "burst"]
             }
@@ -92,7 +97,9 @@ impl Limit {
         Ok(match kind {
             AlgorithmKind::FixedWindow => FixedWindow::new(limit()?, window()?)?.into(),
             AlgorithmKind::SlidingLog => SlidingLog::new(limit()?, window()?)?.into(),
-            AlgorithmKind::SlidingWindow => SlidingWindow::new(limit()?, window()?)?.into(),
+            AlgorithmKind::SlidingWindow => SlidingWindow::new(limit()?, window()?)?
+                .with_sub_windows(numbers.sub_windows.unwrap_or(1))?
+                .into(),
             AlgorithmKind::TokenBucket => TokenBucket::new(rate()?, burst()?)?.into(),
             AlgorithmKind::LeakyBucket => LeakyBucket::new(rate()?, burst()?)?.into(),
             AlgorithmKind::LeakyQueue => LeakyQueue::new(rate()?, burst()?)?.into(),
@@ -124,7 +131,10 @@ impl Limit {
         match self {
             Limit::FixedWindow(l) => windowed(l.limit(), l.window()),
             Limit::SlidingLog(l) => windowed(l.limit(), l.window()),
-            Limit::SlidingWindow(l) => windowed(l.limit(), l.window()),
+            Limit::SlidingWindow(l) => Numbers {
+                sub_windows: (l.sub_windows() > 1).then_some(l.sub_windows()),
+                ..windowed(l.limit(), l.window())
+            },
             Limit::TokenBucket(l) => bucket(l.rate(), l.burst()),
             Limit::LeakyBucket(l) => bucket(l.rate(), l.burst()),
             Limit::LeakyQueue(l) => bucket(l.rate(), l.burst()),
@@ -160,6 +170,7 @@ mod tests {
             period: Some(CalendarUnit::Day),
             timezone: Some("Europe/Paris".to_owned()),
             lease: Some(Duration::from_secs(9)),
+            sub_windows: Some(6),
         };
         for kind in AlgorithmKind::ALL {
             let limit = Limit::build(kind, &numbers).unwrap();
@@ -199,6 +210,7 @@ mod tests {
                 ("period", self.period.is_some()),
                 ("timezone", self.timezone.is_some()),
                 ("lease", self.lease.is_some()),
+                ("sub_windows", self.sub_windows.is_some()),
             ]
             .into_iter()
             .filter_map(|(f, given)| given.then_some(f))

@@ -343,6 +343,11 @@ fn valid_rule() -> impl Strategy<Value = ValidRule> {
                         numbers.timezone = Some(zone.to_owned());
                         s(zone.to_owned())
                     }
+                    "sub_windows" => {
+                        let n = 2 + (burst % 9) as u32;
+                        numbers.sub_windows = Some(n);
+                        Toml::Int(i64::from(n))
+                    }
                     other => unreachable!("{other}"),
                 };
                 fields.push(((*field).to_owned(), value));

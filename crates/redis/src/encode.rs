@@ -9,6 +9,7 @@
 //! | algorithm | parameters |
 //! |---|---|
 //! | `fixed-window`, `sliding-window`, `sliding-log` | limit, window_ns |
+//! | `sliding-window` of `N > 1` sub-windows | limit, window_ns, N |
 //! | `token-bucket`, `leaky-bucket`, `gcra` | ticks_per_ns, ticks_per_cell, burst |
 //! | `leaky-queue` | ticks_per_ns, ticks_per_cell, capacity (burst + 1) |
 //! | `quota` | limit, then `[start_ns, end_ns)` of the calendar periods around the caller's time |
@@ -101,6 +102,12 @@ impl std::ops::Deref for Params {
 fn params(limit: &Limit, now_hint_ns: u64) -> Params {
     match limit {
         Limit::FixedWindow(a) => Params::of(&[a.limit(), duration_ns(a.window())]),
+        // One sub-window is the two-window counter, sent (and stored) as before they existed.
+        Limit::SlidingWindow(a) if a.sub_windows() > 1 => Params::of(&[
+            a.limit(),
+            duration_ns(a.window()),
+            u64::from(a.sub_windows()),
+        ]),
         Limit::SlidingWindow(a) => Params::of(&[a.limit(), duration_ns(a.window())]),
         Limit::SlidingLog(a) => Params::of(&[a.limit(), duration_ns(a.window())]),
         Limit::TokenBucket(a) => ticks(a.rate(), a.burst()),
@@ -318,7 +325,11 @@ mod tests {
                     let rate = Rate::new(n, d).ok()?;
                     Some(match kind {
                         0 => FixedWindow::new(n, d).ok()?.into(),
-                        1 => SlidingWindow::new(n, d).ok()?.into(),
+                        1 => SlidingWindow::new(n, d)
+                            .ok()?
+                            .with_sub_windows(1 + (burst % 60) as u32)
+                            .unwrap_or(SlidingWindow::new(n, d).ok()?)
+                            .into(),
                         2 => SlidingLog::new(n.min(1 << 20), d).ok()?.into(),
                         3 => TokenBucket::new(rate, burst).ok()?.into(),
                         4 => LeakyBucket::new(rate, burst).ok()?.into(),
@@ -367,6 +378,10 @@ mod tests {
                         let periods: Vec<_> = params[1..].chunks(2).collect();
                         prop_assert!(periods.iter().all(|p| p.len() == 2 && p[0] < p[1]));
                         prop_assert!(periods[0][0] <= hint && hint < periods[0][1].max(hint.saturating_add(1)));
+                    }
+                    Limit::SlidingWindow(sw) if sw.sub_windows() > 1 => {
+                        prop_assert_eq!(n, 3);
+                        prop_assert_eq!(params[2], u64::from(sw.sub_windows()));
                     }
                     _ => prop_assert_eq!(n, 2),
                 }

@@ -324,10 +324,27 @@ fn subjects(kind: AlgorithmKind) -> Vec<Subject> {
             .iter()
             .map(|&(l, w)| subject(SlidingLog::new(l, ns(w)).unwrap(), w))
             .collect(),
-        AlgorithmKind::SlidingWindow => windows
-            .iter()
-            .map(|&(l, w)| subject(SlidingWindow::new(l, ns(w)).unwrap(), w))
-            .collect(),
+        AlgorithmKind::SlidingWindow => {
+            // And split into sub-windows, evenly or not, down to slots of a nanosecond.
+            let split = [
+                (5, SEC, 10),
+                (3, SEC, 2),
+                (7, 11 * SEC, 7),
+                (2, 3, 3),
+                (4, 7, 6),
+                (MAX, MAX, 60),
+                (MAX - 1, 2 * SEC, 60),
+                (4, MAX / 2 + 1, 13),
+            ];
+            windows
+                .iter()
+                .map(|&(l, w)| subject(SlidingWindow::new(l, ns(w)).unwrap(), w))
+                .chain(split.iter().map(|&(l, w, n)| {
+                    let sw = SlidingWindow::new(l, ns(w)).unwrap();
+                    subject(sw.with_sub_windows(n).unwrap(), w)
+                }))
+                .collect()
+        }
         AlgorithmKind::TokenBucket => rates
             .iter()
             .map(|&(r, b, s)| subject(TokenBucket::new(r, b).unwrap(), s))

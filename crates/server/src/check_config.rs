@@ -371,6 +371,12 @@ pub fn describe(limit: &Limit) -> String {
             format!("{kind} {} per {}", l.limit(), DisplayDuration(l.window()))
         }
         Limit::SlidingLog(l) => format!("{kind} {} per {}", l.limit(), DisplayDuration(l.window())),
+        Limit::SlidingWindow(l) if l.sub_windows() > 1 => format!(
+            "{kind} {} per {} in {} sub-windows",
+            l.limit(),
+            DisplayDuration(l.window()),
+            l.sub_windows()
+        ),
         Limit::SlidingWindow(l) => {
             format!("{kind} {} per {}", l.limit(), DisplayDuration(l.window()))
         }

@@ -30,6 +30,10 @@ const RULES: &[(&str, &str)] = &[
         "algorithm = \"sliding-window\"\nlimit = 3\nwindow = \"1m\"",
     ),
     (
+        "sliding-window-10",
+        "algorithm = \"sliding-window\"\nlimit = 3\nwindow = \"1m\"\nsub_windows = 10",
+    ),
+    (
         "sliding-log",
         "algorithm = \"sliding-log\"\nlimit = 3\nwindow = \"1m\"",
     ),

@@ -90,6 +90,10 @@ pub struct SimulateArgs {
     #[arg(long, short, value_enum, default_value_t = Format::Table)]
     pub format: Format,
 
+    /// The sliding window's sub-windows: the window split into N slots, the oldest weighted.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub sub_windows: u32,
+
     /// Also draw the decisions as an SVG picture: a row per algorithm, arrivals on a time
     /// axis, passed and rejected marked apart.
     #[arg(long, value_name = "FILE")]
@@ -108,6 +112,13 @@ pub enum SimulateWhat {
     /// limit in front of it, under a manual clock: the same numbers every run.
     #[command(after_help = LOAD_EXAMPLES)]
     Load(LoadArgs),
+    /// The sliding window counter against the exact sliding log on a trace (a file, or one
+    /// generated): per source class, the requests it wrongly refused and wrongly admitted.
+    #[command(after_help = crate::accuracy::EXAMPLES)]
+    Accuracy(crate::accuracy::AccuracyArgs),
+    /// Writes a seeded synthetic trace of many sources (log-normal rates, a few abusive) to
+    /// standard output.
+    Trace(crate::gen::GenArgs),
 }
 
 const LOAD_EXAMPLES: &str = "\

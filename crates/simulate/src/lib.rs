@@ -4,7 +4,9 @@
 //! decided by each algorithm with the same numbers, shown as a table, JSON lines, totals, or
 //! the lesson's Figure 1 as an SVG picture.
 
+pub mod accuracy;
 mod args;
+pub mod gen;
 mod lineup;
 pub mod load;
 mod load_plot;
@@ -170,6 +172,8 @@ pub fn main(args: SimulateArgs) -> anyhow::Result<ExitCode> {
         return match what {
             SimulateWhat::Retries(args) => retries::main(args),
             SimulateWhat::Load(load) => load::main(&load),
+            SimulateWhat::Accuracy(args) => accuracy::main(&args),
+            SimulateWhat::Trace(args) => gen::main(&args),
         };
     }
     let lineup = lineup(&args)?;

@@ -66,6 +66,8 @@ pub fn lineup(args: &SimulateArgs) -> anyhow::Result<Lineup> {
                 .into(),
             AlgorithmKind::SlidingWindow => SlidingWindow::new(args.limit, window)
                 .context("sliding-window: --limit/--window")?
+                .with_sub_windows(args.sub_windows)
+                .context("sliding-window: --sub-windows")?
                 .into(),
             AlgorithmKind::TokenBucket => TokenBucket::new(rate, burst)
                 .context("token-bucket: --burst")?
@@ -114,6 +116,10 @@ pub fn lineup(args: &SimulateArgs) -> anyhow::Result<Lineup> {
             args.limit,
             DisplayDuration(args.window)
         ),
+    };
+    let numbers = match args.sub_windows {
+        n if n > 1 => format!("{numbers}; sliding-window in {n} sub-windows"),
+        _ => numbers,
     };
     Ok(Lineup {
         limits,

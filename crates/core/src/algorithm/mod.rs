@@ -4,7 +4,7 @@
 //! |---|---|---|---|
 //! | [`FixedWindow`] | a window id and a count | up to 2× the limit across a window edge | simple counters, calendar-like promises |
 //! | [`SlidingLog`] | every allowed request's time (at most `limit`) | never more than `limit` in any window | small, costly limits (OTP sends) |
-//! | [`SlidingWindow`] | two window counts | estimated, nearly exact on smooth traffic | per-minute limits over millions of keys |
+//! | [`SlidingWindow`] | two window counts, or `N + 1` slot counts | estimated, nearly exact on smooth traffic | per-minute limits over millions of keys |
 //! | [`TokenBucket`] | a token count and when it was last topped up | at most `burst + rate·t` in any `t` | the common default for APIs |
 //! | [`LeakyBucket`] | a water level and when it last drained | same decisions as the token bucket | the "meter" reading of the same idea |
 //! | [`LeakyQueue`] | when the queue drains | none: excess waits its turn | smoothing traffic to a partner |
@@ -36,7 +36,7 @@ pub use leaky_bucket::{LeakyBucket, LeakyBucketState};
 pub use leaky_queue::{LeakyQueue, LeakyQueueState};
 pub use quota::{CalendarUnit, Quota, QuotaState};
 pub use sliding_log::{SlidingLog, SlidingLogState};
-pub use sliding_window::{SlidingWindow, SlidingWindowState};
+pub use sliding_window::{SlidingWindow, SlidingWindowState, MAX_SUB_WINDOWS};
 pub use token_bucket::{TokenBucket, TokenBucketState};
 
 use crate::Decision;
@@ -107,7 +107,14 @@ pub trait HeapSize {
 }
 
 impl HeapSize for FixedWindowState {}
-impl HeapSize for SlidingWindowState {}
+impl HeapSize for SlidingWindowState {
+    fn heap_bytes(&self) -> usize {
+        match self {
+            SlidingWindowState::Windows { .. } => 0,
+            SlidingWindowState::Slots { counts, .. } => std::mem::size_of_val(&**counts),
+        }
+    }
+}
 impl HeapSize for TokenBucketState {}
 impl HeapSize for LeakyQueueState {}
 impl HeapSize for GcraState {}

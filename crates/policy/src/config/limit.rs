@@ -26,6 +26,7 @@ pub(super) fn limit(
     };
     let window = duration("window", &raw.window);
     let lease = duration("lease", &raw.lease);
+    let sub_windows = sub_windows(raw, rule, errors);
     let rate = raw
         .rate
         .as_ref()
@@ -48,6 +49,7 @@ pub(super) fn limit(
         ("period", raw.period.is_some()),
         ("timezone", raw.timezone.is_some()),
         ("lease", raw.lease.is_some()),
+        ("sub_windows", raw.sub_windows.is_some()),
     ];
     let takes = kind.fields();
     for (field, _) in given.iter().filter(|(f, g)| *g && !takes.contains(f)) {
@@ -56,13 +58,17 @@ pub(super) fn limit(
             rule,
             format!(
                 "`{field}` does not apply to `{kind}`, which takes {}",
-                takes.join(" and ")
+                match takes.split_last() {
+                    Some((last, rest)) if rest.len() > 1 =>
+                        format!("{} and {last}", rest.join(", ")),
+                    _ => takes.join(" and "),
+                }
             ),
         );
     }
     let mut missing = false;
     for field in takes {
-        let required = !matches!(*field, "timezone" | "lease");
+        let required = !matches!(*field, "timezone" | "lease" | "sub_windows");
         if required && !given.iter().any(|(f, g)| f == field && *g) {
             errors.at(
                 Some(span.clone()),
@@ -89,6 +95,7 @@ pub(super) fn limit(
         period,
         timezone: raw.timezone.as_ref().map(|t| t.get_ref().clone()),
         lease,
+        sub_windows,
     };
     // A number already found wrong is absent here: its error is recorded, not repeated.
     if takes
@@ -104,8 +111,39 @@ pub(super) fn limit(
             errors.at(at, rule, format!("`timezone`: {e}"));
             None
         }
+        Err(
+            e @ ratewarden_core::Error::TooLarge {
+                field: "sub_windows",
+                ..
+            },
+        ) => {
+            let at = raw.sub_windows.as_ref().map(|t| t.span());
+            errors.at(at, rule, format!("`sub_windows`: {e}"));
+            None
+        }
         Err(e) => {
             errors.at(Some(span.clone()), rule, e.to_string());
+            None
+        }
+    }
+}
+
+/// `sub_windows`, from 1 to [`MAX_SUB_WINDOWS`](ratewarden_core::algorithm::MAX_SUB_WINDOWS),
+/// `None` after recording what was wrong (or when absent).
+fn sub_windows(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>) -> Option<u32> {
+    let value = raw.sub_windows.as_ref()?;
+    let max = ratewarden_core::algorithm::MAX_SUB_WINDOWS;
+    match u32::try_from(*value.get_ref()) {
+        Ok(n @ 1..) if n <= max => Some(n),
+        _ => {
+            errors.at(
+                Some(value.span()),
+                rule,
+                format!(
+                    "`sub_windows` must be a whole number from 1 to {max}, got {}",
+                    value.get_ref()
+                ),
+            );
             None
         }
     }

@@ -130,6 +130,7 @@ pub(super) struct RawLimit {
     pub(super) period: Option<Spanned<String>>,
     pub(super) timezone: Option<Spanned<String>>,
     pub(super) lease: Option<Spanned<String>>,
+    pub(super) sub_windows: Option<Spanned<i64>>,
     pub(super) cost: Option<Spanned<RawCost>>,
     pub(super) max_cost: Option<Spanned<i64>>,
     pub(super) settle: Option<Spanned<String>>,

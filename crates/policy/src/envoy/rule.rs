@@ -228,6 +228,7 @@ pub(super) fn extension(
         period: Some(calendar(unit)),
         timezone,
         lease: None,
+        sub_windows: None,
     };
     match Limit::build(kind, &numbers) {
         Ok(limit) => Some(limit),

@@ -17,6 +17,7 @@
 --            P      (how many parameters follow)
 --            P parameters (decimal):
 --              fixed-window, sliding-window, sliding-log:  limit, window_ns
+--              sliding-window of N > 1 sub-windows:  limit, window_ns, N
 --              token-bucket, leaky-bucket:  ticks_per_ns, ticks_per_cell, burst
 --              gcra:         ticks_per_ns, ticks_per_cell, burst
 --              leaky-queue:  ticks_per_ns, ticks_per_cell, capacity (= burst + 1)
@@ -63,6 +64,7 @@
 -- SET ... PX ceil(fresh_in_ns / 1e6) + 1 (plus an hour when the caller gives the time: its
 -- clock need not keep pace with Redis's), or deleted when the state is fresh. States:
 --   fixed-window   window,count          sliding-window  window,previous,current
+--   sliding-window of N > 1 sub-windows  slot,count,... (N + 1 counts, the oldest slot's first)
 --   sliding-log    total;base;offset/cost,...  (an entry's time is base + offset)
 --   token-bucket, leaky-bucket  spent_ticks,last_ns
 --   gcra, leaky-queue  tat_ticks         quota  start,end,used
@@ -336,18 +338,12 @@ do
   ALGO["fixed-window"] = A
 end
 
--- The sliding window counter (sliding_window.rs).
+-- The sliding window counter (sliding_window.rs): with one sub-window (two parameters) the
+-- two-window counter A here, with N > 1 (a third parameter) the slots S below. A state of
+-- the other shape is a key never seen, as in the core.
 do
   local A = {}
-  A.params = window_params("sliding-window")
   function A.default() return {window = ZERO, previous = ZERO, current = ZERO} end
-  function A.decode(s)
-    local f = fields(s, 3, {U64_MAX, U64_MAX, U64_MAX}, "sliding-window")
-    return {window = f[1], previous = f[2], current = f[3]}
-  end
-  function A.encode(st)
-    return dec(st.window) .. "," .. dec(st.previous) .. "," .. dec(st.current)
-  end
   local function rolled(p, st, now)
     local index = div(now, p.w)
     local previous, current
@@ -436,7 +432,160 @@ do
     -- Fresh from the start of the second window after the last one counted in.
     return sat64(ssub(mul(add(last, TWO), p.w), now))
   end
-  ALGO["sliding-window"] = A
+
+  -- N slots of window / N each, time scaled by N (slot = floor(now * N / W)): the state is
+  -- {slot, counts}, counts[1] the oldest slot's (slot - N) and counts[N + 1] the current's.
+  local S = {}
+  local function slots_default(p)
+    local counts = {}
+    for i = 1, p.n + 1 do counts[i] = ZERO end
+    return counts
+  end
+  -- The state rolled to now: slot, counts, elapsed (in 1/N ns) and at (now, or the slot's
+  -- start when the clock went back).
+  local function roll(p, st, now)
+    local scaled = mul(now, p.nb)
+    local index, into = divmod(scaled, p.w)
+    local r = {slot = index, counts = slots_default(p), elapsed = into, at = now}
+    if st.counts == nil or #st.counts ~= p.n + 1 then return r end
+    local c = cmp(st.slot, index)
+    if c > 0 then
+      r.slot, r.elapsed = st.slot, ZERO
+      for i = 1, p.n + 1 do r.counts[i] = st.counts[i] end
+      r.at = sat64(div_ceil(mul(st.slot, p.w), p.nb))
+    else
+      local gap = sub(index, st.slot)
+      if cmp(gap, p.nb) <= 0 then
+        local g = gap[1] -- at most 60: one limb
+        for i = 1, p.n + 1 - g do r.counts[i] = st.counts[i + g] end
+      end
+    end
+    return r
+  end
+  -- The counts of the slots wholly in the window, j slots on.
+  local function whole(p, r, j)
+    local sum = ZERO
+    for i = j + 2, p.n + 1 do sum = sadd64(sum, r.counts[i]) end
+    return sum
+  end
+  local function weighted(p, oldest, wh, elapsed)
+    return BN.sadd128(mul(oldest, sub(p.w, elapsed)), mul(wh, p.w))
+  end
+  local function slots_wait(p, r, cost)
+    local w = p.w
+    for j = 0, p.n + 1 do
+      local oldest = ZERO
+      if j <= p.n then oldest = r.counts[j + 1] end
+      local s = sadd64(whole(p, r, j), cost)
+      if cmp(s, p.limit) <= 0 then
+        local room = sub(p.limit, s)
+        local first = ZERO
+        if not is_zero(oldest) then first = sub(w, bmin(div(mul(room, w), oldest), w)) end
+        local from = ZERO
+        if j == 0 then from = r.elapsed end
+        if cmp(first, w) < 0 then
+          local at = add(mul(add(r.slot, BN.from_int(j)), w), bmax(first, from))
+          return sat64(ssub(div_ceil(at, p.nb), r.at))
+        end
+      end
+    end
+    return U64_MAX
+  end
+  local function slots_report(p, outcome, value, r)
+    local used = weighted(p, r.counts[1], whole(p, r, 0), r.elapsed)
+    local room = div(ssub(mul(p.limit, p.w), used), p.w)
+    local reset = ZERO
+    for i = p.n + 1, 1, -1 do
+      if not is_zero(r.counts[i]) then
+        local fresh = mul(add(r.slot, BN.from_int(i)), p.w)
+        reset = sat64(ssub(div_ceil(fresh, p.nb), r.at))
+        break
+      end
+    end
+    return decision(outcome, value, p.limit, room, reset)
+  end
+  function S.decide(p, st, now, cost)
+    local r = roll(p, st, now)
+    local outcome, value = "allowed", ZERO
+    if cmp(cost, p.limit) > 0 then
+      outcome = "cost_too_high"
+    elseif cmp(weighted(p, r.counts[1], sadd64(whole(p, r, 0), cost), r.elapsed), mul(p.limit, p.w)) > 0 then
+      outcome, value = "limited", slots_wait(p, r, cost)
+    end
+    local news = nil
+    if outcome == "allowed" then
+      r.counts[p.n + 1] = sadd64(r.counts[p.n + 1], cost)
+      news = {slot = r.slot, counts = r.counts}
+    end
+    return slots_report(p, outcome, value, r), news
+  end
+  function S.settle(p, st, now, mag, neg)
+    local r = roll(p, st, now)
+    r.counts[p.n + 1] = add_signed64(r.counts[p.n + 1], mag, neg)
+    return {slot = r.slot, counts = r.counts}
+  end
+  function S.fresh_in(p, st, now)
+    local r = roll(p, st, now)
+    for i = p.n + 1, 1, -1 do
+      if not is_zero(r.counts[i]) then
+        return sat64(ssub(div_ceil(mul(add(r.slot, BN.from_int(i)), p.w), p.nb), now))
+      end
+    end
+    return ZERO
+  end
+
+  -- One entry for both: the parameters say which, and a state of the other shape is fresh.
+  local SW = {}
+  function SW.params(a)
+    if #a ~= 2 and #a ~= 3 then
+      fail("sliding-window takes 2 or 3 parameters (limit, window_ns[, sub_windows]), got " .. #a)
+    end
+    local p = {limit = nonzero64(a[1], "sliding-window", " limit"), w = nonzero64(a[2], "sliding-window", " window_ns"), n = 1}
+    if #a == 3 then
+      p.n = small(a[3], "sliding-window", " sub_windows")
+      if p.n < 2 or p.n > 60 then fail("sliding-window sub_windows must be from 2 to 60, got " .. a[3]) end
+      p.nb = BN.from_int(p.n)
+      if cmp(p.w, p.nb) < 0 then fail("sliding-window window_ns must be at least sub_windows") end
+    end
+    return p
+  end
+  function SW.default() return A.default() end
+  function SW.decode(s)
+    local f = split(s, ",")
+    if #f < 3 then corrupt("sliding-window") end
+    local v = {}
+    for i = 1, #f do v[i] = state_u(f[i], U64_MAX, "sliding-window") end
+    if #f == 3 then return {window = v[1], previous = v[2], current = v[3]} end
+    local counts = {}
+    for i = 2, #f do counts[i - 1] = v[i] end
+    return {slot = v[1], counts = counts}
+  end
+  function SW.encode(st)
+    if st.counts == nil then
+      return dec(st.window) .. "," .. dec(st.previous) .. "," .. dec(st.current)
+    end
+    local parts = {dec(st.slot)}
+    for i, c in ipairs(st.counts) do parts[i + 1] = dec(c) end
+    return table.concat(parts, ",")
+  end
+  -- The two-window state of st (a slots state is a key never seen).
+  local function two(st)
+    if st.counts ~= nil then return A.default() end
+    return st
+  end
+  function SW.decide(p, st, now, cost)
+    if p.n > 1 then return S.decide(p, st, now, cost) end
+    return A.decide(p, two(st), now, cost)
+  end
+  function SW.settle(p, st, now, mag, neg)
+    if p.n > 1 then return S.settle(p, st, now, mag, neg) end
+    return A.settle(p, two(st), now, mag, neg)
+  end
+  function SW.fresh_in(p, st, now)
+    if p.n > 1 then return S.fresh_in(p, st, now) end
+    return A.fresh_in(p, two(st), now)
+  end
+  ALGO["sliding-window"] = SW
 end
 
 -- The sliding log (sliding_log.rs). State: {total, entries = {{at, cost}, ...}} oldest first.
