@@ -17,4 +17,4 @@ mod store;
 pub mod testing;
 
 pub use breaker::BreakerState;
-pub use store::{RedisConfig, RedisError, RedisStore, Target, TimeSource};
+pub use store::{RedisConfig, RedisError, RedisStore, SentinelTarget, Target, TimeSource};

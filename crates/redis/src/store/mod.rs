@@ -8,17 +8,20 @@
 
 mod as_store;
 mod call;
+mod cluster;
 mod config;
 mod connection;
 mod error;
 mod guard;
 mod library;
 mod permit;
+mod sentinel;
 
-pub use config::{RedisConfig, Target, TimeSource};
+pub use config::{RedisConfig, SentinelTarget, Target, TimeSource};
 pub use error::RedisError;
 
 use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 
 use ratewarden_core::Limit;
 use tokio::sync::OnceCell;
@@ -39,7 +42,7 @@ pub struct RedisStore {
     connection: OnceCell<Connection>,
     /// The connection's handshake while it runs (see `connection.rs`).
     handshake: tokio::sync::Mutex<Option<JoinHandle<Result<Connection, RedisError>>>>,
-    breaker: Breaker,
+    breaker: Arc<Breaker>,
     /// See [`RedisStore::late_timeouts`].
     late_timeouts: AtomicU64,
     /// Held across each call when `pipeline` is off.
@@ -54,9 +57,13 @@ impl RedisStore {
     ///
     /// A URL that cannot be a Redis address.
     pub fn new(config: RedisConfig) -> Result<Self, RedisError> {
-        let client = Client::new(&config)?;
+        let breaker = Arc::new(Breaker::new(
+            config.breaker_failures,
+            config.breaker_cool_down,
+        ));
+        let client = Client::new(&config, &breaker)?;
         Ok(Self {
-            breaker: Breaker::new(config.breaker_failures, config.breaker_cool_down),
+            breaker,
             config,
             client,
             function: LIBRARY.function.as_str(),
