@@ -280,13 +280,7 @@ async fn waiting_for_a_replica_loses_no_decision_across_a_sentinel_failover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_failover_resumes_on_the_promoted_replica_within_a_deadline() {
     let cluster = Cluster::start_with_node_timeout(1, Duration::from_millis(1000));
-    let store = Arc::new(
-        RedisStore::new(RedisConfig {
-            breaker_failures: u32::MAX,
-            ..config(Target::Cluster(cluster.urls()))
-        })
-        .unwrap(),
-    );
+    let store = Arc::new(RedisStore::new(config(Target::Cluster(cluster.urls()))).unwrap());
     // Its slot's master, and that master's replica.
     let limit = Limit::from(FixedWindow::new(5, Duration::from_secs(3600)).unwrap());
     store.decide(&limit, "probe|k", 0, 1).await.unwrap();

@@ -121,3 +121,51 @@ pub(super) async fn query<T: redis::FromRedisValue>(
 fn typed<T: redis::FromRedisValue>(value: redis::Value) -> redis::RedisResult<T> {
     Ok(redis::from_redis_value(value.extract_error()?)?)
 }
+
+/// How often [`follow_promotion`] asks whether the lost slot has a master again.
+const PROMOTION_POLL: Duration = Duration::from_millis(50);
+
+/// How long [`follow_promotion`] keeps asking (a failover takes seconds; past this the
+/// breaker's own cool-down is the only path back).
+const PROMOTION_WAIT: Duration = Duration::from_secs(60);
+
+/// Whether `e` says the node of the call is gone (its connection lost, refused or unknown).
+pub(super) fn node_lost(e: &redis::RedisError) -> bool {
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.kind() == ErrorKind::ClusterConnectionNotFound
+}
+
+/// After a call lost the node of `cmd`'s slot: pings that slot's master every
+/// [`PROMOTION_POLL`] (each failed ping makes the client refresh its slot map) until one
+/// answers, that is until the client routes the slot to a promoted replica; then lets the
+/// breaker probe at once. The breaker is the store's, across every slot: opened by the dead
+/// master's calls, it would otherwise hold every call off for its whole cool-down after
+/// the promotion.
+pub(super) async fn follow_promotion(
+    mut connection: ClusterConnection,
+    cmd: redis::Cmd,
+    breaker: std::sync::Arc<crate::breaker::Breaker>,
+) {
+    // `FCALL <function> <numkeys> <key> ...`: the first key's slot, at its master.
+    let Some(redis::Arg::Simple(key)) = cmd.args_iter().nth(3) else {
+        return;
+    };
+    let to = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+        redis::cluster_routing::Route::with_key(key, redis::cluster_routing::SlotAddr::Master),
+    ));
+    let tries = PROMOTION_WAIT.as_millis() / PROMOTION_POLL.as_millis();
+    for _ in 0..tries {
+        tokio::time::sleep(PROMOTION_POLL).await;
+        if connection
+            .route_command(redis::cmd("PING"), to.clone())
+            .await
+            .is_ok()
+        {
+            tracing::info!("redis-cluster: the lost slot answers again; the breaker may probe");
+            breaker.probe_now();
+            return;
+        }
+    }
+}

@@ -1,6 +1,11 @@
 //! The Lua code as a Redis Function library: loaded once per server, called with `FCALL`,
 //! loaded again on a server that lost it.
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use redis::cluster_async::ClusterConnection;
+
 use super::connection::Connection;
 use super::{RedisError, RedisStore};
 
@@ -83,8 +88,29 @@ impl RedisStore {
                 Self::load(connection).await?;
                 self.query_replicated(connection, fcall).await
             }
+            Err(RedisError::Redis(e)) if super::cluster::node_lost(&e) => {
+                if let Connection::Cluster(c) = connection {
+                    self.follow_promotion(c, fcall);
+                }
+                Err(RedisError::Redis(e))
+            }
             reply => reply,
         }
+    }
+
+    /// Starts [`follow_promotion`](super::cluster::follow_promotion) for `fcall`'s slot,
+    /// unless one already runs.
+    fn follow_promotion(&self, connection: &ClusterConnection, fcall: &redis::Cmd) {
+        if self.following_promotion.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (connection, fcall, breaker) =
+            (connection.clone(), fcall.clone(), Arc::clone(&self.breaker));
+        let following = Arc::clone(&self.following_promotion);
+        tokio::spawn(async move {
+            super::cluster::follow_promotion(connection, fcall, breaker).await;
+            following.store(false, Ordering::Release);
+        });
     }
 
     /// Sends `fcall`, followed on the same connection by `WAIT` for

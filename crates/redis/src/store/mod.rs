@@ -20,7 +20,7 @@ mod sentinel;
 pub use config::{RedisConfig, SentinelTarget, Target, TimeSource};
 pub use error::RedisError;
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::Arc;
 
 use ratewarden_core::Limit;
@@ -47,6 +47,8 @@ pub struct RedisStore {
     late_timeouts: AtomicU64,
     /// Held across each call when `pipeline` is off.
     one_at_a_time: tokio::sync::Mutex<()>,
+    /// Whether a task follows a Cluster failover (see `cluster::follow_promotion`).
+    following_promotion: Arc<AtomicBool>,
 }
 
 impl RedisStore {
@@ -71,6 +73,7 @@ impl RedisStore {
             handshake: tokio::sync::Mutex::new(None),
             late_timeouts: AtomicU64::new(0),
             one_at_a_time: tokio::sync::Mutex::new(()),
+            following_promotion: Arc::new(AtomicBool::new(false)),
         })
     }
 
