@@ -38,10 +38,10 @@ impl Client {
                     redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
                         .response_timeout(client_timeout(config.deadline, CLIENT_RESPONSE))
                         .connection_timeout(client_timeout(config.deadline, CLIENT_CONNECT))
-                        // The client's own retries resend a call after a lost connection or a
-                        // timeout, when the script may have run: a decision charged twice, or
-                        // charged after its caller gave up on it. The store retries itself,
-                        // only on the answers that say the script did not run (`cluster.rs`).
+                        // The client's own retries resend a call whose connection broke after
+                        // it was written, when the script may have run: a decision charged
+                        // twice. The store resends itself, only on the answers that say the
+                        // script did not run (`cluster.rs`).
                         .retries(0);
                 if config.tls_ca.is_some() {
                     builder = builder.certs(certificates());
