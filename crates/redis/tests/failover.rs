@@ -56,6 +56,10 @@ struct Seen {
     admitted: u64,
     limited: u64,
     failed: u64,
+    /// The first errors seen after the promotion, for the failure message.
+    after_promotion: Vec<String>,
+    /// When the first failure came: decisions resume with the first call begun after it.
+    failing_since: Option<Instant>,
 }
 
 /// Drives `key` at `limit` (a fixed window of `units` for an hour: no refill in the run)
@@ -133,11 +137,22 @@ async fn through_failover(
                     Ok(_) => seen.limited += 1,
                     Err(_) => seen.failed += 1,
                 }
+                if let (Some(killed), Err(e)) = (killed, &got) {
+                    if seen.promoted.is_some() && seen.after_promotion.len() < 12 {
+                        let at = killed.elapsed();
+                        seen.after_promotion.push(format!("{at:?}: {e}"));
+                    }
+                }
                 if let Some(killed) = killed {
                     let since = began.saturating_duration_since(killed);
                     match &got {
-                        Err(_) if seen.first_failure.is_none() => seen.first_failure = Some(since),
-                        Ok(_) if seen.first_failure.is_some() && seen.resumed.is_none() => {
+                        Err(_) if seen.first_failure.is_none() => {
+                            seen.first_failure = Some(since);
+                            seen.failing_since = Some(Instant::now());
+                        }
+                        Ok(_) if seen.failing_since.is_some_and(|f| began > f)
+                            && seen.resumed.is_none() =>
+                        {
                             seen.resumed = Some(since + took);
                         }
                         // Limited again after the failover: every unit is spent.
@@ -188,7 +203,8 @@ fn judge(topology: &str, seen: &Seen, units: u64, promptly: bool) {
     let resumed = seen.resumed.expect("decisions resumed after the failover");
     assert!(
         !promptly || resumed <= promoted + DEADLINE + LATE,
-        "{topology}: decisions resumed {resumed:?} after the kill, the promotion was at {promoted:?}"
+        "{topology}: decisions resumed {resumed:?} after the kill, the promotion was at {promoted:?}; errors after it: {:#?}",
+        seen.after_promotion
     );
     assert!(
         seen.longest_call <= DEADLINE + LATE,
@@ -259,6 +275,13 @@ async fn waiting_for_a_replica_loses_no_decision_across_a_sentinel_failover() {
         {
             let attached = attached.clone();
             move || {
+                // Its first sync at once, not after the default 5 s wait for more replicas.
+                let promoted = ["-p", &replica_port.to_string()];
+                let set = ["CONFIG", "SET", "repl-diskless-sync-delay", "0"];
+                let _ = std::process::Command::new("redis-cli")
+                    .args(promoted)
+                    .args(set)
+                    .output();
                 *attached.lock().unwrap() = Some(Server::start_with(&[
                     "--replicaof",
                     "127.0.0.1",

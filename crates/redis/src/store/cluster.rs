@@ -123,7 +123,7 @@ fn typed<T: redis::FromRedisValue>(value: redis::Value) -> redis::RedisResult<T>
 }
 
 /// How often [`follow_promotion`] asks whether the lost slot has a master again.
-const PROMOTION_POLL: Duration = Duration::from_millis(50);
+const PROMOTION_POLL: Duration = Duration::from_millis(20);
 
 /// How long [`follow_promotion`] keeps asking (a failover takes seconds; past this the
 /// breaker's own cool-down is the only path back).
@@ -137,9 +137,10 @@ pub(super) fn node_lost(e: &redis::RedisError) -> bool {
         || e.kind() == ErrorKind::ClusterConnectionNotFound
 }
 
-/// After a call lost the node of `cmd`'s slot: pings that slot's master every
-/// [`PROMOTION_POLL`] (each failed ping makes the client refresh its slot map) until one
-/// answers, that is until the client routes the slot to a promoted replica; then lets the
+/// After a call lost the node of `cmd`'s slot: asks that slot's master whether the key
+/// exists every [`PROMOTION_POLL`] (each failed ask makes the client refresh its slot map)
+/// until the slot's owner answers, that is until the client routes the slot to a promoted
+/// replica; then lets the
 /// breaker probe at once. The breaker is the store's, across every slot: opened by the dead
 /// master's calls, it would otherwise hold every call off for its whole cool-down after
 /// the promotion.
@@ -156,13 +157,14 @@ pub(super) async fn follow_promotion(
         redis::cluster_routing::Route::with_key(key, redis::cluster_routing::SlotAddr::Master),
     ));
     let tries = PROMOTION_WAIT.as_millis() / PROMOTION_POLL.as_millis();
+    // `EXISTS` of the key, not `PING`: a client with no connection for the slot sends a
+    // command to any node, which answers PING but redirects a key it does not own.
+    let mut exists = redis::cmd("EXISTS");
+    exists.arg(key);
     for _ in 0..tries {
         tokio::time::sleep(PROMOTION_POLL).await;
-        if connection
-            .route_command(redis::cmd("PING"), to.clone())
-            .await
-            .is_ok()
-        {
+        let owned = connection.route_command(exists.clone(), to.clone()).await;
+        if owned.and_then(typed::<i64>).is_ok() {
             tracing::info!("redis-cluster: the lost slot answers again; the breaker may probe");
             breaker.probe_now();
             return;
