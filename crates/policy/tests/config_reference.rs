@@ -337,12 +337,25 @@ fn the_reload_column_matches_what_a_reload_leaves_for_a_restart() {
         ),
     ];
     // Fields of a Sentinel store, each changed from a Sentinel store's file.
-    let sentinel = "kind = \"redis-sentinel\"\nsentinels = [\"redis://127.0.0.1:1\"]\nmaster_name = \"m\"";
+    let sentinel =
+        "kind = \"redis-sentinel\"\nsentinels = [\"redis://127.0.0.1:1\"]\nmaster_name = \"m\"";
     let on_sentinel = [
-        ("sentinels", "kind = \"redis-sentinel\"\nsentinels = [\"redis://127.0.0.1:2\"]\nmaster_name = \"m\""),
-        ("master_name", "kind = \"redis-sentinel\"\nsentinels = [\"redis://127.0.0.1:1\"]\nmaster_name = \"n\""),
-        ("master_username", &format!("{sentinel}\nmaster_username = \"app\"")),
-        ("master_password", &format!("{sentinel}\nmaster_password = \"pw\"")),
+        (
+            "sentinels",
+            "kind = \"redis-sentinel\"\nsentinels = [\"redis://127.0.0.1:2\"]\nmaster_name = \"m\"",
+        ),
+        (
+            "master_name",
+            "kind = \"redis-sentinel\"\nsentinels = [\"redis://127.0.0.1:1\"]\nmaster_name = \"n\"",
+        ),
+        (
+            "master_username",
+            &format!("{sentinel}\nmaster_username = \"app\""),
+        ),
+        (
+            "master_password",
+            &format!("{sentinel}\nmaster_password = \"pw\""),
+        ),
         ("master_tls", &format!("{sentinel}\nmaster_tls = true")),
     ];
     let mut wrong = Vec::new();

@@ -126,8 +126,8 @@ fn parse() -> Result<Args, String> {
             "--print-floor" => args.print_floor = true,
             "--wait-for-replicas" => {
                 let n = number(value("--wait-for-replicas")?, "--wait-for-replicas")?;
-                args.wait_for_replicas = u32::try_from(n)
-                    .map_err(|_| format!("--wait-for-replicas: too many: {n}"))?;
+                args.wait_for_replicas =
+                    u32::try_from(n).map_err(|_| format!("--wait-for-replicas: too many: {n}"))?;
             }
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument `{other}`")),

@@ -290,7 +290,9 @@ impl Sentinels {
         let master = Server::start();
         let replica = Server::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
         wait_until("the replica synced", || {
-            replica.cli(&["INFO", "replication"]).contains("master_link_status:up")
+            replica
+                .cli(&["INFO", "replication"])
+                .contains("master_link_status:up")
         });
         let config = format!(
             "sentinel monitor {name} 127.0.0.1 {port} 2\n\

@@ -35,11 +35,7 @@ fn owner_and_other<'a>(cluster: &'a Cluster, key: &str) -> (&'a Server, &'a Serv
                 .is_some_and(|l| owns(l, slot))
         })
         .expect("a master owns the slot");
-    let other = cluster
-        .nodes
-        .iter()
-        .find(|n| n.port != owner.port)
-        .unwrap();
+    let other = cluster.nodes.iter().find(|n| n.port != owner.port).unwrap();
     (owner, other)
 }
 
@@ -61,17 +57,40 @@ async fn a_decision_on_a_moved_slot_is_sent_to_its_new_master_and_charged_once()
     let redis = store(&cluster, Duration::from_secs(2));
     let key = "rw:moved|{k}";
     let limit = limit();
-    assert_eq!(redis.decide(&limit, "moved|k", 0, 1).await.unwrap().remaining, 9);
+    assert_eq!(
+        redis
+            .decide(&limit, "moved|k", 0, 1)
+            .await
+            .unwrap()
+            .remaining,
+        9
+    );
     let (from, to) = owner_and_other(&cluster, key);
     let slot = from.cli(&["CLUSTER", "KEYSLOT", key]);
     // Move the slot and its key by hand, as `redis-cli --cluster reshard` does; the client
     // still routes the slot to `from`, which answers MOVED.
-    assert_eq!(to.cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &id(from)]), "OK");
-    assert_eq!(from.cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &id(to)]), "OK");
-    let moved = from.cli(&["MIGRATE", "127.0.0.1", &to.port.to_string(), key, "0", "5000"]);
+    assert_eq!(
+        to.cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &id(from)]),
+        "OK"
+    );
+    assert_eq!(
+        from.cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &id(to)]),
+        "OK"
+    );
+    let moved = from.cli(&[
+        "MIGRATE",
+        "127.0.0.1",
+        &to.port.to_string(),
+        key,
+        "0",
+        "5000",
+    ]);
     assert_eq!(moved, "OK");
     for node in &cluster.nodes {
-        assert_eq!(node.cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &id(to)]), "OK");
+        assert_eq!(
+            node.cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &id(to)]),
+            "OK"
+        );
     }
     let d = redis.decide(&limit, "moved|k", 0, 1).await.unwrap();
     assert_eq!(d.remaining, 8, "charged once, on the slot's new master");
@@ -88,8 +107,14 @@ async fn a_decision_on_a_migrating_slot_follows_ask_to_the_importing_master() {
     let key = "rw:asked|{k}";
     let (from, to) = owner_and_other(&cluster, key);
     let slot = from.cli(&["CLUSTER", "KEYSLOT", key]);
-    assert_eq!(to.cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &id(from)]), "OK");
-    assert_eq!(from.cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &id(to)]), "OK");
+    assert_eq!(
+        to.cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &id(from)]),
+        "OK"
+    );
+    assert_eq!(
+        from.cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &id(to)]),
+        "OK"
+    );
     // The key is on neither: `from` answers ASK, and the decision runs on `to` after ASKING.
     for remaining in [9, 8] {
         let d = redis.decide(&limit, "asked|k", 0, 1).await.unwrap();
@@ -115,7 +140,14 @@ async fn a_decision_whose_reply_came_late_is_charged_once() {
     let redis = store(&cluster, deadline);
     let limit = limit();
     let key = "rw:once|{k}";
-    assert_eq!(redis.decide(&limit, "once|k", 0, 1).await.unwrap().remaining, 9);
+    assert_eq!(
+        redis
+            .decide(&limit, "once|k", 0, 1)
+            .await
+            .unwrap()
+            .remaining,
+        9
+    );
     let (owner, _) = owner_and_other(&cluster, key);
     // The master stops answering: the call is written, and its deadline passes.
     owner.signal("STOP");

@@ -23,6 +23,12 @@ const LATE: Duration = Duration::from_millis(70);
 /// Concurrent callers, as a server's requests are.
 const CALLERS: usize = 8;
 
+/// One failover at a time: three at once (nine Redis processes and their callers on a
+/// two-core machine) leave the callers' own timers late, which the store rightly answers by
+/// waiting on past the deadline (`deadline.rs`), and the timings measured here would be the
+/// machine's.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn config(target: Target) -> RedisConfig {
     RedisConfig {
         target,
@@ -125,43 +131,44 @@ async fn through_failover(
                 let killed = *killed_at.lock().unwrap();
                 let failed = got.is_err();
                 {
-                let mut seen = seen.lock().unwrap();
-                seen.longest_call = seen.longest_call.max(took);
-                match got {
-                    Ok(d) if d.is_allowed() => {
-                        seen.admitted += 1;
-                        if admitted.fetch_add(1, Ordering::Relaxed) + 1 == half {
-                            let _ = to_kill.send(());
+                    let mut seen = seen.lock().unwrap();
+                    seen.longest_call = seen.longest_call.max(took);
+                    match got {
+                        Ok(d) if d.is_allowed() => {
+                            seen.admitted += 1;
+                            if admitted.fetch_add(1, Ordering::Relaxed) + 1 == half {
+                                let _ = to_kill.send(());
+                            }
+                        }
+                        Ok(_) => seen.limited += 1,
+                        Err(_) => seen.failed += 1,
+                    }
+                    if let (Some(killed), Err(e)) = (killed, &got) {
+                        if seen.promoted.is_some() && seen.after_promotion.len() < 12 {
+                            let at = killed.elapsed();
+                            seen.after_promotion.push(format!("{at:?}: {e}"));
                         }
                     }
-                    Ok(_) => seen.limited += 1,
-                    Err(_) => seen.failed += 1,
-                }
-                if let (Some(killed), Err(e)) = (killed, &got) {
-                    if seen.promoted.is_some() && seen.after_promotion.len() < 12 {
-                        let at = killed.elapsed();
-                        seen.after_promotion.push(format!("{at:?}: {e}"));
+                    if let Some(killed) = killed {
+                        let since = began.saturating_duration_since(killed);
+                        match &got {
+                            Err(_) if seen.first_failure.is_none() => {
+                                seen.first_failure = Some(since);
+                                seen.failing_since = Some(Instant::now());
+                            }
+                            Ok(_)
+                                if seen.failing_since.is_some_and(|f| began > f)
+                                    && seen.resumed.is_none() =>
+                            {
+                                seen.resumed = Some(since + took);
+                            }
+                            // Limited again after the failover: every unit is spent.
+                            Ok(d) if seen.resumed.is_some() && !d.is_allowed() => {
+                                done.store(true, Ordering::Relaxed);
+                            }
+                            _ => {}
+                        }
                     }
-                }
-                if let Some(killed) = killed {
-                    let since = began.saturating_duration_since(killed);
-                    match &got {
-                        Err(_) if seen.first_failure.is_none() => {
-                            seen.first_failure = Some(since);
-                            seen.failing_since = Some(Instant::now());
-                        }
-                        Ok(_) if seen.failing_since.is_some_and(|f| began > f)
-                            && seen.resumed.is_none() =>
-                        {
-                            seen.resumed = Some(since + took);
-                        }
-                        // Limited again after the failover: every unit is spent.
-                        Ok(d) if seen.resumed.is_some() && !d.is_allowed() => {
-                            done.store(true, Ordering::Relaxed);
-                        }
-                        _ => {}
-                    }
-                }
                 }
                 if failed {
                     // A failed call costs nothing; a caller retrying at once would only spin.
@@ -215,6 +222,7 @@ fn judge(topology: &str, seen: &Seen, units: u64, promptly: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_failover_resumes_on_the_promoted_replica_within_a_deadline() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let group = Sentinels::start(Duration::from_millis(500));
     let store = Arc::new(RedisStore::new(config(sentinel_target(&group))).unwrap());
     let units = 4000;
@@ -240,7 +248,11 @@ async fn a_sentinel_failover_resumes_on_the_promoted_replica_within_a_deadline()
     );
     // The store follows the new master without a restart, and keeps deciding there.
     let limit = Limit::from(FixedWindow::new(5, Duration::from_secs(3600)).unwrap());
-    assert!(store.decide(&limit, "after|k", 0, 1).await.unwrap().is_allowed());
+    assert!(store
+        .decide(&limit, "after|k", 0, 1)
+        .await
+        .unwrap()
+        .is_allowed());
     assert_eq!(
         group.server(replica_port).cli(&["EXISTS", "rw:after|{k}"]),
         "1",
@@ -250,6 +262,7 @@ async fn a_sentinel_failover_resumes_on_the_promoted_replica_within_a_deadline()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiting_for_a_replica_loses_no_decision_across_a_sentinel_failover() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let group = Sentinels::start(Duration::from_millis(500));
     let store = Arc::new(
         RedisStore::new(RedisConfig {
@@ -302,12 +315,15 @@ async fn waiting_for_a_replica_loses_no_decision_across_a_sentinel_failover() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_failover_resumes_on_the_promoted_replica_within_a_deadline() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let cluster = Cluster::start_with_node_timeout(1, Duration::from_millis(1000));
     let store = Arc::new(RedisStore::new(config(Target::Cluster(cluster.urls()))).unwrap());
     // Its slot's master, and that master's replica.
     let limit = Limit::from(FixedWindow::new(5, Duration::from_secs(3600)).unwrap());
     store.decide(&limit, "probe|k", 0, 1).await.unwrap();
-    let master = cluster.master_of("rw:probe|{k}").expect("a master holds the key");
+    let master = cluster
+        .master_of("rw:probe|{k}")
+        .expect("a master holds the key");
     let master_id = master.cli(&["CLUSTER", "MYID"]);
     let replica = cluster
         .nodes
@@ -358,7 +374,12 @@ fn master_named(sentinels: &[String]) -> Option<u16> {
             .arg(Sentinels::MASTER)
             .output()
             .ok()?;
-        String::from_utf8_lossy(&out.stdout).lines().nth(1)?.trim().parse().ok()
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .nth(1)?
+            .trim()
+            .parse()
+            .ok()
     })
 }
 

@@ -62,7 +62,10 @@ on_store_failure = "closed"
     let decided = |d: &Value| d["policies"][0]["store_failed"] != true;
     for path in ["/browse", "/pay"] {
         let d = post(server.listen, "/v1/check", &check(path)).await.json();
-        assert!(d["allowed"] == true && decided(&d), "before the failover: {d}");
+        assert!(
+            d["allowed"] == true && decided(&d),
+            "before the failover: {d}"
+        );
     }
     let replica = group.servers[1].port;
     group.servers[0].signal("KILL");
@@ -89,7 +92,10 @@ on_store_failure = "closed"
                 assert_eq!(d["allowed"], true, "open: allowed while Redis fails: {d}");
                 failed_open += 1;
             } else {
-                assert_eq!(d["allowed"], false, "closed: refused while Redis fails: {d}");
+                assert_eq!(
+                    d["allowed"], false,
+                    "closed: refused while Redis fails: {d}"
+                );
                 assert_eq!(d["status"], 503, "{d}");
                 failed_closed += 1;
             }

@@ -141,8 +141,7 @@ impl RedisStore {
             Connection::Sentinel(s) => s.query_pipeline(&pipeline).await?,
             Connection::Cluster(_) => {
                 return Err(RedisError::Protocol(
-                    "wait_for_replicas applies to one server or Sentinel, not a Cluster"
-                        .to_owned(),
+                    "wait_for_replicas applies to one server or Sentinel, not a Cluster".to_owned(),
                 ))
             }
         };

@@ -2,7 +2,8 @@
 //! breaker in front, and layered decisions across Cluster slots by reserve-then-refund.
 //!
 //! One concept a file: what the store is told (`config`) and how it fails (`error`); the
-//! client and its connection (`connection`); the Lua library (`library`); the script calls
+//! client and its connection (`connection`); the master behind Sentinel (`sentinel`); a
+//! Cluster call's resending (`cluster`); the Lua library (`library`); the script calls
 //! and the Cluster's reserve-then-refund (`call`); the breaker and the deadline (`guard`);
 //! permits (`permit`); and the `AsyncStore` interface (`as_store`).
 

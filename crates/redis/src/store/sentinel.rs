@@ -81,7 +81,10 @@ impl Sentinel {
             )
         };
         let (username, password) = auth(first);
-        if sentinels.iter().any(|s| auth(s) != (username.clone(), password.clone())) {
+        if sentinels
+            .iter()
+            .any(|s| auth(s) != (username.clone(), password.clone()))
+        {
             return Err(RedisError::Protocol(
                 "redis-sentinel: every Sentinel URL must carry the same user and password"
                     .to_owned(),
@@ -137,7 +140,10 @@ impl Sentinel {
         {
             let mut tasks = self.tasks.lock().unwrap_or_else(PoisonError::into_inner);
             if tasks.is_empty() {
-                tasks.push(tokio::spawn(follow(Arc::downgrade(self), self.wake.clone())));
+                tasks.push(tokio::spawn(follow(
+                    Arc::downgrade(self),
+                    self.wake.clone(),
+                )));
                 for sentinel in &self.sentinels {
                     tasks.push(tokio::spawn(watch(
                         sentinel.clone(),
@@ -240,8 +246,10 @@ impl Sentinel {
             address,
             "redis-sentinel: deciding on this master"
         );
-        *self.master.write().unwrap_or_else(PoisonError::into_inner) =
-            Some(Master { address, connection });
+        *self.master.write().unwrap_or_else(PoisonError::into_inner) = Some(Master {
+            address,
+            connection,
+        });
         self.breaker.probe_now();
         Ok(())
     }
@@ -249,7 +257,12 @@ impl Sentinel {
 
 impl Drop for Sentinel {
     fn drop(&mut self) {
-        for task in self.tasks.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {
+        for task in self
+            .tasks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(..)
+        {
             task.abort();
         }
     }
