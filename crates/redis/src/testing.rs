@@ -287,8 +287,17 @@ impl Sentinels {
     /// Starts the master, its replica (synced before this returns) and three Sentinels that
     /// call the master down after `down_after` without an answer.
     pub fn start(down_after: Duration) -> Self {
-        let master = Server::start();
-        let replica = Server::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
+        // A replica's first sync at once, not after the default 5 s wait for more replicas:
+        // after a failover, the old master and new replicas sync from the promoted one.
+        let at_once = ["--repl-diskless-sync-delay", "0"];
+        let master = Server::start_with(&at_once);
+        let replica = Server::start_with(&[
+            at_once[0],
+            at_once[1],
+            "--replicaof",
+            "127.0.0.1",
+            &master.port.to_string(),
+        ]);
         wait_until("the replica synced", || {
             replica
                 .cli(&["INFO", "replication"])
