@@ -2,7 +2,7 @@
 
 use ratewarden_core::AlgorithmKind;
 use ratewarden_policy::config::parse;
-use ratewarden_policy::{ClientIpHeader, KeyPart, Mode, OnStoreFailure};
+use ratewarden_policy::{ClientIpHeader, KeyPart, Mode, OnStoreFailure, StoreKind};
 
 const EXAMPLE: &str = include_str!("../../../examples/ratewarden.toml");
 
@@ -229,12 +229,33 @@ fn the_store_section_is_validated() {
         256 << 20,
         "the in-memory store's own default"
     );
+    let config = parse(
+        "s.toml",
+        "[store]\nkind = \"redis-sentinel\"\nsentinels = [\"redis://:spw@s1:26379\", \"redis://:spw@s2:26379\"]\n\
+         master_name = \"mymaster\"\nmaster_username = \"app\"\nmaster_password = \"pw\"\nmaster_tls = true\n\
+         wait_for_replicas = 1\n",
+    )
+    .unwrap();
+    assert_eq!(
+        config.store.kind,
+        StoreKind::RedisSentinel {
+            sentinels: vec![
+                "redis://:spw@s1:26379".to_owned(),
+                "redis://:spw@s2:26379".to_owned()
+            ],
+            master_name: "mymaster".to_owned(),
+            username: Some("app".to_owned()),
+            password: Some("pw".to_owned()),
+            tls: true,
+        }
+    );
+    assert_eq!(config.store.wait_for_replicas, 1);
     let config = parse("s.toml", "[store]\nmax_bytes = 1_048_576\n").unwrap();
     assert_eq!(config.store.max_bytes, 1 << 20);
     let cases = [
         (
             "[store]\nkind = \"etcd\"\n",
-            "s.toml:2:8: `[store]`: `kind` is `memory`, `redis` or `redis-cluster`, not `etcd`",
+            "s.toml:2:8: `[store]`: `kind` is `memory`, `redis`, `redis-cluster` or `redis-sentinel`, not `etcd`",
         ),
         (
             "[store]\nkind = \"redis\"\n",
@@ -255,6 +276,26 @@ fn the_store_section_is_validated() {
         (
             "[store]\nmax_bytes = 4096\n",
             "s.toml:2:13: `[store]`: `max_bytes` must be at least 65536 (64 KiB: the store holds its keys in 64 shards, each its share), not 4096",
+        ),
+        (
+            "[store]\nkind = \"redis-sentinel\"\nmaster_name = \"m\"\n",
+            "s.toml:2:8: `[store]`: `kind = \"redis-sentinel\"` needs `sentinels`",
+        ),
+        (
+            "[store]\nkind = \"redis-sentinel\"\nsentinels = [\"redis://s:26379\"]\n",
+            "`kind = \"redis-sentinel\"` needs `master_name`",
+        ),
+        (
+            "[store]\nkind = \"redis\"\nurl = \"redis://r:6379\"\nmaster_name = \"m\"\n",
+            "s.toml:4:15: `[store]`: `master_name` applies only to `kind = \"redis-sentinel\"` (the store is `redis`)",
+        ),
+        (
+            "[store]\nkind = \"redis-cluster\"\nnodes = [\"redis://a:6379\"]\nwait_for_replicas = 1\n",
+            "`wait_for_replicas` applies only to `kind = \"redis\"` and `kind = \"redis-sentinel\"`",
+        ),
+        (
+            "[store]\nkind = \"redis\"\nurl = \"redis://r:6379\"\nwait_for_replicas = -1\n",
+            "s.toml:4:21: `[store]`: `wait_for_replicas` must be a whole number zero or more, not -1",
         ),
         ("[store]\nmax_key = 5\n", "unknown field `max_key`"),
         ("[store]\nmax_key = 5\n", "did you mean `max_keys`?"),

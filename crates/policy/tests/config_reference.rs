@@ -331,12 +331,39 @@ fn the_reload_column_matches_what_a_reload_leaves_for_a_restart() {
             "tls_ca_file",
             "kind = \"redis\"\nurl = \"rediss://127.0.0.1:1\"\ntls_ca_file = \"/etc/ca.pem\"",
         ),
+        (
+            "wait_for_replicas",
+            "kind = \"redis\"\nurl = \"rediss://127.0.0.1:1\"\nwait_for_replicas = 1",
+        ),
+    ];
+    // Fields of a Sentinel store, each changed from a Sentinel store's file.
+    let sentinel =
+        "kind = \"redis-sentinel\"\nsentinels = [\"redis://127.0.0.1:1\"]\nmaster_name = \"m\"";
+    let on_sentinel = [
+        (
+            "sentinels",
+            "kind = \"redis-sentinel\"\nsentinels = [\"redis://127.0.0.1:2\"]\nmaster_name = \"m\"",
+        ),
+        (
+            "master_name",
+            "kind = \"redis-sentinel\"\nsentinels = [\"redis://127.0.0.1:1\"]\nmaster_name = \"n\"",
+        ),
+        (
+            "master_username",
+            &format!("{sentinel}\nmaster_username = \"app\""),
+        ),
+        (
+            "master_password",
+            &format!("{sentinel}\nmaster_password = \"pw\""),
+        ),
+        ("master_tls", &format!("{sentinel}\nmaster_tls = true")),
     ];
     let mut wrong = Vec::new();
     for (header, base, samples) in [
         ("[server]", "", &server[..]),
         ("[store]", "", &store[..]),
         ("[store]", redis, &on_redis[..]),
+        ("[store]", sentinel, &on_sentinel[..]),
     ] {
         let base = parse("base.toml", &format!("{header}\n{base}\n"))
             .unwrap_or_else(|e| panic!("the base for {header} is invalid: {e}"));

@@ -144,6 +144,12 @@ const STORE_FIELDS: &[&str] = &[
     "breaker_cool_down",
     "key_prefix",
     "tls_ca_file",
+    "sentinels",
+    "master_name",
+    "master_username",
+    "master_password",
+    "master_tls",
+    "wait_for_replicas",
 ];
 const KEYS_FIELDS: &[&str] = &["api_key_header", "tenant_header"];
 const ENVOY_FIELDS: &[&str] = &[

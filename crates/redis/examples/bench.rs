@@ -24,6 +24,9 @@
 //! and nothing else. It is the physical baseline of a latency figure: what any client on
 //! this machine at this rate sees, so that `ours / floor` in the same run says what the
 //! store adds to a tail the machine sets. `--print-floor` prints the library's source.
+//!
+//! `--wait-for-replicas N` makes every decision wait for N replicas to acknowledge it
+//! (`wait_for_replicas`), for measuring what that costs (`scripts/bench-wait`).
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -51,6 +54,7 @@ struct Args {
     algorithm: AlgorithmKind,
     floor: bool,
     print_floor: bool,
+    wait_for_replicas: u32,
 }
 
 /// Who the callers call: the store deciding, or the bare baseline.
@@ -87,6 +91,7 @@ fn parse() -> Result<Args, String> {
         algorithm: AlgorithmKind::Gcra,
         floor: false,
         print_floor: false,
+        wait_for_replicas: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -119,6 +124,11 @@ fn parse() -> Result<Args, String> {
             "--general" => args.general = true,
             "--floor" => args.floor = true,
             "--print-floor" => args.print_floor = true,
+            "--wait-for-replicas" => {
+                let n = number(value("--wait-for-replicas")?, "--wait-for-replicas")?;
+                args.wait_for_replicas =
+                    u32::try_from(n).map_err(|_| format!("--wait-for-replicas: too many: {n}"))?;
+            }
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument `{other}`")),
         }
@@ -182,7 +192,7 @@ async fn main() -> ExitCode {
     let args = match parse() {
         Ok(args) => args,
         Err(e) => {
-            eprintln!("{e}\nusage: bench --url URL --callers N --seconds S [--naive] [--rate R [--pacer timer|thread]] [--keys K] [--floor] [--print-command [--general]] [--print-floor]");
+            eprintln!("{e}\nusage: bench --url URL --callers N --seconds S [--naive] [--rate R [--pacer timer|thread]] [--keys K] [--floor] [--print-command [--general]] [--print-floor] [--wait-for-replicas N]");
             return ExitCode::from(2);
         }
     };
@@ -191,6 +201,7 @@ async fn main() -> ExitCode {
         deadline: Duration::from_secs(5),
         time: TimeSource::Redis,
         pipeline: !args.naive,
+        wait_for_replicas: args.wait_for_replicas,
         ..RedisConfig::default()
     }) {
         Ok(store) => Arc::new(store),
@@ -331,10 +342,11 @@ async fn main() -> ExitCode {
     let pct = |p: f64| at(&all, p);
     println!(
         "{{\"mode\":\"{}\",\"callers\":{},\"rate\":{},\"decisions\":{},\"errors\":{},\"per_second\":{:.0},\"p50_us\":{},\"p90_us\":{},\"p99_us\":{},\"p99_due_us\":{},\"late_p50_us\":{},\"late_p99_us\":{}}}",
-        match (args.floor, args.naive) {
-            (true, _) => "floor",
-            (false, true) => "naive",
-            (false, false) => "ours",
+        match (args.floor, args.naive, args.wait_for_replicas) {
+            (true, _, _) => "floor",
+            (false, true, _) => "naive",
+            (false, false, 0) => "ours",
+            (false, false, _) => "waited",
         },
         args.callers,
         args.rate.map_or("null".to_owned(), |r| r.to_string()),

@@ -97,6 +97,15 @@ impl Breaker {
         }
     }
 
+    /// Redis changed (a new master was found): an open breaker lets the next call probe at
+    /// once instead of after the rest of its cool-down.
+    pub(crate) fn probe_now(&self) {
+        let mut inner = self.lock();
+        if inner.state == BreakerState::Open {
+            inner.open_until = Some(Instant::now());
+        }
+    }
+
     pub(crate) fn failed(&self) {
         let mut inner = self.lock();
         inner.failures = inner.failures.saturating_add(1);

@@ -1,5 +1,6 @@
-//! Ratewarden's shared store: the state of every key in Redis (or Redis Cluster), each
-//! decision one atomic script with the same integer transition as the in-memory store.
+//! Ratewarden's shared store: the state of every key in Redis (one server, a Redis Cluster,
+//! or a master behind Redis Sentinel), each decision one atomic script with the same
+//! integer transition as the in-memory store.
 //!
 //! Redis runs Lua 5.1, whose numbers are doubles: exact only up to 2^53, while times in
 //! nanoseconds since the epoch are near 2^61 and bucket ticks reach 2^128. A decision is
@@ -17,4 +18,4 @@ mod store;
 pub mod testing;
 
 pub use breaker::BreakerState;
-pub use store::{RedisConfig, RedisError, RedisStore, Target, TimeSource};
+pub use store::{RedisConfig, RedisError, RedisStore, SentinelTarget, Target, TimeSource};

@@ -100,12 +100,25 @@ impl Server {
 
     /// On `port`, or its log when it did not start.
     fn try_start_on(port: u16, extra: &[&str]) -> Result<Self, String> {
+        Self::try_spawn(port, None, extra)
+    }
+
+    /// On `port`, as a Sentinel when `sentinel` holds its configuration file's lines (Sentinel
+    /// needs a file it can rewrite), or its log when it did not start.
+    fn try_spawn(port: u16, sentinel: Option<&str>, extra: &[&str]) -> Result<Self, String> {
         let dir =
             std::env::temp_dir().join(format!("ratewarden-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("a scratch directory");
-        let mut child = Command::new(redis_server())
+        let mut command = Command::new(redis_server());
+        if let Some(config) = sentinel {
+            let file = dir.join("sentinel.conf");
+            std::fs::write(&file, config).expect("the Sentinel's configuration is written");
+            command.arg(&file).arg("--sentinel");
+        } else {
+            command.args(["--save", "", "--appendonly", "no"]);
+        }
+        let mut child = command
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(&dir)
             .args(extra)
@@ -113,12 +126,18 @@ impl Server {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server starts");
-        // Ready when its log says so: read, never sleep.
+        // Ready when its log says so: read, never sleep. A Sentinel says so by naming the
+        // master it monitors.
+        let marker = if sentinel.is_some() {
+            "+monitor master"
+        } else {
+            "Ready to accept connections"
+        };
         let stdout = child.stdout.take().expect("stdout is piped");
         let mut lines = BufReader::new(stdout).lines();
         let mut log = Vec::new();
         let ready = lines.by_ref().take(500).map_while(Result::ok).any(|line| {
-            let ready = line.contains("Ready to accept connections");
+            let ready = line.contains(marker);
             log.push(line);
             ready
         });
@@ -185,6 +204,13 @@ impl Cluster {
 
     /// Three masters with `replicas` replicas each.
     pub fn start_with(replicas: usize) -> Self {
+        Self::start_with_node_timeout(replicas, Duration::from_secs(2))
+    }
+
+    /// Three masters with `replicas` replicas each, a node unreachable for `node_timeout`
+    /// taken as failed (its replica then promoted).
+    pub fn start_with_node_timeout(replicas: usize, node_timeout: Duration) -> Self {
+        let node_timeout = node_timeout.as_millis().to_string();
         let nodes: Vec<Server> = (0..3 * (1 + replicas))
             .map(|_| {
                 Server::start_anywhere(free_cluster_port, |port| {
@@ -194,7 +220,7 @@ impl Cluster {
                         "--cluster-config-file",
                         &format!("nodes-{port}.conf"),
                         "--cluster-node-timeout",
-                        "2000",
+                        &node_timeout,
                     ]
                     .map(str::to_owned)
                     .to_vec()
@@ -243,6 +269,117 @@ impl Cluster {
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(Server::url).collect()
     }
+}
+
+/// A master, one replica, and three Sentinels watching them under [`Sentinels::MASTER`],
+/// quorum two, with short timeouts so that a failover takes about a second.
+pub struct Sentinels {
+    /// The master when started (index 0) and its replica (index 1).
+    pub servers: Vec<Server>,
+    /// The three Sentinels.
+    pub sentinels: Vec<Server>,
+}
+
+impl Sentinels {
+    /// The name the Sentinels monitor the master under.
+    pub const MASTER: &'static str = "mymaster";
+
+    /// Starts the master, its replica (synced before this returns) and three Sentinels that
+    /// call the master down after `down_after` without an answer.
+    pub fn start(down_after: Duration) -> Self {
+        // A replica's first sync at once, not after the default 5 s wait for more replicas:
+        // after a failover, the old master and new replicas sync from the promoted one.
+        let at_once = ["--repl-diskless-sync-delay", "0"];
+        let master = Server::start_with(&at_once);
+        let replica = Server::start_with(&[
+            at_once[0],
+            at_once[1],
+            "--replicaof",
+            "127.0.0.1",
+            &master.port.to_string(),
+        ]);
+        wait_until("the replica synced", || {
+            replica
+                .cli(&["INFO", "replication"])
+                .contains("master_link_status:up")
+        });
+        let config = format!(
+            "sentinel monitor {name} 127.0.0.1 {port} 2\n\
+             sentinel down-after-milliseconds {name} {down}\n\
+             sentinel failover-timeout {name} {failover}\n\
+             sentinel parallel-syncs {name} 1\n",
+            name = Self::MASTER,
+            port = master.port,
+            down = down_after.as_millis(),
+            // A split vote among the Sentinels is retried after twice this: short, so that a
+            // test's failover rarely takes more than a few seconds.
+            failover = (down_after * 2).as_millis(),
+        );
+        let sentinels: Vec<Server> = (0..3)
+            .map(|_| {
+                let config = config.clone();
+                let mut lost = Vec::new();
+                for _ in 0..ATTEMPTS {
+                    let port = free_port();
+                    match Server::try_spawn(port, Some(&config), &[]) {
+                        Ok(sentinel) => return sentinel,
+                        Err(log) if log.contains("in use") => lost.push(port),
+                        Err(log) => panic!("a Sentinel on port {port} did not start:\n{log}"),
+                    }
+                }
+                panic!("a Sentinel found no free port in {ATTEMPTS} tries: {lost:?}");
+            })
+            .collect();
+        // Ready when every Sentinel knows the others and the replica: a failover needs both.
+        for sentinel in &sentinels {
+            wait_until("the Sentinels found each other and the replica", || {
+                let master = sentinel.cli(&["SENTINEL", "MASTER", Self::MASTER]);
+                let field = |name: &str| {
+                    let mut lines = master.lines();
+                    lines.find(|l| *l == name)?;
+                    lines.next()?.parse::<u32>().ok()
+                };
+                field("num-other-sentinels") == Some(2) && field("num-slaves") == Some(1)
+            });
+        }
+        Self {
+            servers: vec![master, replica],
+            sentinels,
+        }
+    }
+
+    /// Every Sentinel's URL.
+    pub fn urls(&self) -> Vec<String> {
+        self.sentinels.iter().map(Server::url).collect()
+    }
+
+    /// The port of the master the (first answering) Sentinel names now.
+    pub fn master_port(&self) -> Option<u16> {
+        self.sentinels.iter().find_map(|s| {
+            let reply = s.cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", Self::MASTER]);
+            reply.lines().nth(1)?.trim().parse().ok()
+        })
+    }
+
+    /// The server on `port`.
+    pub fn server(&self, port: u16) -> &Server {
+        self.servers
+            .iter()
+            .find(|s| s.port == port)
+            .expect("one of the group's servers")
+    }
+}
+
+/// Polls `done` every 10 ms for up to 20 s (a fixture coming up; never a refill).
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..2000 {
+        if done() {
+            return;
+        }
+        #[allow(clippy::disallowed_methods)]
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("{what}: not within 20 s");
 }
 
 /// A Redis Function making only the three calls every decision makes (`TIME`, then `GET`

@@ -10,7 +10,7 @@ use ratewarden_policy::{
     config, Bounds, Cost, KeyPart, Mode, OnStoreFailure, Rule, ServerSettings, StoreKind,
     StoreSettings, TrustedProxies, WhenKeyMissing,
 };
-use ratewarden_redis::{RedisConfig, RedisStore, Target, TimeSource};
+use ratewarden_redis::{RedisConfig, RedisStore, SentinelTarget, Target, TimeSource};
 
 /// The config at `path`, or `None` after printing every error found in it to standard
 /// error (the commands that read a config then exit with status 1).
@@ -148,6 +148,19 @@ pub fn redis_config(settings: &StoreSettings) -> anyhow::Result<Option<RedisConf
         StoreKind::Memory => return Ok(None),
         StoreKind::Redis { url } => Target::Single(url.clone()),
         StoreKind::RedisCluster { nodes } => Target::Cluster(nodes.clone()),
+        StoreKind::RedisSentinel {
+            sentinels,
+            master_name,
+            username,
+            password,
+            tls,
+        } => Target::Sentinel(SentinelTarget {
+            sentinels: sentinels.clone(),
+            master_name: master_name.clone(),
+            username: username.clone(),
+            password: password.clone(),
+            tls: *tls,
+        }),
     };
     let tls_ca =
         match &settings.tls_ca_file {
@@ -164,6 +177,7 @@ pub fn redis_config(settings: &StoreSettings) -> anyhow::Result<Option<RedisConf
         breaker_cool_down: settings.breaker_cool_down,
         time: TimeSource::Redis,
         key_prefix: settings.key_prefix.clone(),
+        wait_for_replicas: settings.wait_for_replicas,
         ..RedisConfig::default()
     }))
 }

@@ -73,6 +73,13 @@ pub(super) struct RawStore {
     pub(super) breaker_cool_down: Option<Spanned<String>>,
     pub(super) key_prefix: Option<String>,
     pub(super) tls_ca_file: Option<Spanned<String>>,
+    // `kind = "redis-sentinel"`: the Sentinels, the master's name, and how to speak to it.
+    pub(super) sentinels: Option<Spanned<Vec<String>>>,
+    pub(super) master_name: Option<Spanned<String>>,
+    pub(super) master_username: Option<Spanned<String>>,
+    pub(super) master_password: Option<Spanned<String>>,
+    pub(super) master_tls: Option<Spanned<bool>>,
+    pub(super) wait_for_replicas: Option<Spanned<i64>>,
 }
 
 /// `[envoy]`: what one call to Envoy's front doors may carry, and who may call.

@@ -42,10 +42,24 @@ pub enum StoreKind {
         /// Seed node URLs.
         nodes: Vec<String>,
     },
+    /// A master and its replicas behind Redis Sentinel.
+    RedisSentinel {
+        /// The Sentinels' URLs (their own AUTH in the URL).
+        sentinels: Vec<String>,
+        /// The name the Sentinels monitor the master under.
+        master_name: String,
+        /// The master's AUTH user.
+        username: Option<String>,
+        /// The master's AUTH password.
+        password: Option<String>,
+        /// Whether the master speaks TLS.
+        tls: bool,
+    },
 }
 
 /// The store as logs name it, without credentials: `memory`, `redis redis://10.0.0.5:6379/0`,
-/// `redis-cluster redis://a:6379, redis://b:6379`.
+/// `redis-cluster redis://a:6379, redis://b:6379`, `redis-sentinel mymaster via
+/// redis://s1:26379, redis://s2:26379`.
 impl std::fmt::Display for StoreKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -58,6 +72,20 @@ impl std::fmt::Display for StoreKind {
                         f.write_str(", ")?;
                     }
                     f.write_str(&without_credentials(node))?;
+                }
+                Ok(())
+            }
+            Self::RedisSentinel {
+                sentinels,
+                master_name,
+                ..
+            } => {
+                write!(f, "redis-sentinel {master_name} via ")?;
+                for (i, sentinel) in sentinels.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    f.write_str(&without_credentials(sentinel))?;
                 }
                 Ok(())
             }
@@ -105,6 +133,9 @@ pub struct StoreSettings {
     pub key_prefix: String,
     /// For `rediss://` URLs: a CA certificate file (PEM) to trust instead of the system's.
     pub tls_ca_file: Option<std::path::PathBuf>,
+    /// Replicas that must acknowledge each decision (Redis `WAIT`) before it counts; 0
+    /// waits for none. One Redis or Sentinel only.
+    pub wait_for_replicas: u32,
 }
 
 impl Default for StoreSettings {
@@ -119,6 +150,7 @@ impl Default for StoreSettings {
             breaker_cool_down: shared_store::BREAKER_COOL_DOWN,
             key_prefix: shared_store::KEY_PREFIX.to_owned(),
             tls_ca_file: None,
+            wait_for_replicas: 0,
         }
     }
 }
@@ -315,6 +347,10 @@ impl StoreSettings {
             ),
             ("[store] key_prefix", self.key_prefix != next.key_prefix),
             ("[store] tls_ca_file", self.tls_ca_file != next.tls_ca_file),
+            (
+                "[store] wait_for_replicas",
+                self.wait_for_replicas != next.wait_for_replicas,
+            ),
         ]
         .into_iter()
         .filter_map(|(field, differs)| differs.then_some(field))
@@ -340,5 +376,19 @@ mod tests {
             "redis-cluster redis://a:6379, redis://b:6379"
         );
         assert_eq!(StoreKind::Memory.to_string(), "memory");
+        let sentinel = StoreKind::RedisSentinel {
+            sentinels: vec![
+                "redis://:sentinel-pw@s1:26379".to_owned(),
+                "rediss://s2:26379".to_owned(),
+            ],
+            master_name: "mymaster".to_owned(),
+            username: Some("app".to_owned()),
+            password: Some("master-pw".to_owned()),
+            tls: true,
+        };
+        assert_eq!(
+            sentinel.to_string(),
+            "redis-sentinel mymaster via redis://s1:26379, rediss://s2:26379"
+        );
     }
 }

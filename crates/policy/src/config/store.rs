@@ -30,6 +30,43 @@ pub(super) fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSet
             kind_name == "memory",
             "a Redis store",
         ),
+        (
+            "sentinels",
+            raw.sentinels.as_ref().map(Spanned::span),
+            kind_name != "redis-sentinel",
+            "`kind = \"redis-sentinel\"`",
+        ),
+        (
+            "master_name",
+            raw.master_name.as_ref().map(Spanned::span),
+            kind_name != "redis-sentinel",
+            "`kind = \"redis-sentinel\"`",
+        ),
+        (
+            "master_username",
+            raw.master_username.as_ref().map(Spanned::span),
+            kind_name != "redis-sentinel",
+            "`kind = \"redis-sentinel\"`",
+        ),
+        (
+            "master_password",
+            raw.master_password.as_ref().map(Spanned::span),
+            kind_name != "redis-sentinel",
+            "`kind = \"redis-sentinel\"`",
+        ),
+        (
+            "master_tls",
+            raw.master_tls.as_ref().map(Spanned::span),
+            kind_name != "redis-sentinel",
+            "`kind = \"redis-sentinel\"`",
+        ),
+        // `WAIT` answers for the server it is sent to; a Cluster's decisions span masters.
+        (
+            "wait_for_replicas",
+            raw.wait_for_replicas.as_ref().map(Spanned::span),
+            kind_name != "redis" && kind_name != "redis-sentinel",
+            "`kind = \"redis\"` and `kind = \"redis-sentinel\"`",
+        ),
     ];
     for (field, at, stray, applies_to) in stray {
         if let (Some(at), true) = (at, stray) {
@@ -68,11 +105,41 @@ pub(super) fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSet
             }
             StoreKind::RedisCluster { nodes }
         }
+        Some(("redis-sentinel", at)) => {
+            let sentinels = raw.sentinels.map(Spanned::into_inner).unwrap_or_default();
+            if sentinels.is_empty() {
+                errors.at(
+                    Some(at.clone()),
+                    None,
+                    "`[store]`: `kind = \"redis-sentinel\"` needs `sentinels`, the Sentinels' URLs, such as [\"redis://10.0.0.1:26379\"]"
+                        .to_owned(),
+                );
+            }
+            let master_name = match raw.master_name {
+                Some(name) if !name.get_ref().is_empty() => name.into_inner(),
+                _ => {
+                    errors.at(
+                        Some(at),
+                        None,
+                        "`[store]`: `kind = \"redis-sentinel\"` needs `master_name`, the name the Sentinels monitor the master under"
+                            .to_owned(),
+                    );
+                    String::new()
+                }
+            };
+            StoreKind::RedisSentinel {
+                sentinels,
+                master_name,
+                username: raw.master_username.map(Spanned::into_inner),
+                password: raw.master_password.map(Spanned::into_inner),
+                tls: raw.master_tls.is_some_and(Spanned::into_inner),
+            }
+        }
         Some((other, at)) => {
             errors.at(
                 Some(at),
                 None,
-                format!("`[store]`: `kind` is `memory`, `redis` or `redis-cluster`, not `{other}`"),
+                format!("`[store]`: `kind` is `memory`, `redis`, `redis-cluster` or `redis-sentinel`, not `{other}`"),
             );
             StoreKind::Memory
         }
@@ -110,6 +177,11 @@ pub(super) fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSet
     };
     let breaker_failures = count(errors, "breaker_failures", &raw.breaker_failures)
         .unwrap_or(defaults.breaker_failures);
+    let wait_for_replicas = raw
+        .wait_for_replicas
+        .as_ref()
+        .and_then(|n| errors.whole(n, "`[store]`: `wait_for_replicas`", None, true))
+        .unwrap_or(defaults.wait_for_replicas);
     let mut duration = |field: &str, value: &Option<Spanned<String>>| {
         errors.duration(
             value.as_ref(),
@@ -133,6 +205,7 @@ pub(super) fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSet
         tls_ca_file: raw
             .tls_ca_file
             .map(|f| std::path::PathBuf::from(f.into_inner())),
+        wait_for_replicas,
     }
 }
 

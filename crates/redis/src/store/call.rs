@@ -60,7 +60,7 @@ impl RedisStore {
         // One script when the keys can go together: always on one server, and on a Cluster
         // when they share a slot.
         let groups: Vec<Vec<usize>> = match &self.client {
-            Client::Single(_) => vec![(0..checks.len()).collect()],
+            Client::Single(_) | Client::Sentinel(_) => vec![(0..checks.len()).collect()],
             Client::Cluster(_) => {
                 // A slot's group found by its number, not by a walk of the groups so far: a
                 // call of n keys over as many slots would otherwise cost n².

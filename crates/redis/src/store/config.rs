@@ -10,6 +10,25 @@ pub enum Target {
     Single(String),
     /// A Redis Cluster, found through these seed nodes.
     Cluster(Vec<String>),
+    /// A master and its replicas behind Redis Sentinel, followed across failovers.
+    Sentinel(SentinelTarget),
+}
+
+/// A master found through Redis Sentinel: where the Sentinels are, which master, and how
+/// to speak to the master once found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentinelTarget {
+    /// The Sentinels, such as `redis://10.0.0.1:26379`; Sentinel's own AUTH goes in the URL
+    /// (`redis://:password@host:26379`, the same on every Sentinel), `rediss://` for TLS.
+    pub sentinels: Vec<String>,
+    /// The name the Sentinels monitor the master under (`sentinel monitor <name> ...`).
+    pub master_name: String,
+    /// The master's AUTH user (none for the default user).
+    pub username: Option<String>,
+    /// The master's AUTH password.
+    pub password: Option<String>,
+    /// Whether the master (and its replicas) speak TLS.
+    pub tls: bool,
 }
 
 /// Whose clock decides.
@@ -49,6 +68,14 @@ pub struct RedisConfig {
     /// wait for each other, one round trip at a time: only for measuring what pipelining
     /// is worth.
     pub pipeline: bool,
+    /// Replicas that must acknowledge each decision's write (Redis `WAIT`, for at most the
+    /// deadline) before it counts as made; 0 (the default) waits for none. Replication is
+    /// asynchronous: a decision the master acknowledged just before it died may never reach
+    /// the replica that takes over, which then admits those units again. Waiting closes
+    /// that window at the cost of a replica's round trip on every decision; a decision not
+    /// acknowledged in time fails, and the rule's failure policy answers. One server or
+    /// Sentinel only (a Cluster refuses it).
+    pub wait_for_replicas: u32,
 }
 
 impl Default for RedisConfig {
@@ -62,6 +89,7 @@ impl Default for RedisConfig {
             key_prefix: ratewarden_core::shared_store::KEY_PREFIX.to_owned(),
             tls_ca: None,
             pipeline: true,
+            wait_for_replicas: 0,
         }
     }
 }

@@ -1,23 +1,29 @@
 //! The client made once per store, and its one connection (to a server or a Cluster),
 //! opened on first use with the library loaded.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 
+use super::sentinel::Sentinel;
 use super::{RedisConfig, RedisError, RedisStore, Target};
+use crate::breaker::Breaker;
 
 /// Made once per store; boxed because the clients are large with TLS.
 #[derive(Clone)]
 pub(super) enum Client {
     Single(Box<redis::Client>),
     Cluster(Box<redis::cluster::ClusterClient>),
+    /// The Sentinels and the master they name, shared by the client and its connection.
+    Sentinel(Arc<Sentinel>),
 }
 
 impl Client {
-    /// The client for `config`'s target, trusting `config`'s CA if it has one.
-    pub(super) fn new(config: &RedisConfig) -> Result<Self, RedisError> {
+    /// The client for `config`'s target, trusting `config`'s CA if it has one; `breaker`
+    /// is told when a Sentinel names a new master.
+    pub(super) fn new(config: &RedisConfig, breaker: &Arc<Breaker>) -> Result<Self, RedisError> {
         let certificates = || redis::TlsCertificates {
             client_tls: None,
             root_cert: config.tls_ca.clone(),
@@ -31,12 +37,23 @@ impl Client {
                 let mut builder =
                     redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
                         .response_timeout(client_timeout(config.deadline, CLIENT_RESPONSE))
-                        .connection_timeout(client_timeout(config.deadline, CLIENT_CONNECT));
+                        .connection_timeout(client_timeout(config.deadline, CLIENT_CONNECT))
+                        // The client's own retries resend a call whose connection broke after
+                        // it was written, when the script may have run: a decision charged
+                        // twice. The store resends itself, only on the answers that say the
+                        // script did not run (`cluster.rs`).
+                        .retries(0);
                 if config.tls_ca.is_some() {
                     builder = builder.certs(certificates());
                 }
                 Client::Cluster(Box::new(builder.build()?))
             }
+            Target::Sentinel(target) => Client::Sentinel(Arc::new(Sentinel::new(
+                target,
+                config.tls_ca.as_deref(),
+                Arc::clone(breaker),
+                client_timeout(config.deadline, CLIENT_CONNECT),
+            )?)),
         })
     }
 }
@@ -45,6 +62,7 @@ impl Client {
 pub(super) enum Connection {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    Sentinel(Arc<Sentinel>),
 }
 
 impl RedisStore {
@@ -86,7 +104,8 @@ impl RedisStore {
     ) -> Result<T, RedisError> {
         Ok(match connection {
             Connection::Single(c) => cmd.query_async(c).await?,
-            Connection::Cluster(c) => cmd.query_async(c).await?,
+            Connection::Cluster(c) => return super::cluster::query(c, cmd).await,
+            Connection::Sentinel(s) => return s.query(cmd).await,
         })
     }
 }
@@ -106,6 +125,11 @@ async fn handshake(client: Client, deadline: Duration) -> Result<Connection, Red
             Connection::Single(ConnectionManager::new_with_config(*client, config).await?)
         }
         Client::Cluster(client) => Connection::Cluster(client.get_async_connection().await?),
+        Client::Sentinel(sentinel) => {
+            // Finding the master loads the library there (and on every master after it).
+            sentinel.connect().await?;
+            return Ok(Connection::Sentinel(sentinel));
+        }
     };
     // Load the library up front, so the first decision need not find it missing. (A server
     // restarted, flushed or failed over later gets it on a call that finds it missing: see

@@ -1,6 +1,11 @@
 //! The Lua code as a Redis Function library: loaded once per server, called with `FCALL`,
 //! loaded again on a server that lost it.
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use redis::cluster_async::ClusterConnection;
+
 use super::connection::Connection;
 use super::{RedisError, RedisStore};
 
@@ -43,6 +48,13 @@ pub(super) static LIBRARY: std::sync::LazyLock<Library> = std::sync::LazyLock::n
     Library { function, source }
 });
 
+/// `FUNCTION LOAD REPLACE` of the library.
+pub(super) fn load_command() -> redis::Cmd {
+    let mut load = redis::cmd("FUNCTION");
+    load.arg("LOAD").arg("REPLACE").arg(LIBRARY.source.as_str());
+    load
+}
+
 impl RedisStore {
     /// One call of the function: keys and arguments in, the reply out (a flat array of
     /// strings, or one string from the compact call of one check). A server without the
@@ -71,22 +83,82 @@ impl RedisStore {
         } else {
             Some(self.one_at_a_time.lock().await)
         };
-        match Self::query(connection, fcall).await {
+        match self.query_replicated(connection, fcall).await {
             Err(RedisError::Redis(e)) if Self::function_missing(&e) => {
                 Self::load(connection).await?;
-                Self::query(connection, fcall).await
+                self.query_replicated(connection, fcall).await
+            }
+            Err(RedisError::Redis(e)) if super::cluster::node_lost(&e) => {
+                if let Connection::Cluster(c) = connection {
+                    self.follow_promotion(c, fcall);
+                }
+                Err(RedisError::Redis(e))
             }
             reply => reply,
         }
+    }
+
+    /// Starts [`follow_promotion`](super::cluster::follow_promotion) for `fcall`'s slot,
+    /// unless one already runs.
+    fn follow_promotion(&self, connection: &ClusterConnection, fcall: &redis::Cmd) {
+        if self.following_promotion.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let (connection, fcall, breaker) =
+            (connection.clone(), fcall.clone(), Arc::clone(&self.breaker));
+        let following = Arc::clone(&self.following_promotion);
+        tokio::spawn(async move {
+            super::cluster::follow_promotion(connection, fcall, breaker).await;
+            following.store(false, Ordering::Release);
+        });
+    }
+
+    /// Sends `fcall`, followed on the same connection by `WAIT` for
+    /// [`RedisConfig::wait_for_replicas`](super::RedisConfig::wait_for_replicas) replicas
+    /// when that is set: the decision counts only once they hold it.
+    async fn query_replicated<T: redis::FromRedisValue>(
+        &self,
+        connection: &mut Connection,
+        fcall: &redis::Cmd,
+    ) -> Result<T, RedisError> {
+        let wanted = self.config.wait_for_replicas;
+        if wanted == 0 {
+            return Self::query(connection, fcall).await;
+        }
+        // WAIT's timeout is in whole milliseconds, and 0 would wait for ever: the deadline,
+        // at least 1 ms (the deadline ends the call anyway).
+        let timeout = u64::try_from(self.config.deadline.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let mut pipeline = redis::pipe();
+        pipeline
+            .add_command(fcall.clone())
+            .cmd("WAIT")
+            .arg(wanted)
+            .arg(timeout);
+        let (reply, acknowledged): (T, u32) = match connection {
+            Connection::Single(c) => pipeline.query_async(c).await?,
+            Connection::Sentinel(s) => s.query_pipeline(&pipeline).await?,
+            Connection::Cluster(_) => {
+                return Err(RedisError::Protocol(
+                    "wait_for_replicas applies to one server or Sentinel, not a Cluster".to_owned(),
+                ))
+            }
+        };
+        if acknowledged < wanted {
+            return Err(RedisError::NotReplicated {
+                acknowledged,
+                wanted,
+            });
+        }
+        Ok(reply)
     }
 
     /// `FUNCTION LOAD REPLACE` of the library: on a Cluster, the client sends it to every
     /// primary. Replacing is safe: a library's name is a hash of its code, so whatever
     /// holds the name holds this code.
     pub(super) async fn load(connection: &mut Connection) -> Result<(), RedisError> {
-        let mut load = redis::cmd("FUNCTION");
-        load.arg("LOAD").arg("REPLACE").arg(LIBRARY.source.as_str());
-        let _name: redis::Value = Self::query(connection, &load).await?;
+        let _name: redis::Value = Self::query(connection, &load_command()).await?;
         Ok(())
     }
 
@@ -94,5 +166,8 @@ impl RedisStore {
     fn function_missing(e: &redis::RedisError) -> bool {
         e.detail()
             .is_some_and(|d| d.starts_with("Function not found"))
+            // Within a pipeline (`wait_for_replicas`) the error is the pipeline's, which
+            // names its commands' errors in its message.
+            || (e.detail().is_none() && e.to_string().contains("Function not found"))
     }
 }

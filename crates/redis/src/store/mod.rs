@@ -2,23 +2,27 @@
 //! breaker in front, and layered decisions across Cluster slots by reserve-then-refund.
 //!
 //! One concept a file: what the store is told (`config`) and how it fails (`error`); the
-//! client and its connection (`connection`); the Lua library (`library`); the script calls
+//! client and its connection (`connection`); the master behind Sentinel (`sentinel`); a
+//! Cluster call's resending (`cluster`); the Lua library (`library`); the script calls
 //! and the Cluster's reserve-then-refund (`call`); the breaker and the deadline (`guard`);
 //! permits (`permit`); and the `AsyncStore` interface (`as_store`).
 
 mod as_store;
 mod call;
+mod cluster;
 mod config;
 mod connection;
 mod error;
 mod guard;
 mod library;
 mod permit;
+mod sentinel;
 
-pub use config::{RedisConfig, Target, TimeSource};
+pub use config::{RedisConfig, SentinelTarget, Target, TimeSource};
 pub use error::RedisError;
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::Arc;
 
 use ratewarden_core::Limit;
 use tokio::sync::OnceCell;
@@ -39,11 +43,13 @@ pub struct RedisStore {
     connection: OnceCell<Connection>,
     /// The connection's handshake while it runs (see `connection.rs`).
     handshake: tokio::sync::Mutex<Option<JoinHandle<Result<Connection, RedisError>>>>,
-    breaker: Breaker,
+    breaker: Arc<Breaker>,
     /// See [`RedisStore::late_timeouts`].
     late_timeouts: AtomicU64,
     /// Held across each call when `pipeline` is off.
     one_at_a_time: tokio::sync::Mutex<()>,
+    /// Whether a task follows a Cluster failover (see `cluster::follow_promotion`).
+    following_promotion: Arc<AtomicBool>,
 }
 
 impl RedisStore {
@@ -54,9 +60,13 @@ impl RedisStore {
     ///
     /// A URL that cannot be a Redis address.
     pub fn new(config: RedisConfig) -> Result<Self, RedisError> {
-        let client = Client::new(&config)?;
+        let breaker = Arc::new(Breaker::new(
+            config.breaker_failures,
+            config.breaker_cool_down,
+        ));
+        let client = Client::new(&config, &breaker)?;
         Ok(Self {
-            breaker: Breaker::new(config.breaker_failures, config.breaker_cool_down),
+            breaker,
             config,
             client,
             function: LIBRARY.function.as_str(),
@@ -64,6 +74,7 @@ impl RedisStore {
             handshake: tokio::sync::Mutex::new(None),
             late_timeouts: AtomicU64::new(0),
             one_at_a_time: tokio::sync::Mutex::new(()),
+            following_promotion: Arc::new(AtomicBool::new(false)),
         })
     }
 
