@@ -99,8 +99,11 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// The method, target, minor version and lines `head` parses to.
-    fn parsed(head: &[u8]) -> Parsed<(String, String, u8, Vec<(String, Vec<u8>)>, usize)> {
+    /// A head's method, target, minor version, lines and length, owned.
+    type Owned = (String, String, u8, Vec<(String, Vec<u8>)>, usize);
+
+    /// What `head` parses to.
+    fn parsed(head: &[u8]) -> Parsed<Owned> {
         let mut lines = lines();
         match parse(head, &mut lines) {
             Parsed::Complete(h) => Parsed::Complete((
