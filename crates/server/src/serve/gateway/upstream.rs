@@ -19,7 +19,7 @@ pub(crate) struct Upstream {
     client: Client<HttpConnector, Body>,
     /// The connections of the gateway's lean path (`lean/`), kept apart from
     /// hyper-util's pool.
-    pub(crate) lean: crate::serve::gateway::lean::Pool,
+    pub(crate) lean: crate::serve::gateway::lean::upstream::Pool,
 }
 
 impl Upstream {
@@ -41,7 +41,7 @@ impl Upstream {
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(bounds.upstream_pool_idle)
             .build(connector);
-        let lean = crate::serve::gateway::lean::Pool::new(&authority);
+        let lean = crate::serve::gateway::lean::upstream::Pool::new(&authority);
         Ok(Self {
             authority,
             client,

@@ -16,9 +16,7 @@ mod body;
 mod forward;
 mod head;
 mod relay;
-mod upstream;
-
-pub(crate) use upstream::Pool;
+pub(crate) mod upstream;
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
