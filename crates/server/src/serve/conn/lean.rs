@@ -68,8 +68,8 @@ pub(crate) enum MoreHead {
 
 /// Whether `at` has passed; if not, `cx` is woken by then, by `sleep`. The timer entry is
 /// moved only when `at` is earlier than where it stands: a later deadline (the next
-/// request's, nearly always) lets it fire early, once, and be set then. Moving it cost
-/// 250 instructions a time, twice a request.
+/// request's, nearly always) lets it fire early, once, and be set then: moving it is a
+/// timer-wheel update, and a request would move it twice.
 fn poll_deadline(
     sleep: &mut Pin<Box<Sleep>>,
     cx: &mut std::task::Context<'_>,
