@@ -268,3 +268,128 @@ pub(crate) fn chunk(out: &mut Vec<u8>, data: &[u8]) {
     out.extend_from_slice(data);
     out.extend_from_slice(b"\r\n");
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn framed(lines: &[Line<'_>]) -> Result<Framing, &'static str> {
+        framing(lines, StatusCode::OK, false, false)
+    }
+
+    #[test]
+    fn a_body_is_delimited_as_hyper_s_client_reads_it() {
+        assert_eq!(framed(&[(b"Content-Length", b"5")]), Ok(Framing::Length(5)));
+        assert_eq!(
+            framed(&[(b"content-length", b"5, 5")]),
+            Ok(Framing::Length(5))
+        );
+        assert_eq!(framed(&[]), Ok(Framing::Close));
+        // `Transfer-Encoding` wins over `Content-Length`; chunked only when last.
+        let both: &[Line<'_>] = &[
+            (b"content-length", b"5"),
+            (b"Transfer-Encoding", b"chunked"),
+        ];
+        assert_eq!(framed(both), Ok(Framing::Chunked));
+        assert_eq!(
+            framed(&[(b"transfer-encoding", b"chunked, gzip")]),
+            Ok(Framing::Close)
+        );
+        assert_eq!(
+            framed(&[(b"transfer-encoding", b"gzip, CHUNKED ")]),
+            Ok(Framing::Chunked)
+        );
+        for status in [StatusCode::NO_CONTENT, StatusCode::NOT_MODIFIED] {
+            assert_eq!(
+                framing(&[(b"content-length", b"5")], status, false, false),
+                Ok(Framing::None)
+            );
+        }
+        assert_eq!(
+            framing(&[(b"content-length", b"5")], StatusCode::OK, true, false),
+            Ok(Framing::None)
+        );
+        for bad in [
+            &[
+                (&b"content-length"[..], &b"5"[..]),
+                (b"content-length", b"6"),
+            ][..],
+            &[(b"content-length", b"5, 6")],
+            &[(b"content-length", b"+5")],
+            &[(b"content-length", b"")],
+        ] {
+            assert!(framed(bad).is_err(), "{bad:?}");
+        }
+        let old = framing(
+            &[(b"transfer-encoding", b"chunked")],
+            StatusCode::OK,
+            false,
+            true,
+        );
+        assert!(old.is_err(), "no transfer coding in HTTP/1.0");
+    }
+
+    #[test]
+    fn a_body_is_sent_with_its_length_when_one_is_left_else_chunked() {
+        let lines: &[Line<'_>] = &[(b"content-length", b"3"), (b"content-length", b"3")];
+        assert_eq!(
+            encode_as(lines, None, Framing::Length(7)),
+            Some(Encode::Length(7))
+        );
+        assert_eq!(
+            encode_as(lines, None, Framing::Chunked),
+            Some(Encode::Chunked)
+        );
+        assert_eq!(
+            encode_as(lines, Some(0), Framing::Close),
+            Some(Encode::Length(3))
+        );
+        let differ: &[Line<'_>] = &[(b"content-length", b"3"), (b"content-length", b"4")];
+        assert_eq!(encode_as(differ, Some(0), Framing::Chunked), None);
+        assert_eq!(encode_as(lines, None, Framing::None), Some(Encode::None));
+    }
+
+    proptest! {
+        /// Data framed by a length or as chunks, however the reads cut it, decodes to the
+        /// same data, its end found exactly where it is.
+        #[test]
+        fn encoded_data_decodes_to_itself_wherever_the_reads_cut(
+            chunks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..50), 0..6),
+            cuts in proptest::collection::vec(0usize..400, 0..8),
+            chunked in any::<bool>(),
+        ) {
+            let data = chunks.concat();
+            let (encode, framing) = if chunked {
+                (Encode::Chunked, Framing::Chunked)
+            } else {
+                (Encode::Length(data.len() as u64), Framing::Length(data.len() as u64))
+            };
+            let mut wire = Vec::new();
+            let mut encoder = Encoder::new(encode);
+            for chunk in &chunks {
+                encoder.encode(chunk, &mut wire);
+            }
+            encoder.finish(&mut wire);
+            let body = wire.len();
+            wire.extend_from_slice(b"NEXT");
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(wire.len())).collect();
+            cuts.push(wire.len());
+            cuts.sort_unstable();
+            let mut decoder = Decoder::new(framing);
+            let (mut read, mut scratch, mut at, mut end) = (Vec::new(), Vec::new(), 0, None);
+            for cut in cuts {
+                let decoded = decoder.decode(&wire[at..cut], &mut scratch);
+                prop_assert!(decoded.malformed.is_none());
+                read.extend_from_slice(decoded.data);
+                if let Some(n) = decoded.ended {
+                    end = Some(at + n);
+                    break;
+                }
+                at = cut;
+            }
+            prop_assert_eq!(end, Some(body));
+            prop_assert_eq!(read, data);
+        }
+    }
+}
