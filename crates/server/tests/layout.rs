@@ -3,6 +3,9 @@
 //! imports nothing of the server around it, every front door reaches the engine through
 //! the admission pipeline, and no source file cites an issue.
 //!
+//! The codec's files are also read line by line (`trespasses`): a path out of `serve::h1`,
+//! the rules' crate or `super::super` in them fails.
+//!
 //! The module graph is read from the sources as text: a module is a file, and it imports
 //! another when it names a path into it (`crate::serve::app::App`, `super::shed::Slot`).
 //! `cargo test -p ratewarden-server --test layout -- --nocapture` prints it.
@@ -173,27 +176,6 @@ fn no_two_modules_import_each_other_in_a_circle() {
 }
 
 #[test]
-fn the_codec_imports_nothing_of_the_server_around_it() {
-    let modules = modules();
-    let edges = graph(&modules);
-    for (module, code) in &modules {
-        if !module.starts_with("serve::h1") {
-            continue;
-        }
-        for target in &edges[module] {
-            assert!(
-                target.starts_with("serve::h1"),
-                "{module} imports {target}: the codec must stand on its own"
-            );
-        }
-        assert!(
-            !code.contains("ratewarden_policy") && !code.contains("ratewarden_core"),
-            "{module} names the engine's crates"
-        );
-    }
-}
-
-#[test]
 fn only_the_admission_pipeline_asks_the_engine_to_decide() {
     let modules = modules();
     for (module, code) in &modules {
@@ -253,4 +235,76 @@ fn no_source_file_cites_an_issue() {
         "history belongs in commits and docs/benchmarks.md, not in src:\n{}",
         found.join("\n")
     );
+}
+
+/// The `.rs` files below `dir`.
+fn sources(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("a readable folder") {
+        let path = entry.expect("an entry").path();
+        if path.is_dir() {
+            files.extend(sources(&path));
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            files.push(path);
+        }
+    }
+    files
+}
+
+/// What a codec file names that it may not: the server's other modules, or the rules.
+fn trespasses(text: &str) -> Vec<(usize, String)> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| {
+            let outside = line
+                .match_indices("crate::serve::")
+                .any(|(at, _)| !line[at + "crate::serve::".len()..].starts_with("h1"));
+            // `super::super` climbs out of the codec as surely as a path does.
+            outside || line.contains("ratewarden_policy") || line.contains("super::super")
+        })
+        .map(|(n, line)| (n + 1, line.trim().to_owned()))
+        .collect()
+}
+
+#[test]
+fn the_codec_names_nothing_of_the_server_or_the_rules() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/serve/h1");
+    let files = sources(&root);
+    assert!(
+        files.len() >= 6,
+        "the codec's files are read: {}",
+        root.display()
+    );
+    let mut found = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("a readable file");
+        for (line, what) in trespasses(&text) {
+            found.push(format!("{}:{line}: {what}", file.display()));
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "the codec reaches outside serve::h1:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_check_sees_what_it_must_refuse() {
+    for bad in [
+        "use crate::serve::app::App;",
+        "use crate::serve::{h1, reply};",
+        "let x = crate::serve::reply::Plain::json(s, b);",
+        "use ratewarden_policy::Identity;",
+        "use super::super::reply::Plain;",
+    ] {
+        assert_eq!(trespasses(bad).len(), 1, "{bad} is refused");
+    }
+    for good in [
+        "use crate::serve::h1::head::Line;",
+        "use super::chunked::Chunked;",
+        "use ratewarden_core::Clock;",
+    ] {
+        assert!(trespasses(good).is_empty(), "{good} is allowed");
+    }
 }

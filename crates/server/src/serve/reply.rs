@@ -64,14 +64,6 @@ impl Plain {
         }
     }
 
-    /// Whether `value` can be a header value: what `HeaderValue::from_str` takes, so that
-    /// the lean path skips the lines [`add_headers`] skips.
-    pub(crate) fn is_header_value(value: &str) -> bool {
-        value
-            .bytes()
-            .all(|b| (b >= 0x20 && b != 0x7f) || b == b'\t')
-    }
-
     /// As hyper's path sends it.
     pub(crate) fn response(self) -> Response<Body> {
         let mut response = Response::new(full(self.body));

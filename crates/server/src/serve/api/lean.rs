@@ -1,15 +1,14 @@
 //! The decision API's own HTTP/1.1 path for `POST /v1/check`: the request parsed from, and
-//! the answer written to, the connection's buffers, with no hyper `Request`, `Response`,
-//! header map or boxed body in between (issue 16: through hyper the API executed 2.43x the
-//! instructions of bare hyper answering the same bytes, ~9,000 of them hyper's objects,
-//! futures moved and allocations around a ~10,000 instruction decision).
+//! the answer written to, the connection's buffers by the codec (`serve::h1`), with no
+//! hyper `Request`, `Response`, header map or boxed body in between (why, and what it costs
+//! beside hyper: `docs/benchmarks.md`, "The decision API's lean path").
 //!
 //! It serves only what `lean_head` recognises exactly (HTTP/1.1, `POST /v1/check`, one
 //! plain `Content-Length`, no `Transfer-Encoding`, `Expect` or `Upgrade`). Any other head
 //! hands the connection to hyper for good, the bytes read so far first (`rewind.rs`), and
 //! hyper serves it as it serves every listener: every other endpoint, error and protocol
 //! corner stays hyper's. The check itself goes through the same functions as hyper's path
-//! (`api::check` and the 415, 413 and 408 of `api.rs`), and `lean_answer` writes the same
+//! (`api::check` and the 415, 413 and 408 of `api/mod.rs`), and the codec writes the same
 //! lines hyper writes.
 //!
 //! Bounds, as hyper's path has them: the buffer holds at most `max_header_bytes` while a

@@ -5,11 +5,7 @@
 //! the connection as it serves every other listener: so a head this reads wrongly can only
 //! be sent to hyper, never answered differently.
 
-use std::mem::MaybeUninit;
-
-/// The most header lines a head the lean path serves may have; more go to hyper (whose
-/// own bound is 100).
-const MAX_HEADERS: usize = 32;
+use crate::serve::h1::request::{self, Parsed};
 
 /// What the bytes at the start of a connection's buffer are.
 #[derive(Debug, PartialEq, Eq)]
@@ -37,27 +33,23 @@ pub(crate) struct Check<'b> {
 
 /// Reads the head at the start of `buf`.
 pub(crate) fn read(buf: &[u8]) -> Head<'_> {
-    let mut headers = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_HEADERS];
-    let mut request = httparse::Request::new(&mut []);
-    let len = match request.parse_with_uninit_headers(buf, &mut headers) {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) => return Head::Partial,
+    let mut lines = request::lines();
+    let head = match request::parse(buf, &mut lines) {
+        Parsed::Complete(head) => head,
+        Parsed::Partial => return Head::Partial,
         // Too many headers, a byte out of place: hyper answers (400, 431) or serves it.
-        Err(_) => return Head::Other,
+        Parsed::Invalid => return Head::Other,
     };
-    if request.version != Some(1)
-        || request.method != Some("POST")
-        || request.path != Some("/v1/check")
-    {
+    if head.minor != 1 || head.method != "POST" || head.target != "/v1/check" {
         return Head::Other;
     }
     let mut body = None;
     let mut kind = None;
     let mut close = None;
-    for header in request.headers.iter() {
+    for header in head.headers {
         let name = header.name.as_bytes();
         // By length first: most lines (Host, User-Agent...) are then one compare away from
-        // being skipped (matching each name against each of six was 350 instructions).
+        // being skipped.
         let is = |wanted: &[u8]| name.eq_ignore_ascii_case(wanted);
         match name.len() {
             14 if is(b"content-length") => {
@@ -76,12 +68,9 @@ pub(crate) fn read(buf: &[u8]) -> Head<'_> {
                 if close.is_some() {
                     return Head::Other;
                 }
-                close = if header.value.eq_ignore_ascii_case(b"close") {
-                    Some(true)
-                } else if header.value.eq_ignore_ascii_case(b"keep-alive") {
-                    Some(false)
-                } else {
-                    return Head::Other;
+                close = match request::connection_close(header.value) {
+                    Some(close) => Some(close),
+                    None => return Head::Other,
                 };
             }
             17 if is(b"transfer-encoding") => return Head::Other,
@@ -94,26 +83,26 @@ pub(crate) fn read(buf: &[u8]) -> Head<'_> {
         return Head::Other;
     };
     Head::Check(Check {
-        len,
+        len: head.len,
         body,
         kind,
         close: close.unwrap_or(false),
     })
 }
 
-/// A `Content-Length` value: decimal digits only, no sign, no spaces, no overflow.
+/// A `Content-Length` value of at most 19 digits (a longer one, even of leading zeros, is
+/// hyper's to judge).
 fn decimal(value: &[u8]) -> Option<u64> {
-    if value.is_empty() || value.len() > 19 {
+    if value.len() > 19 {
         return None;
     }
-    value.iter().try_fold(0u64, |n, &b| {
-        b.is_ascii_digit().then(|| n * 10 + u64::from(b - b'0'))
-    })
+    request::decimal(value)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::serve::h1::request::MAX_HEADERS;
 
     fn check(head: &[u8]) -> Option<Check<'_>> {
         match read(head) {

@@ -1,5 +1,5 @@
-//! A connection served on a lean HTTP/1.1 path (the decision API's, `lean.rs`, and the
-//! gateway's, `lean_gateway.rs`): its read buffer with the unserved bytes, its buffered
+//! A connection served on a lean HTTP/1.1 path (the decision API's, `api/lean.rs`, and the
+//! gateway's, `gateway/lean/`): its read buffer with the unserved bytes, its buffered
 //! answers, and its one timer entry, which times the wait for a kept-alive connection's next
 //! request (`idle_timeout`), for the rest of a head (`header_read_timeout`) and for the rest
 //! of a body (`api_body_timeout`), as `idle.rs` times hyper's connections.
@@ -17,6 +17,7 @@ use crate::serve::app::App;
 use crate::serve::conn::graceful::Stop;
 use crate::serve::conn::rewind::Rewind;
 use crate::serve::conn::send::Sending;
+use crate::serve::h1::answer::{self, Answer};
 use crate::serve::reply::Plain;
 
 /// The read buffer's first size: a check's head and body are a few hundred bytes.
@@ -67,8 +68,8 @@ pub(crate) enum MoreHead {
 
 /// Whether `at` has passed; if not, `cx` is woken by then, by `sleep`. The timer entry is
 /// moved only when `at` is earlier than where it stands: a later deadline (the next
-/// request's, nearly always) lets it fire early, once, and be set then. Moving it cost
-/// 250 instructions a time, twice a request.
+/// request's, nearly always) lets it fire early, once, and be set then: moving it is a
+/// timer-wheel update, and a request would move it twice.
 fn poll_deadline(
     sleep: &mut Pin<Box<Sleep>>,
     cx: &mut std::task::Context<'_>,
@@ -85,6 +86,26 @@ fn poll_deadline(
         sleep.as_mut().reset(at);
     }
     false
+}
+
+/// Appends `plain` as the codec writes an answer: its content type (with `cache-control:
+/// no-store`) first when it has one, as [`Plain::response`] puts them first for hyper.
+fn write_plain(out: &mut Vec<u8>, plain: &Plain, close: bool) {
+    let typed;
+    let first: &[(&str, &str)] = match plain.kind {
+        Some(kind) => {
+            typed = [("content-type", kind), ("cache-control", "no-store")];
+            &typed
+        }
+        None => &[],
+    };
+    let answer = Answer {
+        status: plain.status,
+        first,
+        headers: &plain.headers,
+        body: &plain.body,
+    };
+    answer::write(out, &answer, close);
 }
 
 /// One connection's state.
@@ -145,7 +166,7 @@ impl Conn {
     /// Writes `answer` into the write buffer, and counts it as hyper's path does for the
     /// listener of `role`.
     pub(crate) fn answer(&mut self, app: &App, role: &'static str, answer: &Plain, close: bool) {
-        crate::serve::h1::answer::write(&mut self.out, answer, close);
+        write_plain(&mut self.out, answer, close);
         app.metrics.responded(role, answer.status.as_u16());
     }
 

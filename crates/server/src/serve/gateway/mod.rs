@@ -3,8 +3,6 @@
 
 pub(crate) mod guard;
 pub(crate) mod lean;
-mod lean_head;
-mod lean_upstream;
 mod overrides;
 mod sent_body;
 pub(crate) mod upstream;

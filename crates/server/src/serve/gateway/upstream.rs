@@ -17,9 +17,9 @@ use ratewarden_policy::Bounds;
 pub(crate) struct Upstream {
     pub(crate) authority: Authority,
     client: Client<HttpConnector, Body>,
-    /// The connections of the gateway's lean path (`lean_gateway.rs`), kept apart from
+    /// The connections of the gateway's lean path (`lean/`), kept apart from
     /// hyper-util's pool.
-    pub(crate) lean: crate::serve::gateway::lean_upstream::Pool,
+    pub(crate) lean: crate::serve::gateway::lean::upstream::Pool,
 }
 
 impl Upstream {
@@ -41,7 +41,7 @@ impl Upstream {
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(bounds.upstream_pool_idle)
             .build(connector);
-        let lean = crate::serve::gateway::lean_upstream::Pool::new(&authority);
+        let lean = crate::serve::gateway::lean::upstream::Pool::new(&authority);
         Ok(Self {
             authority,
             client,

@@ -1,40 +1,47 @@
-//! The lean path's answer (`lean.rs`), written straight into the connection's write buffer
-//! line for line as hyper writes the same [`Plain`] answer: the status line, the answer's
-//! header lines (one name's values together, in the order of first appearance, as a
-//! `HeaderMap` iterates), `connection: close` when closing, `content-length`, `date`.
+//! Response heads out for the answers a lean path makes itself: the head and body written
+//! straight into a connection's write buffer, line for line as hyper's server writes the
+//! same response: the status line, the header lines (one name's values together, in the
+//! order of first appearance, as a `HeaderMap` iterates), `connection: close` when closing,
+//! `content-length`, `date`.
 
 use std::cell::RefCell;
 use std::time::{Duration, UNIX_EPOCH};
 
+use http::header::HeaderName;
 use http::StatusCode;
 use ratewarden_core::{Clock, RealClock, NANOS_PER_SEC};
 
-use crate::serve::reply::Plain;
+/// An answer made whole in memory: what [`write`] writes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Answer<'a> {
+    pub(crate) status: StatusCode,
+    /// Lines written first, in order (an answer's content type, say).
+    pub(crate) first: &'a [(&'a str, &'a str)],
+    /// Lines after those, grouped by name; a value that cannot be a header value (a control
+    /// byte) is skipped.
+    pub(crate) headers: &'a [(HeaderName, String)],
+    pub(crate) body: &'a [u8],
+}
 
 /// Appends `answer` to `out`, with `connection: close` when `close`.
-pub(crate) fn write(out: &mut Vec<u8>, answer: &Plain, close: bool) {
+pub(crate) fn write(out: &mut Vec<u8>, answer: &Answer<'_>, close: bool) {
     out.reserve(200 + answer.body.len());
     if answer.status == StatusCode::OK {
         out.extend_from_slice(b"HTTP/1.1 200 OK\r\n");
     } else {
-        out.extend_from_slice(b"HTTP/1.1 ");
-        out.extend_from_slice(answer.status.as_str().as_bytes());
-        out.push(b' ');
         let reason = answer.status.canonical_reason().unwrap_or("<none>");
-        out.extend_from_slice(reason.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        super::head::status_line(out, answer.status, reason);
     }
-    if let Some(kind) = answer.kind {
-        line(out, "content-type", kind);
-        line(out, "cache-control", "no-store");
+    for (name, value) in answer.first {
+        line(out, name, value);
     }
-    let headers = &answer.headers;
+    let headers = answer.headers;
     for (at, (name, _)) in headers.iter().enumerate() {
         if headers[..at].iter().any(|(seen, _)| seen == name) {
             continue;
         }
         for (_, value) in headers[at..].iter().filter(|(other, _)| other == name) {
-            if Plain::is_header_value(value) {
+            if is_value(value) {
                 line(out, name.as_str(), value);
             }
         }
@@ -47,7 +54,15 @@ pub(crate) fn write(out: &mut Vec<u8>, answer: &Plain, close: bool) {
     out.extend_from_slice(b"\r\n");
     date(out);
     out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(&answer.body);
+    out.extend_from_slice(answer.body);
+}
+
+/// Whether `value` can be a header value: what `HeaderValue::from_str` takes (no control
+/// byte but a tab).
+pub(crate) fn is_value(value: &str) -> bool {
+    value
+        .bytes()
+        .all(|b| (b >= 0x20 && b != 0x7f) || b == b'\t')
 }
 
 /// Appends a `date` line with the time now, as hyper writes it.
@@ -107,9 +122,9 @@ impl Date {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::header::{HeaderName, CONTENT_TYPE, RETRY_AFTER};
+    use http::header::{CONTENT_TYPE, RETRY_AFTER};
 
-    fn text(answer: &Plain, close: bool) -> String {
+    fn text(answer: &Answer<'_>, close: bool) -> String {
         let mut out = Vec::new();
         write(&mut out, answer, close);
         String::from_utf8(out).expect("ASCII")
@@ -117,7 +132,19 @@ mod tests {
 
     #[test]
     fn an_answer_is_written_as_hyper_writes_it() {
-        let ok = text(&Plain::json(StatusCode::OK, &b"{}"[..]), false);
+        let json = [
+            ("content-type", "application/json"),
+            ("cache-control", "no-store"),
+        ];
+        let ok = text(
+            &Answer {
+                status: StatusCode::OK,
+                first: &json,
+                headers: &[],
+                body: b"{}",
+            },
+            false,
+        );
         let (head, date) = ok.split_once("date: ").expect("a date");
         assert_eq!(
             head,
@@ -126,16 +153,17 @@ mod tests {
         let (date, body) = date.split_once("\r\n\r\n").expect("the head's end");
         assert!(httpdate::parse_http_date(date).is_ok(), "{date}");
         assert_eq!(body, "{}");
-        let contract = Plain {
+        let headers = [
+            (RETRY_AFTER, "1".to_owned()),
+            (CONTENT_TYPE, "text/plain".to_owned()),
+            (RETRY_AFTER, "2".to_owned()),
+            (HeaderName::from_static("x-bad"), "a\nb".to_owned()),
+        ];
+        let contract = Answer {
             status: StatusCode::SERVICE_UNAVAILABLE,
-            kind: None,
-            headers: vec![
-                (RETRY_AFTER, "1".to_owned()),
-                (CONTENT_TYPE, "text/plain".to_owned()),
-                (RETRY_AFTER, "2".to_owned()),
-                (HeaderName::from_static("x-bad"), "a\nb".to_owned()),
-            ],
-            body: "no".into(),
+            first: &[],
+            headers: &headers,
+            body: b"no",
         };
         let closed = text(&contract, true);
         assert!(

@@ -1,7 +1,6 @@
-//! A chunked body (RFC 9112 §7.1) decoded as its bytes come: the gateway's lean path
-//! (`lean_gateway.rs`) relays an upstream's chunked answer as hyper's gateway does, its data
-//! framed anew and its chunk extensions and trailers dropped, and must know when it is whole
-//! to reuse the connection, and when it is malformed to stop.
+//! A chunked body (RFC 9112 §7.1) decoded as its bytes come: its data, where it ends (so a
+//! connection can be reused), and where it is malformed (so a relay can stop). Chunk
+//! extensions and trailers are read past, within bounds, and dropped.
 
 /// The most bytes of chunk extensions in a body, as hyper's client.
 const MAX_EXTENSIONS: u64 = 16 * 1024;

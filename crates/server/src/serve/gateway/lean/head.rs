@@ -1,8 +1,8 @@
-//! Which request heads the gateway's lean path (`lean_gateway.rs`) serves itself: a plain
+//! Which request heads the gateway's lean path serves itself: a plain
 //! HTTP/1.1 `GET` or `HEAD` without a body, whose identity nobody could read two ways.
 //!
-//! Everything this does not recognise exactly goes to hyper's gateway (`gateway.rs` and
-//! its `forwarding_headers`, with `guard.rs`), which serves the rest of the connection: a
+//! Everything this does not recognise exactly goes to hyper's gateway (`gateway/mod.rs`
+//! and its `forwarding_headers`, with `guard.rs`), which serves the rest of the connection: a
 //! head this reads wrongly can only be sent there, never answered or forwarded differently.
 //! So it hands off, besides what hyper answers with an error, every head `guard.rs` or
 //! `overrides.rs` would look at twice (a second `Host`, an override header or a query's
@@ -16,14 +16,11 @@
 //! (`gateway::CLIENT_HEADERS`, a configured `client_ip_header`) always go, and so does any
 //! forwarding line from a peer we do not trust, whose lines hyper's gateway rewrites.
 
-use std::mem::MaybeUninit;
 use std::net::IpAddr;
 
 use ratewarden_policy::{ClientIpHeader, Identity};
 
-/// The most header lines a head the lean path serves may have; more go to hyper (whose
-/// own bound is 100).
-pub(crate) const MAX_HEADERS: usize = 32;
+use crate::serve::h1::request::{self, Header, Lines, Parsed};
 
 /// The longest header name looked up among the identity headers; a longer one goes to
 /// hyper (no header the rules name is that long in practice).
@@ -58,7 +55,7 @@ pub(crate) struct Get<'h, 'b> {
     /// The one `Host` line's value.
     pub(crate) host: &'b str,
     /// Every header line, `Connection` among them, in order; each value visible ASCII.
-    pub(crate) headers: &'h [httparse::Header<'b>],
+    pub(crate) headers: &'h [Header<'b>],
     /// `Connection: close`: answer, then close.
     pub(crate) close: bool,
     /// Where in `headers` the one `X-Forwarded-For` line is, sent by a trusted proxy: our
@@ -67,14 +64,6 @@ pub(crate) struct Get<'h, 'b> {
     /// A trusted proxy sent its `X-Forwarded-Proto` line: forwarded as it came, and ours
     /// not added.
     pub(crate) forwarded_proto: bool,
-}
-
-/// Storage for a head's header lines, on the caller's stack.
-pub(crate) type Lines<'b> = [MaybeUninit<httparse::Header<'b>>; MAX_HEADERS];
-
-/// Empty storage for [`read`].
-pub(crate) fn lines<'b>() -> Lines<'b> {
-    [const { MaybeUninit::uninit() }; MAX_HEADERS]
 }
 
 /// Reads the head at the start of `buf`, its lines into `lines`; `identity` names the
@@ -86,15 +75,14 @@ pub(crate) fn read<'h, 'b>(
     identity: &Identity,
     peer: IpAddr,
 ) -> Head<'h, 'b> {
-    let mut request = httparse::Request::new(&mut []);
-    let len = match request.parse_with_uninit_headers(buf, lines) {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) => return Head::Partial,
+    let head = match request::parse(buf, lines) {
+        Parsed::Complete(head) => head,
+        Parsed::Partial => return Head::Partial,
         // Too many headers, a byte out of place: hyper answers (400, 431) or serves it.
-        Err(_) => return Head::Other,
+        Parsed::Invalid => return Head::Other,
     };
-    let (Some(1), Some(method @ ("GET" | "HEAD")), Some(target)) =
-        (request.version, request.method, request.path)
+    let (1, method @ ("GET" | "HEAD"), target, len) =
+        (head.minor, head.method, head.target, head.len)
     else {
         return Head::Other;
     };
@@ -114,7 +102,7 @@ pub(crate) fn read<'h, 'b>(
     if query.is_some_and(|q| overrides_method(q, method)) {
         return Head::Other;
     }
-    let headers: &'h [httparse::Header<'b>] = request.headers;
+    let headers: &'h [Header<'b>] = head.headers;
     let mut host = None;
     let mut close = None;
     let (mut forwarded_for, mut forwarded_host, mut forwarded_proto) = (None, false, false);
@@ -162,12 +150,9 @@ pub(crate) fn read<'h, 'b>(
                 if close.is_some() {
                     return Head::Other;
                 }
-                close = if header.value.eq_ignore_ascii_case(b"close") {
-                    Some(true)
-                } else if header.value.eq_ignore_ascii_case(b"keep-alive") {
-                    Some(false)
-                } else {
-                    return Head::Other;
+                close = match request::connection_close(header.value) {
+                    Some(close) => Some(close),
+                    None => return Head::Other,
                 };
                 false
             }
@@ -225,7 +210,7 @@ fn overrides_method(query: &str, method: &str) -> bool {
 
 /// Whether the line at `at` is an identity header that comes again later: the limiter
 /// could count one line and the upstream read the other (`guard::ambiguous_identity`).
-fn repeated_identity(headers: &[httparse::Header<'_>], at: usize, identity: &Identity) -> bool {
+fn repeated_identity(headers: &[Header<'_>], at: usize, identity: &Identity) -> bool {
     let name = headers[at].name;
     let later = &headers[at + 1..];
     if !later.iter().any(|h| h.name.eq_ignore_ascii_case(name)) {
@@ -251,6 +236,7 @@ fn plain_target_byte(b: u8) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::serve::h1::request::{lines, MAX_HEADERS};
     use proptest::prelude::*;
     use ratewarden_memory::{MemoryStore, StoreConfig};
     use ratewarden_policy::{config, Engine};

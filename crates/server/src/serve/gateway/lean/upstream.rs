@@ -1,7 +1,7 @@
-//! The gateway's lean path (`lean_gateway.rs`) to the upstream: a worker's pool of plain
-//! TCP connections, a request head sent on one, and the response head read back, with the
-//! bounds hyper-util's client has (`upstream.rs`): the connect timeout, and a head of at
-//! most hyper's client buffer.
+//! The gateway's lean path to the upstream: a worker's pool of plain TCP connections, a
+//! request head sent on one, and the response head read back (found by the codec's
+//! [`Scan`]), with the bounds hyper-util's client has (`gateway/upstream.rs`): the connect
+//! timeout, and a head of at most hyper's client buffer.
 //!
 //! A connection is pooled only after a complete, well-framed response (the caller says);
 //! one taken from the pool is checked first (closed by the upstream, or with bytes nobody
@@ -9,7 +9,6 @@
 //! the answer is sent again once on a new one, as hyper-util's client retries: the lean
 //! path only forwards `GET` and `HEAD`, which may be repeated.
 
-use std::mem::MaybeUninit;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -18,15 +17,11 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
+use crate::serve::h1::response::{Scan, MAX_RESPONSE_HEAD};
+
 /// The most idle connections a worker keeps (hyper-util keeps any number; a bound keeps a
 /// burst's connections from staying open for `upstream_pool_idle`).
 const MAX_IDLE: usize = 256;
-
-/// The longest response head read: hyper's client buffer (8 KiB plus 100 lines of 4 KiB).
-pub(crate) const MAX_RESPONSE_HEAD: usize = 8192 + 4096 * 100;
-
-/// The most header lines a response may have, as hyper's client.
-pub(crate) const MAX_RESPONSE_HEADERS: usize = 100;
 
 /// A worker's idle connections to the upstream.
 #[derive(Debug)]
@@ -154,44 +149,30 @@ async fn send(mut stream: TcpStream, request: &[u8], buf: &mut Vec<u8>) -> Resul
     if stream.write_all(request).await.is_err() {
         return Err(Sent::Unanswered);
     }
-    // The head being read is `buf[start..filled]`: interim answers before it are skipped
-    // by moving `start`, and the buffer compacted once a read, not once an answer (a flood
-    // of them in one read would otherwise copy the rest of the read for each).
-    let mut start = 0;
+    // The head being looked for starts at `scan.start()`: interim answers before it are
+    // skipped, and the buffer compacted once a read, not once an answer (a flood of them in
+    // one read would otherwise copy the rest of the read for each).
+    let mut scan = Scan::default();
     let mut filled = 0;
-    // Where the search for the head's end resumes.
-    let mut scanned = 0;
     let mut answered_any = false;
     loop {
-        // Empty lines before a status line are skipped, as httparse skips them for hyper's
-        // client: else one before an interim answer hid it, and it was relayed as the answer.
-        loop {
-            match &buf[start..filled] {
-                [b'\n', ..] => start += 1,
-                [b'\r', b'\n', ..] => start += 2,
-                _ => break,
-            }
+        if scan
+            .found(&buf[..filled])
+            .map_err(|e| Sent::Failed(e.to_string()))?
+        {
+            let start = scan.start();
+            buf.copy_within(start..filled, 0);
+            // Parsed once, by the caller.
+            return Ok(Answered {
+                stream,
+                filled: filled - start,
+            });
         }
-        scanned = scanned.max(start);
-        if let Some(end) = head_end(buf, scanned, filled) {
-            if !interim(&buf[start..end]) {
-                buf.copy_within(start..filled, 0);
-                // Parsed once, by the caller.
-                return Ok(Answered {
-                    stream,
-                    filled: filled - start,
-                });
-            }
-            // An interim answer (`100 Continue`, `103 Early Hints`): not relayed, as
-            // hyper's client does not.
-            start += interim_len(&buf[start..filled]).map_err(Sent::Failed)?;
-            scanned = start;
-            continue;
-        }
-        scanned = filled.saturating_sub(2).max(start);
+        let start = scan.start();
         if start > 0 {
             buf.copy_within(start..filled, 0);
-            (filled, scanned, start) = (filled - start, scanned - start, 0);
+            filled -= start;
+            scan.dropped_skipped();
         }
         if filled >= MAX_RESPONSE_HEAD {
             return Err(Sent::Failed("a response head past its bound".into()));
@@ -212,69 +193,9 @@ async fn send(mut stream: TcpStream, request: &[u8], buf: &mut Vec<u8>) -> Resul
     }
 }
 
-/// Where the head in `buf[..filled]` ends (after its empty line, CRLF or LF as httparse
-/// takes them), looking from `from`; `None` while not whole.
-fn head_end(buf: &[u8], from: usize, filled: usize) -> Option<usize> {
-    let buf = &buf[..filled];
-    memchr::memchr_iter(b'\n', &buf[from..]).find_map(|found| {
-        let lf = from + found;
-        match buf.get(lf + 1..) {
-            Some([b'\n', ..]) => Some(lf + 2),
-            Some([b'\r', b'\n', ..]) => Some(lf + 3),
-            _ => None,
-        }
-    })
-}
-
-/// Whether the head starting `buf` is an interim (1xx) answer other than a 101 (which is
-/// the caller's to refuse).
-fn interim(buf: &[u8]) -> bool {
-    matches!(buf, [b'H', b'T', b'T', b'P', b'/', b'1', b'.', _, b' ', b'1', tens, ones, ..]
-        if (*tens, *ones) != (b'0', b'1'))
-}
-
-/// The length of the interim answer at the start of `buf`, parsed whole.
-fn interim_len(buf: &[u8]) -> Result<usize, String> {
-    let mut headers =
-        [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_RESPONSE_HEADERS];
-    let mut response = httparse::Response::new(&mut []);
-    match httparse::ParserConfig::default().parse_response_with_uninit_headers(
-        &mut response,
-        buf,
-        &mut headers,
-    ) {
-        Ok(httparse::Status::Complete(len)) => Ok(len),
-        Ok(httparse::Status::Partial) => Err("a malformed interim answer".into()),
-        Err(e) => Err(format!("a malformed response head: {e}")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_head_ends_at_its_first_empty_line_crlf_or_lf() {
-        let head = b"HTTP/1.1 200 OK\r\nA: 1\r\n\r\nbody";
-        assert_eq!(head_end(head, 0, head.len()), Some(head.len() - 4));
-        assert_eq!(head_end(head, 0, head.len() - 6), None);
-        let bare = b"HTTP/1.1 200 OK\nA: 1\n\nbody";
-        assert_eq!(head_end(bare, 0, bare.len()), Some(bare.len() - 4));
-        // Resumed two bytes back, an end cut between reads is found.
-        assert_eq!(
-            head_end(head, head.len() - 8, head.len()),
-            Some(head.len() - 4)
-        );
-    }
-
-    #[test]
-    fn interim_answers_are_1xx_but_101() {
-        assert!(interim(b"HTTP/1.1 100 Continue\r\n\r\n"));
-        assert!(interim(b"HTTP/1.1 103 Early Hints\r\n\r\n"));
-        assert!(!interim(b"HTTP/1.1 101 Switching Protocols\r\n\r\n"));
-        assert!(!interim(b"HTTP/1.1 200 OK\r\n\r\n"));
-        assert!(!interim(b"HTTP/1.1 1"));
-    }
 
     /// A pooled connection is reused within `upstream_pool_idle`, never at it, and the
     /// expired ones go with it; one the upstream closed is not handed out.
