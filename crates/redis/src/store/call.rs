@@ -134,22 +134,29 @@ impl RedisStore {
         keys: &[String],
         now: u64,
     ) -> Result<Vec<Decision>, RedisError> {
-        if let Some(compact) = self.compact(mode, checks, now) {
+        if let Some(lean) = self.lean(mode, checks, now) {
             // Built straight into the command, sized once: no string per argument, no
             // buffer grown argument by argument.
             let data = 64
                 + self.function.len()
                 + keys.iter().map(String::len).sum::<usize>()
-                + compact.spec.len();
-            let mut fcall = redis::Cmd::with_capacity(7 + keys.len(), data);
+                + lean.spec.len();
+            let mut fcall = redis::Cmd::with_capacity(6 + keys.len(), data);
             fcall
                 .arg("FCALL")
                 .arg(self.function)
                 .arg(keys.len())
-                .arg(keys);
-            compact.push_to(&mut fcall);
+                .arg(keys)
+                .arg(lean.spec.as_str());
+            if let Some(now) = lean.now {
+                fcall.arg(now);
+            }
             let reply: String = self.send(connection, &fcall).await?;
-            let decision = encode::decode_compact(&reply).map_err(RedisError::Protocol)?;
+            let [(limit, _, _)] = checks else {
+                unreachable!("a lean call has one check")
+            };
+            let decision = encode::decode_lean(&reply, limit, lean.cost, lean.now)
+                .map_err(RedisError::Protocol)?;
             return Ok(vec![decision]);
         }
         let mut args: Vec<String> = Vec::with_capacity(3 + checks.len() * 8);
@@ -171,9 +178,36 @@ impl RedisStore {
         Ok(decisions)
     }
 
+    /// The lean call of one check (see `lean.lua`), for a decide or a peek of one check whose
+    /// algorithm the script's fast path knows; `None` otherwise. One argument where the
+    /// compact call has four, and a reply the script formats no number into: the state it
+    /// read and its `now`, from which the core decides.
+    pub(super) fn lean(
+        &self,
+        mode: Mode,
+        checks: &[(&Limit, &str, i128)],
+        now: u64,
+    ) -> Option<Lean> {
+        let decide = match mode {
+            Mode::Decide => true,
+            Mode::Peek => false,
+            Mode::Settle => return None,
+        };
+        let [(limit, _, cost)] = checks else {
+            return None;
+        };
+        let cost = u64::try_from(*cost).ok()?;
+        Some(Lean {
+            spec: encode::lean_spec(decide, cost, limit, now)?,
+            now: self.caller_time(now),
+            cost,
+        })
+    }
+
     /// The compact call of one check (modes `decide1` and `peek1`, see `store.lua`), for a
     /// decide or a peek of one check whose algorithm the script's fast path knows; `None`
-    /// otherwise. Five arguments fewer than the general form, each of which costs Redis a
+    /// otherwise. The script reads it still (the lean call falls back to it), though the
+    /// store now sends the lean call. Five arguments fewer than the general form, each of which costs Redis a
     /// Lua string and the script a look-up; and the reply is one string.
     pub(super) fn compact(
         &self,
@@ -198,6 +232,15 @@ impl RedisStore {
     }
 }
 
+/// The arguments of a lean call after its key: the check with its mode and cost, and the
+/// caller's time (none for Redis's clock); the cost, to decide on the state the reply holds.
+#[derive(Debug)]
+pub(super) struct Lean {
+    pub(super) spec: String,
+    pub(super) now: Option<u64>,
+    pub(super) cost: u64,
+}
+
 /// The arguments of a compact call after its key: the mode, the caller's time (empty for
 /// Redis's clock), the cost, and the check's spec.
 #[derive(Debug)]
@@ -209,16 +252,6 @@ pub(super) struct Compact {
 }
 
 impl Compact {
-    /// Appends the arguments to `fcall` (numbers written by the client, with `itoa`).
-    fn push_to(&self, fcall: &mut redis::Cmd) {
-        fcall.arg(self.mode);
-        match self.now {
-            Some(now) => fcall.arg(now),
-            None => fcall.arg(""),
-        };
-        fcall.arg(self.cost).arg(self.spec.as_str());
-    }
-
     /// The same arguments as strings, for tools that send the call themselves.
     pub(super) fn strings(self) -> Vec<String> {
         vec![
