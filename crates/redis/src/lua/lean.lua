@@ -122,10 +122,11 @@ do
       return nil
     end
     local admits = cost <= limit
-    -- The prefix of a state of the window last seen, made once a window.
-    local c_index, prefix, plen = nil, nil, 0
+    -- The prefix of a state of the window last seen, made once a window; and for windows
+    -- of whole seconds, the TIME seconds it was found for.
+    local c_index, prefix, plen, c_s, c_sec = nil, nil, 0, nil, 0
     return function(key, given)
-      local sec, nl, s, us
+      local sec, nl, s, us, index, into
       if given then
         sec, nl = caller_now(given)
         if sec == nil then return nil end
@@ -133,30 +134,36 @@ do
       else
         local t = call("TIME")
         s, us = t[1], t[2]
-        if s ~= last_s then last_s, last_sec = s, tonumber(s) end
-        sec = last_sec
+        if k and s == c_s then
+          sec, index = c_sec, c_index
+        else
+          sec = tonumber(s)
+          if k then c_s, c_sec = s, sec end
+        end
       end
-      local index, into
-      if k then
-        index = qr(sec, k)
-      else
-        if nl == nil then nl = tonumber(us) * 1000 end
-        local base = sec * per
-        if base >= LIM then return nil end
-        local q
-        q, into = qr(nl, w)
-        index = base + q
-      end
-      if index ~= c_index then
-        c_index, prefix = index, fmt("fixed-window:%d,", index)
-        plen = #prefix
+      if index == nil then
+        if k then
+          index = qr(sec, k)
+        else
+          if nl == nil then nl = tonumber(us) * 1000 end
+          local base = sec * per
+          if base >= LIM then return nil end
+          local q
+          q, into = qr(nl, w)
+          index = base + q
+        end
+        if index ~= c_index then
+          c_index, prefix = index, fmt("fixed-window:%d,", index)
+          plen = #prefix
+        end
       end
       local v = pcall_r("GET", key)
       local count, same = 0, false
       if v then
         if type(v) ~= "string" then return nil end
         if sub(v, 1, plen) == prefix then
-          count = num(sub(v, plen + 1))
+          local c = sub(v, plen + 1)
+          count = NUM[c] or num(c)
           if count == nil then return nil end
           same = true
         else
@@ -174,7 +181,7 @@ do
           -- A count of zero is a fresh state: no key, as store.lua leaves it.
           call("DEL", key)
         elseif same then
-          call("SET", key, prefix .. dec(after), "KEEPTTL")
+          call("SET", key, prefix .. (DEC[after] or dec(after)), "KEEPTTL")
         else
           if into == nil then
             if nl == nil then nl = tonumber(us) * 1000 end
