@@ -68,14 +68,23 @@ pub(crate) fn compact_spec(limit: &Limit, now_hint_ns: u64) -> Option<String> {
 
 /// The argument of a lean call of one check (`src/lua/lean.lua`): `d` (decide) or `p` (peek),
 /// the cost, the algorithm's name and its parameters, separated by spaces
-/// (`"d 1 gcra 1 1 100"`). `None` where [`compact_spec`] is `None`.
+/// (`"d 1 gcra 1 1 100"`). `None` for the algorithms the lean call does not cover (all but
+/// the fixed window, GCRA, the leaky queue and the buckets), whose calls take the compact
+/// form of [`compact_spec`] or the general one.
 pub(crate) fn lean_spec(
     decide: bool,
     cost: u64,
     limit: &Limit,
     now_hint_ns: u64,
 ) -> Option<String> {
-    if matches!(limit, Limit::SlidingLog(_) | Limit::Concurrency(_)) {
+    if !matches!(
+        limit,
+        Limit::FixedWindow(_)
+            | Limit::Gcra(_)
+            | Limit::LeakyQueue(_)
+            | Limit::TokenBucket(_)
+            | Limit::LeakyBucket(_)
+    ) {
         return None;
     }
     let params = params(limit, now_hint_ns);

@@ -99,8 +99,8 @@ impl RedisStore {
     /// `limit` for `key`, on Redis's clock, in the compact form of one check (mode
     /// `decide1`, whose reply is the decision's five values) for the algorithms the
     /// script's fast path knows, else the general form of [`RedisStore::decide_command`].
-    /// The store sent it before the lean form ([`RedisStore::lean_command`]); the script
-    /// still reads it, and decides a lean call it declines by it.
+    /// The store sends it for the algorithms the lean form ([`RedisStore::lean_command`])
+    /// does not cover; the script decides a lean call it declines by it.
     pub fn sent_command(
         &self,
         limit: &Limit,
@@ -123,10 +123,10 @@ impl RedisStore {
         }
     }
 
-    /// The key and the argument of one decision of `cost` under `limit` for `key` on Redis's
-    /// clock in the lean form the store sends for one check of the algorithms the script's
-    /// fast path knows (see `src/lua/lean.lua`), else the general form of
-    /// [`RedisStore::decide_command`]: what `redis-benchmark` sends to measure the function
+    /// The key and the arguments after `FCALL <function> 1` of one decision of `cost` under
+    /// `limit` for `key` on Redis's clock, as the store sends it: the lean form for the
+    /// algorithms it covers (see `src/lua/lean.lua`), else the compact or the general form
+    /// of [`RedisStore::sent_command`]: what `redis-benchmark` sends to measure the function
     /// as the store calls it. Its reply is the state the script read and its `now`, which
     /// the store decides on with the core's transition.
     pub fn lean_command(
@@ -138,7 +138,7 @@ impl RedisStore {
     ) -> (String, Vec<String>) {
         match encode::lean_spec(true, cost, limit, now_hint) {
             Some(spec) => (self.redis_key(key), vec![spec]),
-            None => self.decide_command(limit, key, cost, now_hint),
+            None => self.sent_command(limit, key, cost, now_hint),
         }
     }
 
