@@ -386,6 +386,42 @@ mod tests {
     }
 
     #[test]
+    fn a_lean_call_sends_one_argument_and_decides_on_the_state_it_reads() {
+        let limit = Limit::from(Gcra::new(Rate::per_second(2).unwrap(), 2).unwrap());
+        assert_eq!(
+            lean_spec(true, 1, &limit, 0).as_deref(),
+            Some("d 1 gcra 1 500000000 2")
+        );
+        assert_eq!(
+            lean_spec(false, 3, &limit, 0).as_deref(),
+            Some("p 3 gcra 1 500000000 2")
+        );
+        let window = Limit::from(
+            ratewarden_core::SlidingWindow::new(3, std::time::Duration::from_secs(1)).unwrap(),
+        );
+        assert_eq!(lean_spec(true, 1, &window, 0), None, "not a lean algorithm");
+        // A key never seen at Redis's 7.5 s: one of two cells spent, the next in 0.5 s.
+        let d = decode_lean("+7 500000 ", &limit, 1, None).unwrap();
+        assert_eq!(d, Decision::new(Outcome::Allowed, 2, 1, 500_000_000));
+        // The state the script read (both cells taken until 8 s), at the caller's 7 s.
+        let d = decode_lean("-  gcra:8000000000", &limit, 1, Some(7_000_000_000)).unwrap();
+        assert_eq!(d.retry_after_ns(), Some(500_000_000));
+        // The five values where the script handed the check on.
+        assert!(decode_lean("allowed 0 2 1 5", &limit, 1, None).is_ok());
+        for (reply, says) in [
+            ("-7 500000 ", "refused where the core admits"),
+            ("+7 500000 fixed-window:1,1", "should not read"),
+            ("+7 500000 gcra:x", "should not read"),
+            ("+7", "no state"),
+            ("+x 5 ", "seconds `x`"),
+            ("+18446744073709551615 0 ", "past 2^64"),
+        ] {
+            let e = decode_lean(reply, &limit, 1, None).unwrap_err();
+            assert!(e.contains(says), "`{reply}`: {e}");
+        }
+    }
+
+    #[test]
     fn a_compact_call_sends_the_spec_and_reads_five_values() {
         let limit = Limit::from(Gcra::new(Rate::per_second(3).unwrap(), 4).unwrap());
         assert_eq!(
@@ -530,6 +566,21 @@ mod tests {
             ) {
                 let through_u128 = text.parse::<u128>().map(|n| u64::try_from(n).unwrap_or(u64::MAX)).ok();
                 prop_assert_eq!(number(&text, "n").ok(), through_u128);
+            }
+
+            #[test]
+            fn any_lean_reply_decodes_or_is_refused_without_a_panic(
+                limit in limit(),
+                reply in prop_oneof![
+                    "[+-][0-9]{0,20} [0-9]{0,7} [a-z-]{0,14}:[0-9,]{0,45}",
+                    any::<String>(),
+                ],
+                cost in any::<u64>(),
+                now in prop::option::of(any::<u64>()),
+            ) {
+                if let Ok(d) = decode_lean(&reply, &limit, cost, now) {
+                    prop_assert!(d.remaining <= d.limit);
+                }
             }
 
             #[test]

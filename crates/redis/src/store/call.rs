@@ -134,7 +134,7 @@ impl RedisStore {
         keys: &[String],
         now: u64,
     ) -> Result<Vec<Decision>, RedisError> {
-        if let Some(lean) = self.lean(mode, checks, now) {
+        if let (Some(lean), [(limit, _, _)]) = (self.lean(mode, checks, now), checks) {
             // Built straight into the command, sized once: no string per argument, no
             // buffer grown argument by argument.
             let data = 64
@@ -152,9 +152,6 @@ impl RedisStore {
                 fcall.arg(now);
             }
             let reply: String = self.send(connection, &fcall).await?;
-            let [(limit, _, _)] = checks else {
-                unreachable!("a lean call has one check")
-            };
             let decision = encode::decode_lean(&reply, limit, lean.cost, lean.now)
                 .map_err(RedisError::Protocol)?;
             return Ok(vec![decision]);
@@ -197,9 +194,9 @@ impl RedisStore {
     }
 
     /// The lean call of one check (see `lean.lua`), for a decide or a peek of one check of
-    /// the algorithms it covers; `None` otherwise. One argument where the
-    /// compact call has four, and a reply the script formats no number into: the state it
-    /// read and its `now`, from which the core decides.
+    /// the algorithms it covers; `None` otherwise. One argument where the compact call has
+    /// four, and a reply the script formats no number into: the state it read and its
+    /// `now`, from which the core decides.
     pub(super) fn lean(
         &self,
         mode: Mode,
@@ -225,8 +222,9 @@ impl RedisStore {
     /// The compact call of one check (modes `decide1` and `peek1`, see `store.lua`), for a
     /// decide or a peek of one check whose algorithm the script's fast path knows; `None`
     /// otherwise. The store sends it for the algorithms the lean call does not cover (the
-    /// sliding window, quotas), and the lean call hands to it what it declines. Five arguments fewer than the general form, each of which costs Redis a
-    /// Lua string and the script a look-up; and the reply is one string.
+    /// sliding window, quotas), and the lean call hands to it what it declines. Five
+    /// arguments fewer than the general form, each of which costs Redis a Lua string and the
+    /// script a look-up; and the reply is one string.
     pub(super) fn compact(
         &self,
         mode: Mode,
