@@ -275,13 +275,14 @@ fn the_lean_call_answers_within_its_range_and_hands_on_the_rest() {
 }
 
 /// On Redis's clock the lean call reads `TIME` and replies with it: the limb path at that
-/// `now`, on a key of its own with the same history, leaves the same state.
+/// `now`, on a key of its own with the same history, leaves the same state, with calls of
+/// the same check on the caller's clock in between.
 #[test]
 fn on_redis_time_the_lean_call_is_the_limb_path_at_the_now_it_replied_with() {
     let mut redis = Redis::start();
     let limits: [Limit; 5] = [
         Gcra::new(rate(2, SEC), 2).unwrap().into(),
-        LeakyQueue::new(rate(1000, SEC), 3).unwrap().into(),
+        LeakyQueue::new(rate(1, 10 * SEC), 3).unwrap().into(),
         TokenBucket::new(rate(3, 7 * SEC), 2).unwrap().into(),
         FixedWindow::new(2, Duration::from_secs(3600))
             .unwrap()
@@ -313,6 +314,17 @@ fn on_redis_time_the_lean_call_is_the_limb_path_at_the_now_it_replied_with() {
                 "{limit:?}: step {step}"
             );
             assert_eq!(redis.get(&a), redis.get(&b), "{limit:?}: step {step}");
+            // The same check on the caller's clock, years earlier, in between: what one
+            // check's closure remembers of Redis's clock is not taken for the caller's.
+            let (key, mut args) = redis.store.lean_command(limit, "elsewhen", 1, NOW);
+            args.push(NOW.to_string());
+            let _: String = redis::cmd("FCALL")
+                .arg(redis.function)
+                .arg(1)
+                .arg(key)
+                .arg(args)
+                .query(&mut redis.con)
+                .expect("a lean call on the caller's clock");
         }
     }
 }

@@ -155,6 +155,8 @@ do
         if index ~= c_index then
           c_index, prefix = index, fmt("fixed-window:%d,", index)
           plen = #prefix
+          -- The window found for TIME's seconds holds only while it is the one remembered.
+          if given then c_s = nil end
         end
       end
       local v = pcall_r("GET", key)
