@@ -3,7 +3,7 @@
 //! ```text
 //! cargo run --release -p ratewarden-redis --example bench -- \
 //!     --url redis://127.0.0.1:6379 --callers 16 --seconds 5 [--naive] [--rate 20000]
-//! cargo run --release -p ratewarden-redis --example bench -- --print-command [--algorithm gcra] [--general]
+//! cargo run --release -p ratewarden-redis --example bench -- --print-command [--algorithm gcra] [--general | --compact]
 //! ```
 //!
 //! Each caller decides in a loop (closed loop), or, with `--rate`, all callers together
@@ -14,9 +14,11 @@
 //! from a thread of its own instead, within tens of microseconds). `--naive` turns pipelining off: one round trip at a time on the one
 //! connection. `--algorithm` picks the limit (GCRA by default; any algorithm's name, such
 //! as `token-bucket` or `sliding-log`), always one that never says no. Prints one JSON line.
-//! `--print-command` prints the call the store sends (the compact form of one check where
-//! the script's fast path knows the algorithm); with `--general`, the general form every
-//! version of the library reads (for measuring an older library beside this one).
+//! `--print-command` prints the call the store sends (the lean form of one check where the
+//! script's fast path knows the algorithm); with `--compact`, the compact form (mode
+//! `decide1`) the store sent before, which libraries since then read; with `--general`, the
+//! general form every version of the library reads (for measuring an older library beside
+//! this one).
 //!
 //! `--floor` runs the same callers, keys and pacing without the store: a bare redis-rs
 //! connection manager (the connection the store itself holds) calling `testing::FLOOR_LIBRARY`'s
@@ -51,6 +53,7 @@ struct Args {
     keys: usize,
     print_command: bool,
     general: bool,
+    compact: bool,
     algorithm: AlgorithmKind,
     floor: bool,
     print_floor: bool,
@@ -88,6 +91,7 @@ fn parse() -> Result<Args, String> {
         keys: 10_000,
         print_command: false,
         general: false,
+        compact: false,
         algorithm: AlgorithmKind::Gcra,
         floor: false,
         print_floor: false,
@@ -122,6 +126,7 @@ fn parse() -> Result<Args, String> {
             }
             "--print-command" => args.print_command = true,
             "--general" => args.general = true,
+            "--compact" => args.compact = true,
             "--floor" => args.floor = true,
             "--print-floor" => args.print_floor = true,
             "--wait-for-replicas" => {
@@ -192,7 +197,8 @@ async fn main() -> ExitCode {
     let args = match parse() {
         Ok(args) => args,
         Err(e) => {
-            eprintln!("{e}\nusage: bench --url URL --callers N --seconds S [--naive] [--rate R [--pacer timer|thread]] [--keys K] [--floor] [--print-command [--general]] [--print-floor] [--wait-for-replicas N]");
+            eprintln!("{e}
+usage: bench --url URL --callers N --seconds S [--naive] [--rate R [--pacer timer|thread]] [--keys K] [--floor] [--print-command [--general | --compact]] [--print-floor] [--wait-for-replicas N]");
             return ExitCode::from(2);
         }
     };
@@ -224,8 +230,10 @@ async fn main() -> ExitCode {
         let limit = limit(args.algorithm);
         let (key, argv) = if args.general {
             store.decide_command(&limit, "bench|k", 1, hint)
-        } else {
+        } else if args.compact {
             store.sent_command(&limit, "bench|k", 1, hint)
+        } else {
+            store.lean_command(&limit, "bench|k", 1, hint)
         };
         println!("{function}\n1\n{key}");
         for arg in argv {

@@ -24,7 +24,8 @@
 //! the algorithm's name and parameters as one string separated by spaces; its reply is one
 //! string of the decision's five values ([`decode_compact`]).
 
-use ratewarden_core::{Algorithm, Decision, Limit, Outcome, Rate};
+use ratewarden_core::algorithm::{FixedWindowState, GcraState, LeakyQueueState, TokenBucketState};
+use ratewarden_core::{Algorithm, Decision, Limit, LimitState, Outcome, Rate, Ticks};
 
 /// Appends one check to a script's arguments: the algorithm's name, `cost_or_delta` (a
 /// decimal cost, or for `settle` a signed decimal delta), the number of parameters and the
@@ -64,6 +65,135 @@ pub(crate) fn compact_spec(limit: &Limit, now_hint_ns: u64) -> Option<String> {
         spec.push_str(digits.format(p));
     }
     Some(spec)
+}
+
+/// The argument of a lean call of one check (`src/lua/lean.lua`): `d` (decide) or `p` (peek),
+/// the cost, the algorithm's name and its parameters, separated by spaces
+/// (`"d 1 gcra 1 1 100"`). `None` for the algorithms the lean call does not cover (all but
+/// the fixed window, GCRA, the leaky queue and the buckets), whose calls take the compact
+/// form of [`compact_spec`] or the general one.
+pub(crate) fn lean_spec(
+    decide: bool,
+    cost: u64,
+    limit: &Limit,
+    now_hint_ns: u64,
+) -> Option<String> {
+    if !matches!(
+        limit,
+        Limit::FixedWindow(_)
+            | Limit::Gcra(_)
+            | Limit::LeakyQueue(_)
+            | Limit::TokenBucket(_)
+            | Limit::LeakyBucket(_)
+    ) {
+        return None;
+    }
+    let params = params(limit, now_hint_ns);
+    let mut spec = String::with_capacity(40 + params.len() * 20);
+    spec.push_str(if decide { "d " } else { "p " });
+    // Integers written by `itoa`, not `core::fmt`: this string is made for every decision.
+    let mut digits = itoa::Buffer::new();
+    spec.push_str(digits.format(cost));
+    spec.push(' ');
+    spec.push_str(limit.kind().as_str());
+    for &p in params.iter() {
+        spec.push(' ');
+        spec.push_str(digits.format(p));
+    }
+    Some(spec)
+}
+
+/// Reads the reply of a lean call of one check of `cost` under `limit`: the state the script
+/// read and the `now` it read it at, from which the core's transition makes the decision
+/// (`caller_now` is the time the call gave, when it gave one); or, where the script's lean
+/// path declined, the five values of [`decode_compact`].
+pub(crate) fn decode_lean(
+    reply: &str,
+    limit: &Limit,
+    cost: u64,
+    caller_now: Option<u64>,
+) -> Result<Decision, String> {
+    let admitted = match reply.as_bytes().first() {
+        Some(b'+') => true,
+        Some(b'-') => false,
+        _ => return decode_compact(reply),
+    };
+    let mut fields = reply[1..].splitn(3, ' ');
+    let (Some(seconds), Some(micros), Some(value)) = (fields.next(), fields.next(), fields.next())
+    else {
+        return Err(format!("the script's reply `{reply}` has no state"));
+    };
+    let now = match caller_now {
+        Some(now) if seconds.is_empty() && micros.is_empty() => now,
+        _ => {
+            let seconds: u64 = seconds
+                .parse()
+                .map_err(|_| format!("the script replied with seconds `{seconds}`"))?;
+            let micros: u64 = micros
+                .parse()
+                .map_err(|_| format!("the script replied with microseconds `{micros}`"))?;
+            seconds
+                .checked_mul(1_000_000_000)
+                .and_then(|ns| ns.checked_add(micros.checked_mul(1_000)?))
+                .ok_or_else(|| format!("the script replied with a time past 2^64 ns: `{reply}`"))?
+        }
+    };
+    let state = lean_state(limit, value)
+        .ok_or_else(|| format!("the script replied with a state it should not read: `{value}`"))?;
+    let decision = limit.peek(&state, now, cost);
+    if decision.is_allowed() != admitted {
+        return Err(format!(
+            "the script {} where the core {}: `{reply}`",
+            if admitted { "admitted" } else { "refused" },
+            if admitted { "refuses" } else { "admits" },
+        ));
+    }
+    Ok(decision)
+}
+
+/// The state of a key's value as the lean call reads it (`kind:state`, empty for no key).
+fn lean_state(limit: &Limit, value: &str) -> Option<LimitState> {
+    if value.is_empty() {
+        return Some(LimitState::Fresh);
+    }
+    let (kind, body) = value.split_once(':')?;
+    if kind != limit.kind().as_str() {
+        return None;
+    }
+    let pair = || {
+        let (a, b) = body.split_once(',')?;
+        Some((a.parse::<u128>().ok()?, b.parse::<u64>().ok()?))
+    };
+    Some(match limit {
+        Limit::FixedWindow(_) => {
+            let (window, count) = pair()?;
+            LimitState::FixedWindow(FixedWindowState {
+                window: u64::try_from(window).ok()?,
+                count,
+            })
+        }
+        Limit::Gcra(_) => LimitState::Gcra(GcraState {
+            tat: Ticks::new(body.parse().ok()?),
+        }),
+        Limit::LeakyQueue(_) => LimitState::LeakyQueue(LeakyQueueState {
+            drained_at: Ticks::new(body.parse().ok()?),
+        }),
+        Limit::TokenBucket(_) => {
+            let (spent, last) = pair()?;
+            LimitState::TokenBucket(TokenBucketState {
+                spent: Ticks::new(spent),
+                last,
+            })
+        }
+        Limit::LeakyBucket(_) => {
+            let (spent, last) = pair()?;
+            LimitState::LeakyBucket(TokenBucketState {
+                spent: Ticks::new(spent),
+                last,
+            })
+        }
+        _ => return None,
+    })
 }
 
 /// A limit's parameters: at most seven (a quota's limit and three periods), kept on the
@@ -263,6 +393,42 @@ mod tests {
     }
 
     #[test]
+    fn a_lean_call_sends_one_argument_and_decides_on_the_state_it_reads() {
+        let limit = Limit::from(Gcra::new(Rate::per_second(2).unwrap(), 2).unwrap());
+        assert_eq!(
+            lean_spec(true, 1, &limit, 0).as_deref(),
+            Some("d 1 gcra 1 500000000 2")
+        );
+        assert_eq!(
+            lean_spec(false, 3, &limit, 0).as_deref(),
+            Some("p 3 gcra 1 500000000 2")
+        );
+        let window = Limit::from(
+            ratewarden_core::SlidingWindow::new(3, std::time::Duration::from_secs(1)).unwrap(),
+        );
+        assert_eq!(lean_spec(true, 1, &window, 0), None, "not a lean algorithm");
+        // A key never seen at Redis's 7.5 s: one of two cells spent, the next in 0.5 s.
+        let d = decode_lean("+7 500000 ", &limit, 1, None).unwrap();
+        assert_eq!(d, Decision::new(Outcome::Allowed, 2, 1, 500_000_000));
+        // The state the script read (both cells taken until 8 s), at the caller's 7 s.
+        let d = decode_lean("-  gcra:8000000000", &limit, 1, Some(7_000_000_000)).unwrap();
+        assert_eq!(d.retry_after_ns(), Some(500_000_000));
+        // The five values where the script handed the check on.
+        assert!(decode_lean("allowed 0 2 1 5", &limit, 1, None).is_ok());
+        for (reply, says) in [
+            ("-7 500000 ", "refused where the core admits"),
+            ("+7 500000 fixed-window:1,1", "should not read"),
+            ("+7 500000 gcra:x", "should not read"),
+            ("+7", "no state"),
+            ("+x 5 ", "seconds `x`"),
+            ("+18446744073709551615 0 ", "past 2^64"),
+        ] {
+            let e = decode_lean(reply, &limit, 1, None).unwrap_err();
+            assert!(e.contains(says), "`{reply}`: {e}");
+        }
+    }
+
+    #[test]
     fn a_compact_call_sends_the_spec_and_reads_five_values() {
         let limit = Limit::from(Gcra::new(Rate::per_second(3).unwrap(), 4).unwrap());
         assert_eq!(
@@ -415,6 +581,21 @@ mod tests {
             ) {
                 let through_u128 = text.parse::<u128>().map(|n| u64::try_from(n).unwrap_or(u64::MAX)).ok();
                 prop_assert_eq!(number(&text, "n").ok(), through_u128);
+            }
+
+            #[test]
+            fn any_lean_reply_decodes_or_is_refused_without_a_panic(
+                limit in limit(),
+                reply in prop_oneof![
+                    "[+-][0-9]{0,20} [0-9]{0,7} [a-z-]{0,14}:[0-9,]{0,45}",
+                    any::<String>(),
+                ],
+                cost in any::<u64>(),
+                now in prop::option::of(any::<u64>()),
+            ) {
+                if let Ok(d) = decode_lean(&reply, &limit, cost, now) {
+                    prop_assert!(d.remaining <= d.limit);
+                }
             }
 
             #[test]

@@ -44,6 +44,8 @@
 --            check (0 when the permit is not held, or the algorithm is not concurrency).
 --   decide:limbs, peek:limbs, decide:fast, peek:fast  (for tests) decide or peek by the limb
 --            path only, or by the fast path only (an error when it declines).
+--   "d <cost> <kind> <parameters...>", "p ..."  the lean call of one check (lean.lua): its
+--            own reply, or when it declines mode decide1's or peek1's.
 --   decide1, peek1  decide or peek of one check in a compact form, for the algorithms of the
 --            fast path: ARGV is the mode, now (or ""), the cost, and the check as one
 --            string, its kind and parameters separated by spaces ("gcra 1 1 100"); the reply
@@ -947,6 +949,20 @@ local COMPACT = {decide1 = "decide:limbs", peek1 = "peek:limbs"}
 
 local function run(KEYS, ARGV)
   local mode = ARGV[1]
+  -- The lean call first (lean.lua): the store's common call, looked up before anything else.
+  local lean = LEAN.specs[mode]
+  if lean == nil and type(mode) == "string" then lean = LEAN.of(mode) end
+  if lean then
+    if #KEYS ~= 1 or #ARGV > 2 then
+      fail("a lean call takes one key and at most two arguments (the check, now)")
+    end
+    if lean[1] then
+      local reply = lean[1](KEYS[1], ARGV[2])
+      if reply then return reply end
+    end
+    -- Declined: the same check by mode decide1 or peek1.
+    return run(KEYS, {lean[2], ARGV[2] or "", lean[3], lean[4]})
+  end
   local compact = COMPACT[mode]
   if compact then
     if #KEYS ~= 1 or #ARGV ~= 4 then

@@ -134,6 +134,28 @@ impl RedisStore {
         keys: &[String],
         now: u64,
     ) -> Result<Vec<Decision>, RedisError> {
+        if let (Some(lean), [(limit, _, _)]) = (self.lean(mode, checks, now), checks) {
+            // Built straight into the command, sized once: no string per argument, no
+            // buffer grown argument by argument.
+            let data = 64
+                + self.function.len()
+                + keys.iter().map(String::len).sum::<usize>()
+                + lean.spec.len();
+            let mut fcall = redis::Cmd::with_capacity(6 + keys.len(), data);
+            fcall
+                .arg("FCALL")
+                .arg(self.function)
+                .arg(keys.len())
+                .arg(keys)
+                .arg(lean.spec.as_str());
+            if let Some(now) = lean.now {
+                fcall.arg(now);
+            }
+            let reply: String = self.send(connection, &fcall).await?;
+            let decision = encode::decode_lean(&reply, limit, lean.cost, lean.now)
+                .map_err(RedisError::Protocol)?;
+            return Ok(vec![decision]);
+        }
         if let Some(compact) = self.compact(mode, checks, now) {
             // Built straight into the command, sized once: no string per argument, no
             // buffer grown argument by argument.
@@ -171,10 +193,38 @@ impl RedisStore {
         Ok(decisions)
     }
 
+    /// The lean call of one check (see `lean.lua`), for a decide or a peek of one check of
+    /// the algorithms it covers; `None` otherwise. One argument where the compact call has
+    /// four, and a reply the script formats no number into: the state it read and its
+    /// `now`, from which the core decides.
+    pub(super) fn lean(
+        &self,
+        mode: Mode,
+        checks: &[(&Limit, &str, i128)],
+        now: u64,
+    ) -> Option<Lean> {
+        let decide = match mode {
+            Mode::Decide => true,
+            Mode::Peek => false,
+            Mode::Settle => return None,
+        };
+        let [(limit, _, cost)] = checks else {
+            return None;
+        };
+        let cost = u64::try_from(*cost).ok()?;
+        Some(Lean {
+            spec: encode::lean_spec(decide, cost, limit, now)?,
+            now: self.caller_time(now),
+            cost,
+        })
+    }
+
     /// The compact call of one check (modes `decide1` and `peek1`, see `store.lua`), for a
     /// decide or a peek of one check whose algorithm the script's fast path knows; `None`
-    /// otherwise. Five arguments fewer than the general form, each of which costs Redis a
-    /// Lua string and the script a look-up; and the reply is one string.
+    /// otherwise. The store sends it for the algorithms the lean call does not cover (the
+    /// sliding window, quotas), and the lean call hands to it what it declines. Five
+    /// arguments fewer than the general form, each of which costs Redis a Lua string and the
+    /// script a look-up; and the reply is one string.
     pub(super) fn compact(
         &self,
         mode: Mode,
@@ -196,6 +246,15 @@ impl RedisStore {
             spec: encode::compact_spec(limit, now)?,
         })
     }
+}
+
+/// The arguments of a lean call after its key: the check with its mode and cost, and the
+/// caller's time (none for Redis's clock); the cost, to decide on the state the reply holds.
+#[derive(Debug)]
+pub(super) struct Lean {
+    pub(super) spec: String,
+    pub(super) now: Option<u64>,
+    pub(super) cost: u64,
 }
 
 /// The arguments of a compact call after its key: the mode, the caller's time (empty for
