@@ -4,7 +4,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use ratewarden_server::cli::{LoadArgs, LoadStrategy, Scenario};
+use ratewarden_server::cli::{LoadArgs, LoadStrategy, Noise, Scenario};
 use ratewarden_server::simulate::load::{settle_ns, simulate, STRATEGIES};
 
 const SEC: u64 = 1_000_000_000;
@@ -18,6 +18,7 @@ fn args() -> LoadArgs {
         phase: None,
         workers: 8,
         service: Duration::from_millis(100),
+        noise: Noise::None,
         svg: None,
     }
 }

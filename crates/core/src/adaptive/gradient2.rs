@@ -33,7 +33,7 @@ impl Default for Gradient2Config {
             smoothing_permille: 200,
             queue_size: 4,
             long_window: 600,
-            tolerance_permille: 1500,
+            tolerance_permille: 1000,
         }
     }
 }
@@ -112,13 +112,19 @@ impl WindowUpdate for Gradient2 {
         // that did not use the limit, or one at the lowest limit, shows the upstream's own
         // latency: a service slower for good is believed from those.
         let unshaped = (w.max_in_flight as f64) < self.limit / 2.0 || self.limit <= c.min as f64;
-        self.long = if self.windows <= WARMUP {
+        // The first window sets the reference; the warm-up then averages plainly, but like
+        // every later window it learns a rise only from a window the limit did not shape:
+        // an initial limit above the upstream's workers queues from the start, and a
+        // reference that learnt that queue would keep it standing for good.
+        self.long = if self.windows == 1 {
+            short
+        } else if short > self.long && !unshaped {
+            self.long
+        } else if self.windows <= WARMUP {
             self.long + (short - self.long) / self.windows as f64
-        } else if short <= self.long || unshaped {
+        } else {
             let factor = 2.0 / (c.long_window as f64 + 1.0);
             self.long * (1.0 - factor) + short * factor
-        } else {
-            self.long
         };
         let long = self.long;
         if long / short > 2.0 {

@@ -7,6 +7,7 @@
 mod lineup;
 pub mod load;
 mod load_plot;
+pub mod noise;
 mod output;
 mod plot;
 pub mod retries;
