@@ -257,7 +257,7 @@ pub struct LoadArgs {
     pub service: Duration,
 
     /// How much the upstream's service time varies: `none`, a `tail` (unloaded p99 about
-    /// 1.45x the service time, as a Python or JVM service's), or a `heavy` one (about 1.9x).
+    /// 1.45x the service time, as a Python or JVM service's), or a `heavy` one (about 2x).
     #[arg(long, value_enum, default_value_t = Noise::None)]
     pub noise: Noise,
 
@@ -388,7 +388,7 @@ pub enum Noise {
     None,
     /// A fixed part and an exponential-like tail: unloaded p99 about 1.45x the mean.
     Tail,
-    /// A longer tail: unloaded p99 about 1.9x the mean.
+    /// A longer tail: unloaded p99 about 2x the mean.
     Heavy,
 }
 
