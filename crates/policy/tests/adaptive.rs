@@ -46,7 +46,7 @@ fn an_adaptive_rule_takes_its_strategy_and_parameters_with_published_defaults() 
         300
     );
 
-    // No strategy: Gradient2, Netflix's defaults.
+    // No strategy: Gradient2, Netflix's defaults but a tolerance of 1.
     let config = parse("a.toml", RULE).unwrap();
     let Strategy::Gradient2(g) = config.rules[0].adaptive.clone().unwrap().strategy else {
         panic!()
@@ -61,7 +61,7 @@ fn an_adaptive_rule_takes_its_strategy_and_parameters_with_published_defaults() 
             g.long_window,
             g.tolerance_permille
         ),
-        (20, 20, 200, 200, 4, 600, 1500)
+        (20, 20, 200, 200, 4, 600, 1000)
     );
 }
 

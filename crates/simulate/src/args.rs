@@ -170,9 +170,14 @@ pub struct LoadArgs {
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub workers: u64,
 
-    /// How long the upstream takes to serve one request.
+    /// How long the upstream takes to serve one request (its mean, with `--noise`).
     #[arg(long, default_value = "100ms", value_parser = parse_duration, value_name = "DURATION")]
     pub service: Duration,
+
+    /// How much the upstream's service time varies: `none`, a `tail` (unloaded p99 about
+    /// 1.45x the service time, as a Python or JVM service's), or a `heavy` one (about 2x).
+    #[arg(long, value_enum, default_value_t = Noise::None)]
+    pub noise: Noise,
 
     /// Also draw the limit, in-flight, latency and goodput over time as an SVG picture.
     #[arg(long, value_name = "FILE")]
@@ -292,6 +297,17 @@ pub enum Scenario {
     /// them (a deploy, a node lost), then all again; 10 s each. The right limit moves with
     /// the workers, so the settle time says how fast a strategy follows.
     Capacity,
+}
+
+/// How much an upstream's service time varies in `simulate load`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Noise {
+    /// Every request takes the service time.
+    None,
+    /// A fixed part and an exponential-like tail: unloaded p99 about 1.45x the mean.
+    Tail,
+    /// A longer tail: unloaded p99 about 2x the mean.
+    Heavy,
 }
 
 /// The strategies `simulate load` can run.

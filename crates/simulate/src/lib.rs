@@ -10,6 +10,7 @@ pub mod gen;
 mod lineup;
 pub mod load;
 mod load_plot;
+pub mod noise;
 mod output;
 mod plot;
 pub mod retries;
@@ -25,7 +26,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ratewarden_core::{Algorithm, Decision, LimitState, Outcome};
 
 pub use args::{
-    Format, LoadArgs, LoadStrategy, RetriesArgs, Scenario, SimulateArgs, SimulateWhat,
+    Format, LoadArgs, LoadStrategy, Noise, RetriesArgs, Scenario, SimulateArgs, SimulateWhat,
     SIMULATE_EXAMPLES,
 };
 pub use lineup::{lineup, Lineup};

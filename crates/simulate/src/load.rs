@@ -277,6 +277,7 @@ pub fn simulate(args: &LoadArgs, which: Option<LoadStrategy>) -> Run {
     let mut bucket = Bucket::default();
     let mut bucket_latencies = Vec::new();
     let mut next = arrivals.iter().copied().peekable();
+    let mut started = 0u64;
     loop {
         let arrival = next.peek().copied();
         let done = busy.peek().map(|Reverse((t, _))| *t);
@@ -354,7 +355,11 @@ pub fn simulate(args: &LoadArgs, which: Option<LoadStrategy>) -> Run {
             free.pop();
             let slot = usize::try_from(worker).unwrap_or(0);
             serving[slot] = queue.pop_front();
-            busy.push(Reverse((now + service_ns, worker)));
+            busy.push(Reverse((
+                now + super::noise::service_ns(args.noise, service_ns, started),
+                worker,
+            )));
+            started += 1;
         }
     }
     while buckets.len() as u64 * BUCKET_NS < end {

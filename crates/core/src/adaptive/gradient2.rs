@@ -3,8 +3,8 @@
 
 use super::window::{Aggregate, WindowUpdate};
 
-/// Gradient2's parameters (Netflix's defaults: 20 initial, [20, 200], smoothing 0.2,
-/// queue 4, long window 600, tolerance 1.5).
+/// Gradient2's parameters (Netflix's defaults, but for the tolerance: 20 initial, [20, 200],
+/// smoothing 0.2, queue 4, long window 600; tolerance 1, where Netflix's is 1.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Gradient2Config {
     /// The limit to start from.
@@ -20,7 +20,9 @@ pub struct Gradient2Config {
     /// The long average's window, in windows (its weight is `2 / (long_window + 1)`).
     pub long_window: u64,
     /// How far the short RTT may run above the long one before the limit comes down, in
-    /// thousandths.
+    /// thousandths. The long RTT here is a no-load reference, so anything above 1 lets a
+    /// standing queue of that share of the upstream's workers build (1.5: half of them),
+    /// on top of `queue_size`.
     pub tolerance_permille: u64,
 }
 
@@ -33,7 +35,7 @@ impl Default for Gradient2Config {
             smoothing_permille: 200,
             queue_size: 4,
             long_window: 600,
-            tolerance_permille: 1500,
+            tolerance_permille: 1000,
         }
     }
 }
@@ -45,14 +47,18 @@ const WARMUP: u64 = 10;
 /// Gradient2.
 ///
 /// Each window: `long` is the exponential average of the windows' RTTs (weight
-/// `2 / (long_window + 1)`, a plain average for the first ten), except that after those ten
-/// a window's RTT above `long` is learnt only if the window did not use the limit
-/// (`in_flight < L / 2`) or the limit is at `min`; if `long / short > 2` the
+/// `2 / (long_window + 1)`, a plain average for the first ten, the first window taken as
+/// it is), except that a window's RTT above `long` is learnt only if the window did not
+/// use the limit (`in_flight < L / 2`) or the limit is at `min`: `long` is the upstream's
+/// no-load RTT, not one the limit's own queue shaped. If `long / short > 2` the
 /// average is cut by 5 % (the upstream recovered, and should not wait 600 windows to be
 /// believed). When the limit was used (`in_flight ≥ L / 2`):
 /// `gradient = clamp(tolerance · long / short, 0.5, 1)`, `new = L · gradient + queue`,
 /// `L = clamp(L · (1 − smoothing) + new · smoothing, min, max)`. The limit reported is
-/// `⌊L⌋`.
+/// `⌊L⌋`. At rest `L · (1 − tolerance · long / short) = queue`: with the default tolerance
+/// of 1, Little's law reads `L · (1 − long / short)` as the requests queued at the
+/// upstream, so the limit keeps `queue` of them standing (the upstream never starves) and
+/// no more, whatever the upstream's size.
 ///
 /// Netflix's version ignores drops; here a window with a drop takes the lowest gradient,
 /// 0.5, and no queue: a timed-out request's RTT is the timeout, the long average learns it,
@@ -112,13 +118,19 @@ impl WindowUpdate for Gradient2 {
         // that did not use the limit, or one at the lowest limit, shows the upstream's own
         // latency: a service slower for good is believed from those.
         let unshaped = (w.max_in_flight as f64) < self.limit / 2.0 || self.limit <= c.min as f64;
-        self.long = if self.windows <= WARMUP {
+        // The first window sets the reference; the warm-up then averages plainly, but like
+        // every later window it learns a rise only from a window the limit did not shape:
+        // an initial limit above the upstream's workers queues from the start, and a
+        // reference that learnt that queue would keep it standing for good.
+        self.long = if self.windows == 1 {
+            short
+        } else if short > self.long && !unshaped {
+            self.long
+        } else if self.windows <= WARMUP {
             self.long + (short - self.long) / self.windows as f64
-        } else if short <= self.long || unshaped {
+        } else {
             let factor = 2.0 / (c.long_window as f64 + 1.0);
             self.long * (1.0 - factor) + short * factor
-        } else {
-            self.long
         };
         let long = self.long;
         if long / short > 2.0 {
@@ -166,24 +178,26 @@ mod tests {
             min: 10,
             ..Gradient2Config::default()
         });
-        // Window 1: long = 10 ms. gradient = clamp(1.5, ·, 1) = 1, new = 104,
+        // Window 1: long = 10 ms. gradient = clamp(10/10, ·, 1) = 1, new = 104,
         // L = 80 + 20.8 = 100.8.
         assert_eq!(g.update(w(10, 100, false)), 100);
         assert!((g.estimate() - 100.8).abs() < 1e-9);
-        // Window 2: short 20 ms, long = (10 + 20)/2 = 15 ms. gradient = 1.5·15/20 = 1.125 → 1:
-        // new = 104.8, L = 80.64 + 20.96 = 101.6.
-        assert_eq!(g.update(w(20, 100, false)), 101);
-        assert!((g.estimate() - 101.6).abs() < 1e-9);
-        // Window 3: short 40 ms, long = (10+20+40)/3 = 23.33 ms. gradient = 1.5·23.33/40
-        // = 0.875: new = 101.6·0.875 + 4 = 92.9, L = 81.28 + 18.58 = 99.86.
-        assert_eq!(g.update(w(40, 101, false)), 99);
-        assert!((g.estimate() - 99.86).abs() < 1e-9);
-        // Window 4, app-limited (40 < 99.86/2): long moves, the limit does not.
-        assert_eq!(g.update(w(10, 40, false)), 99);
-        assert!((g.long_rtt() - 20_000_000.0).abs() < 1e-3);
-        // Window 5, a drop: new = 49.93, L = 79.888 + 9.986 = 89.874.
-        assert_eq!(g.update(w(10, 99, true)), 89);
-        assert!((g.estimate() - 89.874).abs() < 1e-9);
+        // Window 2: short 20 ms in a full window: a rise the limit shaped, so long stays
+        // 10 ms. gradient = 10/20 = 0.5: new = 50.4 + 4 = 54.4, L = 80.64 + 10.88 = 91.52.
+        assert_eq!(g.update(w(20, 100, false)), 91);
+        assert!((g.estimate() - 91.52).abs() < 1e-9);
+        // Window 3: short 8 ms, a fall, learnt by the warm-up's plain average: long = 10 +
+        // (8 − 10)/3 = 9.33 ms. gradient = 9.33/8 → 1: new = 95.52, L = 73.216 + 19.104
+        // = 92.32.
+        assert_eq!(g.update(w(8, 91, false)), 92);
+        assert!((g.estimate() - 92.32).abs() < 1e-9);
+        // Window 4, app-limited (40 < 92.32/2): long learns its rise, to 9.33 + (10 −
+        // 9.33)/4 = 9.5 ms; the limit does not move.
+        assert_eq!(g.update(w(10, 40, false)), 92);
+        assert!((g.long_rtt() - 9_500_000.0).abs() < 1e-3);
+        // Window 5, a drop: new = 46.16, L = 73.856 + 9.232 = 83.088.
+        assert_eq!(g.update(w(10, 92, true)), 83);
+        assert!((g.estimate() - 83.088).abs() < 1e-9);
     }
 
     #[test]

@@ -173,7 +173,7 @@ pub(super) fn adaptive(
             if tolerance < 1000 {
                 read.wrong(
                     params.tolerance.as_ref(),
-                    "`adaptive.tolerance` is at least 1 (1.5: latency may grow by half before the limit comes down)".to_owned(),
+                    "`adaptive.tolerance` is at least 1 (1.5: latency may grow by half above the no-load RTT before the limit comes down)".to_owned(),
                 );
             }
             Strategy::Gradient2(Gradient2Config {
