@@ -760,8 +760,8 @@ async fn yaml_rules_count_their_decisions_per_rule_by_a_readable_label() {
     }
     assert_eq!(
         lines.len(),
-        8 * 5,
-        "five outcomes for each of the eight rules: {lines:#?}"
+        8 * 6,
+        "six outcomes for each of the eight rules: {lines:#?}"
     );
 }
 
