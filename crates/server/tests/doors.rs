@@ -402,9 +402,12 @@ async fn start(release: &Arc<Notify>) -> Running {
     common::start(common::options(&toml, Arc::new(ManualClock::new(T0)))).await
 }
 
+/// `/metrics` series and their values.
+type Counts = Vec<(String, u64)>;
+
 /// The series of `/metrics` a door's requests should move: each rule's outcomes, the
 /// decisions timed, the requests shed.
-async fn counts(server: &Running, descriptors: bool) -> Vec<(String, u64)> {
+async fn counts(server: &Running, descriptors: bool) -> Counts {
     let admin = server.admin.expect("an admin listener");
     let metrics = common::get(admin, "/metrics", &[]).await.body;
     let suffix = if descriptors { "-edge" } else { "" };
@@ -439,7 +442,7 @@ async fn counts(server: &Running, descriptors: bool) -> Vec<(String, u64)> {
 
 #[tokio::test]
 async fn every_door_gives_the_same_verdicts_numbers_and_counts() {
-    let mut first: Option<(Vec<Seen>, Vec<(String, u64)>)> = None;
+    let mut first: Option<(Vec<Seen>, Counts)> = None;
     for door in DOORS {
         let release = Arc::new(Notify::new());
         let server = start(&release).await;
