@@ -342,6 +342,7 @@ pub(super) fn envoy_rule(name: String, domain: &str, limit: Limit, shadow: bool)
         on_store_failure: OnStoreFailure::Closed,
         sensitive: false,
         local_first: false,
+        prefetch: None,
         adaptive: None,
         rendered: Default::default(),
     }

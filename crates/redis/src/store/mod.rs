@@ -14,6 +14,7 @@ mod error;
 mod guard;
 mod library;
 mod permit;
+mod take;
 
 pub use config::{RedisConfig, Target, TimeSource};
 pub use error::RedisError;
