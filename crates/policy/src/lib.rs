@@ -37,7 +37,7 @@ pub use engine::{
     outcome_words, Explanation, Finding, KeyState, KeyStateError, Offender, RuleExplanation,
     RuleTop, TopKeys, TopReport,
 };
-pub use engine::{QueueState, ShedReason, Timer, WaitStats, WAIT_BUCKETS_NS};
+pub use engine::{PrefetchStats, QueueState, ShedReason, Timer, WaitStats, WAIT_BUCKETS_NS};
 pub use ip::{
     client_ip, push_ip, push_ip_net, ClientIpError, ClientIpHeader, HeaderNameError, IpGrouping,
     PrefixError, TrustedProxies,

@@ -267,6 +267,7 @@ impl Collector for EngineCollector {
         }
         StoreFigures::of(self.engine.store()).encode(&mut encoder)?;
         super::metrics_adaptive::encode(&self.engine, &mut encoder)?;
+        super::prefetch::encode(&self.engine, &mut encoder)?;
         let version = ConstGauge::new(self.engine.version() as i64);
         version.encode(encoder.encode_descriptor(
             "config_version",

@@ -18,6 +18,7 @@ mod logs;
 mod metrics;
 mod metrics_adaptive;
 mod operator;
+mod prefetch;
 mod reply;
 mod run;
 mod running;
