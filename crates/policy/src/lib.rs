@@ -20,6 +20,7 @@ pub mod host;
 mod ip;
 pub mod method_override;
 pub mod path;
+pub mod quota;
 
 pub use config::{
     Adaptive, AdminAccess, AdminToken, Bounds, Config, ConfigError, ConfigErrors, Cost, KeyPart,

@@ -25,6 +25,7 @@ mod keys;
 mod matching;
 mod owner;
 mod prefetch;
+mod quota_budget;
 mod request;
 mod reservations;
 mod rules;
