@@ -62,7 +62,7 @@ struct Holding {
 struct Split {
     budget: Budget,
     /// By stream and bucket.
-    holdings: BTreeMap<(u64, Vec<(String, String)>), Holding>,
+    holdings: BTreeMap<(u64, BucketEntries), Holding>,
 }
 
 /// Every budget's holdings. Invariant: within a budget the assigned shares add up to at
@@ -71,6 +71,9 @@ struct Split {
 pub struct QuotaBoard {
     splits: HashMap<String, Split>,
 }
+
+/// A bucket's id: its entries, sorted by key.
+pub type BucketEntries = Vec<(String, String)>;
 
 /// The shortest and longest time to live of an assignment.
 const MIN_TTL: Duration = Duration::from_secs(1);
@@ -139,7 +142,7 @@ impl QuotaBoard {
     }
 
     /// The shares assigned now of the budget `key`, by stream and bucket.
-    pub fn shares(&self, key: &str) -> Vec<(u64, Vec<(String, String)>, u64)> {
+    pub fn shares(&self, key: &str) -> Vec<(u64, BucketEntries, u64)> {
         self.splits.get(key).map_or_else(Vec::new, |s| {
             s.holdings
                 .iter()
@@ -158,7 +161,7 @@ impl Split {
     /// Splits the budget max-min by the wants; returns the changed assignments (and that
     /// of `always`), the reductions before the increases. An increase takes only what the
     /// others do not hold after their reductions, so the total never passes the budget.
-    fn resplit(&mut self, always: Option<&(u64, Vec<(String, String)>)>) -> Vec<Assignment> {
+    fn resplit(&mut self, always: Option<&(u64, BucketEntries)>) -> Vec<Assignment> {
         let wants: Vec<u64> = self.holdings.values().map(|h| h.want).collect();
         let targets = max_min(self.budget.per_period, &wants);
         let mut shrunk = Vec::new();
@@ -194,7 +197,7 @@ impl Split {
             .collect()
     }
 
-    fn assignment(&self, at: &(u64, Vec<(String, String)>), h: &Holding) -> Assignment {
+    fn assignment(&self, at: &(u64, BucketEntries), h: &Holding) -> Assignment {
         let b = &self.budget;
         let burst = if h.assigned == 0 {
             0

@@ -8,5 +8,5 @@
 mod board;
 mod fair;
 
-pub use board::{Assignment, Budget, QuotaBoard, Report};
+pub use board::{Assignment, BucketEntries, Budget, QuotaBoard, Report};
 pub use fair::{max_min, max_min_weighted};
