@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ratewarden_client::{Error, Outbound};
+use ratewarden_core::TokioClock;
 use ratewarden_core::{Clock, RealClock};
 use ratewarden_redis::{testing, RedisConfig, RedisStore, Target};
-use ratewarden_server::serve::TokioClock;
 
 #[tokio::test(start_paused = true)]
 async fn callers_are_delayed_to_the_rate_and_the_ones_past_max_wait_told_at_once() {

@@ -19,8 +19,11 @@ mod hint;
 pub mod host;
 mod ip;
 pub mod method_override;
+pub mod parts;
 pub mod path;
 pub mod quota;
+#[cfg(feature = "tokio")]
+mod runtime;
 
 pub use config::{
     Adaptive, AdminAccess, AdminToken, Bounds, Config, ConfigError, ConfigErrors, Cost, KeyPart,
@@ -43,3 +46,5 @@ pub use ip::{
     client_ip, push_ip, push_ip_net, ClientIpError, ClientIpHeader, HeaderNameError, IpGrouping,
     PrefixError, TrustedProxies,
 };
+#[cfg(feature = "tokio")]
+pub use runtime::{release_soon, ClockTimer};

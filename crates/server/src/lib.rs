@@ -5,4 +5,3 @@ pub mod check_config;
 pub mod cli;
 pub mod explain;
 pub mod serve;
-pub mod simulate;

@@ -13,7 +13,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => ratewarden_server::serve::main(args),
-        Command::Simulate(args) => ratewarden_server::simulate::main(*args),
+        Command::Simulate(args) => ratewarden_simulate::main(*args),
         Command::CheckConfig { file } => ratewarden_server::check_config::main(&file),
         Command::Explain {
             config,

@@ -4,8 +4,8 @@
 use std::process::Command;
 use std::time::Duration;
 
-use ratewarden_server::cli::{LoadArgs, LoadStrategy, Scenario};
-use ratewarden_server::simulate::load::{settle_ns, simulate, STRATEGIES};
+use ratewarden_simulate::load::{settle_ns, simulate, STRATEGIES};
+use ratewarden_simulate::{LoadArgs, LoadStrategy, Scenario};
 
 const SEC: u64 = 1_000_000_000;
 
@@ -61,7 +61,7 @@ fn gradient2_settles_within_2s_of_each_capacity_step() {
     assert_eq!((full.workers, half.workers, again.workers), (8, 4, 8));
     // The limit moves with the capacity, so the settle time means something: measured
     // 16 -> 9 -> 19.
-    let steady = |s: &ratewarden_server::simulate::load::StepFigures| s.steady.unwrap();
+    let steady = |s: &ratewarden_simulate::load::StepFigures| s.steady.unwrap();
     assert!(steady(half) * 10 <= steady(full) * 7, "{run:?}");
     assert!(steady(again) * 10 >= steady(half) * 14, "{run:?}");
     // Measured 1.3 s down and 1.9 s back up.

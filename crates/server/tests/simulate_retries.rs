@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use ratewarden_server::simulate::retries::{run, table, Scenario, Strategy};
+use ratewarden_simulate::retries::{run, table, Scenario, Strategy};
 
 fn ratewarden(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_ratewarden"))

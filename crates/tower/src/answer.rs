@@ -56,8 +56,9 @@ impl Rejection {
 /// with a gRPC status).
 pub type RejectHook = Arc<dyn Fn(&Rejection) -> http::Response<Bytes> + Send + Sync>;
 
-/// What to do with a decided request.
-pub(crate) enum Answer {
+/// What to do with a decided request: the engine's [`Answer`](ratewarden_policy::Answer) with
+/// the grants the layer hands on.
+pub(crate) enum Admission {
     /// Serve it, after `delay` (a queueing rule), adding `headers` to the response.
     Go {
         headers: Vec<(HeaderName, HeaderValue)>,
@@ -71,15 +72,15 @@ pub(crate) enum Answer {
 
 /// The answer to `verdict`, as the server's gateway gives it (the same translation,
 /// [`Verdict::answer`]), a refusal telling the client to come back in `retry_ns`.
-pub(crate) fn answer(verdict: &Verdict, legacy: bool, retry_ns: u64) -> Answer {
+pub(crate) fn answer(verdict: &Verdict, legacy: bool, retry_ns: u64) -> Admission {
     match verdict.answer(legacy, retry_ns) {
-        ratewarden_policy::Answer::Go { headers, delay } => Answer::Go {
+        ratewarden_policy::Answer::Go { headers, delay } => Admission::Go {
             headers,
             delay,
             reservation: verdict.reservation,
             permit: verdict.permit,
         },
-        ratewarden_policy::Answer::Stop(contract) => Answer::Stop(Rejection {
+        ratewarden_policy::Answer::Stop(contract) => Admission::Stop(Rejection {
             status: StatusCode::from_u16(contract.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS),
             retry_after: Duration::from_nanos(retry_ns),
             violated: verdict

@@ -55,7 +55,6 @@ mod limits;
 mod permit;
 mod reservation;
 mod service;
-mod timer;
 
 pub use answer::{RejectHook, Rejection};
 pub use body::LimitBody;

@@ -90,20 +90,8 @@ impl<St: AsyncStore + 'static> EngineLimits<St> {
                 status: StatusCode::BAD_REQUEST,
                 detail: e.to_string(),
             })?;
-        let headers: Vec<(&str, &str)> = request
-            .headers
-            .iter()
-            .filter_map(|(n, v)| Some((n.as_str(), v.to_str().ok()?)))
-            .collect();
-        // An absolute-form target's authority wins over `Host` (RFC 9112 §3.2.2), as at
-        // the gateway; the engine compares hosts as DNS does and refuses what is no host.
-        let host = match request.uri.authority() {
-            Some(authority) => Some(authority.as_str()),
-            None => request
-                .headers
-                .get(http::header::HOST)
-                .and_then(|h| h.to_str().ok()),
-        };
+        let headers = ratewarden_policy::parts::header_pairs(&request.headers);
+        let host = ratewarden_policy::parts::host(request);
         let engine_request = ratewarden_policy::Request {
             peer,
             method: request.method.as_str(),

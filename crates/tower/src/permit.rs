@@ -28,17 +28,11 @@ impl Drop for PermitGuard {
             return;
         };
         let owner = Arc::clone(&self.owner);
-        let release =
-            Arc::clone(&self.limits).release(id, owner, self.completion, self.clock.now());
-        // A store that answers at once (in memory) releases here, before the next request
-        // can be decided; one a network away releases on a task of its own. Outside a
-        // runtime the lease lets the permit go.
-        let mut release = release;
-        let mut context = std::task::Context::from_waker(std::task::Waker::noop());
-        if release.as_mut().poll(&mut context).is_pending() {
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(release);
-            }
-        }
+        ratewarden_policy::release_soon(Arc::clone(&self.limits).release(
+            id,
+            owner,
+            self.completion,
+            self.clock.now(),
+        ));
     }
 }

@@ -13,13 +13,13 @@ use http::{HeaderName, HeaderValue, Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
-use crate::answer::{self, Answer, Rejection};
+use crate::answer::{self, Admission, Rejection};
 use crate::layer::{unknown_peer, Settings};
 use crate::limits::Unreadable;
 use crate::permit::PermitGuard;
-use crate::timer::ClockTimer;
 use crate::{grpc, LimitBody, Reservation};
 use ratewarden_core::adaptive::Completion;
+use ratewarden_policy::ClockTimer;
 use ratewarden_policy::Verdict;
 
 /// The future of a [`RateLimit`] call.
@@ -160,8 +160,8 @@ fn prepare(
         .jitter
         .apply(verdict.retry_ns(), settings.retry_after_jitter);
     match answer::answer(&verdict, limits.legacy(), retry) {
-        Answer::Stop(rejection) => Prepared::Stop(refuse(settings, &rejection, grpc)),
-        Answer::Go {
+        Admission::Stop(rejection) => Prepared::Stop(refuse(settings, &rejection, grpc)),
+        Admission::Go {
             headers,
             delay,
             reservation,

@@ -669,7 +669,7 @@ impl<S: AsyncStore> Engine<S> {
                 (true, false) if charged.allowed => &c.allowed,
                 (true, false) => &c.skipped,
                 (false, true) => &c.would_have_rejected,
-                (false, false) => continue,
+                (false, false) => &c.shadow_allowed,
             };
             Counters::bump(counter);
         }

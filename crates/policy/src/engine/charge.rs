@@ -374,7 +374,7 @@ impl<S: AsyncStore> Engine<S> {
                     );
                     &c.would_have_rejected
                 }
-                (false, false) => continue,
+                (false, false) => &c.shadow_allowed,
             };
             Counters::bump(counter);
         }

@@ -16,6 +16,9 @@ pub struct RuleStats {
     pub skipped: u64,
     /// Requests it would have rejected, in shadow mode or outside its rollout's share.
     pub would_have_rejected: u64,
+    /// Requests it would have allowed, in shadow mode or outside its rollout's share: with
+    /// `would_have_rejected`, everything such a rule matched.
+    pub shadow_allowed: u64,
     /// Decisions its store failed to make (its failure policy answered instead).
     pub store_failures: u64,
 }
@@ -26,6 +29,7 @@ pub(super) struct Counters {
     pub(super) rejected: AtomicU64,
     pub(super) skipped: AtomicU64,
     pub(super) would_have_rejected: AtomicU64,
+    pub(super) shadow_allowed: AtomicU64,
     pub(super) store_failures: AtomicU64,
     /// The keys it rejected most (enforcing), decayed: the dashboard's top offenders.
     pub(super) top_limited: TopKeys,
@@ -40,6 +44,7 @@ impl Counters {
             rejected: self.rejected.load(Ordering::Relaxed),
             skipped: self.skipped.load(Ordering::Relaxed),
             would_have_rejected: self.would_have_rejected.load(Ordering::Relaxed),
+            shadow_allowed: self.shadow_allowed.load(Ordering::Relaxed),
             store_failures: self.store_failures.load(Ordering::Relaxed),
         }
     }

@@ -9,14 +9,14 @@ use super::store::AnyStore;
 use ratewarden_core::Clock;
 use ratewarden_policy::envoy::EnvoyConfig;
 use ratewarden_policy::{
-    ConfigError, ConfigErrors, Engine, Jitter, ServerSettings, StoreSettings, Verdict,
+    Answer, ConfigError, ConfigErrors, Engine, Jitter, ServerSettings, StoreSettings, Verdict,
 };
 use tokio::sync::watch;
 
 use super::metrics::Metrics;
-use super::operator::{Operator, ReloadRecord};
 use super::shed::Shedder;
 use super::throttle::Throttle;
+use crate::serve::admin::samples::{Operator, ReloadRecord, Sample, SAMPLE_EVERY};
 
 /// How often a refused, untrusted proxy is logged at most: every request would flood the log.
 const UNTRUSTED_LOG_EVERY_NS: u64 = 10 * ratewarden_core::NANOS_PER_SEC;
@@ -51,9 +51,6 @@ pub(crate) struct Reloaded {
     /// force, as `[section] field`.
     pub(crate) needing_restart: Vec<&'static str>,
 }
-
-/// What to do with a decided request: the contract's answer, as every door gives it.
-pub(crate) use ratewarden_policy::Answer;
 
 impl App {
     pub(crate) fn new(
@@ -233,18 +230,12 @@ impl App {
         })
     }
 
-    /// Decides what to do with a verdict: the contract's 429 or 503 (its `Retry-After`
-    /// spread by `[server] retry_after_jitter`), or go on with the RateLimit fields (and a
-    /// queueing rule's delay).
-    pub(crate) fn answer(&self, verdict: &Verdict) -> Answer {
-        self.answer_with(verdict, &self.settings())
-    }
-
-    /// [`App::answer`] with the settings the request already holds: each read of them is
-    /// a lock and a reference count shared by every worker.
+    /// What to do with a verdict: the contract's 429 or 503 (its `Retry-After` spread by
+    /// `[server] retry_after_jitter`), or go on with the RateLimit fields (and a queueing
+    /// rule's delay). `settings` are the ones the request already holds.
     pub(crate) fn answer_with(&self, verdict: &Verdict, settings: &ServerSettings) -> Answer {
-        // Only a refusal says when to retry: a request let through draws no jitter (a SipHash,
-        // 250 instructions of every allowed decision).
+        // Only a refusal says when to retry: a request let through draws no jitter (a SipHash
+        // on every allowed decision otherwise).
         let refused = !verdict.allowed || verdict.unavailable || verdict.shed();
         let retry = if refused {
             self.jitter
@@ -341,6 +332,22 @@ pub(crate) async fn sweep(app: Arc<App>, mut stop: watch::Receiver<bool>) {
         tokio::select! {
             _ = tick.tick() => {
                 app.engine.store().sweep(app.clock.now());
+            }
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// Samples every rule's counters every [`SAMPLE_EVERY`] until `stop`.
+pub(crate) async fn sample(app: Arc<App>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(SAMPLE_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {
+                let mut rules = app.engine.stats();
+                rules.extend(app.engine.envoy_stats());
+                app.operator.sampled(Sample { at_ns: app.clock.now(), rules });
             }
             _ = stop.changed() => return,
         }

@@ -4,20 +4,24 @@
 //! signal, under [`main`]); tests start it in-process on `127.0.0.1:0` with a clock of
 //! their own.
 //!
-//! The map: `start` builds the store (`store`) and the engine and binds the listeners, the
-//! first worker serving them on the caller's runtime and `workers` the rest; `http` and
-//! `envoy` are the front doors, `app` what they share (`forwarded`: what the forward-auth
-//! doors of both share); `running` is the handle `start`
-//! returns; `run` and `signals` are the command around it.
+//! The map (`docs/architecture.md`, "The server"): `start` builds the store (`store`) and
+//! the engine and binds the listeners, the first worker serving them on the caller's
+//! runtime and `workers` the rest; `conn` accepts and times connections; the front doors
+//! (`gateway`, `api`, `envoy`) parse what they are asked and hand it to `admission`, the one
+//! pipeline to the engine, then render its answer (`reply`, `h1` for the lean paths' bytes);
+//! `app` is what every listener shares; `admin` and `metrics` show what the rules did;
+//! `running` is the handle `start` returns; `run` and `signals` the command around it.
 
+mod admin;
+mod admission;
+mod api;
 mod app;
+mod conn;
 mod envoy;
-mod forwarded;
-mod http;
+mod gateway;
+mod h1;
 mod logs;
 mod metrics;
-mod metrics_adaptive;
-mod operator;
 mod prefetch;
 mod reply;
 mod run;
@@ -27,10 +31,9 @@ mod signals;
 mod start;
 mod store;
 mod throttle;
-mod timer;
 mod workers;
 
-pub(crate) use http::CheckBody;
+pub(crate) use api::CheckBody;
 /// Moved to core, beside the other clocks; this path stays.
 pub use ratewarden_core::TokioClock;
 pub use run::main;

@@ -11,8 +11,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::app::{self, App};
-use super::http::{self, Role};
-use super::operator;
+use super::conn::{self, Role};
+use super::gateway::Local;
 use super::prefetch;
 use super::running::Running;
 use super::store::AnyStore;
@@ -80,18 +80,18 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
     } else {
         Role::Api
     };
-    let mut listeners = vec![(http::bind(settings.listen, "listen")?, main_role)];
+    let mut listeners = vec![(conn::bind(settings.listen, "listen")?, main_role)];
     let listen_addr = listeners[0].0.local_addr()?;
     let mut api_addr = None;
     if let Some(addr) = settings.api {
-        let api = http::bind(addr, "api")?;
+        let api = conn::bind(addr, "api")?;
         api_addr = Some(api.local_addr()?);
         listeners.push((api, Role::Api));
     }
     let mut grpc_addr = None;
     let grpc = match settings.grpc {
         Some(addr) => {
-            let listener = http::bind(addr, "grpc")?;
+            let listener = conn::bind(addr, "grpc")?;
             grpc_addr = Some(listener.local_addr()?);
             Some(listener)
         }
@@ -99,7 +99,7 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
     };
     let mut admin_addr = None;
     if let Some(addr) = settings.admin {
-        let admin = http::bind(addr, "admin")?;
+        let admin = conn::bind(addr, "admin")?;
         admin_addr = Some(admin.local_addr()?);
         listeners.push((admin, Role::Admin));
     }
@@ -144,12 +144,9 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
             let _ = finished.await;
         });
     }
-    let local = Arc::new(http::Local::new(
-        settings.upstream.as_deref(),
-        &settings.bounds,
-    )?);
+    let local = Arc::new(Local::new(settings.upstream.as_deref(), &settings.bounds)?);
     workers::spawn(&mut tasks, listeners, &app, &local, &stopped, grace)?;
-    tasks.spawn(operator::sample(Arc::clone(&app), stopped.clone()));
+    tasks.spawn(app::sample(Arc::clone(&app), stopped.clone()));
     tasks.spawn(prefetch::upkeep(Arc::clone(&app), stopped.clone()));
     tasks.spawn(app::sweep(Arc::clone(&app), stopped));
     let off = |addr: Option<std::net::SocketAddr>| {

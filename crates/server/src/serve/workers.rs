@@ -7,8 +7,9 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::app::App;
+use super::conn::{self, Role};
 use super::envoy;
-use super::http::{self, Role};
+use super::gateway::Local;
 
 /// One worker thread: its own single-threaded runtime serving every HTTP listener until
 /// stopped.
@@ -32,7 +33,7 @@ pub(super) fn run(
     };
     runtime.block_on(async move {
         // The upstream URL was checked when the first worker started.
-        let Ok(local) = http::Local::new(upstream.as_deref(), &app.started().bounds) else {
+        let Ok(local) = Local::new(upstream.as_deref(), &app.started().bounds) else {
             return;
         };
         let local = Arc::new(local);
@@ -55,13 +56,13 @@ pub(super) fn spawn(
     tasks: &mut JoinSet<()>,
     listeners: Vec<(std::net::TcpListener, Role)>,
     app: &Arc<App>,
-    local: &Arc<http::Local>,
+    local: &Arc<Local>,
     stopped: &watch::Receiver<bool>,
     grace: std::time::Duration,
 ) -> std::io::Result<()> {
     for (listener, role) in listeners {
         let listener = tokio::net::TcpListener::from_std(listener)?;
-        tasks.spawn(http::serve(
+        tasks.spawn(conn::serve(
             listener,
             role,
             Arc::clone(app),

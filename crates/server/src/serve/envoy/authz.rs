@@ -17,8 +17,9 @@ use envoy_types::pb::google::rpc;
 use http::HeaderName;
 use tonic::{Code, Request, Response, Status};
 
-use crate::serve::app::{Answer, App};
-use crate::serve::forwarded;
+use crate::serve::admission::{self, Admission, Ask};
+use crate::serve::app::App;
+use ratewarden_policy::Answer;
 
 /// The service, over the server's engine.
 pub(crate) struct Authz {
@@ -43,18 +44,12 @@ impl Authorization for Authz {
                  names the client's address and path, which only a trusted proxy may do"
             )));
         }
-        let Some(_slot) = app.shedder.enter(false).await else {
-            app.metrics.shed("in_flight");
-            return Err(Status::unavailable(
-                "overloaded: too many requests in flight",
-            ));
-        };
         check(app, &request.into_inner()).await.map(Response::new)
     }
 }
 
 /// Decides one `CheckRequest`. Bad input is `INVALID_ARGUMENT` naming the field.
-async fn check(app: &App, request: &CheckRequest) -> Result<CheckResponse, Status> {
+async fn check(app: &Arc<App>, request: &CheckRequest) -> Result<CheckResponse, Status> {
     let attributes = request.attributes.as_ref();
     let source = attributes
         .and_then(|a| a.source.as_ref())
@@ -122,16 +117,24 @@ async fn check(app: &App, request: &CheckRequest) -> Result<CheckResponse, Statu
         api_key: None,
         tenant: None,
     };
-    let answer = forwarded::decide(app, &engine_request)
-        .await
-        .map_err(|undecided| {
+    let settings = app.settings();
+    let ask = Ask::Request(&engine_request);
+    let (answer, _slot) = match admission::admit(app, admission::EXT_AUTHZ, ask, &settings).await {
+        Admission::Decided(decided) => (decided.answer, decided.slot),
+        Admission::Shed(_) => {
+            return Err(Status::unavailable(
+                "overloaded: too many requests in flight",
+            ))
+        }
+        Admission::Undecided(undecided) => {
             let code = if undecided.status.is_server_error() {
                 Code::FailedPrecondition
             } else {
                 Code::InvalidArgument
             };
-            Status::new(code, undecided.detail)
-        })?;
+            return Err(Status::new(code, undecided.detail));
+        }
+    };
     match answer {
         Answer::Go { headers, delay } => {
             if !delay.is_zero() {

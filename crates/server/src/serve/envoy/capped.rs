@@ -13,7 +13,7 @@ use tonic::codegen::tokio_stream::Stream;
 use tonic::transport::server::{Connected, TcpConnectInfo, TcpIncoming};
 
 use crate::serve::app::App;
-use crate::serve::http::clients::{Clients, Open};
+use crate::serve::conn::clients::{Clients, Open};
 
 /// The accepted connections of `inner`, less those of a client that has its share open
 /// already: those are closed at once.

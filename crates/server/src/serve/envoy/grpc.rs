@@ -12,12 +12,16 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitService;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration;
+use http::header::{HeaderName, CACHE_CONTROL, CONTENT_TYPE};
 use ratewarden_core::NANOS_PER_SEC;
 use ratewarden_policy::config::CallBounds;
 use ratewarden_policy::envoy::{RateLimitOverride, Unit};
-use ratewarden_policy::{DescriptorStatus, DescriptorVerdict, RequestDescriptor, Verdict};
+use ratewarden_policy::{
+    Answer, DescriptorStatus, DescriptorVerdict, RequestDescriptor, ServerSettings, Verdict,
+};
 use tonic::{Request, Response, Status};
 
+use crate::serve::admission::{self, Admission, Ask};
 use crate::serve::app::App;
 
 /// The service, over the server's engine.
@@ -49,35 +53,73 @@ impl RateLimitService for Rls {
                 "{who} may not call ShouldRateLimit: it is not in {list}"
             )));
         }
-        // The same in-flight cap as the HTTP listeners: a shed call is Envoy's to decide
-        // (its `failure_mode_deny`), as any unavailable service is.
-        let Some(_slot) = self.app.shedder.enter(false).await else {
-            self.app.metrics.shed("in_flight");
-            return Err(Status::unavailable(
-                "overloaded: too many requests in flight",
-            ));
-        };
-        decide(&self.app, request.into_inner())
+        let request = request.into_inner();
+        decide(&self.app, &settings, &request)
             .await
             .map(Response::new)
+            .map_err(Refusal::status)
     }
 }
 
-/// Decides one `RateLimitRequest`; also what `POST /json` runs. Bad input is
-/// `INVALID_ARGUMENT`, a store failure `UNAVAILABLE`.
+/// Why a `RateLimitRequest` got no `RateLimitResponse`.
+pub(crate) enum Refusal {
+    /// Every place in flight is taken (the contract's 503): a shed call is Envoy's to
+    /// decide (its `failure_mode_deny`), as any unavailable service is.
+    Shed(ratewarden_http::Response),
+    /// The request cannot be taken as it is.
+    Invalid(String),
+    /// The store failed and a rule fails closed.
+    Unavailable,
+}
+
+impl Refusal {
+    /// As the gRPC service answers it.
+    pub(crate) fn status(self) -> Status {
+        match self {
+            Self::Shed(_) => Status::unavailable("overloaded: too many requests in flight"),
+            Self::Invalid(detail) => Status::invalid_argument(detail),
+            Self::Unavailable => {
+                Status::unavailable("the rate limit store failed and a rule fails closed")
+            }
+        }
+    }
+}
+
+/// Decides one `RateLimitRequest` through the admission pipeline; also what `POST /json`
+/// runs.
 pub(crate) async fn decide(
-    app: &App,
-    request: RateLimitRequest,
-) -> Result<RateLimitResponse, Status> {
-    within_bounds(&app.settings().envoy, &request)?;
-    let descriptors = request
+    app: &Arc<App>,
+    settings: &ServerSettings,
+    request: &RateLimitRequest,
+) -> Result<RateLimitResponse, Refusal> {
+    within_bounds(&settings.envoy, request)
+        .map_err(|s| Refusal::Invalid(s.message().to_owned()))?;
+    let descriptors = descriptors(request).map_err(|s| Refusal::Invalid(s.message().to_owned()))?;
+    // proto3 cannot tell 0 from unset: at the request level 0 means 1.
+    let hits = u64::from(request.hits_addend.max(1));
+    let ask = Ask::Descriptors {
+        domain: &request.domain,
+        descriptors: &descriptors,
+        hits,
+    };
+    match admission::admit(app, admission::RLS, ask, settings).await {
+        Admission::Shed(response) => Err(Refusal::Shed(response)),
+        Admission::Undecided(undecided) => Err(Refusal::Invalid(undecided.detail)),
+        Admission::Decided(decided) if decided.verdict.unavailable => Err(Refusal::Unavailable),
+        Admission::Decided(decided) => Ok(response(&decided.verdict, &decided.answer)),
+    }
+}
+
+/// The request's descriptors as the engine reads them; `INVALID_ARGUMENT` naming what
+/// cannot be taken.
+fn descriptors(request: &RateLimitRequest) -> Result<Vec<RequestDescriptor<'_>>, Status> {
+    request
         .descriptors
         .iter()
         .enumerate()
         .map(|(i, d)| {
             // A refund Envoy asks for would be silently charged as a cost if read as one:
-            // refused by name instead, as `POST /json` refuses the unknown field (found by
-            // fuzzing, tests/fuzz_rls.rs).
+            // refused by name instead, as `POST /json` refuses the unknown field.
             if d.is_negative_hits {
                 return Err(Status::invalid_argument(format!(
                     "descriptor {i}: `is_negative_hits` (giving hits back) is not supported"
@@ -106,21 +148,7 @@ pub(crate) async fn decide(
                 limit,
             })
         })
-        .collect::<Result<Vec<_>, Status>>()?;
-    // proto3 cannot tell 0 from unset: at the request level 0 means 1.
-    let hits = u64::from(request.hits_addend.max(1));
-    let verdict = app
-        .engine
-        .decide_descriptors(&request.domain, &descriptors, hits, app.clock.now())
-        .await
-        .map_err(|e| Status::invalid_argument(e.to_string()))?;
-    if verdict.unavailable {
-        crate::serve::app::log_refusal(&verdict, verdict.retry_ns());
-        return Err(Status::unavailable(
-            "the rate limit store failed and a rule fails closed",
-        ));
-    }
-    Ok(response(app, &verdict))
+        .collect()
 }
 
 /// Refuses a request carrying more than `[envoy]` allows, before anything is resolved or
@@ -145,27 +173,22 @@ fn within_bounds(bounds: &CallBounds, request: &RateLimitRequest) -> Result<(), 
     Ok(())
 }
 
-fn response(app: &App, verdict: &Verdict) -> RateLimitResponse {
-    // The fields Envoy passes on to the client: the policies every HTTP door shows (enforced,
-    // neither sensitive nor adaptive), and none when a sensitive rule refused (the bare 429
-    // of a login or OTP rule, as `ratewarden_http::limited` answers it).
-    let shown = if !verdict.allowed && verdict.sensitive() {
-        Vec::new()
-    } else {
-        verdict.shown_policies()
+/// The verdict in Envoy's terms, its headers the contract's answer as every HTTP door
+/// gives it (without `Cache-Control` and `Content-Type`, which belong to our own 429's body,
+/// not to the upstream's response Envoy adds them to).
+fn response(verdict: &Verdict, answer: &Answer) -> RateLimitResponse {
+    let headers: Vec<(&HeaderName, std::borrow::Cow<'_, str>)> = match answer {
+        Answer::Go { headers, .. } => headers
+            .iter()
+            // Ours are visible ASCII.
+            .map(|(name, value)| (name, String::from_utf8_lossy(value.as_bytes())))
+            .collect(),
+        Answer::Stop(refused) => refused
+            .headers
+            .iter()
+            .map(|(name, value)| (name, value.as_str().into()))
+            .collect(),
     };
-    let mut headers = ratewarden_http::allowed_headers(&shown, false);
-    headers.retain(|(name, _)| *name != ratewarden_http::CACHE_CONTROL);
-    if !verdict.allowed {
-        // The enforced rules' longest wait, as every door says it: a shadow rule that would
-        // have refused does not make the client wait.
-        let retry = app.jittered(verdict.retry_ns());
-        crate::serve::app::log_refusal(verdict, retry);
-        headers.push((
-            ratewarden_http::RETRY_AFTER,
-            http::HeaderValue::from(ratewarden_http::retry_after_secs(retry)),
-        ));
-    }
     RateLimitResponse {
         overall_code: if verdict.allowed {
             Code::Ok
@@ -179,10 +202,10 @@ fn response(app: &App, verdict: &Verdict) -> RateLimitResponse {
             .collect(),
         response_headers_to_add: headers
             .into_iter()
+            .filter(|(name, _)| **name != CACHE_CONTROL && **name != CONTENT_TYPE)
             .map(|(key, value)| HeaderValue {
                 key: key.as_str().to_owned(),
-                // Ours are visible ASCII.
-                value: String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                value: value.into_owned(),
                 ..HeaderValue::default()
             })
             .collect(),

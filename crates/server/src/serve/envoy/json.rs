@@ -2,6 +2,8 @@
 //! mapping in, the `RateLimitResponse` out; 200 OK, 429 OVER_LIMIT, 500 UNKNOWN, 400 for a
 //! request it cannot take) and `GET /healthcheck`.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
     Entry, RateLimitOverride,
@@ -14,7 +16,9 @@ use http::{Response, StatusCode};
 use serde::{Deserialize, Serialize};
 
 use ratewarden_policy::envoy::Unit;
+use ratewarden_policy::ServerSettings;
 
+use super::grpc::Refusal;
 use crate::serve::app::App;
 use crate::serve::reply::{self, Body};
 
@@ -245,7 +249,11 @@ fn to_json(response: &RateLimitResponse) -> JsonResponse {
 }
 
 /// `POST /json`.
-pub(crate) async fn handle(app: &App, body: Bytes) -> Response<Body> {
+pub(crate) async fn handle(
+    app: &Arc<App>,
+    settings: &ServerSettings,
+    body: Bytes,
+) -> Response<Body> {
     let request: JsonRequest = match serde_json::from_slice(&body) {
         Ok(r) => r,
         Err(e) => {
@@ -259,17 +267,17 @@ pub(crate) async fn handle(app: &App, body: Bytes) -> Response<Body> {
         Ok(r) => r,
         Err(e) => return reply::problem(StatusCode::BAD_REQUEST, e),
     };
-    let response = match super::grpc::decide(app, request).await {
+    let response = match super::grpc::decide(app, settings, &request).await {
         Ok(r) => r,
-        // A store failure is the server's (500, as envoyproxy/ratelimit answers); anything
-        // else is the request's.
-        Err(status) if status.code() == tonic::Code::Unavailable => {
+        Err(Refusal::Shed(response)) => return reply::contract(response),
+        Err(Refusal::Invalid(detail)) => return reply::problem(StatusCode::BAD_REQUEST, detail),
+        // A store failure is the server's (500, as envoyproxy/ratelimit answers).
+        Err(Refusal::Unavailable) => {
             return reply::problem(
                 StatusCode::INTERNAL_SERVER_ERROR,
-                status.message().to_owned(),
+                "the rate limit store failed and a rule fails closed",
             )
         }
-        Err(status) => return reply::problem(StatusCode::BAD_REQUEST, status.message().to_owned()),
     };
     let status = match Code::try_from(response.overall_code) {
         Ok(Code::Ok) => StatusCode::OK,

@@ -14,7 +14,7 @@ use super::capped::Capped;
 use super::grpc::Rls;
 use super::rlqs::Rlqs;
 use crate::serve::app::App;
-use crate::serve::http::clients::Clients;
+use crate::serve::conn::clients::Clients;
 
 /// Envoy's rate limit service and `ext_authz` on the current runtime, until `stop`.
 pub(crate) async fn serve(
