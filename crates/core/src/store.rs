@@ -108,6 +108,35 @@ pub trait AsyncStore: Send + Sync {
     /// [`Store::clear`], awaited.
     fn clear(&self, key: &str) -> impl Future<Output = Result<bool, Self::Error>> + Send;
 
+    /// Takes up to `want` units of `key` at once, as many as fit now: a partial grant, for
+    /// an allowance a process spends locally. Returns the units granted and the decision of
+    /// charging them, or, when none fit, the refusal of one unit (its retry time).
+    ///
+    /// This default asks [`peek`](AsyncStore::peek) how many fit, then charges them with
+    /// [`decide`](AsyncStore::decide): never more than fits, but another caller between
+    /// the two can make it grant nothing. A shared store answers in one atomic call.
+    fn take(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: u64,
+        want: u64,
+    ) -> impl Future<Output = Result<(u64, Decision), Self::Error>> + Send {
+        async move {
+            let room = self.peek(limit, key, now, 0).await?;
+            let fits = if room.is_allowed() {
+                want.min(room.remaining)
+            } else {
+                0
+            };
+            if fits == 0 {
+                return Ok((0, self.peek(limit, key, now, 1).await?));
+            }
+            let decision = self.decide(limit, key, now, fits).await?;
+            Ok((if decision.is_allowed() { fits } else { 0 }, decision))
+        }
+    }
+
     /// Whether the state lives outside this process, shared with a fleet (and so may fail).
     /// The engine then also keeps, in process, what each `on_store_failure = "open"` or
     /// `"local"` rule admitted, so a store failure finds a bucket that already holds this

@@ -21,6 +21,7 @@ mod ip;
 pub mod method_override;
 pub mod parts;
 pub mod path;
+pub mod quota;
 #[cfg(feature = "tokio")]
 mod runtime;
 
@@ -40,7 +41,7 @@ pub use engine::{
     outcome_words, Explanation, Finding, KeyState, KeyStateError, Offender, RuleExplanation,
     RuleTop, TopKeys, TopReport,
 };
-pub use engine::{QueueState, ShedReason, Timer, WaitStats, WAIT_BUCKETS_NS};
+pub use engine::{PrefetchStats, QueueState, ShedReason, Timer, WaitStats, WAIT_BUCKETS_NS};
 pub use ip::{
     client_ip, push_ip, push_ip_net, ClientIpError, ClientIpHeader, HeaderNameError, IpGrouping,
     PrefixError, TrustedProxies,

@@ -161,6 +161,7 @@ impl KeyedLimit {
             },
             sensitive: self.sensitive,
             local_first: false,
+            prefetch: None,
             adaptive: None,
             rendered: Default::default(),
         }

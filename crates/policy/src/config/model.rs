@@ -188,6 +188,9 @@ pub struct Rule {
     /// and a request it refuses never reaches the shared store (it would refuse it too:
     /// it sees all this process's admitted requests, and more).
     pub local_first: bool,
+    /// On a shared store: how far ahead this process takes units of a key from the store
+    /// (an allowance charged before it is spent) and decides locally from them.
+    pub prefetch: Option<Duration>,
     /// For `algorithm = "adaptive-concurrency"`: the controller that learns the limit (then
     /// `limit` is a concurrency limit at its ceiling, and the rule is decided in this
     /// process, never in the store).

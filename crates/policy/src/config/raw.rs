@@ -145,6 +145,7 @@ pub(super) struct RawLimit {
     pub(super) rollout: Option<Spanned<String>>,
     pub(super) sensitive: Option<bool>,
     pub(super) local_first: Option<bool>,
+    pub(super) prefetch: Option<Spanned<String>>,
     pub(super) on_store_failure: Option<Spanned<String>>,
     pub(super) local_divide_by: Option<Spanned<i64>>,
     pub(super) ipv4_prefix: Option<Spanned<i64>>,

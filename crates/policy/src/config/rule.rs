@@ -2,6 +2,7 @@
 //! policy here; its algorithm in `limit.rs` and its key in `key.rs`.
 
 use std::ops::Range;
+use std::time::Duration;
 
 use toml::Spanned;
 
@@ -61,6 +62,7 @@ pub(super) fn rule(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -
     }
     let cost = cost(&raw, rule, errors);
     let settle_within = errors.duration(raw.settle.as_ref(), "`settle`", rule, false);
+    let prefetch = prefetch(&raw, rule, errors);
     let mode = mode(&raw, rule, errors);
     let on_store_failure = on_store_failure(&raw, rule, errors);
     if let Some(at) = raw.matches.as_ref().and_then(stray_header_value) {
@@ -110,6 +112,7 @@ pub(super) fn rule(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -
         on_store_failure,
         sensitive: raw.sensitive.unwrap_or(false),
         local_first: raw.local_first.unwrap_or(false),
+        prefetch,
         adaptive,
         rendered: Default::default(),
     })
@@ -189,6 +192,31 @@ fn cost(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>) -> Cost {
             }
         },
     }
+}
+
+/// `prefetch`: a horizon longer than zero, on an algorithm whose units can be taken ahead
+/// and given back exactly (the buckets, GCRA, the windows and quotas), and not beside
+/// `local_first`.
+fn prefetch(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>) -> Option<Duration> {
+    let given = raw.prefetch.as_ref()?;
+    let horizon = errors.duration(Some(given), "`prefetch`", rule, false)?;
+    let algorithm = raw.algorithm.as_ref().map_or("", |a| a.get_ref().trim());
+    let refused = match algorithm {
+        "sliding-log" => Some("its entries are times, and units taken ahead would be stamped when taken, not when spent"),
+        "concurrency" | "leaky-queue" | ADAPTIVE_CONCURRENCY => Some("its units are held and released (or queued) per request, not spent"),
+        _ => None,
+    };
+    if let Some(why) = refused {
+        let message = format!("`prefetch` does not apply to `{algorithm}`: {why}");
+        errors.at(Some(given.span()), rule, message);
+        return None;
+    }
+    if raw.local_first == Some(true) {
+        let message = "`prefetch` and `local_first` are both given: a prefetched allowance already decides in this process";
+        errors.at(Some(given.span()), rule, message.to_owned());
+        return None;
+    }
+    Some(horizon)
 }
 
 fn mode(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>) -> Mode {

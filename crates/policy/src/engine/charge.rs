@@ -57,6 +57,7 @@ impl<S: AsyncStore> Engine<S> {
         if let [a] = applying {
             if a.enforced
                 && !rules[a.rule].local_first
+                && rules[a.rule].prefetch.is_none()
                 && !(self.store.is_shared() && guards(&rules[a.rule]))
             {
                 return self
@@ -65,6 +66,62 @@ impl<S: AsyncStore> Engine<S> {
             }
         }
         let mut enforced: Vec<&Applying> = applying.iter().filter(|a| a.enforced).collect();
+        let mut unavailable = false;
+        // `prefetch` rules first, from their allowances: no store call for most requests.
+        let mut prefetched: Vec<RuleOutcome> = Vec::new();
+        let mut spent: Vec<&Applying> = Vec::new();
+        if enforced.iter().any(|a| rules[a.rule].prefetch.is_some()) {
+            let (with, without): (Vec<&Applying>, Vec<&Applying>) = enforced
+                .into_iter()
+                .partition(|a| rules[a.rule].prefetch.is_some());
+            enforced = without;
+            for a in with {
+                let rule = &rules[a.rule];
+                let spend = self
+                    .allowances
+                    .spend(&self.store, rule, &a.key, a.cost, now);
+                let (decision, store_failed) = match spend.await {
+                    Ok(decision) => (decision, false),
+                    Err(error) => {
+                        let (decision, closed) =
+                            self.store_failed(rules, &counters, a, &error, now);
+                        unavailable |= closed;
+                        (decision, true)
+                    }
+                };
+                let allowed = decision.is_allowed();
+                if allowed && !store_failed {
+                    spent.push(a);
+                }
+                prefetched.push(RuleOutcome {
+                    rule: a.rule,
+                    key: a.key.clone(),
+                    decision,
+                    enforced: true,
+                    store_failed,
+                });
+                if !allowed {
+                    break;
+                }
+            }
+            if prefetched.iter().any(|o| !o.decision.is_allowed()) {
+                // All or nothing: what the others took from their allowances goes back.
+                for a in &spent {
+                    self.allowances.put_back(&a.key, a.cost);
+                }
+                return self.finish(
+                    issuer,
+                    rules,
+                    counters,
+                    applying,
+                    prefetched,
+                    false,
+                    unavailable,
+                    version,
+                    now,
+                );
+            }
+        }
         // Hybrid rules first: their in-process bucket has seen a subset of what the store
         // has, so when it says no the store would too, and the round trip is saved.
         let refused_here: Vec<Decision> = enforced
@@ -106,10 +163,11 @@ impl<S: AsyncStore> Engine<S> {
             refused_here = std::mem::take(&mut guard);
         }
         let checks: Vec<Check<'_>> = enforced.iter().map(|a| check(rules, a)).collect();
-        let mut unavailable = false;
         let mut store_failed = false;
         let result = if locally_refused {
             Ok(refused_here)
+        } else if checks.is_empty() {
+            Ok(Vec::new())
         } else {
             self.store.decide_all(&checks, now).await
         };
@@ -160,6 +218,12 @@ impl<S: AsyncStore> Engine<S> {
             })
             .collect();
         let allowed = outcomes.iter().all(|o| o.decision.is_allowed());
+        if !allowed {
+            for a in &spent {
+                self.allowances.put_back(&a.key, a.cost);
+            }
+        }
+        outcomes.append(&mut prefetched);
         if allowed {
             for a in enforced.iter().filter(|a| rules[a.rule].local_first) {
                 self.hybrid

@@ -298,7 +298,7 @@ fn native(rule: &Rule) -> Resolved {
 
 /// `name@fingerprint|values`: a native rule's key for a descriptor, as for HTTP requests,
 /// the `descriptor` part standing for the descriptor's values.
-fn native_key(prefix: &str, rule: &Rule, entries: &[(&str, &str)]) -> String {
+pub(super) fn native_key(prefix: &str, rule: &Rule, entries: &[(&str, &str)]) -> String {
     let mut key = prefix.to_owned();
     for part in &rule.key {
         key.push('|');
@@ -342,6 +342,7 @@ pub(super) fn envoy_rule(name: String, domain: &str, limit: Limit, shadow: bool)
         on_store_failure: OnStoreFailure::Closed,
         sensitive: false,
         local_first: false,
+        prefetch: None,
         adaptive: None,
         rendered: Default::default(),
     }

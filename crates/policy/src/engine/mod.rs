@@ -24,6 +24,8 @@ mod keyed;
 mod keys;
 mod matching;
 mod owner;
+mod prefetch;
+mod quota_budget;
 mod request;
 mod reservations;
 mod rules;
@@ -44,6 +46,7 @@ pub use hash::{api_key_digest, fingerprint, rollout_bucket};
 pub use identity::Identity;
 pub use key_state::{KeyState, KeyStateError};
 pub use owner::Owner;
+pub use prefetch::PrefetchStats;
 pub use request::Request;
 pub use reservations::GrantId;
 pub use top::{Offender, RuleTop, TopKeys, TopReport};
@@ -74,6 +77,8 @@ pub struct Engine<S> {
     permits: Ledger,
     /// The limiters of adaptive concurrency rules, by key.
     adaptive: adaptive::Limiters,
+    /// The allowances of `prefetch` rules, by key.
+    allowances: prefetch::Allowances,
 }
 
 impl<S> Engine<S> {
@@ -98,12 +103,18 @@ impl<S> Engine<S> {
             reservations: Ledger::new(reservations::MAX_LIVE),
             permits: Ledger::new(reservations::MAX_LIVE),
             adaptive: adaptive::Limiters::new(adaptive::MAX_LIMITERS),
+            allowances: prefetch::Allowances::default(),
         }
     }
 
     /// The store the rules decide on.
     pub fn store(&self) -> &S {
         &self.store
+    }
+
+    /// What the `prefetch` rules' allowances did since the engine started.
+    pub fn prefetch_stats(&self) -> PrefetchStats {
+        self.allowances.stats()
     }
 
     fn current(&self) -> Arc<RuleSet> {

@@ -42,6 +42,10 @@
 --   release  each concurrency check gives back the permit with its id (after dropping the
 --            permits whose lease ran out at `now`); the reply is `now` then "1" or "0" per
 --            check (0 when the permit is not held, or the algorithm is not concurrency).
+--   take     one check: up to `cost` units, as many as fit now (none when none does), charged
+--            at once (a prefetched allowance's partial grant). The reply is now, then the
+--            decision of charging what was granted (or, when nothing was, the refusal of a
+--            cost-1 request, with its retry-after), then the units granted.
 --   decide:limbs, peek:limbs, decide:fast, peek:fast  (for tests) decide or peek by the limb
 --            path only, or by the fast path only (an error when it declines).
 --   "d <cost> <kind> <parameters...>", "p ..."  the lean call of one check (lean.lua): its
@@ -912,7 +916,7 @@ end
 
 -- The script ---------------------------------------------------------------------------------
 
-local MODES = {decide = true, peek = true, settle = true, acquire = true, release = true}
+local MODES = {decide = true, peek = true, settle = true, acquire = true, release = true, take = true}
 -- "check i: ", made once.
 local WHERE = {}
 for i = 1, 16 do WHERE[i] = "check " .. i .. ": " end
@@ -1096,6 +1100,23 @@ local function run(KEYS, ARGV)
       end
       reply[#reply + 1] = released and "1" or "0"
     end
+  elseif mode == "take" then
+    if n ~= 1 then fail("mode take takes one check") end
+    local c = checks[1]
+    local st = state_of(c)
+    -- A cost-0 peek's remaining is how many units fit now: a cost fits exactly when it is
+    -- at most that, for every algorithm a prefetch may take from.
+    local room = peek(c, st, now, ZERO)
+    local granted = ZERO
+    if allowed(room) then granted = bmin(c.cost, room.rem) end
+    if is_zero(granted) then
+      push(peek(c, st, now, ONE))
+    else
+      local d, s = c.algo.decide(c.p, st, now, granted)
+      keep(c, s)
+      push(d)
+    end
+    reply[#reply + 1] = dec(granted)
   elseif mode == "settle" then
     for _, c in ipairs(checks) do
       local s = c.algo.settle(c.p, state_of(c), now, c.mag, c.neg)

@@ -59,6 +59,16 @@ impl AsyncStore for RedisStore {
             .map(drop)
     }
 
+    async fn take(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: u64,
+        want: u64,
+    ) -> Result<(u64, Decision), RedisError> {
+        self.take_up_to(limit, key, now, want).await
+    }
+
     async fn clear(&self, key: &str) -> Result<bool, RedisError> {
         let redis_key = self.redis_key(key);
         self.guarded(async {

@@ -17,6 +17,7 @@ mod guard;
 mod library;
 mod permit;
 mod sentinel;
+mod take;
 
 pub use config::{RedisConfig, SentinelTarget, Target, TimeSource};
 pub use error::RedisError;

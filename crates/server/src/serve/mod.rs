@@ -22,6 +22,7 @@ mod gateway;
 mod h1;
 mod logs;
 mod metrics;
+mod prefetch;
 mod reply;
 mod run;
 mod running;

@@ -13,6 +13,7 @@ use tokio::task::JoinSet;
 use super::app::{self, App};
 use super::conn::{self, Role};
 use super::gateway::Local;
+use super::prefetch;
 use super::running::Running;
 use super::store::AnyStore;
 use super::workers;
@@ -146,6 +147,7 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
     let local = Arc::new(Local::new(settings.upstream.as_deref(), &settings.bounds)?);
     workers::spawn(&mut tasks, listeners, &app, &local, &stopped, grace)?;
     tasks.spawn(app::sample(Arc::clone(&app), stopped.clone()));
+    tasks.spawn(prefetch::upkeep(Arc::clone(&app), stopped.clone()));
     tasks.spawn(app::sweep(Arc::clone(&app), stopped));
     let off = |addr: Option<std::net::SocketAddr>| {
         addr.map_or_else(|| "off".to_owned(), |a| a.to_string())

@@ -134,6 +134,21 @@ impl AsyncStore for AnyStore {
         }
     }
 
+    async fn take(
+        &self,
+        limit: &Limit,
+        key: &str,
+        now: u64,
+        want: u64,
+    ) -> Result<(u64, Decision), StoreError> {
+        match self {
+            AnyStore::Memory(m) => Ok(AsyncStore::take(m, limit, key, now, want)
+                .await
+                .unwrap_or_else(|never| match never {})),
+            AnyStore::Redis(r) => Ok(r.take(limit, key, now, want).await?),
+        }
+    }
+
     async fn clear(&self, key: &str) -> Result<bool, StoreError> {
         match self {
             AnyStore::Memory(m) => Ok(m.clear(key)),

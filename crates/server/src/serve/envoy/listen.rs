@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use envoy_types::ext_authz::v3::pb::AuthorizationServer;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaServiceServer;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::sync::watch;
 
@@ -11,6 +12,7 @@ use super::authz::Authz;
 use super::bound::NamedBound;
 use super::capped::Capped;
 use super::grpc::Rls;
+use super::rlqs::Rlqs;
 use crate::serve::app::App;
 use crate::serve::conn::clients::Clients;
 
@@ -39,6 +41,8 @@ pub(crate) async fn serve(
     ));
     let capped_app = Arc::clone(&app);
     let authz = AuthorizationServer::new(Authz { app }).max_decoding_message_size(max);
+    let rlqs = RateLimitQuotaServiceServer::new(Rlqs::new(Arc::clone(&capped_app), stop.clone()))
+        .max_decoding_message_size(max);
     let shutdown = async move {
         let _ = stop.changed().await;
     };
@@ -49,6 +53,7 @@ pub(crate) async fn serve(
         }))
         .add_service(rls)
         .add_service(authz)
+        .add_service(rlqs)
         .serve_with_incoming_shutdown(
             Capped {
                 inner: tonic::transport::server::TcpIncoming::from(listener)

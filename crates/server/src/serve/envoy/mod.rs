@@ -4,7 +4,8 @@
 //! [`Engine::decide_descriptors`](ratewarden_policy::Engine::decide_descriptors), which
 //! decides exactly as HTTP requests are decided. Beside them, external authorization
 //! (`envoy.service.auth.v3.Authorization/Check`, `authz`) decides the request itself, as
-//! the gateway would.
+//! the gateway would. And Envoy's rate limit quota service (`rlqs`), which splits a rule's
+//! rate among the Envoys that share it.
 
 mod authz;
 mod bound;
@@ -12,6 +13,7 @@ mod capped;
 mod grpc;
 mod json;
 mod listen;
+mod rlqs;
 
 pub(crate) use json::handle as json;
 pub(crate) use listen::serve;

@@ -2,6 +2,7 @@
 //! holds and had to do (keys, bytes, evictions, late timeouts), version.
 
 pub(crate) mod adaptive;
+mod prefetch;
 
 use std::fmt;
 use std::sync::{Arc, OnceLock};
@@ -271,6 +272,7 @@ impl Collector for EngineCollector {
         }
         StoreFigures::of(self.engine.store()).encode(&mut encoder)?;
         adaptive::encode(&self.engine, &mut encoder)?;
+        prefetch::encode(&self.engine, &mut encoder)?;
         let version = ConstGauge::new(self.engine.version() as i64);
         version.encode(encoder.encode_descriptor(
             "config_version",

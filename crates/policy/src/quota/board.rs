@@ -1,0 +1,305 @@
+//! Who holds what of each budget: per stream and bucket, the demand it reported and the
+//! share assigned, re-split max-min on every report and stream end.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use super::fair::max_min;
+
+/// A budget: `per_period` units every `period` (a rule's rate), with `burst` units at once,
+/// split among the streams that report buckets of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budget {
+    /// What identifies it (the rule's key for the bucket): buckets of one key share it.
+    pub key: String,
+    /// Units per period, in all.
+    pub per_period: u64,
+    /// The period.
+    pub period: Duration,
+    /// The most units at once, in all.
+    pub burst: u64,
+}
+
+/// One bucket's usage, as a stream reported it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    /// The bucket's id: its entries, sorted by key.
+    pub bucket: Vec<(String, String)>,
+    /// Requests allowed and denied since the stream's last report of it.
+    pub requests: u64,
+    /// Over how long (zero on the first report of a bucket: demand not known yet).
+    pub elapsed: Duration,
+}
+
+/// An assignment to send: a stream's share of a budget for one bucket.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    /// The stream to send it on.
+    pub stream: u64,
+    /// The bucket it is for.
+    pub bucket: Vec<(String, String)>,
+    /// Units per period (0: deny all until the next assignment).
+    pub per_period: u64,
+    /// The period.
+    pub period: Duration,
+    /// Units at once: the budget's burst in proportion to the share, at least one when the
+    /// share is not zero.
+    pub burst: u64,
+    /// How long the stream may use it without hearing from us again.
+    pub ttl: Duration,
+}
+
+#[derive(Debug)]
+struct Holding {
+    want: u64,
+    assigned: u64,
+    /// When it lapses if the stream does not report the bucket again.
+    lapses: u64,
+    ttl: Duration,
+}
+
+#[derive(Debug)]
+struct Split {
+    budget: Budget,
+    /// By stream and bucket.
+    holdings: BTreeMap<(u64, BucketEntries), Holding>,
+}
+
+/// Every budget's holdings. Invariant: within a budget the assigned shares add up to at
+/// most its `per_period`, after every call.
+#[derive(Debug, Default)]
+pub struct QuotaBoard {
+    splits: HashMap<String, Split>,
+}
+
+/// A bucket's id: its entries, sorted by key.
+pub type BucketEntries = Vec<(String, String)>;
+
+/// The shortest and longest time to live of an assignment.
+const MIN_TTL: Duration = Duration::from_secs(1);
+const MAX_TTL: Duration = Duration::from_secs(60);
+
+impl QuotaBoard {
+    /// Records `stream`'s report of a bucket of `budget` at `now` (nanoseconds) and
+    /// re-splits it: the assignments to send, reductions first (shrink before grow), the
+    /// reporting stream's own always among them.
+    pub fn report(
+        &mut self,
+        stream: u64,
+        budget: &Budget,
+        report: Report,
+        now: u64,
+    ) -> Vec<Assignment> {
+        let split = self
+            .splits
+            .entry(budget.key.clone())
+            .or_insert_with(|| Split {
+                budget: budget.clone(),
+                holdings: BTreeMap::new(),
+            });
+        // A reload may change the numbers: the latest report's win.
+        split.budget = budget.clone();
+        let elapsed_ns = u128::from(u64::try_from(report.elapsed.as_nanos()).unwrap_or(u64::MAX));
+        let period_ns = budget.period.as_nanos();
+        let want = if elapsed_ns == 0 {
+            // Not known yet: an equal share of what the others leave.
+            budget.per_period
+        } else {
+            let w = (u128::from(report.requests) * period_ns).div_ceil(elapsed_ns);
+            u64::try_from(w).unwrap_or(u64::MAX)
+        };
+        // Assignments live a few reporting intervals.
+        let ttl = (report.elapsed * 3).clamp(MIN_TTL, MAX_TTL);
+        let at = (stream, report.bucket);
+        let holding = split.holdings.entry(at.clone()).or_insert(Holding {
+            want: 0,
+            assigned: 0,
+            lapses: 0,
+            ttl,
+        });
+        // At least one unit: a stream that saw no traffic may see some before it reports.
+        holding.want = want.max(1);
+        holding.ttl = ttl;
+        holding.lapses = now.saturating_add(u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX));
+        split.prune(now);
+        split.resplit(Some(&at))
+    }
+
+    /// Forgets `stream` (it ended: that Envoy is gone) and re-splits what it held among
+    /// the rest: their grown assignments.
+    pub fn leave(&mut self, stream: u64, now: u64) -> Vec<Assignment> {
+        let mut out = Vec::new();
+        for split in self.splits.values_mut() {
+            let before = split.holdings.len();
+            split.holdings.retain(|(s, _), _| *s != stream);
+            if split.holdings.len() != before {
+                split.prune(now);
+                out.extend(split.resplit(None));
+            }
+        }
+        self.splits.retain(|_, s| !s.holdings.is_empty());
+        out
+    }
+
+    /// The shares assigned now of the budget `key`, by stream and bucket.
+    pub fn shares(&self, key: &str) -> Vec<(u64, BucketEntries, u64)> {
+        self.splits.get(key).map_or_else(Vec::new, |s| {
+            s.holdings
+                .iter()
+                .map(|((stream, bucket), h)| (*stream, bucket.clone(), h.assigned))
+                .collect()
+        })
+    }
+}
+
+impl Split {
+    /// Drops holdings whose stream stopped reporting them (their assignment lapsed there).
+    fn prune(&mut self, now: u64) {
+        self.holdings.retain(|_, h| h.lapses > now);
+    }
+
+    /// Splits the budget max-min by the wants; returns the changed assignments (and that
+    /// of `always`), the reductions before the increases. An increase takes only what the
+    /// others do not hold after their reductions, so the total never passes the budget.
+    fn resplit(&mut self, always: Option<&(u64, BucketEntries)>) -> Vec<Assignment> {
+        let wants: Vec<u64> = self.holdings.values().map(|h| h.want).collect();
+        let targets = max_min(self.budget.per_period, &wants);
+        let mut shrunk = Vec::new();
+        let mut grown = Vec::new();
+        for ((at, h), target) in self.holdings.iter_mut().zip(&targets) {
+            if *target < h.assigned {
+                h.assigned = *target;
+                shrunk.push(at.clone());
+            }
+        }
+        let mut held: u64 = self.holdings.values().map(|h| h.assigned).sum();
+        for ((at, h), target) in self.holdings.iter_mut().zip(&targets) {
+            if *target > h.assigned {
+                let free = self.budget.per_period.saturating_sub(held);
+                let grow = (*target - h.assigned).min(free);
+                h.assigned += grow;
+                held += grow;
+                grown.push(at.clone());
+            }
+        }
+        if let Some(at) = always {
+            if !shrunk.contains(at) && !grown.contains(at) {
+                grown.push(at.clone());
+            }
+        }
+        shrunk
+            .into_iter()
+            .chain(grown)
+            .filter_map(|at| {
+                let h = self.holdings.get(&at)?;
+                Some(self.assignment(&at, h))
+            })
+            .collect()
+    }
+
+    fn assignment(&self, at: &(u64, BucketEntries), h: &Holding) -> Assignment {
+        let b = &self.budget;
+        let burst = if h.assigned == 0 {
+            0
+        } else {
+            let scaled =
+                u128::from(b.burst) * u128::from(h.assigned) / u128::from(b.per_period.max(1));
+            u64::try_from(scaled).unwrap_or(u64::MAX).max(1)
+        };
+        Assignment {
+            stream: at.0,
+            bucket: at.1.clone(),
+            per_period: h.assigned,
+            period: b.period,
+            burst,
+            ttl: h.ttl,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: u64 = 1_000_000_000;
+
+    fn budget() -> Budget {
+        Budget {
+            key: "api".to_owned(),
+            per_period: 600,
+            period: Duration::from_secs(1),
+            burst: 60,
+        }
+    }
+
+    fn bucket() -> Vec<(String, String)> {
+        vec![("name".to_owned(), "api".to_owned())]
+    }
+
+    fn report(requests: u64) -> Report {
+        Report {
+            bucket: bucket(),
+            requests,
+            elapsed: Duration::from_secs(1),
+        }
+    }
+
+    fn total(board: &QuotaBoard) -> u64 {
+        board.shares("api").iter().map(|s| s.2).sum()
+    }
+
+    #[test]
+    fn streams_get_max_min_shares_of_their_demand_and_never_more_than_the_budget_in_all() {
+        let mut board = QuotaBoard::default();
+        let b = budget();
+        board.report(1, &b, report(100), 0);
+        board.report(2, &b, report(200), 0);
+        board.report(3, &b, report(1000), 0);
+        let shares: Vec<u64> = board.shares("api").iter().map(|s| s.2).collect();
+        assert_eq!(shares, [100, 200, 300]);
+        // Demand changes: stream 1 now wants 700, as do the others.
+        board.report(1, &b, report(700), SEC);
+        board.report(2, &b, report(700), SEC);
+        board.report(3, &b, report(700), SEC);
+        let shares: Vec<u64> = board.shares("api").iter().map(|s| s.2).collect();
+        assert_eq!(shares, [200, 200, 200]);
+        // Stream 3 ends: the others grow into what it held.
+        let sent = board.leave(3, 2 * SEC);
+        assert_eq!(sent.len(), 2);
+        assert!(sent.iter().all(|a| a.per_period == 300 && a.stream != 3));
+        assert_eq!(total(&board), 600);
+    }
+
+    #[test]
+    fn a_newcomer_is_given_only_what_is_free_after_the_others_shrink() {
+        let mut board = QuotaBoard::default();
+        let b = budget();
+        let sent = board.report(1, &b, report(1000), 0);
+        assert_eq!(sent[0].per_period, 600);
+        // A newcomer of unknown demand: the holder shrinks first (sent first), then the
+        // newcomer takes what is free.
+        let newcomer = Report {
+            elapsed: Duration::ZERO,
+            ..report(0)
+        };
+        let sent = board.report(2, &b, newcomer, 0);
+        assert_eq!(sent.len(), 2);
+        assert_eq!((sent[0].stream, sent[0].per_period), (1, 300));
+        assert_eq!((sent[1].stream, sent[1].per_period), (2, 300));
+        assert!(total(&board) <= 600);
+        // Bursts in proportion, at least one.
+        assert_eq!(sent[1].burst, 30);
+    }
+
+    #[test]
+    fn a_bucket_not_reported_again_lapses_and_frees_its_share() {
+        let mut board = QuotaBoard::default();
+        let b = budget();
+        board.report(1, &b, report(1000), 0);
+        board.report(2, &b, report(1000), 0);
+        // Stream 2 stays silent past its assignment's 3 s: stream 1 gets everything.
+        let sent = board.report(1, &b, report(1000), 4 * SEC);
+        assert_eq!(sent.len(), 1);
+        assert_eq!(sent[0].per_period, 600);
+    }
+}

@@ -1,0 +1,238 @@
+//! Envoy's rate limit quota service (`StreamRateLimitQuotas`): each Envoy streams usage
+//! reports per bucket; each bucket a native rule takes (as a descriptor of the report's
+//! domain) is answered with a token bucket, the Envoys' shares of the rule's rate split
+//! max-min by the demand each reports ([`QuotaBoard`]). A bucket no rule takes is abandoned
+//! (the Envoy falls back to its own `no_assignment_behavior`).
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use envoy_types::pb::envoy::r#type::v3::{RateLimitStrategy, TokenBucket};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::{
+    AbandonAction, BucketAction as Action, QuotaAssignmentAction,
+};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::BucketAction;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_server::RateLimitQuotaService;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, UInt32Value};
+use ratewarden_policy::quota::{Assignment, QuotaBoard, Report};
+use tokio::sync::{mpsc, watch};
+use tonic::codegen::tokio_stream::Stream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::serve::app::App;
+
+/// Answers queued for one Envoy before it reads them; past it an answer is dropped (the
+/// Envoy's next report is answered afresh, and its last assignment holds until its TTL).
+const QUEUED: usize = 64;
+
+type Sender = mpsc::Sender<Result<RateLimitQuotaResponse, Status>>;
+
+/// The service, over the server's engine: one board shared by every stream.
+pub(crate) struct Rlqs {
+    pub(crate) app: Arc<App>,
+    pub(crate) stop: watch::Receiver<bool>,
+    shared: Arc<Shared>,
+}
+
+#[derive(Default)]
+struct Shared {
+    board: Mutex<QuotaBoard>,
+    streams: Mutex<HashMap<u64, Sender>>,
+    next: AtomicU64,
+}
+
+impl Rlqs {
+    /// The service for `app`; its streams end when `stop` changes.
+    pub(crate) fn new(app: Arc<App>, stop: watch::Receiver<bool>) -> Self {
+        Self {
+            app,
+            stop,
+            shared: Arc::default(),
+        }
+    }
+}
+
+/// The answers of one stream, as tonic reads them.
+pub(crate) struct Answers(mpsc::Receiver<Result<RateLimitQuotaResponse, Status>>);
+
+impl Stream for Answers {
+    type Item = Result<RateLimitQuotaResponse, Status>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+#[tonic::async_trait]
+impl RateLimitQuotaService for Rlqs {
+    type StreamRateLimitQuotasStream = Answers;
+
+    async fn stream_rate_limit_quotas(
+        &self,
+        request: Request<Streaming<RateLimitQuotaUsageReports>>,
+    ) -> Result<Response<Answers>, Status> {
+        // Reports move every Envoy's share: only our Envoys may stream them.
+        let peer = request.remote_addr().map(|a| a.ip());
+        let settings = self.app.settings();
+        if !settings
+            .envoy
+            .admits(self.app.engine.identity().trusted(), peer)
+        {
+            let who = peer.map_or_else(|| "an unknown peer".to_owned(), |ip| ip.to_string());
+            self.app
+                .log_untrusted(&who, "StreamRateLimitQuotas", "`[envoy] clients`");
+            return Err(Status::permission_denied(format!(
+                "{who} may not call StreamRateLimitQuotas: it is not in `[envoy] clients` \
+                 (or `[server] trusted_proxies`)"
+            )));
+        }
+        let id = self.shared.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel(QUEUED);
+        lock(&self.shared.streams).insert(id, tx);
+        let (app, shared, mut stop) = (
+            Arc::clone(&self.app),
+            Arc::clone(&self.shared),
+            self.stop.clone(),
+        );
+        let mut reports = request.into_inner();
+        tokio::spawn(async move {
+            loop {
+                let next = tokio::select! {
+                    next = reports.message() => next,
+                    _ = stop.changed() => break,
+                };
+                match next {
+                    Ok(Some(report)) => shared.answer(&app, id, report),
+                    // The stream ended (or broke): that Envoy is gone.
+                    Ok(None) | Err(_) => break,
+                }
+            }
+            shared.leave(&app, id);
+        });
+        Ok(Response::new(Answers(rx)))
+    }
+}
+
+impl Shared {
+    /// Records one message of reports from stream `id` and sends every assignment it
+    /// changes (to this stream and to the others sharing its budgets).
+    fn answer(&self, app: &App, id: u64, reports: RateLimitQuotaUsageReports) {
+        let now = app.clock.now();
+        let mut abandoned = Vec::new();
+        let mut sent = Vec::new();
+        {
+            let mut board = lock(&self.board);
+            for usage in reports.bucket_quota_usages {
+                let Some(bucket_id) = usage.bucket_id else {
+                    continue;
+                };
+                let mut entries: Vec<(String, String)> = bucket_id.bucket.into_iter().collect();
+                entries.sort();
+                let borrowed: Vec<(&str, &str)> = entries
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                let Some((_rule, budget)) = app.engine.quota_budget(&reports.domain, &borrowed)
+                else {
+                    abandoned.push(entries);
+                    continue;
+                };
+                let elapsed = usage.time_elapsed.map_or(std::time::Duration::ZERO, |d| {
+                    std::time::Duration::new(
+                        u64::try_from(d.seconds).unwrap_or(0),
+                        u32::try_from(d.nanos).unwrap_or(0),
+                    )
+                });
+                let report = Report {
+                    bucket: entries,
+                    requests: usage
+                        .num_requests_allowed
+                        .saturating_add(usage.num_requests_denied),
+                    elapsed,
+                };
+                sent.extend(board.report(id, &budget, report, now));
+            }
+        }
+        let mut by_stream: HashMap<u64, Vec<BucketAction>> = HashMap::new();
+        for a in sent {
+            by_stream.entry(a.stream).or_default().push(assigned(&a));
+        }
+        for bucket in abandoned {
+            by_stream.entry(id).or_default().push(BucketAction {
+                bucket_id: Some(bucket_id(bucket)),
+                bucket_action: Some(Action::AbandonAction(AbandonAction {})),
+            });
+        }
+        self.send(by_stream);
+    }
+
+    /// Forgets stream `id` and sends the others their grown shares.
+    fn leave(&self, app: &App, id: u64) {
+        lock(&self.streams).remove(&id);
+        let grown = lock(&self.board).leave(id, app.clock.now());
+        let mut by_stream: HashMap<u64, Vec<BucketAction>> = HashMap::new();
+        for a in grown {
+            by_stream.entry(a.stream).or_default().push(assigned(&a));
+        }
+        self.send(by_stream);
+    }
+
+    fn send(&self, by_stream: HashMap<u64, Vec<BucketAction>>) {
+        let streams = lock(&self.streams);
+        for (stream, bucket_action) in by_stream {
+            if let Some(tx) = streams.get(&stream) {
+                // A full queue drops this answer: the next report is answered afresh.
+                let _ = tx.try_send(Ok(RateLimitQuotaResponse { bucket_action }));
+            }
+        }
+    }
+}
+
+/// An assignment as Envoy's token bucket: one token every `period / share` (rounded up,
+/// so never faster than the share), at most the share's burst at once; deny all for none.
+fn assigned(a: &Assignment) -> BucketAction {
+    let strategy = if a.per_period == 0 {
+        Strategy::BlanketRule(BlanketRule::DenyAll as i32)
+    } else {
+        let interval = a.period.as_nanos().div_ceil(u128::from(a.per_period));
+        let interval = u64::try_from(interval).unwrap_or(u64::MAX);
+        Strategy::TokenBucket(TokenBucket {
+            max_tokens: u32::try_from(a.burst).unwrap_or(u32::MAX),
+            tokens_per_fill: Some(UInt32Value { value: 1 }),
+            fill_interval: Some(proto_duration(std::time::Duration::from_nanos(interval))),
+        })
+    };
+    BucketAction {
+        bucket_id: Some(bucket_id(a.bucket.clone())),
+        bucket_action: Some(Action::QuotaAssignmentAction(QuotaAssignmentAction {
+            assignment_time_to_live: Some(proto_duration(a.ttl)),
+            rate_limit_strategy: Some(RateLimitStrategy {
+                strategy: Some(strategy),
+            }),
+        })),
+    }
+}
+
+fn bucket_id(entries: Vec<(String, String)>) -> BucketId {
+    BucketId {
+        bucket: entries.into_iter().collect(),
+    }
+}
+
+fn proto_duration(d: std::time::Duration) -> ProtoDuration {
+    ProtoDuration {
+        seconds: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(d.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}

@@ -1,0 +1,233 @@
+//! Envoy's rate limit quota service over a real gRPC listener, driven by a client built from
+//! Envoy's own protos (`envoy-types`): several concurrent streams with different demand
+//! split one rule's rate max-min, a demand that changes moves the split, a stream that ends
+//! frees its share for the others, and the shares never add up past the rate.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::r#type::v3::rate_limit_strategy::{BlanketRule, Strategy};
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_response::bucket_action::BucketAction as Action;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_service_client::RateLimitQuotaServiceClient;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::rate_limit_quota_usage_reports::BucketQuotaUsage;
+use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
+    BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
+};
+use envoy_types::pb::google::protobuf::Duration as ProtoDuration;
+use ratewarden_core::ManualClock;
+use ratewarden_server::serve::{Options, Running};
+use tokio::sync::mpsc;
+use tonic::codegen::tokio_stream::Stream;
+
+mod common;
+
+const T0: u64 = 1_700_000_000_000_000_000;
+const RATE: u64 = 600;
+
+const CONFIG: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+grpc = "127.0.0.1:0"
+
+[[limit]]
+name = "api"
+match = { domain = "edge", descriptor = "name=api" }
+key = ["descriptor"]
+algorithm = "gcra"
+rate = "600/s"
+burst = 60
+"#;
+
+/// What the client last heard for a bucket: a share per second (from the token bucket's
+/// fill interval), 0 for deny-all, or `None` once abandoned.
+type Heard = Arc<Mutex<HashMap<String, Option<u64>>>>;
+
+struct Reports(mpsc::Receiver<RateLimitQuotaUsageReports>);
+
+impl Stream for Reports {
+    type Item = RateLimitQuotaUsageReports;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+/// One Envoy: its report sender and what it heard.
+struct Envoy {
+    reports: Option<mpsc::Sender<RateLimitQuotaUsageReports>>,
+    heard: Heard,
+}
+
+impl Envoy {
+    async fn connect(running: &Running) -> Self {
+        let addr = running.grpc.expect("a gRPC listener");
+        let mut client = RateLimitQuotaServiceClient::connect(format!("http://{addr}"))
+            .await
+            .expect("the gRPC listener answers");
+        let (tx, rx) = mpsc::channel(16);
+        let mut answers = client
+            .stream_rate_limit_quotas(Reports(rx))
+            .await
+            .expect("a stream")
+            .into_inner();
+        let heard: Heard = Arc::default();
+        let record = Arc::clone(&heard);
+        tokio::spawn(async move {
+            while let Ok(Some(RateLimitQuotaResponse { bucket_action })) = answers.message().await {
+                for action in bucket_action {
+                    let name = bucket_name(action.bucket_id.as_ref());
+                    let share = match action.bucket_action {
+                        Some(Action::QuotaAssignmentAction(q)) => {
+                            let ttl = q.assignment_time_to_live.expect("a time to live");
+                            assert!(ttl.seconds >= 1, "{ttl:?}");
+                            match q.rate_limit_strategy.and_then(|s| s.strategy) {
+                                Some(Strategy::TokenBucket(b)) => {
+                                    assert_eq!(b.tokens_per_fill.map(|t| t.value), Some(1));
+                                    let every = b.fill_interval.expect("an interval");
+                                    let ns =
+                                        every.seconds as u64 * 1_000_000_000 + every.nanos as u64;
+                                    assert!(b.max_tokens >= 1);
+                                    // Fill intervals are rounded up (never faster than
+                                    // the share): the nearest whole share per second.
+                                    Some((1_000_000_000 + ns / 2) / ns)
+                                }
+                                Some(Strategy::BlanketRule(r)) => {
+                                    assert_eq!(r, BlanketRule::DenyAll as i32);
+                                    Some(0)
+                                }
+                                other => panic!("unexpected strategy {other:?}"),
+                            }
+                        }
+                        Some(Action::AbandonAction(_)) => None,
+                        None => panic!("an action without an action"),
+                    };
+                    record.lock().unwrap().insert(name, share);
+                }
+            }
+        });
+        Self {
+            reports: Some(tx),
+            heard,
+        }
+    }
+
+    /// Reports `requests` over `elapsed` for bucket `name=value`.
+    async fn report(&self, value: &str, requests: u64, elapsed: Duration) {
+        let usage = BucketQuotaUsage {
+            bucket_id: Some(BucketId {
+                bucket: [("name".to_owned(), value.to_owned())]
+                    .into_iter()
+                    .collect(),
+            }),
+            time_elapsed: Some(ProtoDuration {
+                seconds: elapsed.as_secs() as i64,
+                nanos: elapsed.subsec_nanos() as i32,
+            }),
+            num_requests_allowed: requests / 2,
+            num_requests_denied: requests - requests / 2,
+        };
+        let reports = RateLimitQuotaUsageReports {
+            domain: "edge".to_owned(),
+            bucket_quota_usages: vec![usage],
+        };
+        self.reports
+            .as_ref()
+            .expect("open")
+            .send(reports)
+            .await
+            .expect("sent");
+    }
+
+    fn share(&self, value: &str) -> Option<Option<u64>> {
+        self.heard
+            .lock()
+            .unwrap()
+            .get(&format!("name={value}"))
+            .copied()
+    }
+}
+
+fn bucket_name(id: Option<&BucketId>) -> String {
+    let mut entries: Vec<_> = id.expect("a bucket id").bucket.iter().collect();
+    entries.sort();
+    entries
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Waits (for messages on the network, never for a refill) until every Envoy has heard
+/// `shares` of bucket `api`; then checks they add up to no more than the rate.
+async fn until_shares(envoys: &[&Envoy], shares: &[u64]) {
+    for _ in 0..500 {
+        let now: Vec<Option<Option<u64>>> = envoys.iter().map(|e| e.share("api")).collect();
+        if now
+            .iter()
+            .zip(shares)
+            .all(|(heard, want)| *heard == Some(Some(*want)))
+        {
+            let total: u64 = shares.iter().sum();
+            assert!(total <= RATE, "{shares:?} add up past {RATE}");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let now: Vec<_> = envoys.iter().map(|e| e.share("api")).collect();
+    panic!("heard {now:?}, expected {shares:?}");
+}
+
+#[tokio::test]
+async fn envoys_split_one_budget_max_min_by_demand_and_regrow_when_one_leaves() {
+    let clock = Arc::new(ManualClock::new(T0));
+    let running = common::start(Options {
+        ..common::options(CONFIG, clock.clone())
+    })
+    .await;
+    let (a, b, c) = (
+        Envoy::connect(&running).await,
+        Envoy::connect(&running).await,
+        Envoy::connect(&running).await,
+    );
+    // First sight: demand unknown, so the whole rate, then shrunk as others arrive.
+    a.report("api", 0, Duration::ZERO).await;
+    until_shares(&[&a], &[600]).await;
+    b.report("api", 0, Duration::ZERO).await;
+    until_shares(&[&a, &b], &[300, 300]).await;
+    c.report("api", 0, Duration::ZERO).await;
+    until_shares(&[&a, &b, &c], &[200, 200, 200]).await;
+
+    // Real demand: 100/s, 200/s and 1,000/s of a 600/s budget.
+    clock.advance(Duration::from_secs(1));
+    a.report("api", 100, Duration::from_secs(1)).await;
+    b.report("api", 200, Duration::from_secs(1)).await;
+    c.report("api", 1000, Duration::from_secs(1)).await;
+    until_shares(&[&a, &b, &c], &[100, 200, 300]).await;
+
+    // A's demand grows: equal shares where everyone wants more than a third.
+    clock.advance(Duration::from_secs(1));
+    a.report("api", 900, Duration::from_secs(1)).await;
+    b.report("api", 200, Duration::from_secs(1)).await;
+    c.report("api", 1000, Duration::from_secs(1)).await;
+    until_shares(&[&a, &b, &c], &[200, 200, 200]).await;
+
+    // C's stream ends: that Envoy is gone, and A grows into its share (B wants only 200).
+    let Envoy { reports, heard: _ } = c;
+    drop(reports);
+    until_shares(&[&a, &b], &[400, 200]).await;
+
+    // A bucket no rule takes is abandoned: the Envoy falls back to its own behaviour.
+    a.report("other", 10, Duration::from_secs(1)).await;
+    for _ in 0..500 {
+        if a.share("other") == Some(None) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "the unknown bucket was not abandoned: {:?}",
+        a.share("other")
+    );
+}
