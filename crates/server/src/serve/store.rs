@@ -69,6 +69,9 @@ impl AnyStore {
     }
 }
 
+// The Redis store's futures are boxed: each is many times the size of a decision in memory,
+// and every decision's future (and every front door's) would otherwise carry and move that
+// much, whichever store it is on. A network round trip dwarfs the allocation.
 impl AsyncStore for AnyStore {
     type Error = StoreError;
 
@@ -88,7 +91,7 @@ impl AsyncStore for AnyStore {
     ) -> Result<Decision, StoreError> {
         match self {
             AnyStore::Memory(m) => Ok(m.decide(limit, key, now, cost)),
-            AnyStore::Redis(r) => Ok(r.decide(limit, key, now, cost).await?),
+            AnyStore::Redis(r) => Ok(Box::pin(r.decide(limit, key, now, cost)).await?),
         }
     }
 
@@ -101,7 +104,7 @@ impl AsyncStore for AnyStore {
             AnyStore::Memory(m) => {
                 Ok(Store::decide_all(m, checks, now).unwrap_or_else(|never| match never {}))
             }
-            AnyStore::Redis(r) => Ok(r.decide_all(checks, now).await?),
+            AnyStore::Redis(r) => Ok(Box::pin(r.decide_all(checks, now)).await?),
         }
     }
 
@@ -114,7 +117,7 @@ impl AsyncStore for AnyStore {
     ) -> Result<Decision, StoreError> {
         match self {
             AnyStore::Memory(m) => Ok(m.peek(limit, key, now, cost)),
-            AnyStore::Redis(r) => Ok(r.peek(limit, key, now, cost).await?),
+            AnyStore::Redis(r) => Ok(Box::pin(r.peek(limit, key, now, cost)).await?),
         }
     }
 
@@ -130,7 +133,7 @@ impl AsyncStore for AnyStore {
                 m.settle(limit, key, now, delta);
                 Ok(())
             }
-            AnyStore::Redis(r) => Ok(r.settle(limit, key, now, delta).await?),
+            AnyStore::Redis(r) => Ok(Box::pin(r.settle(limit, key, now, delta)).await?),
         }
     }
 
@@ -145,14 +148,14 @@ impl AsyncStore for AnyStore {
             AnyStore::Memory(m) => Ok(AsyncStore::take(m, limit, key, now, want)
                 .await
                 .unwrap_or_else(|never| match never {})),
-            AnyStore::Redis(r) => Ok(r.take(limit, key, now, want).await?),
+            AnyStore::Redis(r) => Ok(Box::pin(r.take(limit, key, now, want)).await?),
         }
     }
 
     async fn clear(&self, key: &str) -> Result<bool, StoreError> {
         match self {
             AnyStore::Memory(m) => Ok(m.clear(key)),
-            AnyStore::Redis(r) => Ok(r.clear(key).await?),
+            AnyStore::Redis(r) => Ok(Box::pin(r.clear(key)).await?),
         }
     }
 }
