@@ -149,13 +149,9 @@ pub(crate) async fn admit(
             descriptors,
             hits,
         } => {
-            // Boxed: its future is many times the size of an HTTP request's, and every
-            // door's future would otherwise carry (and move) that much.
-            Box::pin(
-                app.engine
-                    .decide_descriptors(domain, descriptors, hits, started),
-            )
-            .await
+            app.engine
+                .decide_descriptors(domain, descriptors, hits, started)
+                .await
         }
     };
     let verdict = match decided {
