@@ -423,7 +423,7 @@ pub(crate) const CLIENT_HEADERS: [HeaderName; 6] = [
 /// is the list a trusted proxy sent in the one of the two headers it writes the client in
 /// (its lines joined), the other `None`: our hop is added to that list, and the other header
 /// is written anew as the client and our hop. Both gateway paths write their lines from this
-/// one function: the lean path (`lean_gateway::forwarded_head`) may not phrase our hop
+/// one function: the lean path (`lean::forward`) may not phrase our hop
 /// another way than hyper's.
 pub(crate) fn forwarding_values(
     peer: std::net::IpAddr,
