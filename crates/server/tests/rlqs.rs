@@ -231,3 +231,52 @@ async fn envoys_split_one_budget_max_min_by_demand_and_regrow_when_one_leaves() 
         a.share("other")
     );
 }
+
+#[tokio::test]
+async fn a_report_past_the_envoy_bounds_ends_its_stream_with_invalid_argument() {
+    let toml = CONFIG
+        .replace("[server]\n", "[server]\nadmin = \"off\"\n")
+        .replace("[[limit]]", "[envoy]\nmax_descriptors = 2\n\n[[limit]]");
+    let running = common::start(common::options(&toml, Arc::new(ManualClock::new(T0)))).await;
+    let addr = running.grpc.expect("a gRPC listener");
+    let mut client = RateLimitQuotaServiceClient::connect(format!("http://{addr}"))
+        .await
+        .expect("the gRPC listener answers");
+    let usage = |value: &str| BucketQuotaUsage {
+        bucket_id: Some(BucketId {
+            bucket: [("name".to_owned(), value.to_owned())]
+                .into_iter()
+                .collect(),
+        }),
+        time_elapsed: Some(ProtoDuration {
+            seconds: 1,
+            nanos: 0,
+        }),
+        num_requests_allowed: 1,
+        num_requests_denied: 0,
+    };
+    let report = RateLimitQuotaUsageReports {
+        domain: "edge".to_owned(),
+        bucket_quota_usages: vec![usage("api"), usage("b"), usage("c")],
+    };
+    let (tx, rx) = mpsc::channel(1);
+    tx.send(report).await.unwrap();
+    let mut answers = client
+        .stream_rate_limit_quotas(Reports(rx))
+        .await
+        .expect("a stream")
+        .into_inner();
+    // Without the bound the stream answers the buckets and stays open: time out then.
+    let ended = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match answers.message().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("the stream ended without a reason"),
+                Err(status) => break status,
+            }
+        }
+    });
+    let status = ended.await.expect("the stream is ended, not left open");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(status.message().contains("max_descriptors"), "{status:?}");
+}

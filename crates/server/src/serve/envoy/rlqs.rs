@@ -21,6 +21,7 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
 use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, UInt32Value};
+use ratewarden_policy::config::CallBounds;
 use ratewarden_policy::quota::{Assignment, QuotaBoard, Report};
 use tokio::sync::{mpsc, watch};
 use tonic::codegen::tokio_stream::Stream;
@@ -109,7 +110,16 @@ impl RateLimitQuotaService for Rlqs {
                     _ = stop.changed() => break,
                 };
                 match next {
-                    Ok(Some(report)) => shared.answer(&app, id, report),
+                    Ok(Some(report)) => {
+                        if let Err(status) = within_bounds(&app.settings().envoy, &report) {
+                            // A stream past the bounds ends with the reason; its shares go.
+                            if let Some(tx) = lock(&shared.streams).get(&id) {
+                                let _ = tx.try_send(Err(status));
+                            }
+                            break;
+                        }
+                        shared.answer(&app, id, report);
+                    }
                     // The stream ended (or broke): that Envoy is gone.
                     Ok(None) | Err(_) => break,
                 }
@@ -193,6 +203,29 @@ impl Shared {
             }
         }
     }
+}
+
+/// Refuses a message carrying more buckets than `[envoy] max_descriptors` or a bucket of
+/// more entries than `[envoy] max_entries`, as `ShouldRateLimit` refuses its descriptors:
+/// each bucket an Envoy names is state on the board until it lapses.
+fn within_bounds(bounds: &CallBounds, reports: &RateLimitQuotaUsageReports) -> Result<(), Status> {
+    let sent = reports.bucket_quota_usages.len();
+    if sent > bounds.max_descriptors {
+        return Err(Status::invalid_argument(format!(
+            "{sent} buckets in one report, more than `[envoy] max_descriptors` ({})",
+            bounds.max_descriptors
+        )));
+    }
+    for (i, usage) in reports.bucket_quota_usages.iter().enumerate() {
+        let entries = usage.bucket_id.as_ref().map_or(0, |b| b.bucket.len());
+        if entries > bounds.max_entries {
+            return Err(Status::invalid_argument(format!(
+                "bucket {i}: {entries} entries, more than `[envoy] max_entries` ({})",
+                bounds.max_entries
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// An assignment as Envoy's token bucket: one token every `period / share` (rounded up,
