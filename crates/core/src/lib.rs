@@ -43,6 +43,7 @@ mod divisor;
 mod error;
 mod limit;
 mod numbers;
+pub mod share;
 pub mod shared_store;
 pub mod store;
 mod units;

@@ -3,6 +3,7 @@
 
 use std::future::Future;
 
+use crate::share::Ask;
 use crate::{Decision, Limit};
 
 /// One limit of a layered decision: which limit, for which key, at what cost.
@@ -62,6 +63,16 @@ pub trait Store {
     /// Forgets `key`'s state, as if it had never been seen (an operator's reset); true if
     /// there was one.
     fn clear(&self, key: &str) -> Result<bool, Self::Error>;
+
+    /// Leases `ask.member` its share of the budget `key` at `now`, as
+    /// [`Leases::lease`](crate::share::Leases::lease) grants it: the units granted. This
+    /// default serves a fleet of one: what it wants, up to the capacity. A store several
+    /// processes share keeps every member's lease.
+    fn share(&self, key: &str, ask: Ask<'_>, now: u64) -> Result<u64, Self::Error> {
+        let _ = (key, now);
+        let ask = ask.bounded();
+        Ok(ask.want.min(ask.capacity))
+    }
 }
 
 /// The store interface as the policy engine uses it: every call may wait (a shared store is
@@ -137,6 +148,19 @@ pub trait AsyncStore: Send + Sync {
         }
     }
 
+    /// [`Store::share`], awaited: `ask.member`'s leased share of the budget `key`. This
+    /// default serves a fleet of one, as [`Store::share`]'s does.
+    fn share(
+        &self,
+        key: &str,
+        ask: Ask<'_>,
+        now: u64,
+    ) -> impl Future<Output = Result<u64, Self::Error>> + Send {
+        let _ = (key, now);
+        let ask = ask.bounded();
+        std::future::ready(Ok(ask.want.min(ask.capacity)))
+    }
+
     /// Whether the state lives outside this process, shared with a fleet (and so may fail).
     /// The engine then also keeps, in process, what each `on_store_failure = "open"` or
     /// `"local"` rule admitted, so a store failure finds a bucket that already holds this
@@ -189,6 +213,15 @@ impl<S: Store + Sync + Send> AsyncStore for S {
 
     fn clear(&self, key: &str) -> impl Future<Output = Result<bool, Self::Error>> + Send {
         std::future::ready(Store::clear(self, key))
+    }
+
+    fn share(
+        &self,
+        key: &str,
+        ask: Ask<'_>,
+        now: u64,
+    ) -> impl Future<Output = Result<u64, Self::Error>> + Send {
+        std::future::ready(Store::share(self, key, ask, now))
     }
 }
 

@@ -280,3 +280,52 @@ async fn a_report_past_the_envoy_bounds_ends_its_stream_with_invalid_argument() 
     assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
     assert!(status.message().contains("max_descriptors"), "{status:?}");
 }
+
+/// Two ratewarden servers on one real Redis serve RLQS for one budget: each leases its
+/// share from Redis and splits it among its own Envoys, so the Envoys of both share the
+/// rule's rate max-min, and a server whose Envoy leaves gives its share back.
+#[tokio::test]
+async fn two_servers_on_one_redis_split_one_budget_between_their_envoys() {
+    let redis = ratewarden_redis::testing::Server::start();
+    let toml = CONFIG
+        .replace("[server]\n", "[server]\nadmin = \"off\"\n")
+        .replace(
+            "[[limit]]",
+            &format!(
+                "[store]\nkind = \"redis\"\nurl = \"{}\"\n\n[[limit]]",
+                redis.url()
+            ),
+        );
+    let clock = Arc::new(ManualClock::new(T0));
+    let one = common::start(common::options(&toml, clock.clone())).await;
+    let two = common::start(common::options(&toml, clock.clone())).await;
+    let (a, b) = (Envoy::connect(&one).await, Envoy::connect(&two).await);
+
+    // A alone: its server leases the whole rate.
+    a.report("api", 0, Duration::ZERO).await;
+    until_shares(&[&a], &[600]).await;
+    // B arrives on the other server, which may grant it only what A's server gives back:
+    // equal shares once both servers have renewed.
+    b.report("api", 0, Duration::ZERO).await;
+    until_shares(&[&a, &b], &[300, 300]).await;
+
+    // Real demand: A wants 100/s, B 1,000/s.
+    clock.advance(Duration::from_secs(1));
+    a.report("api", 100, Duration::from_secs(1)).await;
+    b.report("api", 1000, Duration::from_secs(1)).await;
+    until_shares(&[&a, &b], &[100, 500]).await;
+
+    // B's Envoy leaves: its server gives its share back, and A's grows into it.
+    let Envoy { reports, heard: _ } = b;
+    drop(reports);
+    clock.advance(Duration::from_secs(1));
+    a.report("api", 1000, Duration::from_secs(1)).await;
+    until_shares(&[&a], &[600]).await;
+
+    // What Redis holds: one lease, A's server's, of the whole rate.
+    let keys = redis.cli(&["KEYS", "*share:*"]);
+    let key = keys.trim();
+    assert!(!key.is_empty() && !key.contains('\n'), "{keys:?}");
+    let held = redis.cli(&["HVALS", key]);
+    assert!(held.trim().starts_with("1000 1 600 "), "{held:?}");
+}

@@ -3,6 +3,7 @@
 use std::convert::Infallible;
 use std::hash::BuildHasher;
 
+use ratewarden_core::share::Ask;
 use ratewarden_core::{Check, Decision, Limit, Store};
 
 use super::MemoryStore;
@@ -55,5 +56,9 @@ impl<S: BuildHasher> Store for MemoryStore<Limit, S> {
 
     fn clear(&self, key: &str) -> Result<bool, Infallible> {
         Ok(MemoryStore::clear(self, key))
+    }
+
+    fn share(&self, key: &str, ask: Ask<'_>, now: u64) -> Result<u64, Infallible> {
+        Ok(MemoryStore::share(self, key, ask, now))
     }
 }

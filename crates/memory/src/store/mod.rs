@@ -10,16 +10,19 @@ mod check;
 mod decide;
 mod permit;
 mod room;
+mod share;
 mod upkeep;
 
 pub use check::NotNow;
 pub use permit::Permit;
 
+use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
+use std::sync::{Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
+use ratewarden_core::share::Leases;
 use ratewarden_core::Limit;
 
 use crate::cell::Stored;
@@ -83,6 +86,8 @@ pub struct MemoryStore<A: Stored = Limit, S = RandomState> {
     per_shard_bytes: usize,
     config: StoreConfig,
     next_permit: AtomicU64,
+    /// The fleet budgets' leases, by budget (see `share.rs`).
+    shares: Mutex<HashMap<String, Leases>>,
     _algorithm: PhantomData<fn(&A)>,
 }
 
@@ -113,6 +118,7 @@ impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
             per_shard_bytes,
             config,
             next_permit: AtomicU64::new(1),
+            shares: Mutex::default(),
             _algorithm: PhantomData,
         }
     }

@@ -26,6 +26,7 @@ mod matching;
 mod owner;
 mod prefetch;
 mod quota_budget;
+mod quota_fallback;
 mod request;
 mod reservations;
 mod rules;

@@ -63,6 +63,23 @@ struct Split {
     budget: Budget,
     /// By stream and bucket.
     holdings: BTreeMap<(u64, BucketEntries), Holding>,
+    /// What is split: this board's share of the budget when several boards share it, or
+    /// `None` for the budget's whole rate.
+    capacity: Option<u64>,
+}
+
+/// What one board's streams want of a budget, in all.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Demand {
+    /// The budget.
+    pub budget: Budget,
+    /// Units per period, the sum of the streams' wants.
+    pub want: u64,
+    /// Its weight among the boards sharing the budget: one per holding, so that every
+    /// stream's share is the same whichever board serves it.
+    pub weight: u64,
+    /// The longest time to live of the assignments it sent.
+    pub ttl: Duration,
 }
 
 /// Every budget's holdings. Invariant: within a budget the assigned shares add up to at
@@ -90,12 +107,29 @@ impl QuotaBoard {
         report: Report,
         now: u64,
     ) -> Vec<Assignment> {
+        let at = self.record(stream, budget, report, now);
+        self.splits
+            .get_mut(&budget.key)
+            .map_or_else(Vec::new, |split| split.resplit(&[at]))
+    }
+
+    /// Records `stream`'s report of a bucket of `budget` at `now` without re-splitting
+    /// (for [`QuotaBoard::resplit`] once the budget's capacity is known): which holding
+    /// it is.
+    pub fn record(
+        &mut self,
+        stream: u64,
+        budget: &Budget,
+        report: Report,
+        now: u64,
+    ) -> (u64, BucketEntries) {
         let split = self
             .splits
             .entry(budget.key.clone())
             .or_insert_with(|| Split {
                 budget: budget.clone(),
                 holdings: BTreeMap::new(),
+                capacity: None,
             });
         // A reload may change the numbers: the latest report's win.
         split.budget = budget.clone();
@@ -122,7 +156,54 @@ impl QuotaBoard {
         holding.ttl = ttl;
         holding.lapses = now.saturating_add(u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX));
         split.prune(now);
-        split.resplit(Some(&at))
+        at
+    }
+
+    /// Splits the budget `key` anew within `capacity` (`None`: the budget's whole rate):
+    /// the assignments that change, reductions first, and those of `always` whether or
+    /// not they change. Holdings whose stream stopped reporting them are dropped first,
+    /// and a budget left without holdings is forgotten.
+    pub fn resplit(
+        &mut self,
+        key: &str,
+        capacity: Option<u64>,
+        always: &[(u64, BucketEntries)],
+        now: u64,
+    ) -> Vec<Assignment> {
+        let Some(split) = self.splits.get_mut(key) else {
+            return Vec::new();
+        };
+        split.capacity = capacity;
+        split.prune(now);
+        let sent = split.resplit(always);
+        if split.holdings.is_empty() {
+            self.splits.remove(key);
+        }
+        sent
+    }
+
+    /// What this board's streams want of the budget `key` at `now`, in all: for its share
+    /// of a budget split among several boards. `None` when none holds any of it.
+    pub fn demand(&self, key: &str, now: u64) -> Option<Demand> {
+        let split = self.splits.get(key)?;
+        let live = split.holdings.values().filter(|h| h.lapses > now);
+        let mut demand = Demand {
+            budget: split.budget.clone(),
+            want: 0,
+            weight: 0,
+            ttl: Duration::ZERO,
+        };
+        for h in live {
+            demand.want = demand.want.saturating_add(h.want);
+            demand.weight = demand.weight.saturating_add(1);
+            demand.ttl = demand.ttl.max(h.ttl);
+        }
+        (demand.weight > 0).then_some(demand)
+    }
+
+    /// The budgets some stream holds, by key.
+    pub fn keys(&self) -> Vec<String> {
+        self.splits.keys().cloned().collect()
     }
 
     /// Forgets `stream` (it ended: that Envoy is gone) and re-splits what it held among
@@ -134,7 +215,7 @@ impl QuotaBoard {
             split.holdings.retain(|(s, _), _| *s != stream);
             if split.holdings.len() != before {
                 split.prune(now);
-                out.extend(split.resplit(None));
+                out.extend(split.resplit(&[]));
             }
         }
         self.splits.retain(|_, s| !s.holdings.is_empty());
@@ -158,12 +239,13 @@ impl Split {
         self.holdings.retain(|_, h| h.lapses > now);
     }
 
-    /// Splits the budget max-min by the wants; returns the changed assignments (and that
-    /// of `always`), the reductions before the increases. An increase takes only what the
+    /// Splits the capacity max-min by the wants; returns the changed assignments (and
+    /// those of `always`), the reductions before the increases. An increase takes only what the
     /// others do not hold after their reductions, so the total never passes the budget.
-    fn resplit(&mut self, always: Option<&(u64, BucketEntries)>) -> Vec<Assignment> {
+    fn resplit(&mut self, always: &[(u64, BucketEntries)]) -> Vec<Assignment> {
+        let capacity = self.capacity.unwrap_or(self.budget.per_period);
         let wants: Vec<u64> = self.holdings.values().map(|h| h.want).collect();
-        let targets = max_min(self.budget.per_period, &wants);
+        let targets = max_min(capacity, &wants);
         let mut shrunk = Vec::new();
         let mut grown = Vec::new();
         for ((at, h), target) in self.holdings.iter_mut().zip(&targets) {
@@ -175,14 +257,14 @@ impl Split {
         let mut held: u64 = self.holdings.values().map(|h| h.assigned).sum();
         for ((at, h), target) in self.holdings.iter_mut().zip(&targets) {
             if *target > h.assigned {
-                let free = self.budget.per_period.saturating_sub(held);
+                let free = capacity.saturating_sub(held);
                 let grow = (*target - h.assigned).min(free);
                 h.assigned += grow;
                 held += grow;
                 grown.push(at.clone());
             }
         }
-        if let Some(at) = always {
+        for at in always {
             if !shrunk.contains(at) && !grown.contains(at) {
                 grown.push(at.clone());
             }

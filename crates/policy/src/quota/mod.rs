@@ -7,6 +7,8 @@
 
 mod board;
 mod fair;
+mod fleet;
 
-pub use board::{Assignment, BucketEntries, Budget, QuotaBoard, Report};
+pub use board::{Assignment, BucketEntries, Budget, Demand, QuotaBoard, Report};
 pub use fair::{max_min, max_min_weighted};
+pub use fleet::{FleetBoard, Usage, RENEW_EVERY};

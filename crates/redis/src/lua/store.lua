@@ -46,6 +46,7 @@
 --            at once (a prefetched allowance's partial grant). The reply is now, then the
 --            decision of charging what was granted (or, when nothing was, the refusal of a
 --            cost-1 request, with its retry-after), then the units granted.
+--   share    a member's leased share of a budget (share.lua, which says its arguments).
 --   decide:limbs, peek:limbs, decide:fast, peek:fast  (for tests) decide or peek by the limb
 --            path only, or by the fast path only (an error when it declines).
 --   "d <cost> <kind> <parameters...>", "p ..."  the lean call of one check (lean.lua): its
@@ -982,6 +983,7 @@ local function run(KEYS, ARGV)
     reply = run(KEYS, general)
     return table.concat(reply, " ", 2)
   end
+  if mode == "share" then return SHARE.lease(KEYS, ARGV) end
   -- The fast path first: decided in doubles when every number is small enough.
   if mode == "decide" or mode == "peek" then
     local reply = fast(KEYS, ARGV, mode == "decide")

@@ -17,6 +17,7 @@ mod guard;
 mod library;
 mod permit;
 mod sentinel;
+mod share;
 mod take;
 
 pub use config::{RedisConfig, SentinelTarget, Target, TimeSource};

@@ -1,5 +1,6 @@
 //! The store a server decides on: in this process's memory, or shared in Redis.
 
+use ratewarden_core::share::Ask;
 use ratewarden_core::{AsyncStore, Check, Decision, Limit, Store};
 use ratewarden_memory::{MemoryStore, StoreStats, WhenFull};
 use ratewarden_policy::StoreSettings;
@@ -149,6 +150,13 @@ impl AsyncStore for AnyStore {
                 .await
                 .unwrap_or_else(|never| match never {})),
             AnyStore::Redis(r) => Ok(Box::pin(r.take(limit, key, now, want)).await?),
+        }
+    }
+
+    async fn share(&self, key: &str, ask: Ask<'_>, now: u64) -> Result<u64, StoreError> {
+        match self {
+            AnyStore::Memory(m) => Ok(m.share(key, ask, now)),
+            AnyStore::Redis(r) => Ok(Box::pin(r.share(key, ask, now)).await?),
         }
     }
 

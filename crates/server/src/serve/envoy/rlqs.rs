@@ -1,8 +1,9 @@
 //! Envoy's rate limit quota service (`StreamRateLimitQuotas`): each Envoy streams usage
 //! reports per bucket; each bucket a native rule takes (as a descriptor of the report's
 //! domain) is answered with a token bucket, the Envoys' shares of the rule's rate split
-//! max-min by the demand each reports ([`QuotaBoard`]). A bucket no rule takes is abandoned
-//! (the Envoy falls back to its own `no_assignment_behavior`).
+//! max-min by the demand each reports. With a shared store the rate is split across every
+//! ratewarden serving it: each leases its share from the store ([`FleetBoard`]). A bucket
+//! no rule takes is abandoned (the Envoy falls back to its own `no_assignment_behavior`).
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -21,8 +22,9 @@ use envoy_types::pb::envoy::service::rate_limit_quota::v3::{
     BucketId, RateLimitQuotaResponse, RateLimitQuotaUsageReports,
 };
 use envoy_types::pb::google::protobuf::{Duration as ProtoDuration, UInt32Value};
+use ratewarden_core::AsyncStore as _;
 use ratewarden_policy::config::CallBounds;
-use ratewarden_policy::quota::{Assignment, QuotaBoard, Report};
+use ratewarden_policy::quota::{Assignment, FleetBoard, Report, Usage, RENEW_EVERY};
 use tokio::sync::{mpsc, watch};
 use tonic::codegen::tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
@@ -42,22 +44,51 @@ pub(crate) struct Rlqs {
     shared: Arc<Shared>,
 }
 
-#[derive(Default)]
 struct Shared {
-    board: Mutex<QuotaBoard>,
+    board: FleetBoard,
     streams: Mutex<HashMap<u64, Sender>>,
     next: AtomicU64,
 }
 
 impl Rlqs {
-    /// The service for `app`; its streams end when `stop` changes.
+    /// The service for `app`; its streams end when `stop` changes. With a shared store a
+    /// task asks for this process's shares every [`RENEW_EVERY`] until then.
     pub(crate) fn new(app: Arc<App>, stop: watch::Receiver<bool>) -> Self {
-        Self {
-            app,
-            stop,
-            shared: Arc::default(),
+        let shared = Arc::new(Shared {
+            board: FleetBoard::new(member_name()),
+            streams: Mutex::default(),
+            next: AtomicU64::new(0),
+        });
+        if app.engine.store().is_shared() {
+            let (app, shared, mut stop) = (Arc::clone(&app), Arc::clone(&shared), stop.clone());
+            tokio::spawn(async move {
+                let mut every = tokio::time::interval(RENEW_EVERY);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        _ = every.tick() => {}
+                        _ = stop.changed() => break,
+                    }
+                    let sent = shared
+                        .board
+                        .renew_all(app.engine.store(), app.clock.now())
+                        .await;
+                    shared.send(by_stream(sent));
+                }
+            });
         }
+        Self { app, stop, shared }
     }
+}
+
+/// This process's name among the fleet's: its process id and a random number, so that
+/// a restarted process (whose old leases may not have lapsed yet) is a new member.
+fn member_name() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    format!("{}-{random:016x}", std::process::id())
 }
 
 /// The answers of one stream, as tonic reads them.
@@ -118,13 +149,13 @@ impl RateLimitQuotaService for Rlqs {
                             }
                             break;
                         }
-                        shared.answer(&app, id, report);
+                        shared.answer(&app, id, report).await;
                     }
                     // The stream ended (or broke): that Envoy is gone.
                     Ok(None) | Err(_) => break,
                 }
             }
-            shared.leave(&app, id);
+            shared.leave(&app, id).await;
         });
         Ok(Response::new(Answers(rx)))
     }
@@ -133,47 +164,45 @@ impl RateLimitQuotaService for Rlqs {
 impl Shared {
     /// Records one message of reports from stream `id` and sends every assignment it
     /// changes (to this stream and to the others sharing its budgets).
-    fn answer(&self, app: &App, id: u64, reports: RateLimitQuotaUsageReports) {
+    async fn answer(&self, app: &App, id: u64, reports: RateLimitQuotaUsageReports) {
         let now = app.clock.now();
         let mut abandoned = Vec::new();
-        let mut sent = Vec::new();
-        {
-            let mut board = lock(&self.board);
-            for usage in reports.bucket_quota_usages {
-                let Some(bucket_id) = usage.bucket_id else {
-                    continue;
-                };
-                let mut entries: Vec<(String, String)> = bucket_id.bucket.into_iter().collect();
-                entries.sort();
-                let borrowed: Vec<(&str, &str)> = entries
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_str()))
-                    .collect();
-                let Some((_rule, budget)) = app.engine.quota_budget(&reports.domain, &borrowed)
-                else {
-                    abandoned.push(entries);
-                    continue;
-                };
-                let elapsed = usage.time_elapsed.map_or(std::time::Duration::ZERO, |d| {
-                    std::time::Duration::new(
-                        u64::try_from(d.seconds).unwrap_or(0),
-                        u32::try_from(d.nanos).unwrap_or(0),
-                    )
-                });
-                let report = Report {
-                    bucket: entries,
-                    requests: usage
-                        .num_requests_allowed
-                        .saturating_add(usage.num_requests_denied),
-                    elapsed,
-                };
-                sent.extend(board.report(id, &budget, report, now));
-            }
+        let mut usages = Vec::new();
+        for usage in reports.bucket_quota_usages {
+            let Some(bucket_id) = usage.bucket_id else {
+                continue;
+            };
+            let mut entries: Vec<(String, String)> = bucket_id.bucket.into_iter().collect();
+            entries.sort();
+            let borrowed: Vec<(&str, &str)> = entries
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .collect();
+            let Some((rule, budget)) = app.engine.quota_budget(&reports.domain, &borrowed) else {
+                abandoned.push(entries);
+                continue;
+            };
+            let elapsed = usage.time_elapsed.map_or(std::time::Duration::ZERO, |d| {
+                std::time::Duration::new(
+                    u64::try_from(d.seconds).unwrap_or(0),
+                    u32::try_from(d.nanos).unwrap_or(0),
+                )
+            });
+            let report = Report {
+                bucket: entries,
+                requests: usage
+                    .num_requests_allowed
+                    .saturating_add(usage.num_requests_denied),
+                elapsed,
+            };
+            usages.push(Usage {
+                fallback: app.engine.quota_fallback(&rule, &budget),
+                budget,
+                report,
+            });
         }
-        let mut by_stream: HashMap<u64, Vec<BucketAction>> = HashMap::new();
-        for a in sent {
-            by_stream.entry(a.stream).or_default().push(assigned(&a));
-        }
+        let sent = self.board.report(app.engine.store(), id, usages, now).await;
+        let mut by_stream = by_stream(sent);
         for bucket in abandoned {
             by_stream.entry(id).or_default().push(BucketAction {
                 bucket_id: Some(bucket_id(bucket)),
@@ -184,14 +213,13 @@ impl Shared {
     }
 
     /// Forgets stream `id` and sends the others their grown shares.
-    fn leave(&self, app: &App, id: u64) {
+    async fn leave(&self, app: &App, id: u64) {
         lock(&self.streams).remove(&id);
-        let grown = lock(&self.board).leave(id, app.clock.now());
-        let mut by_stream: HashMap<u64, Vec<BucketAction>> = HashMap::new();
-        for a in grown {
-            by_stream.entry(a.stream).or_default().push(assigned(&a));
-        }
-        self.send(by_stream);
+        let grown = self
+            .board
+            .leave(app.engine.store(), id, app.clock.now())
+            .await;
+        self.send(by_stream(grown));
     }
 
     fn send(&self, by_stream: HashMap<u64, Vec<BucketAction>>) {
@@ -203,6 +231,15 @@ impl Shared {
             }
         }
     }
+}
+
+/// Assignments as the actions to send, by stream.
+fn by_stream(sent: Vec<Assignment>) -> HashMap<u64, Vec<BucketAction>> {
+    let mut by_stream: HashMap<u64, Vec<BucketAction>> = HashMap::new();
+    for a in sent {
+        by_stream.entry(a.stream).or_default().push(assigned(&a));
+    }
+    by_stream
 }
 
 /// Refuses a message carrying more buckets than `[envoy] max_descriptors` or a bucket of
