@@ -315,7 +315,10 @@ fn engines_over_their_share_admit_about_the_same_whatever_their_load_and_order()
     let total: u64 = admitted.iter().sum();
     let allows = 100 + 2 * steps * step / MS;
     assert!(total * 10 >= allows * 9, "{total} of {allows} allowed");
-    let (least, most) = (admitted.iter().min().unwrap(), admitted.iter().max().unwrap());
+    let (least, most) = (
+        admitted.iter().min().unwrap(),
+        admitted.iter().max().unwrap(),
+    );
     // The jittered waits make each grant's size random; over twenty seconds the engines'
     // totals stay within a few percent of each other (1.02 to 1.09 apart in eight runs).
     assert!(most * 100 <= least * 120, "admitted {admitted:?}: uneven");

@@ -31,6 +31,7 @@ const CONFIG: &str = r#"
 [server]
 listen = "127.0.0.1:0"
 grpc = "127.0.0.1:0"
+admin = "127.0.0.1:0"
 
 [[limit]]
 name = "api"
@@ -220,22 +221,42 @@ async fn envoys_split_one_budget_max_min_by_demand_and_regrow_when_one_leaves() 
 
     // A bucket no rule takes is abandoned: the Envoy falls back to its own behaviour.
     a.report("other", 10, Duration::from_secs(1)).await;
+    let mut abandoned = false;
     for _ in 0..500 {
         if a.share("other") == Some(None) {
-            return;
+            abandoned = true;
+            break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    panic!(
+    assert!(
+        abandoned,
         "the unknown bucket was not abandoned: {:?}",
         a.share("other")
     );
+
+    // What the metrics show: two streams open, the abandoned bucket, and the shares sent.
+    let admin = running.admin.expect("an admin listener");
+    let metrics = common::get(admin, "/metrics", &[]).await.body;
+    assert!(
+        metrics.contains("ratewarden_quota_streams 2\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("ratewarden_quota_actions_total{action=\"abandon\"} 1\n"),
+        "{metrics}"
+    );
+    let shares = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("ratewarden_quota_actions_total{action=\"share\"} "))
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(shares.is_some_and(|n| n >= 10), "{metrics}");
 }
 
 #[tokio::test]
 async fn a_report_past_the_envoy_bounds_ends_its_stream_with_invalid_argument() {
     let toml = CONFIG
-        .replace("[server]\n", "[server]\nadmin = \"off\"\n")
+        .replace("admin = \"127.0.0.1:0\"", "admin = \"off\"")
         .replace("[[limit]]", "[envoy]\nmax_descriptors = 2\n\n[[limit]]");
     let running = common::start(common::options(&toml, Arc::new(ManualClock::new(T0)))).await;
     let addr = running.grpc.expect("a gRPC listener");
@@ -287,15 +308,13 @@ async fn a_report_past_the_envoy_bounds_ends_its_stream_with_invalid_argument() 
 #[tokio::test]
 async fn two_servers_on_one_redis_split_one_budget_between_their_envoys() {
     let redis = ratewarden_redis::testing::Server::start();
-    let toml = CONFIG
-        .replace("[server]\n", "[server]\nadmin = \"off\"\n")
-        .replace(
-            "[[limit]]",
-            &format!(
-                "[store]\nkind = \"redis\"\nurl = \"{}\"\n\n[[limit]]",
-                redis.url()
-            ),
-        );
+    let toml = CONFIG.replace(
+        "[[limit]]",
+        &format!(
+            "[store]\nkind = \"redis\"\nurl = \"{}\"\n\n[[limit]]",
+            redis.url()
+        ),
+    );
     let clock = Arc::new(ManualClock::new(T0));
     let one = common::start(common::options(&toml, clock.clone())).await;
     let two = common::start(common::options(&toml, clock.clone())).await;

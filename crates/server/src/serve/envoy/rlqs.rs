@@ -73,7 +73,7 @@ impl Rlqs {
                         .board
                         .renew_all(app.engine.store(), app.clock.now())
                         .await;
-                    shared.send(by_stream(sent));
+                    shared.send(&app, by_stream(sent));
                 }
             });
         }
@@ -126,6 +126,7 @@ impl RateLimitQuotaService for Rlqs {
             )));
         }
         let id = self.shared.next.fetch_add(1, Ordering::Relaxed);
+        self.app.metrics.quota_stream(true);
         let (tx, rx) = mpsc::channel(QUEUED);
         lock(&self.shared.streams).insert(id, tx);
         let (app, shared, mut stop) = (
@@ -156,6 +157,7 @@ impl RateLimitQuotaService for Rlqs {
                 }
             }
             shared.leave(&app, id).await;
+            app.metrics.quota_stream(false);
         });
         Ok(Response::new(Answers(rx)))
     }
@@ -209,7 +211,7 @@ impl Shared {
                 bucket_action: Some(Action::AbandonAction(AbandonAction {})),
             });
         }
-        self.send(by_stream);
+        self.send(app, by_stream);
     }
 
     /// Forgets stream `id` and sends the others their grown shares.
@@ -219,17 +221,35 @@ impl Shared {
             .board
             .leave(app.engine.store(), id, app.clock.now())
             .await;
-        self.send(by_stream(grown));
+        self.send(app, by_stream(grown));
     }
 
-    fn send(&self, by_stream: HashMap<u64, Vec<BucketAction>>) {
+    fn send(&self, app: &App, by_stream: HashMap<u64, Vec<BucketAction>>) {
         let streams = lock(&self.streams);
         for (stream, bucket_action) in by_stream {
             if let Some(tx) = streams.get(&stream) {
+                for action in &bucket_action {
+                    app.metrics.quota_action(action_name(action));
+                }
                 // A full queue drops this answer: the next report is answered afresh.
                 let _ = tx.try_send(Ok(RateLimitQuotaResponse { bucket_action }));
             }
         }
+    }
+}
+
+/// What an action does, as `ratewarden_quota_actions_total` labels it.
+fn action_name(action: &BucketAction) -> &'static str {
+    match &action.bucket_action {
+        Some(Action::QuotaAssignmentAction(q)) => match q
+            .rate_limit_strategy
+            .as_ref()
+            .and_then(|s| s.strategy.as_ref())
+        {
+            Some(Strategy::BlanketRule(_)) => "deny_all",
+            _ => "share",
+        },
+        _ => "abandon",
     }
 }
 

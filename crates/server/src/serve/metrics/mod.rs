@@ -56,6 +56,11 @@ struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ActionLabels {
+    action: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PathLabels {
     path: &'static str,
 }
@@ -182,6 +187,10 @@ pub(crate) struct Metrics {
     /// The gateway's requests by the path that served them: the lean one, then hyper's.
     /// Taken from their family at start, so a request pays one atomic add.
     gateway_path: [Counter; 2],
+    /// Envoy quota service streams open now.
+    quota_streams: Gauge,
+    /// Bucket actions sent to Envoys: a token bucket, deny-all, abandon.
+    quota_actions: Family<ActionLabels, Counter>,
 }
 
 /// Reads the engine's own per-rule counters at scrape time, so a decision pays for no
@@ -330,6 +339,19 @@ impl Metrics {
         );
         let gateway_path =
             ["lean", "hyper"].map(|path| paths.get_or_create(&PathLabels { path }).clone());
+        let quota_streams = Gauge::default();
+        registry.register(
+            "quota_streams",
+            "Envoy rate limit quota service (RLQS) streams open now: one per Envoy",
+            quota_streams.clone(),
+        );
+        let quota_actions = Family::<ActionLabels, Counter>::default();
+        registry.register(
+            "quota_actions",
+            "Bucket actions sent to Envoys over RLQS, by action: share (a token bucket of the \
+             Envoy's share), deny_all (a share of none), abandon (a bucket no rule takes)",
+            quota_actions.clone(),
+        );
         // Series that alerts watch exist at 0 from the start: a counter that appears only at
         // its first increment has no earlier sample, so `increase()` and `rate()` miss that
         // first failed reload or shed request (deploy/prometheus/alerts.yml).
@@ -348,7 +370,25 @@ impl Metrics {
             responses,
             ok: Default::default(),
             gateway_path,
+            quota_streams,
+            quota_actions,
         }
+    }
+
+    /// Counts an RLQS stream opened (`true`) or ended.
+    pub(crate) fn quota_stream(&self, opened: bool) {
+        if opened {
+            self.quota_streams.inc();
+        } else {
+            self.quota_streams.dec();
+        }
+    }
+
+    /// Counts a bucket action sent over RLQS (`share`, `deny_all` or `abandon`).
+    pub(crate) fn quota_action(&self, action: &'static str) {
+        self.quota_actions
+            .get_or_create(&ActionLabels { action })
+            .inc();
     }
 
     pub(crate) fn shed(&self, reason: &'static str) {
