@@ -118,6 +118,13 @@ impl Ask<'_> {
             ..self
         }
     }
+
+    /// What the only member of a fleet is granted: what it wants, up to the capacity.
+    #[must_use]
+    pub fn alone(self) -> u64 {
+        let ask = self.bounded();
+        ask.want.min(ask.capacity)
+    }
 }
 
 /// What one member holds of a budget.

@@ -70,8 +70,7 @@ pub trait Store {
     /// processes share keeps every member's lease.
     fn share(&self, key: &str, ask: Ask<'_>, now: u64) -> Result<u64, Self::Error> {
         let _ = (key, now);
-        let ask = ask.bounded();
-        Ok(ask.want.min(ask.capacity))
+        Ok(ask.alone())
     }
 }
 
@@ -157,8 +156,7 @@ pub trait AsyncStore: Send + Sync {
         now: u64,
     ) -> impl Future<Output = Result<u64, Self::Error>> + Send {
         let _ = (key, now);
-        let ask = ask.bounded();
-        std::future::ready(Ok(ask.want.min(ask.capacity)))
+        std::future::ready(Ok(ask.alone()))
     }
 
     /// Whether the state lives outside this process, shared with a fleet (and so may fail).

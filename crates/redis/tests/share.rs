@@ -9,15 +9,19 @@ use ratewarden_core::conformance::Rng;
 use ratewarden_core::share::{Ask, MAX_UNITS};
 use ratewarden_core::AsyncStore;
 use ratewarden_memory::{MemoryStore, StoreConfig};
-use ratewarden_redis::testing::Server;
+use ratewarden_redis::testing::{Cluster, Server};
 use ratewarden_redis::{RedisConfig, RedisStore, Target, TimeSource};
 
 const MS: u64 = 1_000_000;
 const T0: u64 = 1_796_169_600_000 * MS;
 
 fn store(url: String) -> RedisStore {
+    on(Target::Single(url))
+}
+
+fn on(target: Target) -> RedisStore {
     RedisStore::new(RedisConfig {
-        target: Target::Single(url),
+        target,
         deadline: Duration::from_secs(2),
         time: TimeSource::Caller,
         key_prefix: "share-test:".to_owned(),
@@ -29,7 +33,18 @@ fn store(url: String) -> RedisStore {
 #[tokio::test]
 async fn leases_are_granted_exactly_as_the_memory_store_grants_them() {
     let server = Server::start();
-    let redis = store(server.url());
+    same_grants_as_memory(&store(server.url())).await;
+}
+
+/// On a Cluster each budget's hash lives in its key's slot, wherever that is.
+#[tokio::test]
+async fn leases_on_a_cluster_are_granted_as_on_one_server() {
+    let cluster = Cluster::start();
+    same_grants_as_memory(&on(Target::Cluster(cluster.urls()))).await;
+}
+
+/// Random asks of six members on six budgets, each answered as the in-memory store does.
+async fn same_grants_as_memory(redis: &RedisStore) {
     let memory: MemoryStore = MemoryStore::new(StoreConfig::default());
     let members = ["a", "b", "c", "d", "e", "f"];
     let mut rng = Rng(0x5a4e_0001);
