@@ -206,10 +206,14 @@ impl Shared {
         let sent = self.board.report(app.engine.store(), id, usages, now).await;
         let mut by_stream = by_stream(sent);
         for bucket in abandoned {
-            by_stream.entry(id).or_default().push(BucketAction {
+            let action = BucketAction {
                 bucket_id: Some(bucket_id(bucket)),
                 bucket_action: Some(Action::AbandonAction(AbandonAction {})),
-            });
+            };
+            match by_stream.iter_mut().find(|(stream, _)| *stream == id) {
+                Some((_, actions)) => actions.push(action),
+                None => by_stream.push((id, vec![action])),
+            }
         }
         self.send(app, by_stream);
     }
@@ -224,7 +228,9 @@ impl Shared {
         self.send(app, by_stream(grown));
     }
 
-    fn send(&self, app: &App, by_stream: HashMap<u64, Vec<BucketAction>>) {
+    /// Sends each stream its actions, one message each, in order: the streams whose shares
+    /// shrink before those whose shares grow.
+    fn send(&self, app: &App, by_stream: Messages) {
         let streams = lock(&self.streams);
         for (stream, bucket_action) in by_stream {
             if let Some(tx) = streams.get(&stream) {
@@ -253,14 +259,23 @@ fn action_name(action: &BucketAction) -> &'static str {
     }
 }
 
-/// Assignments as the actions to send, by stream.
-fn by_stream(sent: Vec<Assignment>) -> HashMap<u64, Vec<BucketAction>> {
-    let mut by_stream: HashMap<u64, Vec<BucketAction>> = HashMap::new();
+/// Assignments as the actions to send, by stream, in order (see [`Messages`]).
+fn by_stream(sent: Vec<Assignment>) -> Messages {
+    let mut by_stream: Messages = Vec::new();
+    let mut at: HashMap<u64, usize> = HashMap::new();
     for a in sent {
-        by_stream.entry(a.stream).or_default().push(assigned(&a));
+        let i = *at.entry(a.stream).or_insert_with(|| {
+            by_stream.push((a.stream, Vec::new()));
+            by_stream.len() - 1
+        });
+        by_stream[i].1.push(assigned(&a));
     }
     by_stream
 }
+
+/// Actions to send, by stream, in the order the streams' first actions came: the board
+/// lists reductions first, so a stream that shrinks hears it before one that grows.
+type Messages = Vec<(u64, Vec<BucketAction>)>;
 
 /// Refuses a message carrying more buckets than `[envoy] max_descriptors` or a bucket of
 /// more entries than `[envoy] max_entries`, as `ShouldRateLimit` refuses its descriptors:
