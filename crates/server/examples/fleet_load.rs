@@ -3,6 +3,11 @@
 //! or many, for a time; prints the calls answered, how many were OK, the calls per second
 //! and the p50 and p99 latency, as one line of `key=value` pairs.
 //!
+//! Each caller sends its next call when the last is answered (as fast as the servers go),
+//! or with `--rate R` at fixed times, R calls per second in all: a call's latency is then
+//! counted from the time it was due, so a server that falls behind is charged the wait it
+//! caused, not just the call it finally answers.
+//!
 //! ```text
 //! cargo run --release -p ratewarden-server --example fleet_load -- \
 //!     --targets http://127.0.0.1:8081,http://127.0.0.1:8082 --streams 32 --seconds 5 --keys 1
@@ -30,7 +35,7 @@ fn flag(args: &[String], name: &str) -> Option<String> {
 async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let Some(targets) = flag(&args, "--targets") else {
-        eprintln!("usage: fleet_load --targets URL,URL.. [--streams N] [--seconds S] [--keys K] [--domain D]");
+        eprintln!("usage: fleet_load --targets URL,URL.. [--streams N] [--seconds S] [--keys K] [--domain D] [--rate R]");
         return ExitCode::from(2);
     };
     let number = |name: &str, default: u64| {
@@ -42,6 +47,7 @@ async fn main() -> ExitCode {
     let seconds = number("--seconds", 5);
     let keys = number("--keys", 1).max(1);
     let domain = flag(&args, "--domain").unwrap_or_else(|| "fleet".to_owned());
+    let rate = number("--rate", 0);
     let mut clients = Vec::new();
     for target in targets.split(',') {
         match RateLimitServiceClient::connect(target.to_owned()).await {
@@ -56,6 +62,9 @@ async fn main() -> ExitCode {
     // Every caller's latencies and counts, gathered at the end.
     let results = Arc::new(Mutex::new((Vec::<u32>::new(), 0u64, 0u64)));
     let start = tokio::time::Instant::now();
+    let callers = (clients.len() * streams).max(1) as u64;
+    // With a rate, each caller's calls are due this far apart, staggered among callers.
+    let every = (rate > 0).then(|| Duration::from_nanos(1_000_000_000 * callers / rate));
     let mut tasks = Vec::new();
     for (t, client) in clients.iter().enumerate() {
         for s in 0..streams {
@@ -65,6 +74,8 @@ async fn main() -> ExitCode {
                 let mut latencies = Vec::new();
                 let (mut ok, mut answered) = (0u64, 0u64);
                 let mut n = (t * 7919 + s * 104_729) as u64;
+                let caller = (t * streams + s) as u32;
+                let mut due = every.map(|e| start + e * caller / callers as u32);
                 while start.elapsed() < span {
                     n = n.wrapping_add(1);
                     let request = RateLimitRequest {
@@ -78,7 +89,15 @@ async fn main() -> ExitCode {
                         }],
                         hits_addend: 0,
                     };
-                    let began = tokio::time::Instant::now();
+                    let began = match (due.as_mut(), every) {
+                        (Some(due), Some(every)) => {
+                            tokio::time::sleep_until(*due).await;
+                            let began = *due;
+                            *due += every;
+                            began
+                        }
+                        _ => tokio::time::Instant::now(),
+                    };
                     let Ok(answer) = client.should_rate_limit(request).await else {
                         continue;
                     };
