@@ -5,8 +5,9 @@
 //!
 //! Each caller sends its next call when the last is answered (as fast as the servers go),
 //! or with `--rate R` at fixed times, R calls per second in all: a call's latency is then
-//! counted from the time it was due, so a server that falls behind is charged the wait it
-//! caused, not just the call it finally answers.
+//! counted from the time it was due when its caller is behind (past the timer's slack), so
+//! a server that falls behind is charged the wait it caused, not just the call it finally
+//! answers.
 //!
 //! ```text
 //! cargo run --release -p ratewarden-server --example fleet_load -- \
@@ -23,6 +24,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tokio::sync::Mutex;
+
+/// How late tokio's timer may wake a caller that is not behind: it counts whole
+/// milliseconds.
+const TIMER_SLACK: Duration = Duration::from_millis(2);
 
 fn flag(args: &[String], name: &str) -> Option<String> {
     args.iter()
@@ -92,7 +97,14 @@ async fn main() -> ExitCode {
                     let began = match (due.as_mut(), every) {
                         (Some(due), Some(every)) => {
                             tokio::time::sleep_until(*due).await;
-                            let began = *due;
+                            let woke = tokio::time::Instant::now();
+                            // Counted from when it was due if this caller is behind; from
+                            // when it woke if only the timer (whole milliseconds) was late.
+                            let began = if woke.duration_since(*due) > TIMER_SLACK {
+                                *due
+                            } else {
+                                woke
+                            };
                             *due += every;
                             began
                         }
