@@ -26,10 +26,10 @@ pub mod quota;
 mod runtime;
 
 pub use config::{
-    Adaptive, AdminAccess, AdminToken, Bounds, Config, ConfigError, ConfigErrors, Cost, KeyPart,
-    KeySources, Match, MethodOverride, Mode, OnStoreFailure, Queue, Rule, ServerSettings,
-    StoreKind, StoreSettings, WhenKeyMissing, ADMIN_TOKEN_ENV, MAX_WEIGHT, MIN_HEADER_BYTES,
-    MIN_STORE_BYTES,
+    Adaptive, AdminAccess, AdminToken, Bounds, BucketMatch, Config, ConfigError, ConfigErrors,
+    Cost, KeyPart, KeySources, Match, MethodOverride, Mode, OnStoreFailure, Queue, Rule,
+    ServerSettings, StoreKind, StoreSettings, WhenKeyMissing, ADMIN_TOKEN_ENV, MAX_WEIGHT,
+    MIN_HEADER_BYTES, MIN_STORE_BYTES,
 };
 pub use engine::{
     api_key_digest, fingerprint, rollout_bucket, AdaptiveState, Answer, DescriptorStatus,

@@ -93,7 +93,7 @@ fn every_error_says_where_and_what() {
         (format!("{gcra}rate = \"50/s\"\nburst = 5\nipv6_prefix = 130"), "a prefix length between 0 and 128, not 130"),
         (
             "name = \"k\"\nkey = [\"ipp\"]\nalgorithm = \"gcra\"\nrate = \"1/s\"\nburst = 1".to_owned(),
-            "test.toml:3:8: limit `k`: unknown key part `ipp`: use ip, header:NAME, api_key, tenant, route, global, descriptor or literal:TEXT; did you mean `ip`?",
+            "test.toml:3:8: limit `k`: unknown key part `ipp`: use ip, header:NAME, api_key, tenant, route, global, descriptor, bucket or literal:TEXT; did you mean `ip`?",
         ),
         (
             "name = \"k\"\nalgorithm = \"gcra\"\nrate = \"1/s\"\nburst = 1".to_owned(),
@@ -634,7 +634,7 @@ fn store_fields_routes_and_prefixes_that_would_do_nothing_are_refused() {
     );
     assert_eq!(
         wrong("[server]\ncritical = [{ domain = \"mesh\" }]\n"),
-        "s.toml:2:13: `[server] critical`: `domain` and `descriptor` are for Envoy descriptors; a route matches HTTP requests"
+        "s.toml:2:13: `[server] critical`: `domain`, `descriptor` and `bucket` are for Envoy descriptors and quota buckets; a route matches HTTP requests"
     );
     let gcra = "[[limit]]\nname = \"k\"\nalgorithm = \"gcra\"\nrate = \"5/s\"\nburst = 5\n";
     assert_eq!(

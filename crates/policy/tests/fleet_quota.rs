@@ -97,6 +97,7 @@ fn usage(requests: u64, fallback: u64) -> Usage {
             bucket: vec![("name".to_owned(), "api".to_owned())],
             requests,
             elapsed: Duration::from_secs(1),
+            weight: 1,
         },
     }
 }

@@ -279,16 +279,33 @@ pub(crate) fn row(rule: &Rule) -> [String; 6] {
             None => format!("has {name}"),
         });
     }
-    if let Some(domain) = &m.domain {
-        let entries: Vec<String> = m
-            .descriptor
-            .iter()
-            .map(|(k, v)| match v {
-                Some(v) => format!("{k}={v}"),
-                None => k.clone(),
-            })
-            .collect();
-        applies.push(format!("envoy {domain} [{}]", entries.join(", ")));
+    let entry = |(k, v): &(String, Option<String>)| match v {
+        Some(v) => format!("{k}={v}"),
+        None => k.clone(),
+    };
+    match (&m.domain, &m.bucket) {
+        (Some(domain), Some(bucket)) => {
+            let entries: Vec<String> = bucket.entries.iter().map(entry).collect();
+            let weights: Vec<String> = bucket
+                .weights
+                .iter()
+                .map(|(k, v, w)| format!(" {k}={v}:{w}"))
+                .collect();
+            applies.push(format!(
+                "envoy {domain} bucket {{{}}}{}",
+                entries.join(", "),
+                if weights.is_empty() {
+                    String::new()
+                } else {
+                    format!(" weights{}", weights.concat())
+                }
+            ));
+        }
+        (Some(domain), None) => {
+            let entries: Vec<String> = m.descriptor.iter().map(entry).collect();
+            applies.push(format!("envoy {domain} [{}]", entries.join(", ")));
+        }
+        (None, _) => {}
     }
     let applies = if applies.is_empty() {
         "every request".to_owned()

@@ -44,7 +44,7 @@ pub(super) fn key(
             None => {
                 let hint = did_you_mean(text, ["ip", "api_key", "tenant", "route", "global"]);
                 errors.at(Some(part.span()), rule, format!(
-                    "unknown key part `{text}`: use ip, header:NAME, api_key, tenant, route, global, descriptor or literal:TEXT{hint}"
+                    "unknown key part `{text}`: use ip, header:NAME, api_key, tenant, route, global, descriptor, bucket or literal:TEXT{hint}"
                 ));
             }
         }
@@ -89,6 +89,7 @@ pub(super) fn key_part(text: &str, grouping: IpGrouping) -> Option<KeyPart> {
         "route" => Some(KeyPart::Route),
         "global" => Some(KeyPart::Global),
         "descriptor" => Some(KeyPart::Descriptor),
+        "bucket" => Some(KeyPart::Bucket),
         _ => match text.split_once(':') {
             Some(("header", name)) if !name.trim().is_empty() => {
                 Some(KeyPart::Header(name.trim().to_ascii_lowercase()))

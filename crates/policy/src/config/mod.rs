@@ -15,7 +15,7 @@
 //!
 //! A file is read in two steps, as ripgrep reads its arguments: serde reads the TOML into a
 //! raw model where every field is optional and spanned (`raw.rs`), then validation turns it
-//! into the typed [`Config`] (`validate.rs` driving; `rule.rs`, `limit.rs` and `key.rs` for a
+//! into the typed [`Config`] (`validate.rs` driving; `rule.rs`, `limit.rs`, `key.rs` and `bucket.rs` for a
 //! `[[limit]]`; `server.rs` (with `bounds.rs`, and `admin.rs` for the admin listener's token and names)
 //! and `store.rs` for the sections), collecting every error with its
 //! file, line, column and rule rather than stopping at the first.
@@ -23,6 +23,7 @@
 mod adaptive;
 mod admin;
 mod bounds;
+mod bucket;
 mod calls;
 mod error;
 mod key;
@@ -39,9 +40,10 @@ mod validate;
 pub use adaptive::{Adaptive, ADAPTIVE_CONCURRENCY};
 pub use admin::{AdminAccess, AdminToken, ADMIN_TOKEN_ENV, MIN_ADMIN_TOKEN};
 pub use bounds::{Bounds, MIN_HEADER_BYTES};
+pub(crate) use bucket::split_rate;
 pub use calls::CallBounds;
 pub use error::{ConfigError, ConfigErrors};
-pub use model::{Cost, KeyPart, Match, Mode, OnStoreFailure, Rule, WhenKeyMissing};
+pub use model::{BucketMatch, Cost, KeyPart, Match, Mode, OnStoreFailure, Rule, WhenKeyMissing};
 pub use queue::{Queue, MAX_WEIGHT};
 pub use settings::{
     Config, KeySources, MethodOverride, ServerSettings, StoreKind, StoreSettings, MIN_STORE_BYTES,

@@ -28,6 +28,9 @@ pub enum KeyPart {
     /// The values of an Envoy descriptor, in order (rules matched by `domain` and
     /// `descriptor`, decided over Envoy's rate limit protocol).
     Descriptor,
+    /// An Envoy quota bucket's id: its entries sorted by key, each as `key=value` (rules
+    /// matched by `match.bucket`, whose budgets Envoy's quota service splits).
+    Bucket,
 }
 
 impl fmt::Display for KeyPart {
@@ -40,6 +43,7 @@ impl fmt::Display for KeyPart {
             KeyPart::Route => f.write_str("route"),
             KeyPart::Global => f.write_str("global"),
             KeyPart::Descriptor => f.write_str("descriptor"),
+            KeyPart::Bucket => f.write_str("bucket"),
             KeyPart::Literal(text) => write!(f, "literal:{text}"),
         }
     }
@@ -68,6 +72,22 @@ pub struct Match {
     /// The descriptor's entries, in order: each key, with the value it must have when given
     /// (`*` matches any run of characters). Only with `domain`.
     pub descriptor: Vec<(String, Option<String>)>,
+    /// The Envoy quota buckets of `domain` the rule takes, and how they weigh in the split
+    /// of its budget: a rule with one is for Envoy's quota service only, never for a
+    /// descriptor nor an HTTP request.
+    pub bucket: Option<BucketMatch>,
+}
+
+/// A rule's `match.bucket` and `weights`: which quota bucket ids it takes, and each
+/// bucket's weight in the split of the budget it draws on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BucketMatch {
+    /// The entries a bucket's id must hold (in any order, among any others): each key,
+    /// with the value it must have when given (`*` matches any run of characters).
+    pub entries: Vec<(String, Option<String>)>,
+    /// `(key, value, weight)`: a bucket whose id holds exactly `key=value` weighs `weight`
+    /// (the largest of those it holds); a bucket holding none weighs 1.
+    pub weights: Vec<(String, String, u64)>,
 }
 
 /// Whether a rule rejects, only records, or rejects for a share of its keys.

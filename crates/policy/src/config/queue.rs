@@ -76,7 +76,7 @@ pub(super) fn queue(
         Some(text) => {
             let given = text.get_ref().trim();
             match key_part(given, grouping) {
-                Some(KeyPart::Descriptor) | None => {
+                Some(KeyPart::Descriptor | KeyPart::Bucket) | None => {
                     let hint = did_you_mean(given, ["tenant", "api_key", "ip", "route"]);
                     let message = format!(
                         "`queue.key` is one key part (tenant, api_key, ip, header:NAME, route, global or literal:TEXT), not `{given}`{hint}"

@@ -111,6 +111,7 @@ pub(super) struct RawMatch {
     pub(super) header_value: Option<Spanned<String>>,
     pub(super) domain: Option<String>,
     pub(super) descriptor: Option<String>,
+    pub(super) bucket: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -153,6 +154,7 @@ pub(super) struct RawLimit {
     pub(super) strategy: Option<Spanned<String>>,
     pub(super) adaptive: Option<RawAdaptive>,
     pub(super) queue: Option<Spanned<RawQueue>>,
+    pub(super) weights: Option<Spanned<std::collections::BTreeMap<String, Spanned<i64>>>>,
 }
 
 /// `[limit.queue]`: where an adaptive rule's excess waits, and how it is shared.

@@ -69,7 +69,27 @@ pub(super) fn rule(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -
         let message = "`match.header_value` needs `match.header`, the header whose value it is";
         errors.at(Some(at), rule, message.to_owned());
     }
-    let matches = raw.matches.map(match_of).unwrap_or_default();
+    let bucket_given = raw.matches.as_ref().is_some_and(|m| m.bucket.is_some());
+    let bucket = super::bucket::bucket(&raw, rule, errors);
+    if let (Some(l), Some(at), false) = (
+        &limit,
+        raw.matches.as_ref().and_then(|m| m.bucket.as_ref()),
+        is_adaptive,
+    ) {
+        super::bucket::no_rate(l, at.span(), rule, errors);
+    }
+    if !bucket_given && key.contains(&KeyPart::Bucket) {
+        let at = raw
+            .key
+            .iter()
+            .find(|p| p.get_ref().trim() == "bucket")
+            .map_or(span.clone(), Spanned::span);
+        let message =
+            "the `bucket` key part needs `match.bucket`: only Envoy quota buckets carry one";
+        errors.at(Some(at), rule, message.to_owned());
+    }
+    let mut matches = raw.matches.map(match_of).unwrap_or_default();
+    matches.bucket = bucket;
     let mut refuse = |message: &str| errors.at(Some(span.clone()), rule, message.to_owned());
     if matches.domain.is_none() && !matches.descriptor.is_empty() {
         refuse("`match.descriptor` needs `match.domain`: descriptors come over Envoy's protocol, for a domain");
@@ -348,6 +368,8 @@ pub(super) fn match_of(m: RawMatch) -> Match {
             )
         }),
         domain: m.domain.map(|d| d.trim().to_owned()),
+        // Read with the rule's `weights` (`bucket.rs`): a route never takes buckets.
+        bucket: None,
         // `client_id` or `path=/api/*,client_id`: entries in order, values optional.
         descriptor: m
             .descriptor

@@ -132,9 +132,10 @@ pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> Server
             .into_iter()
             .map(|m| {
                 let span = m.span();
-                if m.get_ref().domain.is_some() || m.get_ref().descriptor.is_some() {
+                let r = m.get_ref();
+                if r.domain.is_some() || r.descriptor.is_some() || r.bucket.is_some() {
                     let message = format!(
-                        "`[server] {field}`: `domain` and `descriptor` are for Envoy descriptors; a route matches HTTP requests"
+                        "`[server] {field}`: `domain`, `descriptor` and `bucket` are for Envoy descriptors and quota buckets; a route matches HTTP requests"
                     );
                     errors.at(Some(span.clone()), None, message);
                 }

@@ -296,8 +296,9 @@ fn native(rule: &Rule) -> Resolved {
     }
 }
 
-/// `name@fingerprint|values`: a native rule's key for a descriptor, as for HTTP requests,
-/// the `descriptor` part standing for the descriptor's values.
+/// `name@fingerprint|values`: a native rule's key for a descriptor (or a quota bucket), as
+/// for HTTP requests, the `descriptor` part standing for the entries' values in order, the
+/// `bucket` part for the entries sorted by key, each `key=value`.
 pub(super) fn native_key(prefix: &str, rule: &Rule, entries: &[(&str, &str)]) -> String {
     let mut key = prefix.to_owned();
     for part in &rule.key {
@@ -309,6 +310,21 @@ pub(super) fn native_key(prefix: &str, rule: &Rule, entries: &[(&str, &str)]) ->
                         key.push('|');
                     }
                     key.push_str(&bounded_part(value));
+                }
+            }
+            KeyPart::Bucket => {
+                let mut sorted: Vec<&(&str, &str)> = entries.iter().collect();
+                sorted.sort_unstable_by_key(|(name, _)| *name);
+                for (n, (name, value)) in sorted.into_iter().enumerate() {
+                    if n > 0 {
+                        key.push('|');
+                    }
+                    // The key's own `%` and `=` escaped, so the part's first `=` ends the
+                    // key: no two ids make one key (bounded_part keeps that for the parts).
+                    let mut entry = name.replace('%', "%25").replace('=', "%3D");
+                    entry.push('=');
+                    entry.push_str(value);
+                    key.push_str(&bounded_part(&entry));
                 }
             }
             KeyPart::Literal(text) => key.push_str(text),

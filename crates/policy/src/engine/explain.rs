@@ -307,7 +307,7 @@ fn missing_part(rule: &Rule, sources: &KeySources, request: &Request<'_>) -> Str
                 empty(request.tenant)
                     && empty(request.single_header(&sources.tenant_header).ok().flatten())
             }
-            KeyPart::Descriptor => true,
+            KeyPart::Descriptor | KeyPart::Bucket => true,
             KeyPart::Ip(_) | KeyPart::Route | KeyPart::Global | KeyPart::Literal(_) => false,
         };
         if missing {

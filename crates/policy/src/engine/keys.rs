@@ -36,7 +36,7 @@ pub(super) fn build_key(
         match rule.when_key_missing {
             // Descriptors come over Envoy's protocol, never with an HTTP request: such a
             // rule never counts HTTP traffic.
-            _ if *part == KeyPart::Descriptor => return Ok(None),
+            _ if matches!(part, KeyPart::Descriptor | KeyPart::Bucket) => return Ok(None),
             WhenKeyMissing::Skip => return Ok(None),
             WhenKeyMissing::Refuse => {
                 return Err(RequestError::MissingKeyPart {
@@ -75,6 +75,7 @@ pub(super) fn part_words(part: &KeyPart, sources: &KeySources) -> String {
         }
         KeyPart::Tenant => format!("tenant (the `{}` header)", sources.tenant_header),
         KeyPart::Descriptor => "descriptor (only Envoy descriptors carry one)".to_owned(),
+        KeyPart::Bucket => "bucket (only Envoy quota buckets carry one)".to_owned(),
         other => other.to_string(),
     }
 }
@@ -133,8 +134,9 @@ pub(super) fn push_part(
             }
         }
         KeyPart::Global => key.push('*'),
-        // Descriptors come over Envoy's protocol, never with an HTTP request.
-        KeyPart::Descriptor => return Ok(false),
+        // Descriptors and quota buckets come over Envoy's protocols, never with an HTTP
+        // request.
+        KeyPart::Descriptor | KeyPart::Bucket => return Ok(false),
         KeyPart::Literal(text) => key.push_str(text),
     }
     Ok(true)

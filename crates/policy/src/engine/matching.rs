@@ -1,7 +1,7 @@
 //! Which HTTP requests a rule's `match` takes.
 
 use super::Request;
-use crate::config::Match;
+use crate::config::{BucketMatch, Match};
 
 impl Match {
     /// Whether `request` meets every condition given.
@@ -47,9 +47,10 @@ impl Match {
 
     /// Whether a descriptor of `domain` with `entries` is this rule's: the domain is the
     /// rule's, and the entries are the rule's keys in order with their values when given
-    /// (`*` a glob), or the rule names no descriptor and takes them all.
+    /// (`*` a glob), or the rule names no descriptor and takes them all. A rule of quota
+    /// buckets (`match.bucket`) takes no descriptor: one check, for the hot path.
     pub(super) fn matches_descriptor(&self, domain: &str, entries: &[(&str, &str)]) -> bool {
-        if self.domain.as_deref() != Some(domain) {
+        if self.bucket.is_some() || self.domain.as_deref() != Some(domain) {
             return false;
         }
         self.descriptor.is_empty()
@@ -61,5 +62,38 @@ impl Match {
                     .all(|((k, v), (key, value))| {
                         k == key && v.as_deref().is_none_or(|p| crate::envoy::glob(p, value))
                     }))
+    }
+
+    /// Whether an Envoy quota bucket of `domain` whose id is `entries` is this rule's: by
+    /// `match.bucket` when the rule has one, else as a descriptor of those entries in key
+    /// order would be (rules written for descriptors take buckets as they always have).
+    pub(super) fn matches_bucket(&self, domain: &str, entries: &[(&str, &str)]) -> bool {
+        match &self.bucket {
+            Some(bucket) => self.domain.as_deref() == Some(domain) && bucket.matches(entries),
+            None => self.matches_descriptor(domain, entries),
+        }
+    }
+}
+
+impl BucketMatch {
+    /// Whether a bucket id of `entries` holds every entry of the match: its key with the
+    /// value given (`*` a glob), or any value for a bare key; in any order, among others.
+    pub fn matches(&self, entries: &[(&str, &str)]) -> bool {
+        self.entries.iter().all(|(k, v)| {
+            entries.iter().any(|(key, value)| {
+                k == key && v.as_deref().is_none_or(|p| crate::envoy::glob(p, value))
+            })
+        })
+    }
+
+    /// A bucket's weight in the split of its budget: the largest of the weights whose
+    /// `key=value` its id holds exactly, 1 when it holds none.
+    pub fn weight(&self, entries: &[(&str, &str)]) -> u64 {
+        self.weights
+            .iter()
+            .filter(|(k, v, _)| entries.iter().any(|(key, value)| k == key && v == value))
+            .map(|(_, _, w)| *w)
+            .max()
+            .unwrap_or(1)
     }
 }

@@ -48,6 +48,7 @@ pub use identity::Identity;
 pub use key_state::{KeyState, KeyStateError};
 pub use owner::Owner;
 pub use prefetch::PrefetchStats;
+pub use quota_budget::QuotaBucket;
 pub use request::Request;
 pub use reservations::GrantId;
 pub use top::{Offender, RuleTop, TopKeys, TopReport};

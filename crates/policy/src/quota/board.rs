@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use super::fair::max_min;
+use super::fair::max_min_weighted;
 
 /// A budget: `per_period` units every `period` (a rule's rate), with `burst` units at once,
 /// split among the streams that report buckets of it.
@@ -29,6 +29,8 @@ pub struct Report {
     pub requests: u64,
     /// Over how long (zero on the first report of a bucket: demand not known yet).
     pub elapsed: Duration,
+    /// The bucket's weight in the split of its budget (1 unless its rule weighs it).
+    pub weight: u64,
 }
 
 /// An assignment to send: a stream's share of a budget for one bucket.
@@ -52,6 +54,7 @@ pub struct Assignment {
 #[derive(Debug)]
 struct Holding {
     want: u64,
+    weight: u64,
     assigned: u64,
     /// When it lapses if the stream does not report the bucket again.
     lapses: u64,
@@ -147,12 +150,14 @@ impl QuotaBoard {
         let at = (stream, report.bucket);
         let holding = split.holdings.entry(at.clone()).or_insert(Holding {
             want: 0,
+            weight: 1,
             assigned: 0,
             lapses: 0,
             ttl,
         });
         // At least one unit: a stream that saw no traffic may see some before it reports.
         holding.want = want.max(1);
+        holding.weight = report.weight;
         holding.ttl = ttl;
         holding.lapses = now.saturating_add(u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX));
         split.prune(now);
@@ -244,8 +249,8 @@ impl Split {
     /// others do not hold after their reductions, so the total never passes the budget.
     fn resplit(&mut self, always: &[(u64, BucketEntries)]) -> Vec<Assignment> {
         let capacity = self.capacity.unwrap_or(self.budget.per_period);
-        let wants: Vec<u64> = self.holdings.values().map(|h| h.want).collect();
-        let targets = max_min(capacity, &wants);
+        let wants: Vec<(u64, u64)> = self.holdings.values().map(|h| (h.want, h.weight)).collect();
+        let targets = max_min_weighted(capacity, &wants);
         let mut shrunk = Vec::new();
         let mut grown = Vec::new();
         for ((at, h), target) in self.holdings.iter_mut().zip(&targets) {
@@ -323,6 +328,7 @@ mod tests {
             bucket: bucket(),
             requests,
             elapsed: Duration::from_secs(1),
+            weight: 1,
         }
     }
 
@@ -383,5 +389,35 @@ mod tests {
         let sent = board.report(1, &b, report(1000), 4 * SEC);
         assert_eq!(sent.len(), 1);
         assert_eq!(sent[0].per_period, 600);
+    }
+
+    #[test]
+    fn weighted_buckets_split_an_over_demanded_budget_in_proportion_to_their_weights() {
+        let mut board = QuotaBoard::default();
+        let b = budget();
+        let weighted = |stream: u64, value: &str, weight: u64| {
+            (
+                stream,
+                Report {
+                    bucket: vec![("tier".to_owned(), value.to_owned())],
+                    weight,
+                    ..report(10_000)
+                },
+            )
+        };
+        for (stream, r) in [weighted(1, "gold", 3), weighted(2, "free", 1)] {
+            board.report(stream, &b, r, 0);
+        }
+        let shares: Vec<(u64, u64)> = board.shares("api").iter().map(|s| (s.0, s.2)).collect();
+        assert_eq!(shares, [(1, 450), (2, 150)]);
+        // A weight does not buy more than the bucket asks for: the rest goes to the other.
+        let (stream, mut r) = weighted(1, "gold", 3);
+        r.requests = 100;
+        let sent = board.report(stream, &b, r, SEC);
+        assert_eq!(sent[0].per_period, 100, "{sent:?}");
+        let (stream, r) = weighted(2, "free", 1);
+        board.report(stream, &b, r, SEC);
+        let shares: Vec<u64> = board.shares("api").iter().map(|s| s.2).collect();
+        assert_eq!(shares, [100, 500]);
     }
 }

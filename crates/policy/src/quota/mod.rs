@@ -12,3 +12,5 @@ mod fleet;
 pub use board::{Assignment, BucketEntries, Budget, Demand, QuotaBoard, Report};
 pub use fair::{max_min, max_min_weighted};
 pub use fleet::{FleetBoard, Usage, RENEW_EVERY};
+
+pub use crate::engine::QuotaBucket;

@@ -180,7 +180,7 @@ impl Shared {
                 .iter()
                 .map(|(k, v)| (k.as_str(), v.as_str()))
                 .collect();
-            let Some((rule, budget)) = app.engine.quota_budget(&reports.domain, &borrowed) else {
+            let Some(found) = app.engine.quota_budget(&reports.domain, &borrowed) else {
                 abandoned.push(entries);
                 continue;
             };
@@ -196,10 +196,11 @@ impl Shared {
                     .num_requests_allowed
                     .saturating_add(usage.num_requests_denied),
                 elapsed,
+                weight: found.weight,
             };
             usages.push(Usage {
-                fallback: app.engine.quota_fallback(&rule, &budget),
-                budget,
+                fallback: app.engine.quota_fallback(&found.rule, &found.budget),
+                budget: found.budget,
                 report,
             });
         }
