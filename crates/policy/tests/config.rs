@@ -763,3 +763,113 @@ fn the_envoy_section_is_validated_where_each_field_is() {
         "{unknown}"
     );
 }
+
+/// `match.bucket`, the `bucket` key part and `weights`: each mistake refused where it is
+/// written, with the rule's name.
+#[test]
+fn bucket_rules_are_validated_where_each_field_is() {
+    // Line 2 on: the rule's name, its numbers, then the case's lines from line 6.
+    let rule = |rest: &str| {
+        format!("name = \"b\"\nalgorithm = \"gcra\"\nrate = \"600/s\"\nburst = 60\n{rest}")
+    };
+    let cases: &[(String, &str)] = &[
+        (
+            rule("match = { bucket = \"name=api\" }\nkey = [\"bucket\"]"),
+            "test.toml:6:20: limit `b`: `match.bucket` needs `match.domain`: quota buckets come over Envoy's quota service, for a domain",
+        ),
+        (
+            rule("match = { domain = \"edge\", descriptor = \"name\", bucket = \"name=api\" }\nkey = [\"global\"]"),
+            "test.toml:6:58: limit `b`: `match.bucket` and `match.descriptor` are both given",
+        ),
+        (
+            rule("match = { domain = \"edge\", bucket = \" \" }\nkey = [\"global\"]"),
+            "test.toml:6:37: limit `b`: `match.bucket` lists no entries: write `key=value` or a bare `key` (any value), comma-separated",
+        ),
+        (
+            rule("match = { domain = \"edge\", bucket = \"name=api,=gold\" }\nkey = [\"global\"]"),
+            "test.toml:6:37: limit `b`: `match.bucket` entry 2 (`=gold`) has no key: each entry is `key=value` or a bare `key`",
+        ),
+        (
+            rule("match = { domain = \"edge\", bucket = \"name=api,,tier\" }\nkey = [\"global\"]"),
+            "test.toml:6:37: limit `b`: `match.bucket` entry 2 (``) has no key",
+        ),
+        (
+            rule("match = { domain = \"edge\", bucket = \"tier=gold,tier=free\" }\nkey = [\"global\"]"),
+            "test.toml:6:37: limit `b`: `match.bucket` names `tier` twice: a bucket id holds one value per key, so no bucket could match",
+        ),
+        (
+            rule("match = { domain = \"edge\", descriptor = \"name\" }\nkey = [\"descriptor\", \"bucket\"]"),
+            "test.toml:7:22: limit `b`: the `bucket` key part needs `match.bucket`: only Envoy quota buckets carry one",
+        ),
+        (
+            rule("key = [\"ip\"]\nweights = { \"tier=gold\" = 3 }"),
+            "test.toml:7:11: limit `b`: `weights` applies only to a rule with `match.bucket`",
+        ),
+        (
+            rule("match = { domain = \"edge\", bucket = \"name=api\" }\nkey = [\"global\"]\nweights = { \"tier=gold\" = 0 }"),
+            "test.toml:8:27: limit `b`: the weight of `tier=gold` in `weights` must be a whole number above zero, not 0",
+        ),
+        (
+            rule("match = { domain = \"edge\", bucket = \"name=api\" }\nkey = [\"global\"]\nweights = { \"tier=gold\" = 1001 }"),
+            "test.toml:8:27: limit `b`: the weight of `tier=gold` in `weights` is at most 1000, not 1001",
+        ),
+        (
+            rule("match = { domain = \"edge\", bucket = \"name=api\" }\nkey = [\"global\"]\nweights = { gold = 3 }"),
+            "test.toml:8:20: limit `b`: `weights` entry `gold` is no `key=value`: a bucket weighs this much when its id holds that entry, value matched exactly (no `*` glob)",
+        ),
+        (
+            "name = \"b\"\nalgorithm = \"sliding-log\"\nlimit = 5\nwindow = \"1s\"\nmatch = { domain = \"edge\", bucket = \"name=api\" }\nkey = [\"global\"]".to_owned(),
+            "test.toml:6:37: limit `b`: `match.bucket` needs an algorithm with a rate to split among the Envoys (gcra, token-bucket, leaky-bucket, fixed-window or sliding-window), not `sliding-log`",
+        ),
+    ];
+    for (body, want) in cases {
+        let got = errors(body);
+        assert!(
+            got.contains(want),
+            "for:\n{body}\nwanted: {want}\ngot:    {got}"
+        );
+    }
+    // Routes match HTTP requests: no bucket there either.
+    let route = parse(
+        "s.toml",
+        "[server]\ncritical = [{ bucket = \"name=api\" }]\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        route.contains(
+            "s.toml:2:13: `[server] critical`: `domain`, `descriptor` and `bucket` are for Envoy"
+        ),
+        "{route}"
+    );
+
+    // What is right is taken as written: entries trimmed, weights by entry.
+    let config = parse(
+        "ok.toml",
+        &format!(
+            "[[limit]]\n{}",
+            rule("match = { domain = \"edge\", bucket = \" name = api , tier \" }\nkey = [\"bucket\"]\nweights = { \"tier=gold\" = 3, \"tier = silver\" = 2 }\n")
+        ),
+    )
+    .unwrap();
+    let bucket = config.rules[0]
+        .matches
+        .bucket
+        .as_ref()
+        .expect("a bucket match");
+    assert_eq!(
+        bucket.entries,
+        [
+            ("name".to_owned(), Some("api".to_owned())),
+            ("tier".to_owned(), None)
+        ]
+    );
+    assert_eq!(
+        bucket.weights,
+        [
+            ("tier".to_owned(), "gold".to_owned(), 3),
+            ("tier".to_owned(), "silver".to_owned(), 2)
+        ]
+    );
+    assert_eq!(config.rules[0].key, [KeyPart::Bucket]);
+}

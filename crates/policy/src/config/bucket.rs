@@ -126,6 +126,8 @@ fn weights(
             None => {}
         }
     }
+    // In entry order, whatever spacing the file's keys had.
+    out.sort();
     out
 }
 

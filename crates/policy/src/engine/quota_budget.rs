@@ -55,3 +55,95 @@ impl<S> Engine<S> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use ratewarden_memory::{MemoryStore, StoreConfig};
+
+    use super::*;
+
+    const GOLD: &[(&str, &str)] = &[("name", "api"), ("tier", "gold")];
+    const FREE: &[(&str, &str)] = &[("name", "api"), ("tier", "free")];
+
+    fn engine(key: &str, weights: &str) -> Engine<MemoryStore> {
+        let toml = format!(
+            "[[limit]]\nname = \"api\"\nmatch = {{ domain = \"edge\", bucket = \"name=api\" }}\nkey = {key}\n{weights}\nalgorithm = \"gcra\"\nrate = \"600/s\"\nburst = 60\n"
+        );
+        let config = crate::config::parse("t.toml", &toml).expect("a valid config");
+        Engine::new(config, MemoryStore::new(StoreConfig::default()))
+    }
+
+    fn key(engine: &Engine<MemoryStore>, entries: &[(&str, &str)]) -> String {
+        engine
+            .quota_budget("edge", entries)
+            .expect("taken")
+            .budget
+            .key
+    }
+
+    #[test]
+    fn the_bucket_key_part_is_the_ids_entries_sorted_by_key() {
+        let e = engine(r#"["bucket"]"#, "");
+        let gold = key(&e, GOLD);
+        let prefix = &e.current().prefixes[0];
+        assert_eq!(gold, format!("{prefix}|name=api|tier=gold"));
+        // The id is a map: any order is one key; another value is another key.
+        assert_eq!(key(&e, &[("tier", "gold"), ("name", "api")]), gold);
+        assert_ne!(key(&e, FREE), gold);
+        // A key's `=` or `%` cannot pass for the boundary of its value; a `|` is escaped.
+        let split = |k: &'static str, v: &'static str| key(&e, &[("name", "api"), (k, v)]);
+        assert_ne!(split("a=b", "c"), split("a", "b=c"));
+        assert_ne!(split("a%3Db", "c"), split("a=b", "c"));
+        assert_eq!(split("x", "a|b"), format!("{prefix}|name=api|x=a%7Cb"));
+        // A long value is kept as a digest: the key stays short.
+        let long = "v".repeat(10_000);
+        let digested = key(&e, &[("name", "api"), ("x", &long)]);
+        assert!(digested.len() < prefix.len() + 64, "{digested}");
+        // Beside other parts, as `descriptor` is.
+        let e = engine(r#"["literal:edge", "bucket"]"#, "");
+        let prefix = &e.current().prefixes[0];
+        assert_eq!(key(&e, GOLD), format!("{prefix}|edge|name=api|tier=gold"));
+    }
+
+    #[test]
+    fn a_rule_keyed_without_bucket_puts_every_bucket_it_takes_in_one_budget() {
+        for part in [r#"["global"]"#, r#"["literal:x"]"#] {
+            let e = engine(part, "");
+            let gold = e.quota_budget("edge", GOLD).expect("taken");
+            let free = e.quota_budget("edge", FREE).expect("taken");
+            assert_eq!(gold.budget, free.budget, "{part}");
+            assert_eq!(gold.rule, "api");
+            assert_eq!(
+                (gold.budget.per_period, gold.budget.burst),
+                (600, 60),
+                "the rule's rate and burst, to split"
+            );
+            assert_eq!(gold.budget.period, Duration::from_secs(1));
+        }
+    }
+
+    #[test]
+    fn weights_are_the_largest_of_the_exact_entries_an_id_holds_and_one_otherwise() {
+        let e = engine(
+            r#"["global"]"#,
+            r#"weights = { "tier=gold" = 3, "tier=silver" = 2, "region=eu" = 5, "tier=g*" = 7 }"#,
+        );
+        let weight =
+            |entries: &[(&str, &str)]| e.quota_budget("edge", entries).expect("taken").weight;
+        assert_eq!(weight(GOLD), 3);
+        assert_eq!(weight(&[("name", "api"), ("tier", "silver")]), 2);
+        assert_eq!(weight(FREE), 1);
+        assert_eq!(weight(&[("name", "api")]), 1);
+        // Several match: the largest.
+        assert_eq!(
+            weight(&[("name", "api"), ("region", "eu"), ("tier", "gold")]),
+            5
+        );
+        // Exact values: a `*` is no glob there.
+        assert_eq!(weight(&[("name", "api"), ("tier", "g*")]), 7);
+        assert_eq!(weight(&[("name", "api"), ("tier", "gx")]), 1);
+        // Without weights, every bucket weighs one.
+        let plain = engine(r#"["global"]"#, "");
+        assert_eq!(plain.quota_budget("edge", GOLD).expect("taken").weight, 1);
+    }
+}
