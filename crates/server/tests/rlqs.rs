@@ -116,10 +116,17 @@ impl Envoy {
 
     /// Reports `requests` over `elapsed` for bucket `name=value`.
     async fn report(&self, value: &str, requests: u64, elapsed: Duration) {
+        self.report_bucket(&[("name", value)], requests, elapsed)
+            .await;
+    }
+
+    /// Reports `requests` over `elapsed` for the bucket whose id is `entries`.
+    async fn report_bucket(&self, entries: &[(&str, &str)], requests: u64, elapsed: Duration) {
         let usage = BucketQuotaUsage {
             bucket_id: Some(BucketId {
-                bucket: [("name".to_owned(), value.to_owned())]
-                    .into_iter()
+                bucket: entries
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                     .collect(),
             }),
             time_elapsed: Some(ProtoDuration {
@@ -142,11 +149,12 @@ impl Envoy {
     }
 
     fn share(&self, value: &str) -> Option<Option<u64>> {
-        self.heard
-            .lock()
-            .unwrap()
-            .get(&format!("name={value}"))
-            .copied()
+        self.share_of(&format!("name={value}"))
+    }
+
+    /// What it last heard for the bucket `k=v,k=v` (entries sorted by key).
+    fn share_of(&self, bucket: &str) -> Option<Option<u64>> {
+        self.heard.lock().unwrap().get(bucket).copied()
     }
 }
 
@@ -347,4 +355,82 @@ async fn two_servers_on_one_redis_split_one_budget_between_their_envoys() {
     assert!(!key.is_empty() && !key.contains('\n'), "{keys:?}");
     let held = redis.cli(&["HVALS", key]);
     assert!(held.trim().starts_with("1000 1 600 "), "{held:?}");
+}
+
+const WEIGHTED: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+grpc = "127.0.0.1:0"
+admin = "off"
+
+[[limit]]
+name = "api"
+match = { domain = "edge", bucket = "name=api" }
+key = ["global"]
+weights = { "tier=gold" = 3 }
+algorithm = "gcra"
+rate = "600/s"
+burst = 60
+"#;
+
+/// Waits (for messages, never for a refill) until the gold and the free Envoy have heard
+/// `shares` of their buckets; then checks they add up to no more than the rate.
+async fn until_weighted(gold: &Envoy, free: &Envoy, shares: [u64; 2]) {
+    let heard = || {
+        [
+            gold.share_of("name=api,tier=gold"),
+            free.share_of("name=api,tier=free"),
+        ]
+    };
+    for _ in 0..500 {
+        if heard() == shares.map(|s| Some(Some(s))) {
+            assert!(
+                shares.iter().sum::<u64>() <= RATE,
+                "{shares:?} add up past {RATE}"
+            );
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("heard {:?}, expected {shares:?}", heard());
+}
+
+#[tokio::test]
+async fn weighted_buckets_of_one_budget_split_it_by_their_weights() {
+    const GOLD: &[(&str, &str)] = &[("name", "api"), ("tier", "gold")];
+    const FREE: &[(&str, &str)] = &[("name", "api"), ("tier", "free")];
+    let clock = Arc::new(ManualClock::new(T0));
+    let running = common::start(common::options(WEIGHTED, clock.clone())).await;
+    let (gold, free) = (
+        Envoy::connect(&running).await,
+        Envoy::connect(&running).await,
+    );
+    // Two buckets of one rule keyed `global`: one budget, its 600/s split 3:1 when both
+    // want more than the rate (demand not known yet counts as the whole rate).
+    gold.report_bucket(GOLD, 0, Duration::ZERO).await;
+    for _ in 0..500 {
+        if gold.share_of("name=api,tier=gold") == Some(Some(600)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        gold.share_of("name=api,tier=gold"),
+        Some(Some(600)),
+        "alone, the whole rate"
+    );
+    free.report_bucket(FREE, 0, Duration::ZERO).await;
+    until_weighted(&gold, &free, [450, 150]).await;
+    clock.advance(Duration::from_secs(1));
+    gold.report_bucket(GOLD, 10_000, Duration::from_secs(1))
+        .await;
+    free.report_bucket(FREE, 10_000, Duration::from_secs(1))
+        .await;
+    until_weighted(&gold, &free, [450, 150]).await;
+    // A weight buys no more than the bucket asks for: the rest goes to the other.
+    clock.advance(Duration::from_secs(1));
+    gold.report_bucket(GOLD, 100, Duration::from_secs(1)).await;
+    free.report_bucket(FREE, 10_000, Duration::from_secs(1))
+        .await;
+    until_weighted(&gold, &free, [100, 500]).await;
 }
