@@ -182,6 +182,7 @@ const LIMIT_FIELDS: &[&str] = &[
     "ipv4_prefix",
     "ipv6_prefix",
     "when_key_missing",
+    "weights",
 ];
 const MATCH_FIELDS: &[&str] = &[
     "method",
@@ -191,6 +192,7 @@ const MATCH_FIELDS: &[&str] = &[
     "header_value",
     "domain",
     "descriptor",
+    "bucket",
 ];
 
 /// Strings a config holds, right and nearly right, and some of anything.
@@ -205,7 +207,7 @@ fn text() -> impl Strategy<Value = String> {
             "enforce", "shadow", "10%", "100.01%", "-1%", "open", "closed", "local", "memory",
             "redis", "redis-cluster", "redis://127.0.0.1:6379", "evict", "reject", "off",
             "127.0.0.1:8080", "[::1]:0", "http://up:80", "https://x", "10.0.0.0/8", "::/129",
-            "", " ", "*", "/api/*", "POST", "edge", "k=v,k2",
+            "", " ", "*", "/api/*", "POST", "edge", "k=v,k2", "bucket", "=v,,k", "tier=gold",
         ][..]).prop_map(str::to_owned),
         1 => "\\PC{0,16}",
         1 => any::<String>().prop_map(|s| s.chars().take(16).collect()),
