@@ -354,3 +354,33 @@ fn an_upstream_nobody_answers_on_passes_with_a_warning_naming_it() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn check_config_shows_what_quota_buckets_a_rule_takes_and_their_weights() {
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("buckets.toml");
+    let rule = |weights: &str| {
+        format!(
+            "[[limit]]\nname = \"api\"\nmatch = {{ domain = \"edge\", bucket = \"name=api,tier\" }}\nkey = [\"global\"]\n{weights}\nalgorithm = \"gcra\"\nrate = \"600/s\"\nburst = 60\n"
+        )
+    };
+    std::fs::write(
+        &path,
+        rule(r#"weights = { "tier=gold" = 3, "tier=silver" = 2 }"#),
+    )
+    .unwrap();
+    let out = check(path.to_str().unwrap());
+    let table = String::from_utf8(out.stdout).unwrap();
+    assert!(out.status.success(), "{table}");
+    assert!(
+        table.contains("envoy edge bucket {name=api, tier} weights tier=gold:3 tier=silver:2"),
+        "{table}"
+    );
+    std::fs::write(&path, rule(r#"weights = { "tier=gold" = 0 }"#)).unwrap();
+    let out = check(path.to_str().unwrap());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("buckets.toml:5:27: limit `api`: the weight of `tier=gold` in `weights` must be a whole number above zero, not 0"),
+        "{stderr}"
+    );
+}

@@ -15,8 +15,8 @@
 //!
 //! A file is read in two steps, as ripgrep reads its arguments: serde reads the TOML into a
 //! raw model where every field is optional and spanned (`raw.rs`), then validation turns it
-//! into the typed [`Config`] (`validate.rs` driving; `rule.rs`, `limit.rs`, `key.rs` and `bucket.rs` for a
-//! `[[limit]]`; `server.rs` (with `bounds.rs`, and `admin.rs` for the admin listener's token and names)
+//! into the typed [`Config`] (`validate.rs` driving; `rule.rs`, `limit.rs`, `key.rs` and
+//! `bucket.rs` for a `[[limit]]`; `server.rs` (with `bounds.rs`, and `admin.rs` for the admin listener's token and names)
 //! and `store.rs` for the sections), collecting every error with its
 //! file, line, column and rule rather than stopping at the first.
 

@@ -78,6 +78,21 @@ impl Match {
 impl BucketMatch {
     /// Whether a bucket id of `entries` holds every entry of the match: its key with the
     /// value given (`*` a glob), or any value for a bare key; in any order, among others.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewarden_policy::BucketMatch;
+    ///
+    /// let m = BucketMatch {
+    ///     entries: vec![("name".into(), Some("api-*".into())), ("tier".into(), None)],
+    ///     weights: vec![("tier".into(), "gold".into(), 3)],
+    /// };
+    /// assert!(m.matches(&[("tier", "free"), ("name", "api-v1"), ("region", "eu")]));
+    /// assert!(!m.matches(&[("name", "api-v1")]));
+    /// assert_eq!(m.weight(&[("name", "api-v1"), ("tier", "gold")]), 3);
+    /// assert_eq!(m.weight(&[("name", "api-v1"), ("tier", "free")]), 1);
+    /// ```
     pub fn matches(&self, entries: &[(&str, &str)]) -> bool {
         self.entries.iter().all(|(k, v)| {
             entries.iter().any(|(key, value)| {
