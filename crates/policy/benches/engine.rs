@@ -218,6 +218,48 @@ fn main() {
         })
     });
     group.finish();
+
+    // Envoy's path through native rules: a descriptor taken by the last of nine rules of its
+    // domain. The eight before it refuse it: descriptor rules of another entry (a domain
+    // and an entry compared each), or quota bucket rules (one check each).
+    let mut group = criterion.benchmark_group("native descriptors");
+    let ahead = |matches: &str| -> String {
+        let mut toml = String::new();
+        for n in 0..8 {
+            toml.push_str(&format!(
+                "[[limit]]\nname = \"ahead-{n}\"\nmatch = {{ domain = \"bench\", {matches} }}\nkey = [\"global\"]\nalgorithm = \"gcra\"\nrate = \"1/s\"\nburst = 1\n"
+            ));
+        }
+        toml.push_str("[[limit]]\nname = \"taker\"\nmatch = { domain = \"bench\", descriptor = \"client_id\" }\nkey = [\"descriptor\"]\nalgorithm = \"fixed-window\"\nlimit = 1_000_000_000\nwindow = \"1s\"\n");
+        toml
+    };
+    let mut cases = vec![("behind 8 descriptor rules", ahead("descriptor = \"other\""))];
+    // Configs of a build that reads `match.bucket`.
+    if parse("probe.toml", &ahead("bucket = \"name=api\"")).is_ok() {
+        cases.push(("behind 8 bucket rules", ahead("bucket = \"name=api\"")));
+    }
+    for (name, toml) in cases {
+        let native = Engine::new(
+            parse("bench.toml", &toml).expect("the bench config is valid"),
+            MemoryStore::new(StoreConfig::default()),
+        );
+        let mut i = 0usize;
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                i = (i + 1) % CLIENTS;
+                let descriptor = RequestDescriptor {
+                    entries: vec![("client_id", ids[i].as_str())],
+                    hits: None,
+                    limit: None,
+                };
+                black_box(
+                    now_or_panic(native.decide_descriptors("bench", &[descriptor], 1, clock.now()))
+                        .map(|v| v.allowed),
+                )
+            })
+        });
+    }
+    group.finish();
     criterion.final_summary();
 }
 
