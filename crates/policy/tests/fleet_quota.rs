@@ -90,6 +90,10 @@ fn budget() -> Budget {
 }
 
 fn usage(requests: u64, fallback: u64) -> Usage {
+    weighted(requests, fallback, 1)
+}
+
+fn weighted(requests: u64, fallback: u64, weight: u64) -> Usage {
     Usage {
         budget: budget(),
         fallback,
@@ -97,7 +101,7 @@ fn usage(requests: u64, fallback: u64) -> Usage {
             bucket: vec![("name".to_owned(), "api".to_owned())],
             requests,
             elapsed: Duration::from_secs(1),
-            weight: 1,
+            weight,
         },
     }
 }
@@ -190,6 +194,25 @@ fn every_stream_gets_the_same_share_whichever_process_serves_it() {
     fleet.renew();
     let shares: Vec<u64> = fleet.heard.0.values().copied().collect();
     assert_eq!(shares, [150, 150, 150, 150]);
+}
+
+#[test]
+fn a_weighted_bucket_weighs_the_same_whichever_process_serves_it() {
+    // A bucket of weight 3 on process 0, one of weight 1 on process 1, both wanting far
+    // more than 600: 3:1 across the fleet, as on one board.
+    let mut fleet = Fleet::new(2);
+    for (process, weight) in [(0, 3), (1, 1)] {
+        let sent = now_or_panic(fleet.boards[process].report(
+            &fleet.store,
+            1,
+            vec![weighted(5000, 0, weight)],
+            fleet.now,
+        ));
+        fleet.heard.hear(process, sent);
+    }
+    fleet.renew();
+    fleet.renew();
+    assert_eq!((fleet.heard.of(0, 1), fleet.heard.of(1, 1)), (450, 150));
 }
 
 #[test]

@@ -78,8 +78,9 @@ pub struct Demand {
     pub budget: Budget,
     /// Units per period, the sum of the streams' wants.
     pub want: u64,
-    /// Its weight among the boards sharing the budget: one per holding, so that every
-    /// stream's share is the same whichever board serves it.
+    /// Its weight among the boards sharing the budget: its holdings' weights added up (one
+    /// each unless their rule weighs their bucket), so that every stream's share is the
+    /// same whichever board serves it.
     pub weight: u64,
     /// The longest time to live of the assignments it sent.
     pub ttl: Duration,
@@ -200,7 +201,7 @@ impl QuotaBoard {
         };
         for h in live {
             demand.want = demand.want.saturating_add(h.want);
-            demand.weight = demand.weight.saturating_add(1);
+            demand.weight = demand.weight.saturating_add(h.weight);
             demand.ttl = demand.ttl.max(h.ttl);
         }
         (demand.weight > 0).then_some(demand)
