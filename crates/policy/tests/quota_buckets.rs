@@ -171,3 +171,25 @@ burst = 1
     assert!(decide().allowed);
     assert!(!decide().allowed);
 }
+
+/// `explain` tells an HTTP request that a bucket rule is for Envoy quota buckets.
+#[test]
+fn explain_names_a_bucket_rule_for_what_it_takes() {
+    let engine = engine(&rule("api", r#"domain = "edge", bucket = "name=api""#));
+    let request = ratewarden_policy::Request {
+        peer: "192.0.2.7".parse().expect("an address"),
+        method: "GET",
+        path: "/",
+        host: None,
+        headers: &[],
+        cost: None,
+        api_key: None,
+        tenant: None,
+    };
+    let explained = now_or_panic(engine.explain(&request, NOW));
+    let said = format!("{:?}", explained.rules);
+    assert!(
+        said.contains("for Envoy quota buckets of domain `edge`"),
+        "{said}"
+    );
+}

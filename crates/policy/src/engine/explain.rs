@@ -228,9 +228,14 @@ impl<S: AsyncStore> Engine<S> {
 /// same conditions as [`Match::matches`], in the same order.
 fn mismatch(m: &Match, request: &Request<'_>) -> Option<(&'static str, String)> {
     if let Some(domain) = &m.domain {
+        let what = if m.bucket.is_some() {
+            "Envoy quota buckets"
+        } else {
+            "Envoy descriptors"
+        };
         return Some((
             "domain",
-            format!("the rule is for Envoy descriptors of domain `{domain}`, not HTTP requests"),
+            format!("the rule is for {what} of domain `{domain}`, not HTTP requests"),
         ));
     }
     if let Some(method) = &m.method {

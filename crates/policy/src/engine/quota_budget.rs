@@ -37,7 +37,10 @@ impl<S> Engine<S> {
             return None;
         }
         let (per_period, period, burst) = split_rate(&rule.limit)?;
-        let key = native_key(&set.prefixes[i], rule, entries);
+        // Keyed by the rule's name, not its fingerprint as its counters are: a reload that
+        // changes the rate moves the budget's numbers, not its holdings (nor, across a
+        // fleet, its leases) to a budget of their own.
+        let key = native_key(&rule.name, rule, entries);
         let weight = rule
             .matches
             .bucket
@@ -85,7 +88,7 @@ mod tests {
     fn the_bucket_key_part_is_the_ids_entries_sorted_by_key() {
         let e = engine(r#"["bucket"]"#, "");
         let gold = key(&e, GOLD);
-        let prefix = &e.current().prefixes[0];
+        let prefix = "api";
         assert_eq!(gold, format!("{prefix}|name=api|tier=gold"));
         // The id is a map: any order is one key; another value is another key.
         assert_eq!(key(&e, &[("tier", "gold"), ("name", "api")]), gold);
@@ -101,7 +104,6 @@ mod tests {
         assert!(digested.len() < prefix.len() + 64, "{digested}");
         // Beside other parts, as `descriptor` is.
         let e = engine(r#"["literal:edge", "bucket"]"#, "");
-        let prefix = &e.current().prefixes[0];
         assert_eq!(key(&e, GOLD), format!("{prefix}|edge|name=api|tier=gold"));
     }
 
@@ -145,5 +147,17 @@ mod tests {
         // Without weights, every bucket weighs one.
         let plain = engine(r#"["global"]"#, "");
         assert_eq!(plain.quota_budget("edge", GOLD).expect("taken").weight, 1);
+    }
+
+    #[test]
+    fn a_reload_that_changes_the_rate_keeps_the_budget_and_moves_its_numbers() {
+        let e = engine(r#"["global"]"#, "");
+        let before = e.quota_budget("edge", GOLD).expect("taken").budget;
+        let toml = "[[limit]]\nname = \"api\"\nmatch = { domain = \"edge\", bucket = \"name=api\" }\nkey = [\"global\"]\nalgorithm = \"gcra\"\nrate = \"300/s\"\nburst = 30\n";
+        e.reload(crate::config::parse("t.toml", toml).expect("a valid config"));
+        let after = e.quota_budget("edge", GOLD).expect("taken").budget;
+        assert_eq!(after.key, before.key);
+        assert_eq!((before.per_period, after.per_period), (600, 300));
+        assert_eq!(after.burst, 30);
     }
 }

@@ -1,6 +1,6 @@
 //! Envoy's rate limit quota service (`StreamRateLimitQuotas`): each Envoy streams usage
-//! reports per bucket; each bucket a native rule takes (as a descriptor of the report's
-//! domain) is answered with a token bucket, the Envoys' shares of the rule's rate split
+//! reports per bucket; each bucket a native rule takes (by `match.bucket`, or as a
+//! descriptor of the report's domain) is answered with a token bucket, the Envoys' shares of the rule's rate split
 //! max-min by the demand each reports. With a shared store the rate is split across every
 //! ratewarden serving it: each leases its share from the store ([`FleetBoard`]). A bucket
 //! no rule takes is abandoned (the Envoy falls back to its own `no_assignment_behavior`).
