@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod answers;
+pub mod fleet;
 pub mod raw;
 
 use std::convert::Infallible;
