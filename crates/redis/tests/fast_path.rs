@@ -10,17 +10,15 @@ use std::time::Duration;
 
 use ratewarden_core::conformance::Rng;
 use ratewarden_core::{
-    Algorithm, CalendarUnit, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Limit, Quota, Rate,
+    Algorithm, CalendarUnit, FixedWindow, Gcra, LeakyBucket, LeakyQueue, Limit, Quota,
     SlidingWindow, TokenBucket,
 };
 use ratewarden_redis::testing::Server;
 use ratewarden_redis::{RedisConfig, RedisStore};
 
-const SEC: u64 = 1_000_000_000;
-/// The fast path's bound: every number it computes with stays below it.
-const LIM: u64 = 1 << 52;
-/// A realistic time: nanoseconds since the epoch in 2023.
-const NOW: u64 = 1_700_000_000 * SEC + 123_456_789;
+use common::{random_numbers, rate, LIM, NOW, SEC};
+
+mod common;
 
 struct Redis {
     con: redis::Connection,
@@ -33,16 +31,7 @@ struct Redis {
 
 impl Redis {
     fn start() -> Self {
-        let server = Server::start();
-        let mut con = redis::Client::open(server.url())
-            .and_then(|c| c.get_connection())
-            .expect("connecting to our redis-server");
-        let (function, library) = RedisStore::script();
-        let _: String = redis::cmd("FUNCTION")
-            .arg("LOAD")
-            .arg(library)
-            .query(&mut con)
-            .expect("FUNCTION LOAD");
+        let (server, con, function) = common::with_library();
         let encoder = RedisStore::new(RedisConfig {
             key_prefix: String::new(),
             ..RedisConfig::default()
@@ -156,31 +145,9 @@ impl Redis {
     }
 }
 
-fn rate(count: u64, period_ns: u64) -> Rate {
-    Rate::new(count, Duration::from_nanos(period_ns)).expect("a valid rate")
-}
-
 /// A limit of an algorithm the fast path knows, small or near its bounds.
 fn random_limit(rng: &mut Rng) -> Limit {
-    let count = match rng.below(4) {
-        0 => 1 + rng.below(10),
-        1 => 1 + rng.below(1_000_000),
-        2 => SEC,
-        _ => 1 + rng.below(LIM),
-    };
-    let period = match rng.below(4) {
-        0 => SEC,
-        1 => SEC * (1 + rng.below(3_600)),
-        2 => 1 + rng.below(1_000),
-        _ => SEC / [2, 4, 10, 1_000][rng.below(4) as usize],
-    };
-    let burst = match rng.below(4) {
-        0 => 1 + rng.below(10),
-        1 => 1 + rng.below(1_000_000_000),
-        2 => LIM - 1 - rng.below(3),
-        _ => LIM + rng.below(3),
-    };
-    let (r, window) = (rate(count, period), Duration::from_nanos(period));
+    let (r, window, burst) = random_numbers(rng);
     let unit = [
         CalendarUnit::Second,
         CalendarUnit::Hour,
