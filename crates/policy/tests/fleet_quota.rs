@@ -266,3 +266,27 @@ fn with_a_store_in_this_process_the_board_splits_the_whole_rate() {
     assert_eq!(shares, [300, 300]);
     assert!(now_or_panic(board.renew_all(&store, T0 + SEC)).is_empty());
 }
+
+#[test]
+fn a_process_that_stops_asking_frees_its_share_once_its_lease_lapses() {
+    let mut fleet = Fleet::new(2);
+    fleet.report(0, 1, 1000);
+    fleet.report(1, 1, 1000);
+    fleet.renew();
+    fleet.renew();
+    assert_eq!((fleet.heard.of(0, 1), fleet.heard.of(1, 1)), (300, 300));
+    // Process 1 dies: it neither asks again nor says its stream ended. Its lease holds as
+    // long as the assignments it gave (3 s, from reports a second apart) and a renewal more.
+    let died = fleet.now;
+    fleet.heard.0.remove(&(1, 1));
+    let renewal = u64::try_from(RENEW_EVERY.as_nanos()).unwrap();
+    // Process 0's Envoy goes on reporting (each report a renewal of its lease).
+    while fleet.now < died + 3 * SEC {
+        fleet.now += renewal;
+        fleet.report(0, 1, 1000);
+        assert_eq!(fleet.heard.of(0, 1), 300, "at {} ns", fleet.now - died);
+    }
+    fleet.now += renewal;
+    fleet.report(0, 1, 1000);
+    assert_eq!(fleet.heard.of(0, 1), 600);
+}
