@@ -14,7 +14,7 @@
 //! budget's rule decides, by its `on_store_failure`, what this process hands out.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use ratewarden_core::share::Ask;
@@ -43,9 +43,11 @@ pub struct Usage {
 pub struct FleetBoard {
     member: String,
     board: Mutex<QuotaBoard>,
-    /// Held across each renewal, so shares are applied one at a time in the order the
-    /// store granted them (a late answer never overwrites a newer one).
-    held: tokio::sync::Mutex<HashMap<String, Held>>,
+    /// The share held of each budget, behind a lock of its own held across the budget's
+    /// renewal: one renewal of a budget at a time, so its shares are applied in the order
+    /// the store granted them (a late answer never overwrites a newer one), while other
+    /// budgets renew meanwhile.
+    held: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Held>>>>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -65,7 +67,7 @@ impl FleetBoard {
         Self {
             member: member.into(),
             board: Mutex::default(),
-            held: tokio::sync::Mutex::default(),
+            held: Mutex::default(),
         }
     }
 
@@ -132,7 +134,7 @@ impl FleetBoard {
             return Vec::new();
         }
         let mut keys = lock(&self.board).keys();
-        for key in self.held.lock().await.keys() {
+        for key in lock(&self.held).keys() {
             if !keys.contains(key) {
                 keys.push(key.clone());
             }
@@ -154,11 +156,12 @@ impl FleetBoard {
         always: &[Holding],
         now: u64,
     ) -> Vec<Assignment> {
-        let mut held = self.held.lock().await;
+        let slot = Arc::clone(lock(&self.held).entry(key.to_owned()).or_default());
+        let mut held = slot.lock().await;
         let demand = lock(&self.board).demand(key, now);
         let Some(demand) = demand else {
             // No stream holds any of it now: give the share back.
-            if held.remove(key).is_some() {
+            if held.take().is_some() {
                 let ask = Ask {
                     member: &self.member,
                     want: 0,
@@ -171,10 +174,11 @@ impl FleetBoard {
                     tracing::debug!(budget = key, error = %e, "could not give back a quota share");
                 }
             }
+            self.forget(key, &slot);
             return lock(&self.board).resplit(key, Some(0), &[], now);
         };
         let fallback = fallback
-            .or_else(|| held.get(key).map(|h| h.fallback))
+            .or_else(|| held.as_ref().map(|h| h.fallback))
             .unwrap_or(0);
         // The lease outlives every assignment made from it, and the next renewal.
         let ttl = demand.ttl + RENEW_EVERY;
@@ -187,18 +191,14 @@ impl FleetBoard {
         };
         let capacity = match store.share(key, ask, now).await {
             Ok(granted) => {
-                let lapses = now.saturating_add(duration_ns(demand.ttl));
-                held.insert(
-                    key.to_owned(),
-                    Held {
-                        capacity: granted,
-                        lapses,
-                        fallback,
-                    },
-                );
+                *held = Some(Held {
+                    capacity: granted,
+                    lapses: now.saturating_add(duration_ns(demand.ttl)),
+                    fallback,
+                });
                 granted
             }
-            Err(e) => match held.get(key) {
+            Err(e) => match held.as_ref() {
                 // The share in hand holds until its lease lapses: no assignment is renewed
                 // past it meanwhile, the streams keep theirs.
                 Some(h) if h.lapses > now => {
@@ -207,6 +207,12 @@ impl FleetBoard {
                 }
                 _ => {
                     tracing::warn!(budget = key, error = %e, fallback, "the store could not renew a quota share; the rule's on_store_failure decides");
+                    // Remembered, so a later renewal without a report knows it too.
+                    *held = Some(Held {
+                        capacity: fallback,
+                        lapses: 0,
+                        fallback,
+                    });
                     fallback
                 }
             },
@@ -214,9 +220,20 @@ impl FleetBoard {
         lock(&self.board).resplit(key, Some(capacity), always, now)
     }
 
+    /// Drops the slot of a budget no longer held, unless a renewal of it is on its way
+    /// (which holds the slot too, and keeps it).
+    fn forget(&self, key: &str, slot: &Arc<tokio::sync::Mutex<Option<Held>>>) {
+        let mut all = lock(&self.held);
+        if Arc::strong_count(slot) == 2 && all.get(key).is_some_and(|s| Arc::ptr_eq(s, slot)) {
+            all.remove(key);
+        }
+    }
+
     /// The share this process holds of `key`, when it holds one (for tests and metrics).
     pub async fn held(&self, key: &str) -> Option<u64> {
-        self.held.lock().await.get(key).map(|h| h.capacity)
+        let slot = lock(&self.held).get(key).map(Arc::clone)?;
+        let held = slot.lock().await;
+        held.as_ref().map(|h| h.capacity)
     }
 }
 
