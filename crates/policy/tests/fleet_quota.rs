@@ -6,6 +6,7 @@
 //! lease lapses, then follows the rule's `on_store_failure`.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +28,8 @@ struct Down;
 struct Shared {
     state: Arc<MemoryStore>,
     down: Arc<AtomicBool>,
+    /// Holds every lease call for a budget whose key starts with `slow` until notified.
+    gate: Arc<tokio::sync::Notify>,
 }
 
 impl Default for Shared {
@@ -34,6 +37,7 @@ impl Default for Shared {
         Self {
             state: Arc::new(MemoryStore::new(StoreConfig::default())),
             down: Arc::default(),
+            gate: Arc::default(),
         }
     }
 }
@@ -76,6 +80,9 @@ impl AsyncStore for Shared {
     }
     async fn share(&self, k: &str, ask: Ask<'_>, now: u64) -> Result<u64, Down> {
         self.up()?;
+        if k.starts_with("slow") {
+            self.gate.notified().await;
+        }
         Ok(self.state.share(k, ask, now))
     }
 }
@@ -289,4 +296,31 @@ fn a_process_that_stops_asking_frees_its_share_once_its_lease_lapses() {
     fleet.now += renewal;
     fleet.report(0, 1, 1000);
     assert_eq!(fleet.heard.of(0, 1), 600);
+}
+
+#[test]
+fn a_slow_store_call_for_one_budget_holds_up_no_other_budget() {
+    let store = Shared::default();
+    let board = FleetBoard::new("p0");
+    let on = |key: &str| Usage {
+        budget: Budget {
+            key: key.to_owned(),
+            ..budget()
+        },
+        ..usage(100, 0)
+    };
+    let mut slow = std::pin::pin!(board.report(&store, 1, vec![on("slow|*")], T0));
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    assert!(
+        slow.as_mut().poll(&mut cx).is_pending(),
+        "held at the store"
+    );
+    // Another budget's report is answered meanwhile (a ready future: nothing waits).
+    let sent = now_or_panic(board.report(&store, 2, vec![on("fast|*")], T0));
+    assert_eq!(sent[0].per_period, 100);
+    store.gate.notify_one();
+    let std::task::Poll::Ready(sent) = slow.as_mut().poll(&mut cx) else {
+        panic!("the slow call was let through");
+    };
+    assert_eq!(sent[0].per_period, 100);
 }
