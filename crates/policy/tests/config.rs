@@ -733,7 +733,7 @@ fn a_sliding_log_that_cannot_fit_the_store_is_refused_where_its_limit_is() {
 fn the_envoy_section_is_validated_where_each_field_is() {
     let message = parse(
         "test.toml",
-        "[envoy]\nmax_descriptors = 0\nmax_entries = -3\nclients = [\"10.0.0.0/8\", \"nope\"]\nmax_message_bytes = 1024\n",
+        "[envoy]\nmax_descriptors = 0\nmax_entries = -3\nclients = [\"10.0.0.0/8\", \"nope\"]\nmax_message_bytes = 1024\nmax_quota_buckets = 0\n",
     )
     .expect_err("zero, negative and an unreadable client")
     .to_string();
@@ -741,6 +741,7 @@ fn the_envoy_section_is_validated_where_each_field_is() {
         "test.toml:2:19: `[envoy]`: `max_descriptors` must be a whole number above zero, not 0",
         "test.toml:3:15: `[envoy]`: `max_entries` must be a whole number above zero, not -3",
         "test.toml:4:26: `[envoy]`: `clients`: `nope`",
+        "test.toml:6:21: `[envoy]`: `max_quota_buckets` must be a whole number above zero, not 0",
     ] {
         assert!(message.contains(part), "{part}: {message}");
     }
@@ -751,6 +752,7 @@ fn the_envoy_section_is_validated_where_each_field_is() {
     .unwrap();
     assert_eq!(config.server.envoy.max_descriptors, 8);
     assert_eq!(config.server.envoy.max_entries, 16, "defaulted");
+    assert_eq!(config.server.envoy.max_quota_buckets, 10_000, "defaulted");
     assert!(config
         .server
         .envoy

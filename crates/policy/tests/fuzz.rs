@@ -155,6 +155,7 @@ const KEYS_FIELDS: &[&str] = &["api_key_header", "tenant_header"];
 const ENVOY_FIELDS: &[&str] = &[
     "clients",
     "max_descriptors",
+    "max_quota_buckets",
     "max_entries",
     "max_message_bytes",
 ];

@@ -250,6 +250,7 @@ fn call_bounds(b: &config::CallBounds, trusted: &TrustedProxies) -> Vec<String> 
         ("max_descriptors", b.max_descriptors.to_string(), true),
         ("max_entries", b.max_entries.to_string(), true),
         ("max_message_bytes", b.max_message_bytes.to_string(), false),
+        ("max_quota_buckets", b.max_quota_buckets.to_string(), true),
         ("clients", clients.to_owned(), true),
     ];
     let mut lines = vec![format!("{:<28}{:<16}on reload", "[envoy] bound", "value")];

@@ -434,3 +434,67 @@ async fn weighted_buckets_of_one_budget_split_it_by_their_weights() {
         .await;
     until_weighted(&gold, &free, [100, 500]).await;
 }
+
+/// Envoy builds bucket ids from requests, so clients choose how many there are: past
+/// `[envoy] max_quota_buckets` a new bucket is abandoned, not held, until others go.
+#[tokio::test]
+async fn buckets_past_the_bound_are_abandoned_until_others_go() {
+    let toml = r#"
+[server]
+listen = "127.0.0.1:0"
+grpc = "127.0.0.1:0"
+admin = "off"
+
+[envoy]
+max_quota_buckets = 2
+
+[[limit]]
+name = "per-name"
+match = { domain = "edge", bucket = "name" }
+key = ["bucket"]
+algorithm = "gcra"
+rate = "600/s"
+burst = 60
+"#;
+    let running = common::start(common::options(toml, Arc::new(ManualClock::new(T0)))).await;
+    let (a, b) = (
+        Envoy::connect(&running).await,
+        Envoy::connect(&running).await,
+    );
+    a.report("x1", 0, Duration::ZERO).await;
+    a.report("x2", 0, Duration::ZERO).await;
+    a.report("x3", 0, Duration::ZERO).await;
+    heard(&a, "x3", None).await;
+    assert_eq!(
+        (a.share("x1"), a.share("x2")),
+        (Some(Some(600)), Some(Some(600)))
+    );
+    // The bound is the board's, across streams: b's first bucket does not fit either.
+    b.report("x1", 0, Duration::ZERO).await;
+    heard(&b, "x1", None).await;
+    // a leaves: its buckets go, and b's next report is held.
+    let Envoy { reports, heard: _ } = a;
+    drop(reports);
+    for _ in 0..500 {
+        b.report("x1", 0, Duration::ZERO).await;
+        if b.share("x1") == Some(Some(600)) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("b's bucket was not held once a left: {:?}", b.share("x1"));
+}
+
+/// Waits (for messages on the network) until `envoy` has heard `share` for bucket `value`.
+async fn heard(envoy: &Envoy, value: &str, share: Option<u64>) {
+    for _ in 0..500 {
+        if envoy.share(value) == Some(share) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "heard {:?} for {value}, expected {share:?}",
+        envoy.share(value)
+    );
+}

@@ -22,17 +22,23 @@ pub struct CallBounds {
     /// The largest gRPC message the listener decodes, in bytes (`POST /json` has
     /// `[server] max_body`).
     pub max_message_bytes: usize,
+    /// The most quota buckets (one per stream and bucket id) the quota service holds at
+    /// once; past it a new bucket is abandoned. Each is state here, and with a shared store
+    /// a lease renewed four times a second.
+    pub max_quota_buckets: usize,
 }
 
 impl Default for CallBounds {
     /// 64 descriptors of 16 entries each (Envoy's route actions make a handful of each), in
-    /// messages up to 1 MiB (room for an `ext_authz` request of Envoy's largest headers).
+    /// messages up to 1 MiB (room for an `ext_authz` request of Envoy's largest headers),
+    /// and 10,000 quota buckets (a bucket per tenant of a large API).
     fn default() -> Self {
         Self {
             clients: None,
             max_descriptors: 64,
             max_entries: 16,
             max_message_bytes: 1 << 20,
+            max_quota_buckets: 10_000,
         }
     }
 }
@@ -65,6 +71,11 @@ pub(super) fn call_bounds(raw: RawEnvoy, errors: &mut Errors<'_>) -> CallBounds 
         &raw.max_message_bytes,
         d.max_message_bytes,
     );
+    let max_quota_buckets = count(
+        "max_quota_buckets",
+        &raw.max_quota_buckets,
+        d.max_quota_buckets,
+    );
     let clients = raw.clients.map(|given| {
         let mut good = Vec::new();
         for client in given {
@@ -84,5 +95,6 @@ pub(super) fn call_bounds(raw: RawEnvoy, errors: &mut Errors<'_>) -> CallBounds 
         max_descriptors,
         max_entries,
         max_message_bytes,
+        max_quota_buckets,
     }
 }

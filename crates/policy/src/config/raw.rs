@@ -90,6 +90,7 @@ pub(super) struct RawEnvoy {
     pub(super) max_descriptors: Option<Spanned<i64>>,
     pub(super) max_entries: Option<Spanned<i64>>,
     pub(super) max_message_bytes: Option<Spanned<i64>>,
+    pub(super) max_quota_buckets: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]

@@ -207,6 +207,45 @@ impl QuotaBoard {
         (demand.weight > 0).then_some(demand)
     }
 
+    /// Whether `stream` may report a bucket of the budget `key` at `now` with at most `max`
+    /// holdings on the board: it holds it already, or there is room for one more (after
+    /// dropping, when there seems to be none, every holding that lapsed).
+    pub fn admits(
+        &mut self,
+        stream: u64,
+        key: &str,
+        bucket: &BucketEntries,
+        max: usize,
+        now: u64,
+    ) -> bool {
+        let at = (stream, bucket.clone());
+        if self
+            .splits
+            .get(key)
+            .is_some_and(|s| s.holdings.contains_key(&at))
+        {
+            return true;
+        }
+        if self.len() < max {
+            return true;
+        }
+        for split in self.splits.values_mut() {
+            split.prune(now);
+        }
+        self.splits.retain(|_, s| !s.holdings.is_empty());
+        self.len() < max
+    }
+
+    /// The holdings on the board: one per stream and bucket.
+    pub fn len(&self) -> usize {
+        self.splits.values().map(|s| s.holdings.len()).sum()
+    }
+
+    /// Whether no stream holds anything.
+    pub fn is_empty(&self) -> bool {
+        self.splits.is_empty()
+    }
+
     /// The budgets some stream holds, by key.
     pub fn keys(&self) -> Vec<String> {
         self.splits.keys().cloned().collect()

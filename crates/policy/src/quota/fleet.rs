@@ -76,6 +76,19 @@ impl FleetBoard {
         &self.member
     }
 
+    /// Whether `stream` may report `bucket` of the budget `key` at `now` while the board
+    /// holds at most `max` buckets ([`QuotaBoard::admits`]).
+    pub fn admits(
+        &self,
+        stream: u64,
+        key: &str,
+        bucket: &BucketEntries,
+        max: usize,
+        now: u64,
+    ) -> bool {
+        lock(&self.board).admits(stream, key, bucket, max, now)
+    }
+
     /// Records one message of `stream`'s reports at `now` and answers it: the assignments
     /// that change (to this stream and to the others sharing its budgets), reductions
     /// first, with the reporting stream's own always among them.

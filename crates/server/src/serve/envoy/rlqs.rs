@@ -168,6 +168,7 @@ impl Shared {
     /// changes (to this stream and to the others sharing its budgets).
     async fn answer(&self, app: &App, id: u64, reports: RateLimitQuotaUsageReports) {
         let now = app.clock.now();
+        let max = app.settings().envoy.max_quota_buckets;
         let mut abandoned = Vec::new();
         let mut usages = Vec::new();
         for usage in reports.bucket_quota_usages {
@@ -184,6 +185,12 @@ impl Shared {
                 abandoned.push(entries);
                 continue;
             };
+            // Envoy builds bucket ids from requests: past `[envoy] max_quota_buckets` a new
+            // one is abandoned, not held (nor leased) here.
+            if !self.board.admits(id, &found.budget.key, &entries, max, now) {
+                abandoned.push(entries);
+                continue;
+            }
             let elapsed = usage.time_elapsed.map_or(std::time::Duration::ZERO, |d| {
                 std::time::Duration::new(
                     u64::try_from(d.seconds).unwrap_or(0),
