@@ -207,25 +207,16 @@ impl QuotaBoard {
         (demand.weight > 0).then_some(demand)
     }
 
-    /// Whether `stream` may report a bucket of the budget `key` at `now` with at most `max`
-    /// holdings on the board: it holds it already, or there is room for one more (after
-    /// dropping, when there seems to be none, every holding that lapsed).
-    pub fn admits(
-        &mut self,
-        stream: u64,
-        key: &str,
-        bucket: &BucketEntries,
-        max: usize,
-        now: u64,
-    ) -> bool {
-        let at = (stream, bucket.clone());
-        if self
-            .splits
+    /// Whether `stream` holds `bucket` of the budget `key`.
+    pub fn holds(&self, stream: u64, key: &str, bucket: &BucketEntries) -> bool {
+        self.splits
             .get(key)
-            .is_some_and(|s| s.holdings.contains_key(&at))
-        {
-            return true;
-        }
+            .is_some_and(|s| s.holdings.contains_key(&(stream, bucket.clone())))
+    }
+
+    /// Whether one more holding fits at `now` among at most `max`: after dropping, when
+    /// there seems to be no room, every holding that lapsed.
+    pub fn has_room(&mut self, max: usize, now: u64) -> bool {
         if self.len() < max {
             return true;
         }
@@ -417,6 +408,22 @@ mod tests {
         assert!(total(&board) <= 600);
         // Bursts in proportion, at least one.
         assert_eq!(sent[1].burst, 30);
+    }
+
+    #[test]
+    fn room_is_counted_in_holdings_and_lapsed_ones_make_room() {
+        let mut board = QuotaBoard::default();
+        let b = budget();
+        board.report(1, &b, report(100), 0);
+        board.report(2, &b, report(100), 0);
+        assert!(board.holds(1, "api", &bucket()) && !board.holds(3, "api", &bucket()));
+        assert_eq!(board.len(), 2);
+        assert!(board.has_room(3, 0) && !board.has_room(2, 0));
+        // Stream 2 reports again later; stream 1's holding lapses (3 s) and makes room.
+        board.report(2, &b, report(100), 2 * SEC);
+        assert!(!board.has_room(2, 3 * SEC - 1));
+        assert!(board.has_room(2, 3 * SEC));
+        assert_eq!(board.len(), 1);
     }
 
     #[test]

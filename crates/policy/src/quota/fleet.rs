@@ -76,17 +76,15 @@ impl FleetBoard {
         &self.member
     }
 
-    /// Whether `stream` may report `bucket` of the budget `key` at `now` while the board
-    /// holds at most `max` buckets ([`QuotaBoard::admits`]).
-    pub fn admits(
-        &self,
-        stream: u64,
-        key: &str,
-        bucket: &BucketEntries,
-        max: usize,
-        now: u64,
-    ) -> bool {
-        lock(&self.board).admits(stream, key, bucket, max, now)
+    /// Whether `stream` holds `bucket` of the budget `key` ([`QuotaBoard::holds`]).
+    pub fn holds(&self, stream: u64, key: &str, bucket: &BucketEntries) -> bool {
+        lock(&self.board).holds(stream, key, bucket)
+    }
+
+    /// Whether one more holding fits at `now` among at most `max`
+    /// ([`QuotaBoard::has_room`]).
+    pub fn has_room(&self, max: usize, now: u64) -> bool {
+        lock(&self.board).has_room(max, now)
     }
 
     /// Records one message of `stream`'s reports at `now` and answers it: the assignments

@@ -2,8 +2,9 @@
 //! the demand each reports (Envoy's rate limit quota service), never assigning more than
 //! the rate in all, shrinking before growing.
 //!
-//! Pure and clock-free: the gRPC service feeds it reports and stream ends with the time,
-//! and sends the assignments it returns.
+//! Clock-free: the gRPC service feeds it reports and stream ends with the time, and sends
+//! the assignments it returns. The board (`board`) is pure; the fleet's side (`fleet`)
+//! asks the store for this process's share of each budget and has the board split that.
 
 mod board;
 mod fair;

@@ -1,9 +1,10 @@
 //! Envoy's rate limit quota service (`StreamRateLimitQuotas`): each Envoy streams usage
 //! reports per bucket; each bucket a native rule takes (by `match.bucket`, or as a
-//! descriptor of the report's domain) is answered with a token bucket, the Envoys' shares of the rule's rate split
-//! max-min by the demand each reports. With a shared store the rate is split across every
-//! ratewarden serving it: each leases its share from the store ([`FleetBoard`]). A bucket
-//! no rule takes is abandoned (the Envoy falls back to its own `no_assignment_behavior`).
+//! descriptor of the report's domain) is answered with a token bucket, the Envoys' shares
+//! of the rule's rate split max-min by the demand each reports. With a shared store the
+//! rate is split across every ratewarden serving it: each leases its share from the store
+//! ([`FleetBoard`]). A bucket no rule takes, or one past `[envoy] max_quota_buckets`, is
+//! abandoned (the Envoy falls back to its own `no_assignment_behavior`).
 
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -169,6 +170,7 @@ impl Shared {
     async fn answer(&self, app: &App, id: u64, reports: RateLimitQuotaUsageReports) {
         let now = app.clock.now();
         let max = app.settings().envoy.max_quota_buckets;
+        let mut fresh = 0;
         let mut abandoned = Vec::new();
         let mut usages = Vec::new();
         for usage in reports.bucket_quota_usages {
@@ -186,10 +188,13 @@ impl Shared {
                 continue;
             };
             // Envoy builds bucket ids from requests: past `[envoy] max_quota_buckets` a new
-            // one is abandoned, not held (nor leased) here.
-            if !self.board.admits(id, &found.budget.key, &entries, max, now) {
-                abandoned.push(entries);
-                continue;
+            // one is abandoned, not held (nor leased) here. This message's new ones count.
+            if !self.board.holds(id, &found.budget.key, &entries) {
+                if !self.board.has_room(max.saturating_sub(fresh), now) {
+                    abandoned.push(entries);
+                    continue;
+                }
+                fresh += 1;
             }
             let elapsed = usage.time_elapsed.map_or(std::time::Duration::ZERO, |d| {
                 std::time::Duration::new(
