@@ -1,6 +1,7 @@
 //! Prefetched allowances: several engines on one shared store, deciding from allowances
 //! charged in the store before they are spent, on exact injected time.
 
+use std::future::Future;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -322,4 +323,83 @@ fn engines_over_their_share_admit_about_the_same_whatever_their_load_and_order()
     // The jittered waits make each grant's size random; over twenty seconds the engines'
     // totals stay within a few percent of each other (1.02 to 1.09 apart in eight runs).
     assert!(most * 100 <= least * 120, "admitted {admitted:?}: uneven");
+}
+
+/// A shared store whose partial grants wait, while `hold` is set, until `gate` opens.
+#[derive(Clone)]
+struct Gated {
+    inner: Shared,
+    hold: Arc<std::sync::atomic::AtomicBool>,
+    gate: Arc<tokio::sync::Notify>,
+}
+
+impl ratewarden_core::AsyncStore for Gated {
+    type Error = std::convert::Infallible;
+    fn is_shared(&self) -> bool {
+        true
+    }
+    async fn decide(&self, l: &Limit, k: &str, now: u64, c: u64) -> Result<Decision, Self::Error> {
+        Store::decide(&self.inner, l, k, now, c)
+    }
+    async fn decide_all(&self, c: &[Check<'_>], now: u64) -> Result<Vec<Decision>, Self::Error> {
+        Store::decide_all(&self.inner, c, now)
+    }
+    async fn peek(&self, l: &Limit, k: &str, now: u64, c: u64) -> Result<Decision, Self::Error> {
+        Store::peek(&self.inner, l, k, now, c)
+    }
+    async fn settle(&self, l: &Limit, k: &str, now: u64, d: i64) -> Result<(), Self::Error> {
+        Store::settle(&self.inner, l, k, now, d)
+    }
+    async fn clear(&self, k: &str) -> Result<bool, Self::Error> {
+        Store::clear(&self.inner, k)
+    }
+    async fn take(
+        &self,
+        l: &Limit,
+        k: &str,
+        now: u64,
+        want: u64,
+    ) -> Result<(u64, Decision), Self::Error> {
+        if self.hold.load(Ordering::Relaxed) {
+            self.gate.notified().await;
+        }
+        ratewarden_core::AsyncStore::take(&self.inner, l, k, now, want).await
+    }
+}
+
+/// While the store is contested and a fetch is on its way, a request that finds the
+/// allowance empty is refused at once rather than queued behind the fetch's round trip.
+#[test]
+fn a_request_behind_a_fetch_of_a_contested_store_is_refused_at_once() {
+    let store = Gated {
+        inner: Shared::new(),
+        hold: Arc::default(),
+        gate: Arc::default(),
+    };
+    let engine = Engine::new(parse("fleet.toml", GLOBAL_GCRA).unwrap(), store.clone());
+    let decide_at = |now| now_or_panic(engine.decide(&request(&[]), now)).expect("decided");
+    // Spend the burst at one instant: the grants grow with demand until one comes back
+    // short, and the store is contested.
+    let mut now = START;
+    while decide_at(now).allowed {}
+    // Past every quiet wait, the next request fetches; the store holds it.
+    now += 100 * MS;
+    store.hold.store(true, Ordering::Relaxed);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let first = request(&[]);
+    let mut fetching = std::pin::pin!(engine.decide(&first, now));
+    assert!(
+        fetching.as_mut().poll(&mut cx).is_pending(),
+        "held at the store"
+    );
+    // Another request finds the allowance empty and the fetch on its way: refused now.
+    let behind = decide_at(now);
+    assert!(!behind.allowed);
+    // The fetch lands and admits the request that made it.
+    store.hold.store(false, Ordering::Relaxed);
+    store.gate.notify_one();
+    let std::task::Poll::Ready(fetched) = fetching.as_mut().poll(&mut cx) else {
+        panic!("the fetch was let through");
+    };
+    assert!(fetched.expect("decided").allowed);
 }

@@ -196,8 +196,23 @@ impl Allowances {
                 return Ok(refused(size, held.wait(now)));
             }
         }
+        let _turn = match allowance.fetch.try_lock() {
+            Ok(turn) => turn,
+            Err(_) => {
+                // A fetch is on its way. When the store was contested at the last one,
+                // what it brings goes to whoever asks once it lands, and this request would
+                // most likely only queue behind its round trip to be refused: refused now.
+                {
+                    let held = lock(&allowance.held);
+                    if held.contested {
+                        Counts::bump(&self.stats.local);
+                        return Ok(refused(size, held.wait(now)));
+                    }
+                }
+                allowance.fetch.lock().await
+            }
+        };
         Counts::bump(&self.stats.remote);
-        let _turn = allowance.fetch.lock().await;
         // Another request may have fetched while this one waited.
         {
             let mut held = lock(&allowance.held);
