@@ -276,8 +276,9 @@ impl Split {
     }
 
     /// Splits the capacity max-min by the wants; returns the changed assignments (and
-    /// those of `always`), the reductions before the increases. An increase takes only what the
-    /// others do not hold after their reductions, so the total never passes the budget.
+    /// those of `always`), the reductions before the increases. An increase takes only
+    /// what the others do not hold after their reductions, so the total never passes the
+    /// capacity.
     fn resplit(&mut self, always: &[(u64, BucketEntries)]) -> Vec<Assignment> {
         let capacity = self.capacity.unwrap_or(self.budget.per_period);
         let wants: Vec<(u64, u64)> = self.holdings.values().map(|h| (h.want, h.weight)).collect();

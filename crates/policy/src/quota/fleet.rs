@@ -213,11 +213,22 @@ impl FleetBoard {
                 // The share in hand holds until its lease lapses: no assignment is renewed
                 // past it meanwhile, the streams keep theirs.
                 Some(h) if h.lapses > now => {
-                    tracing::warn!(budget = key, error = %e, "the store could not renew a quota share; the share in hand holds until its lease lapses");
+                    tracing::warn!(
+                        budget = key,
+                        error = %e,
+                        "the store could not renew a quota share; the share in hand holds \
+                         until its lease lapses"
+                    );
                     return Vec::new();
                 }
                 _ => {
-                    tracing::warn!(budget = key, error = %e, fallback, "the store could not renew a quota share; the rule's on_store_failure decides");
+                    tracing::warn!(
+                        budget = key,
+                        error = %e,
+                        fallback,
+                        "the store could not renew a quota share; the rule's \
+                         on_store_failure decides"
+                    );
                     // Remembered, so a later renewal without a report knows it too.
                     *held = Some(Held {
                         capacity: fallback,

@@ -59,7 +59,8 @@ do
 
   function SHARE.lease(KEYS, ARGV)
     if #KEYS ~= 1 or #ARGV ~= 7 then
-      error("mode share takes one key and six arguments (now, member, want, weight, capacity, ttl_ms)")
+      error("mode share takes one key and six arguments "
+        .. "(now, member, want, weight, capacity, ttl_ms)")
     end
     local key, member = KEYS[1], ARGV[3]
     local want, weight, capacity, ttl = num(ARGV[4]), num(ARGV[5]), num(ARGV[6]), num(ARGV[7])
