@@ -148,6 +148,18 @@ impl Fleet {
             now: T0,
         }
     }
+    /// Two processes with a stream each, both wanting more than the budget, settled at
+    /// half each.
+    fn even_pair() -> Self {
+        let mut fleet = Self::new(2);
+        fleet.report(0, 1, 1000);
+        fleet.report(1, 1, 1000);
+        fleet.renew();
+        fleet.renew();
+        assert_eq!((fleet.heard.of(0, 1), fleet.heard.of(1, 1)), (300, 300));
+        fleet
+    }
+
     fn report(&mut self, process: usize, stream: u64, requests: u64) {
         let sent = now_or_panic(self.boards[process].report(
             &self.store,
@@ -224,12 +236,7 @@ fn a_weighted_bucket_weighs_the_same_whichever_process_serves_it() {
 
 #[test]
 fn a_process_whose_streams_leave_gives_its_share_back() {
-    let mut fleet = Fleet::new(2);
-    fleet.report(0, 1, 1000);
-    fleet.report(1, 1, 1000);
-    fleet.renew();
-    fleet.renew();
-    assert_eq!((fleet.heard.of(0, 1), fleet.heard.of(1, 1)), (300, 300));
+    let mut fleet = Fleet::even_pair();
     fleet.leave(1, 1);
     assert_eq!(now_or_panic(fleet.boards[1].held(&budget().key)), None);
     fleet.renew();
@@ -276,12 +283,7 @@ fn with_a_store_in_this_process_the_board_splits_the_whole_rate() {
 
 #[test]
 fn a_process_that_stops_asking_frees_its_share_once_its_lease_lapses() {
-    let mut fleet = Fleet::new(2);
-    fleet.report(0, 1, 1000);
-    fleet.report(1, 1, 1000);
-    fleet.renew();
-    fleet.renew();
-    assert_eq!((fleet.heard.of(0, 1), fleet.heard.of(1, 1)), (300, 300));
+    let mut fleet = Fleet::even_pair();
     // Process 1 dies: it neither asks again nor says its stream ended. Its lease holds as
     // long as the assignments it gave (3 s, from reports a second apart) and a renewal more.
     let died = fleet.now;
