@@ -26,7 +26,6 @@ mod matching;
 mod owner;
 mod prefetch;
 mod quota_budget;
-mod quota_fallback;
 mod request;
 mod reservations;
 mod rules;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::descriptors::native_key;
 use super::Engine;
-use crate::config::split_rate;
+use crate::config::{split_rate, OnStoreFailure};
 use crate::quota::Budget;
 
 /// What a quota bucket draws on: the rule that takes it, the budget it shares with every
@@ -19,6 +19,11 @@ pub struct QuotaBucket {
     pub budget: Budget,
     /// The bucket's weight in the split (`weights`; 1 unless configured).
     pub weight: u64,
+    /// Units per period a process may hand out of the budget once its lease has lapsed
+    /// and the store cannot renew it, by the rule's `on_store_failure`: the whole rate
+    /// when it fails open, none when it fails closed, `1 / divide_by` of it when it falls
+    /// back to a local limit.
+    pub fallback: u64,
 }
 
 impl<S> Engine<S> {
@@ -46,6 +51,11 @@ impl<S> Engine<S> {
             .bucket
             .as_ref()
             .map_or(1, |b| b.weight(entries));
+        let fallback = match rule.on_store_failure {
+            OnStoreFailure::Open => per_period,
+            OnStoreFailure::Local { divide_by } => per_period / u64::from(divide_by.max(1)),
+            OnStoreFailure::Closed => 0,
+        };
         Some(QuotaBucket {
             rule: rule.name.clone(),
             budget: Budget {
@@ -55,6 +65,7 @@ impl<S> Engine<S> {
                 burst,
             },
             weight,
+            fallback,
         })
     }
 }
@@ -159,5 +170,18 @@ mod tests {
         assert_eq!(after.key, before.key);
         assert_eq!((before.per_period, after.per_period), (600, 300));
         assert_eq!(after.burst, 30);
+    }
+
+    #[test]
+    fn the_fallback_is_what_the_rules_failure_policy_hands_out() {
+        for (policy, fallback) in [
+            ("on_store_failure = \"open\"", 600),
+            ("on_store_failure = \"closed\"", 0),
+            ("on_store_failure = \"local\"\nlocal_divide_by = 4", 150),
+        ] {
+            let e = engine(r#"["global"]"#, policy);
+            let found = e.quota_budget("edge", GOLD).expect("taken");
+            assert_eq!(found.fallback, fallback, "{policy}");
+        }
     }
 }

@@ -211,7 +211,7 @@ impl Shared {
                 weight: found.weight,
             };
             usages.push(Usage {
-                fallback: app.engine.quota_fallback(&found.rule, &found.budget),
+                fallback: found.fallback,
                 budget: found.budget,
                 report,
             });
