@@ -91,7 +91,15 @@ pub struct Demand {
 #[derive(Debug, Default)]
 pub struct QuotaBoard {
     splits: HashMap<String, Split>,
+    /// The holdings of every split, counted as they come and go.
+    held: usize,
+    /// No sweep of every split for lapsed holdings before this (nanoseconds): when the
+    /// board is full, each new bucket would otherwise pay one.
+    sweep_after: u64,
 }
+
+/// How often a full board may be swept for lapsed holdings to make room.
+const SWEEP_EVERY: u64 = 1_000_000_000;
 
 /// A bucket's id: its entries, sorted by key.
 pub type BucketEntries = Vec<(String, String)>;
@@ -149,6 +157,9 @@ impl QuotaBoard {
         // Assignments live a few reporting intervals.
         let ttl = (report.elapsed * 3).clamp(MIN_TTL, MAX_TTL);
         let at = (stream, report.bucket);
+        if !split.holdings.contains_key(&at) {
+            self.held += 1;
+        }
         let holding = split.holdings.entry(at.clone()).or_insert(Holding {
             want: 0,
             weight: 1,
@@ -161,7 +172,7 @@ impl QuotaBoard {
         holding.weight = report.weight;
         holding.ttl = ttl;
         holding.lapses = now.saturating_add(u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX));
-        split.prune(now);
+        self.held -= split.prune(now);
         at
     }
 
@@ -180,7 +191,7 @@ impl QuotaBoard {
             return Vec::new();
         };
         split.capacity = capacity;
-        split.prune(now);
+        self.held -= split.prune(now);
         let sent = split.resplit(always);
         if split.holdings.is_empty() {
             self.splits.remove(key);
@@ -215,21 +226,26 @@ impl QuotaBoard {
     }
 
     /// Whether one more holding fits at `now` among at most `max`: after dropping, when
-    /// there seems to be no room, every holding that lapsed.
+    /// there seems to be no room, every holding that lapsed (at most once a second, so a
+    /// full board costs a new bucket one comparison, not a sweep).
     pub fn has_room(&mut self, max: usize, now: u64) -> bool {
-        if self.len() < max {
+        if self.held < max {
             return true;
         }
+        if now < self.sweep_after {
+            return false;
+        }
+        self.sweep_after = now.saturating_add(SWEEP_EVERY);
         for split in self.splits.values_mut() {
-            split.prune(now);
+            self.held -= split.prune(now);
         }
         self.splits.retain(|_, s| !s.holdings.is_empty());
-        self.len() < max
+        self.held < max
     }
 
     /// The holdings on the board: one per stream and bucket.
     pub fn len(&self) -> usize {
-        self.splits.values().map(|s| s.holdings.len()).sum()
+        self.held
     }
 
     /// Whether no stream holds anything.
@@ -249,8 +265,9 @@ impl QuotaBoard {
         for split in self.splits.values_mut() {
             let before = split.holdings.len();
             split.holdings.retain(|(s, _), _| *s != stream);
+            self.held -= before - split.holdings.len();
             if split.holdings.len() != before {
-                split.prune(now);
+                self.held -= split.prune(now);
                 out.extend(split.resplit(&[]));
             }
         }
@@ -271,8 +288,11 @@ impl QuotaBoard {
 
 impl Split {
     /// Drops holdings whose stream stopped reporting them (their assignment lapsed there).
-    fn prune(&mut self, now: u64) {
+    /// Drops the holdings that lapsed at `now`: how many.
+    fn prune(&mut self, now: u64) -> usize {
+        let before = self.holdings.len();
         self.holdings.retain(|_, h| h.lapses > now);
+        before - self.holdings.len()
     }
 
     /// Splits the capacity max-min by the wants; returns the changed assignments (and
@@ -420,11 +440,21 @@ mod tests {
         assert!(board.holds(1, "api", &bucket()) && !board.holds(3, "api", &bucket()));
         assert_eq!(board.len(), 2);
         assert!(board.has_room(3, 0) && !board.has_room(2, 0));
-        // Stream 2 reports again later; stream 1's holding lapses (3 s) and makes room.
+        // Stream 2 reports again later; stream 1's holding lapses (3 s) and makes room,
+        // found by a sweep, at most one a second (the last at 0, then at 3 s - 1 ns).
         board.report(2, &b, report(100), 2 * SEC);
         assert!(!board.has_room(2, 3 * SEC - 1));
-        assert!(board.has_room(2, 3 * SEC));
+        assert!(!board.has_room(2, 3 * SEC), "swept a nanosecond ago");
+        assert!(board.has_room(2, 4 * SEC));
         assert_eq!(board.len(), 1);
+        // The count follows every way a holding goes: a report's prune, a stream's end.
+        board.report(3, &b, report(100), 4 * SEC);
+        board.report(4, &b, report(100), 4 * SEC);
+        assert_eq!(board.len(), 3);
+        board.leave(3, 4 * SEC);
+        assert_eq!(board.len(), 2);
+        board.report(4, &b, report(100), 8 * SEC);
+        assert_eq!(board.len(), 1, "stream 2's lapsed when stream 4 reported");
     }
 
     #[test]
