@@ -16,13 +16,11 @@ mod upkeep;
 pub use check::NotNow;
 pub use permit::Permit;
 
-use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher, RandomState};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
-use ratewarden_core::share::Leases;
 use ratewarden_core::Limit;
 
 use crate::cell::Stored;
@@ -86,8 +84,8 @@ pub struct MemoryStore<A: Stored = Limit, S = RandomState> {
     per_shard_bytes: usize,
     config: StoreConfig,
     next_permit: AtomicU64,
-    /// The fleet budgets' leases, by budget (see `share.rs`).
-    shares: Mutex<HashMap<String, Leases>>,
+    /// The fleet budgets' leases (see `share.rs`).
+    shares: Mutex<share::Shares>,
     _algorithm: PhantomData<fn(&A)>,
 }
 
