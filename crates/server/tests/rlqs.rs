@@ -498,3 +498,53 @@ async fn heard(envoy: &Envoy, value: &str, share: Option<u64>) {
         envoy.share(value)
     );
 }
+
+/// A report is work like a request: with every place in flight taken it is dropped and
+/// counted as shed (the Envoy keeps its assignment), and answered once a place is free.
+#[tokio::test]
+async fn a_report_with_every_place_in_flight_taken_is_shed() {
+    let release = Arc::new(tokio::sync::Notify::new());
+    let held = Arc::clone(&release);
+    let upstream = common::upstream(move |_request: http::Request<hyper::body::Incoming>| {
+        let held = Arc::clone(&held);
+        async move {
+            held.notified().await;
+            http::Response::new(http_body_util::Full::new(bytes::Bytes::from_static(b"ok")))
+        }
+    })
+    .await;
+    let toml = CONFIG.replace(
+        "[server]\n",
+        &format!(
+            "[server]\nupstream = \"http://{upstream}\"\nmax_in_flight = 1\nqueue_timeout = \"0s\"\n"
+        ),
+    );
+    let running = common::start(common::options(&toml, Arc::new(ManualClock::new(T0)))).await;
+    let admin = running.admin.expect("an admin listener");
+    let listen = running.listen;
+    let slow = tokio::spawn(async move {
+        common::raw::raw(listen, "GET /slow HTTP/1.1\nHost: shop.example\n\n").await
+    });
+    let metric = |line: &'static str| async move {
+        common::get(admin, "/metrics", &[])
+            .await
+            .body
+            .lines()
+            .any(|l| l == line)
+    };
+    assert!(
+        common::eventually(|| metric("ratewarden_in_flight 1")).await,
+        "the held request takes the one place"
+    );
+    let envoy = Envoy::connect(&running).await;
+    envoy.report("api", 0, Duration::ZERO).await;
+    assert!(
+        common::eventually(|| metric("ratewarden_shed_total{reason=\"in_flight\"} 1")).await,
+        "the report is shed"
+    );
+    assert_eq!(envoy.share("api"), None, "and not answered");
+    release.notify_one();
+    slow.await.expect("the held request ends");
+    envoy.report("api", 0, Duration::ZERO).await;
+    until_shares(&[&envoy], &[600]).await;
+}

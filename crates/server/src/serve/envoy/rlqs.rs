@@ -30,6 +30,7 @@ use tokio::sync::{mpsc, watch};
 use tonic::codegen::tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
+use crate::serve::admission;
 use crate::serve::app::App;
 
 /// Answers queued for one Envoy before it reads them; past it an answer is dropped (the
@@ -151,6 +152,13 @@ impl RateLimitQuotaService for Rlqs {
                             }
                             break;
                         }
+                        // A report is work like a request: it takes a place in flight, and
+                        // is dropped when none is left (counted as shed). The Envoy keeps
+                        // its assignments until their time to live, and its next report
+                        // is answered afresh.
+                        let Ok(_slot) = admission::enter(&app, false).await else {
+                            continue;
+                        };
                         shared.answer(&app, id, report).await;
                     }
                     // The stream ended (or broke): that Envoy is gone.
