@@ -362,3 +362,35 @@ fn proto_duration(d: std::time::Duration) -> ProtoDuration {
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assignment(stream: u64, bucket: &str, per_period: u64) -> Assignment {
+        Assignment {
+            stream,
+            bucket: vec![("name".to_owned(), bucket.to_owned())],
+            per_period,
+            period: std::time::Duration::from_secs(1),
+            burst: 1,
+            ttl: std::time::Duration::from_secs(3),
+        }
+    }
+
+    /// The board lists reductions first; the messages keep that order across streams, so
+    /// a stream that shrinks is sent its message before one that grows.
+    #[test]
+    fn messages_go_out_in_the_boards_order_one_per_stream() {
+        let sent = by_stream(vec![
+            assignment(9, "a", 100),
+            assignment(2, "a", 0),
+            assignment(5, "a", 300),
+            assignment(9, "b", 200),
+        ]);
+        let order: Vec<(u64, usize)> = sent.iter().map(|(s, a)| (*s, a.len())).collect();
+        assert_eq!(order, [(9, 2), (2, 1), (5, 1)]);
+        assert_eq!(action_name(&sent[1].1[0]), "deny_all");
+        assert_eq!(action_name(&sent[0].1[0]), "share");
+    }
+}
