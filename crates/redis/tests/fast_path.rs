@@ -176,7 +176,7 @@ fn the_fast_path_agrees_with_the_limb_path_on_random_inputs() {
     for case in 0..300 {
         let limit = random_limit(&mut rng);
         let (f, l) = (format!("fast{case}"), format!("limbs{case}"));
-        let mut now = [NOW, 0, u64::MAX - 5 * SEC, 1 << 60][rng.below(4) as usize];
+        let mut now = common::random_start(&mut rng);
         for _ in 0..8 {
             now = now.saturating_add(match rng.below(4) {
                 0 => 0,
@@ -481,20 +481,10 @@ fn the_compact_call_agrees_with_the_general_form_on_random_inputs() {
     for case in 0..200 {
         let limit = random_limit(&mut rng);
         let (c, l) = (format!("compact{case}"), format!("general{case}"));
-        let mut now = [NOW, 0, u64::MAX - 5 * SEC, 1 << 60][rng.below(4) as usize];
+        let mut now = common::random_start(&mut rng);
         for _ in 0..6 {
-            now = now.saturating_add(match rng.below(3) {
-                0 => 0,
-                1 => rng.below(10 * SEC),
-                _ => rng.below(1 << 56),
-            });
-            let cap = limit.limit();
-            let cost = match rng.below(4) {
-                0 => 0,
-                1 => 1,
-                2 => cap.saturating_add(rng.below(2)),
-                _ => rng.below(cap.min(LIM)),
-            };
+            let (later, cost) = common::random_step(&mut rng, now, limit.limit());
+            now = later;
             let peek = rng.chance(20);
             let a = redis
                 .compact(peek, &c, &limit, None, now, cost)

@@ -160,20 +160,10 @@ async fn the_lean_call_decides_as_the_limb_path_on_random_inputs() {
     for case in 0..240 {
         let limit = random_limit(&mut rng);
         let (a, b) = (format!("lean{case}"), format!("limbs{case}"));
-        let mut now = [NOW, 0, u64::MAX - 5 * SEC, 1 << 60][rng.below(4) as usize];
+        let mut now = common::random_start(&mut rng);
         for _ in 0..6 {
-            now = now.saturating_add(match rng.below(3) {
-                0 => 0,
-                1 => rng.below(10 * SEC),
-                _ => rng.below(1 << 56),
-            });
-            let cap = limit.limit();
-            let cost = match rng.below(4) {
-                0 => 0,
-                1 => 1,
-                2 => cap.saturating_add(rng.below(2)),
-                _ => rng.below(cap.min(LIM)),
-            };
+            let (later, cost) = common::random_step(&mut rng, now, limit.limit());
+            now = later;
             let peek = rng.chance(20);
             let covered = !matches!(limit, Limit::SlidingWindow(_));
             if covered && answered_lean(&redis.lean_peek(&a, &limit, None, Some(now), cost)) {

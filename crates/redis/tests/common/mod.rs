@@ -59,3 +59,25 @@ pub fn random_numbers(rng: &mut Rng) -> (Rate, Duration, u64) {
     };
     (rate(count, period), Duration::from_nanos(period), burst)
 }
+
+/// A random first time: a realistic one, zero, or near the end of `u64`.
+pub fn random_start(rng: &mut Rng) -> u64 {
+    [NOW, 0, u64::MAX - 5 * SEC, 1 << 60][rng.below(4) as usize]
+}
+
+/// The next random time after `now`, and a random cost under a limit of `cap`: nothing,
+/// one, just past the limit, or anything below it.
+pub fn random_step(rng: &mut Rng, now: u64, cap: u64) -> (u64, u64) {
+    let now = now.saturating_add(match rng.below(3) {
+        0 => 0,
+        1 => rng.below(10 * SEC),
+        _ => rng.below(1 << 56),
+    });
+    let cost = match rng.below(4) {
+        0 => 0,
+        1 => 1,
+        2 => cap.saturating_add(rng.below(2)),
+        _ => rng.below(cap.min(LIM)),
+    };
+    (now, cost)
+}
