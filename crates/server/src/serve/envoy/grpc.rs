@@ -36,23 +36,12 @@ impl RateLimitService for Rls {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         // A call charges whatever descriptors it names: only our Envoys may make one.
-        let peer = request.remote_addr().map(|a| a.ip());
+        super::only_our_envoys(
+            &self.app,
+            request.remote_addr().map(|a| a.ip()),
+            "ShouldRateLimit",
+        )?;
         let settings = self.app.settings();
-        if !settings
-            .envoy
-            .admits(self.app.engine.identity().trusted(), peer)
-        {
-            let who = peer.map_or_else(|| "an unknown peer".to_owned(), |ip| ip.to_string());
-            let list = if settings.envoy.clients.is_some() {
-                "`[envoy] clients`"
-            } else {
-                "`[server] trusted_proxies`, which stands for `[envoy] clients` when that is not set"
-            };
-            self.app.log_untrusted(&who, "ShouldRateLimit", list);
-            return Err(Status::permission_denied(format!(
-                "{who} may not call ShouldRateLimit: it is not in {list}"
-            )));
-        }
         let request = request.into_inner();
         decide(&self.app, &settings, &request)
             .await

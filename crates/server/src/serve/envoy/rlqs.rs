@@ -113,20 +113,11 @@ impl RateLimitQuotaService for Rlqs {
         request: Request<Streaming<RateLimitQuotaUsageReports>>,
     ) -> Result<Response<Answers>, Status> {
         // Reports move every Envoy's share: only our Envoys may stream them.
-        let peer = request.remote_addr().map(|a| a.ip());
-        let settings = self.app.settings();
-        if !settings
-            .envoy
-            .admits(self.app.engine.identity().trusted(), peer)
-        {
-            let who = peer.map_or_else(|| "an unknown peer".to_owned(), |ip| ip.to_string());
-            self.app
-                .log_untrusted(&who, "StreamRateLimitQuotas", "`[envoy] clients`");
-            return Err(Status::permission_denied(format!(
-                "{who} may not call StreamRateLimitQuotas: it is not in `[envoy] clients` \
-                 (or `[server] trusted_proxies`)"
-            )));
-        }
+        super::only_our_envoys(
+            &self.app,
+            request.remote_addr().map(|a| a.ip()),
+            "StreamRateLimitQuotas",
+        )?;
         let id = self.shared.next.fetch_add(1, Ordering::Relaxed);
         self.app.metrics.quota_stream(true);
         let (tx, rx) = mpsc::channel(QUEUED);
