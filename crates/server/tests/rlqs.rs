@@ -548,3 +548,29 @@ async fn a_report_with_every_place_in_flight_taken_is_shed() {
     envoy.report("api", 0, Duration::ZERO).await;
     until_shares(&[&envoy], &[600]).await;
 }
+
+/// Reports move every Envoy's share: a peer outside `[envoy] clients` may not stream them,
+/// and is told so, by name, before anything is recorded.
+#[tokio::test]
+async fn only_the_listed_clients_may_stream_reports() {
+    let toml = CONFIG.replace(
+        "[[limit]]",
+        "[envoy]\nclients = [\"192.0.2.0/24\"]\n\n[[limit]]",
+    );
+    let running = common::start(common::options(&toml, Arc::new(ManualClock::new(T0)))).await;
+    let addr = running.grpc.expect("a gRPC listener");
+    let mut client = RateLimitQuotaServiceClient::connect(format!("http://{addr}"))
+        .await
+        .expect("the gRPC listener answers");
+    let (_tx, rx) = mpsc::channel(1);
+    let refused = client
+        .stream_rate_limit_quotas(Reports(rx))
+        .await
+        .expect_err("refused");
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+    assert!(
+        refused.message().contains("127.0.0.1") && refused.message().contains("[envoy] clients"),
+        "{}",
+        refused.message()
+    );
+}
