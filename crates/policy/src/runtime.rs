@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ratewarden_core::Clock;
 
-use crate::Timer;
+use crate::engine::Timer;
 
 /// A clock, with tokio's timer for waits: what a door lends the engine so that a request
 /// an adaptive rule's queue holds waits on tokio's timer while the engine reads the door's

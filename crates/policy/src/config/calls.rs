@@ -5,7 +5,7 @@ use toml::Spanned;
 
 use super::error::Errors;
 use super::raw::RawEnvoy;
-use crate::TrustedProxies;
+use crate::ip::TrustedProxies;
 
 /// What one call to the Envoy front doors may carry (`[envoy]` in the file): the gRPC
 /// `ShouldRateLimit` and `Check`, and `POST /json`. A call past a bound is refused whole,

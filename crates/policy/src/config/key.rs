@@ -8,7 +8,7 @@ use super::error::Errors;
 use super::raw::RawLimit;
 use super::{KeyPart, WhenKeyMissing};
 use crate::hint::did_you_mean;
-use crate::IpGrouping;
+use crate::ip::IpGrouping;
 
 /// The parts of the rule's key, and what the rule does without one of them; the wrong
 /// ones are recorded and left out.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use ratewarden_core::Limit;
 
-use crate::IpGrouping;
+use crate::ip::IpGrouping;
 
 /// What a rule's key is built from, part by part.
 #[derive(Debug, Clone, PartialEq, Eq)]

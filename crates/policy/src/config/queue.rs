@@ -29,7 +29,7 @@ use super::key::key_part;
 use super::raw::RawQueue;
 use super::KeyPart;
 use crate::hint::did_you_mean;
-use crate::IpGrouping;
+use crate::ip::IpGrouping;
 
 /// The most a tenant's weight may be: a weight of `w` costs `1/w` of a turn, counted in
 /// thousandths.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use ratewarden_core::shared_store;
 
 use super::{AdminAccess, Bounds, CallBounds, Match, Rule};
-use crate::TrustedProxies;
+use crate::ip::TrustedProxies;
 
 /// Where the `api_key` and `tenant` key parts are read from (`[keys]` in the file).
 #[derive(Debug, Clone, PartialEq, Eq)]

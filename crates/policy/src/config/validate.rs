@@ -14,7 +14,7 @@ use super::server::server_settings;
 use super::store::store_settings;
 use super::{Config, ConfigError, ConfigErrors, KeySources, Rule, ServerSettings, StoreSettings};
 use crate::hint::nearest;
-use crate::{ClientIpHeader, TrustedProxies};
+use crate::ip::{ClientIpHeader, TrustedProxies};
 
 /// Reads and validates the config file at `path`.
 ///

@@ -69,7 +69,7 @@ pub enum RequestError {
     /// A trusted proxy put something other than an address where the client's address
     /// belongs: the client cannot be told apart from the proxy's other clients.
     #[error("{0}")]
-    ClientAddress(#[from] crate::ClientIpError),
+    ClientAddress(#[from] crate::ip::ClientIpError),
     /// A descriptor call without what it needs (a domain, a descriptor).
     #[error("{0}")]
     Descriptors(String),

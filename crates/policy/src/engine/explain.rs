@@ -1,15 +1,15 @@
 //! `explain`: what every rule would do with one request, and why, charging nothing.
 //!
-//! The same steps as [`Engine::decide`] (match, key, cost, mode), stopped at the first one a
+//! The same steps as [`Engine::decide`](super::Engine::decide) (match, key, cost, mode), stopped at the first one a
 //! rule fails and told in words, then the store's `peek` where `decide` would charge.
 
 use ratewarden_core::{AsyncStore, Decision, Outcome};
 
-use super::keys::{api_key, build_key, cost_of, enforces, part_words};
-use super::request::client_of;
-use super::{Engine, Request};
-use crate::config::{KeyPart, KeySources, Match};
-use crate::Rule;
+use super::adaptive::Limiters;
+use super::error::RequestError;
+use super::request::{api_key, build_key, client_of, cost_of, enforces, part_words, Request};
+use super::rules::RuleSet;
+use crate::config::{KeyPart, KeySources, Match, Rule};
 
 /// What one rule would do with a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,140 +87,114 @@ impl Finding {
     }
 }
 
-impl<S: AsyncStore> Engine<S> {
-    /// Explains `request` at `now` against every rule in force: matched or not and why,
-    /// the key built, the cost, and the decision its state would give, charging nothing
-    /// (each applying rule's store is only peeked).
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// use ratewarden_core::now_or_panic;
-    /// use ratewarden_memory::{MemoryStore, StoreConfig};
-    /// use ratewarden_policy::{config, Engine, Finding, Request};
-    ///
-    /// let rules = "[[limit]]\nname = \"login\"\nmatch = { method = \"POST\" }\nkey = [\"ip\"]\n\
-    ///              algorithm = \"fixed-window\"\nlimit = 5\nwindow = \"1m\"\n";
-    /// let engine = Engine::new(
-    ///     config::parse("r.toml", rules).unwrap(),
-    ///     MemoryStore::new(StoreConfig::default()),
-    /// );
-    /// let request = Request {
-    ///     peer: "203.0.113.7".parse().unwrap(),
-    ///     method: "GET",
-    ///     path: "/",
-    ///     host: None,
-    ///     headers: &[],
-    ///     cost: None,
-    ///     api_key: None,
-    ///     tenant: None,
-    /// };
-    /// let explained = now_or_panic(engine.explain(&request, 0));
-    /// assert!(matches!(
-    ///     explained.rules[0].finding,
-    ///     Finding::NotMatched { field: "method", .. }
-    /// ));
-    /// ```
-    pub async fn explain(&self, request: &Request<'_>, now: u64) -> Explanation {
-        let set = self.current();
-        // A client that cannot be known refuses the request under every rule it meets, as
-        // `decide` refuses it; the proxy's address is then the one the keys would have had.
-        let (client, unknown) = match client_of(request, &set.config.trusted_proxies) {
-            Ok(client) => (client, None),
-            Err(error) => (error.proxy, Some(error.to_string())),
-        };
-        let class = super::adaptive::criticality(&set, request);
-        let mut rules = Vec::with_capacity(set.rules.len());
-        // A host that is not a host refuses the request under every rule, as `decide` does.
-        let bad_host = request
-            .host
-            .and_then(|h| crate::host::name(h).err())
-            .map(|e| super::RequestError::Host(e).to_string());
-        for (i, rule) in set.rules.iter().enumerate() {
-            let refused = bad_host.as_ref().or(unknown.as_ref());
-            let finding = match (&bad_host, mismatch(&rule.matches, request), refused) {
-                (Some(error), _, _) => Finding::Refused {
-                    error: error.clone(),
-                },
-                (None, Some((field, reason)), _) => Finding::NotMatched { field, reason },
-                (None, None, Some(error)) => Finding::Refused {
-                    error: error.clone(),
-                },
-                (None, None, None) => {
-                    self.applies(
-                        rule,
-                        &set.prefixes[i],
-                        &set.config.keys,
-                        request,
-                        (client, class),
-                        now,
-                    )
-                    .await
-                }
-            };
-            rules.push(RuleExplanation {
-                rule: rule.name.clone(),
-                finding,
-            });
-        }
-        let allowed = rules.iter().all(|r| match &r.finding {
-            Finding::Refused { .. } => false,
-            Finding::Applies { enforced, .. } => !enforced || !r.finding.says_no(),
-            _ => true,
-        });
-        Explanation {
-            version: set.version,
-            client,
-            allowed,
-            rules,
-        }
-    }
-
-    async fn applies(
-        &self,
-        rule: &Rule,
-        prefix: &str,
-        sources: &KeySources,
-        request: &Request<'_>,
-        (client, class): (std::net::IpAddr, ratewarden_core::adaptive::Criticality),
-        now: u64,
-    ) -> Finding {
-        let key = match build_key(prefix, rule, sources, request, client) {
-            Ok(Some(key)) => key,
-            Ok(None) => {
-                return Finding::MissingKeyPart {
-                    part: missing_part(rule, sources, request),
-                }
-            }
-            Err(error) => {
-                return Finding::Refused {
-                    error: error.to_string(),
-                }
-            }
-        };
-        let cost = match request.cost.map_or_else(|| cost_of(rule, request), Ok) {
-            Ok(cost) => cost,
-            Err(error) => {
-                return Finding::Refused {
-                    error: error.to_string(),
-                }
-            }
-        };
-        // An adaptive rule is decided in this process, on its limiter, not on the store.
-        let decision = match &rule.adaptive {
-            Some(config) => Ok(self.adaptive.peek_decision(&key, config, class, now)),
-            None => self
-                .store
-                .peek(&rule.limit, &key, now, cost)
+/// What every rule of `set` would do with `request` at `now`, charging nothing: `store`
+/// is peeked, and adaptive rules' `limiters`.
+pub(crate) async fn explain<S: AsyncStore>(
+    set: &RuleSet,
+    store: &S,
+    limiters: &Limiters,
+    request: &Request<'_>,
+    now: u64,
+) -> Explanation {
+    // A client that cannot be known refuses the request under every rule it meets, as
+    // `decide` refuses it; the proxy's address is then the one the keys would have had.
+    let (client, unknown) = match client_of(request, &set.config.trusted_proxies) {
+        Ok(client) => (client, None),
+        Err(error) => (error.proxy, Some(error.to_string())),
+    };
+    let class = set.criticality(request);
+    let mut rules = Vec::with_capacity(set.rules.len());
+    // A host that is not a host refuses the request under every rule, as `decide` does.
+    let bad_host = request
+        .host
+        .and_then(|h| crate::host::name(h).err())
+        .map(|e| RequestError::Host(e).to_string());
+    for (i, rule) in set.rules.iter().enumerate() {
+        let refused = bad_host.as_ref().or(unknown.as_ref());
+        let finding = match (&bad_host, mismatch(&rule.matches, request), refused) {
+            (Some(error), _, _) => Finding::Refused {
+                error: error.clone(),
+            },
+            (None, Some((field, reason)), _) => Finding::NotMatched { field, reason },
+            (None, None, Some(error)) => Finding::Refused {
+                error: error.clone(),
+            },
+            (None, None, None) => {
+                applies(
+                    (store, limiters),
+                    rule,
+                    &set.prefixes[i],
+                    &set.config.keys,
+                    request,
+                    (client, class),
+                    now,
+                )
                 .await
-                .map_err(|e| e.to_string()),
+            }
         };
-        Finding::Applies {
-            enforced: enforces(rule, &key),
-            key,
-            cost,
-            decision,
+        rules.push(RuleExplanation {
+            rule: rule.name.clone(),
+            finding,
+        });
+    }
+    let allowed = rules.iter().all(|r| match &r.finding {
+        Finding::Refused { .. } => false,
+        Finding::Applies { enforced, .. } => !enforced || !r.finding.says_no(),
+        _ => true,
+    });
+    Explanation {
+        version: set.version,
+        client,
+        allowed,
+        rules,
+    }
+}
+
+/// What `rule` would decide for `request`, its state read from the store or, for an
+/// adaptive rule, its limiter.
+async fn applies<S: AsyncStore>(
+    (store, limiters): (&S, &Limiters),
+    rule: &Rule,
+    prefix: &str,
+    sources: &KeySources,
+    request: &Request<'_>,
+    (client, class): (std::net::IpAddr, ratewarden_core::adaptive::Criticality),
+    now: u64,
+) -> Finding {
+    let key = match build_key(prefix, rule, sources, request, client) {
+        Ok(Some(key)) => key,
+        Ok(None) => {
+            return Finding::MissingKeyPart {
+                part: missing_part(rule, sources, request),
+            }
         }
+        Err(error) => {
+            return Finding::Refused {
+                error: error.to_string(),
+            }
+        }
+    };
+    let cost = match request.cost.map_or_else(|| cost_of(rule, request), Ok) {
+        Ok(cost) => cost,
+        Err(error) => {
+            return Finding::Refused {
+                error: error.to_string(),
+            }
+        }
+    };
+    // An adaptive rule is decided in this process, on its limiter, not on the store.
+    let decision = match &rule.adaptive {
+        Some(config) => Ok(limiters.peek_decision(&key, config, class, now)),
+        None => store
+            .peek(&rule.limit, &key, now, cost)
+            .await
+            .map_err(|e| e.to_string()),
+    };
+    Finding::Applies {
+        enforced: enforces(rule, &key),
+        key,
+        cost,
+        decision,
     }
 }
 

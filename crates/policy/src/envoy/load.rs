@@ -2,10 +2,11 @@
 
 use std::path::Path;
 
+use super::errors::Errors;
 use super::validate::validate_root;
 use super::yaml::read_yaml;
 use super::EnvoyConfig;
-use crate::{ConfigError, ConfigErrors};
+use crate::config::{ConfigError, ConfigErrors};
 
 /// Reads the config file at `path`, or every `*.yaml` / `*.yml` file of the directory at
 /// `path` (in name order, not recursing).
@@ -92,21 +93,5 @@ pub fn parse(file: &str, text: &str) -> Result<EnvoyConfig, ConfigErrors> {
             Ok(config)
         }
         _ => Err(ConfigErrors(errors.found)),
-    }
-}
-
-pub(super) struct Errors<'a> {
-    pub(super) file: &'a str,
-    pub(super) found: Vec<ConfigError>,
-}
-
-impl Errors<'_> {
-    pub(super) fn at(&mut self, position: (usize, usize), rule: Option<&str>, message: String) {
-        self.found.push(ConfigError {
-            file: self.file.to_owned(),
-            position: Some(position),
-            rule: rule.map(str::to_owned),
-            message,
-        });
     }
 }

@@ -89,6 +89,8 @@
 //! `validate.rs` and `rule.rs` check it against envoyproxy/ratelimit's shape, `load.rs` reads
 //! files and directories, `resolve.rs` answers descriptors, `unit.rs` holds the units.
 
+mod errors;
+mod fields;
 mod load;
 mod model;
 mod resolve;

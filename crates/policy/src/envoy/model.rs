@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use ratewarden_core::Limit;
 
 use super::Unit;
-use crate::{ConfigError, ConfigErrors};
+use crate::config::{ConfigError, ConfigErrors};
 
 /// A `rate_limit` block, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use ratewarden_core::{AlgorithmKind, CalendarUnit, Limit, Numbers, Rate};
 
-use super::load::Errors;
-use super::resolve::fixed_window;
-use super::validate::{
+use super::errors::Errors;
+use super::fields::{
     boolean, fields, is_null, number, string, EXTENSION_KEYS, RATE_LIMIT_KEYS, REPLACES_KEYS,
 };
+use super::resolve::fixed_window;
 use super::yaml::{Node, Yaml};
 use super::{EnvoyRule, Unit};
 use crate::hint::did_you_mean;

@@ -7,6 +7,7 @@
 //! asks the store for this process's share of each budget and has the board split that.
 
 mod board;
+mod bucket;
 mod fair;
 mod fleet;
 
@@ -14,4 +15,4 @@ pub use board::{Assignment, BucketEntries, Budget, Demand, QuotaBoard, Report};
 pub use fair::{max_min, max_min_weighted};
 pub use fleet::{FleetBoard, Usage, RENEW_EVERY};
 
-pub use crate::engine::QuotaBucket;
+pub use bucket::QuotaBucket;
