@@ -58,7 +58,7 @@ pub type RejectHook = Arc<dyn Fn(&Rejection) -> http::Response<Bytes> + Send + S
 
 /// What to do with a decided request: the engine's [`Answer`](ratewarden_policy::Answer) with
 /// the grants the layer hands on.
-pub(crate) enum Admission {
+pub(crate) enum Handling {
     /// Serve it, after `delay` (a queueing rule), adding `headers` to the response.
     Go {
         headers: Vec<(HeaderName, HeaderValue)>,
@@ -72,15 +72,15 @@ pub(crate) enum Admission {
 
 /// The answer to `verdict`, as the server's gateway gives it (the same translation,
 /// [`Verdict::answer`]), a refusal telling the client to come back in `retry_ns`.
-pub(crate) fn answer(verdict: &Verdict, legacy: bool, retry_ns: u64) -> Admission {
+pub(crate) fn answer(verdict: &Verdict, legacy: bool, retry_ns: u64) -> Handling {
     match verdict.answer(legacy, retry_ns) {
-        ratewarden_policy::Answer::Go { headers, delay } => Admission::Go {
+        ratewarden_policy::Answer::Go { headers, delay } => Handling::Go {
             headers,
             delay,
             reservation: verdict.reservation,
             permit: verdict.permit,
         },
-        ratewarden_policy::Answer::Stop(contract) => Admission::Stop(Rejection {
+        ratewarden_policy::Answer::Stop(contract) => Handling::Stop(Rejection {
             status: StatusCode::from_u16(contract.status).unwrap_or(StatusCode::TOO_MANY_REQUESTS),
             retry_after: Duration::from_nanos(retry_ns),
             violated: verdict

@@ -13,7 +13,7 @@ use http::{HeaderName, HeaderValue, Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
-use crate::answer::{self, Admission, Rejection};
+use crate::answer::{self, Handling, Rejection};
 use crate::layer::{unknown_peer, Settings};
 use crate::limits::Unreadable;
 use crate::permit::PermitGuard;
@@ -160,8 +160,8 @@ fn prepare(
         .jitter
         .apply(verdict.retry_ns(), settings.retry_after_jitter);
     match answer::answer(&verdict, limits.legacy(), retry) {
-        Admission::Stop(rejection) => Prepared::Stop(refuse(settings, &rejection, grpc)),
-        Admission::Go {
+        Handling::Stop(rejection) => Prepared::Stop(refuse(settings, &rejection, grpc)),
+        Handling::Go {
             headers,
             delay,
             reservation,
