@@ -1,13 +1,14 @@
 //! Adaptive concurrency rules: their validation, and the engine holding one limiter per
 //! rule and key that sheds past the learnt limit and learns from each release.
 
-use std::net::IpAddr;
-
 use ratewarden_core::adaptive::{Completion, Criticality, Strategy};
 use ratewarden_core::now_or_panic;
-use ratewarden_memory::{MemoryStore, StoreConfig};
 use ratewarden_policy::config::parse;
-use ratewarden_policy::{Engine, Owner, ReleaseError, Request, Verdict};
+use ratewarden_policy::{Owner, ReleaseError, Verdict};
+
+mod common;
+
+use common::{decide, engine, release, request};
 
 const NOW: u64 = 1_000_000_000_000;
 const MS: u64 = 1_000_000;
@@ -121,35 +122,6 @@ fn adaptive_rules_are_validated_with_located_errors() {
         let got = errors(&text);
         assert!(got.contains(want), "wanted {want}\ngot {got}");
     }
-}
-
-fn engine(toml: &str) -> Engine<MemoryStore> {
-    Engine::new(
-        parse("a.toml", toml).unwrap(),
-        MemoryStore::new(StoreConfig::default()),
-    )
-}
-
-fn request<'a>(peer: &str, path: &'a str, headers: &'a [(&'a str, &'a str)]) -> Request<'a> {
-    Request {
-        peer: peer.parse::<IpAddr>().unwrap(),
-        method: "GET",
-        path,
-        host: None,
-        headers,
-        cost: None,
-        api_key: None,
-        tenant: None,
-    }
-}
-
-fn decide(engine: &Engine<MemoryStore>, request: &Request<'_>, now: u64) -> Verdict {
-    now_or_panic(engine.decide(request, now)).unwrap()
-}
-
-fn release(engine: &Engine<MemoryStore>, verdict: &Verdict, completion: Completion, now: u64) {
-    let id = verdict.permit.expect("a permit");
-    now_or_panic(engine.release_with(id, Owner::Verdict(verdict), completion, now)).unwrap();
 }
 
 /// AIMD pinned at `limit`, no reserve, updated on every sample.

@@ -1,7 +1,6 @@
 //! The engine: matching, keys, layers, shadow mode, rollout and store failure.
 
 use std::fmt;
-use std::net::IpAddr;
 
 use ratewarden_core::{now_or_panic, AsyncStore, Check, Decision, Limit, Store};
 use ratewarden_memory::{MemoryStore, StoreConfig};
@@ -9,6 +8,10 @@ use ratewarden_policy::config::parse;
 use ratewarden_policy::{
     Engine, GrantId, Owner, ReleaseError, Request, RequestError, SettleError, Verdict,
 };
+
+mod common;
+
+use common::{engine, request};
 
 const NOW: u64 = 1_000_000_000_000;
 
@@ -43,21 +46,10 @@ impl<S: AsyncStore> RunNow for Engine<S> {
     }
 }
 
-fn engine(toml: &str) -> Engine<MemoryStore> {
-    let config = parse("test.toml", toml).unwrap();
-    Engine::new(config, MemoryStore::new(StoreConfig::default()))
-}
-
 fn get<'a>(peer: &str, headers: &'a [(&'a str, &'a str)]) -> Request<'a> {
     Request {
-        peer: peer.parse::<IpAddr>().unwrap(),
-        method: "GET",
-        path: "/orders",
         host: Some("api.example.com"),
-        headers,
-        cost: None,
-        api_key: None,
-        tenant: None,
+        ..request(peer, "/orders", headers)
     }
 }
 

@@ -1,6 +1,8 @@
 //! `explain`: every rule's finding for one request (matched or not and why, its key, its
 //! state, what it would decide), charging nothing; and a key's state and reset.
 
+mod common;
+
 use std::net::IpAddr;
 
 use ratewarden_core::{now_or_panic, Decision, Outcome};
@@ -97,22 +99,14 @@ rollout = "0%"
 "#;
 
 fn engine() -> Engine<MemoryStore> {
-    Engine::new(
-        parse("explain.toml", RULES).unwrap(),
-        MemoryStore::new(StoreConfig::default()),
-    )
+    common::engine(RULES)
 }
 
 fn request<'a>(method: &'a str, path: &'a str, headers: &'a [(&'a str, &'a str)]) -> Request<'a> {
     Request {
-        peer: "203.0.113.9".parse::<IpAddr>().unwrap(),
         method,
-        path,
         host: Some("api.example.com"),
-        headers,
-        cost: None,
-        api_key: None,
-        tenant: None,
+        ..common::request("203.0.113.9", path, headers)
     }
 }
 

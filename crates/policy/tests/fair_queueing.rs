@@ -2,8 +2,9 @@
 //! fairly across tenants, instead of being refused; a release dispatches the next waiter;
 //! past `max_wait`, or with its lanes full, it is shed; a client that goes away leaves.
 
+mod common;
+
 use std::future::Future;
-use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -14,7 +15,7 @@ use ratewarden_core::now_or_panic;
 use ratewarden_memory::{MemoryStore, StoreConfig};
 use ratewarden_policy::config::parse;
 use ratewarden_policy::{
-    Engine, Owner, Request, RequestError, ShedReason, Timer, Verdict, WAIT_BUCKETS_NS,
+    Engine, Request, RequestError, ShedReason, Timer, Verdict, WAIT_BUCKETS_NS,
 };
 
 const NOW: u64 = 1_000_000_000_000;
@@ -80,22 +81,11 @@ fn random_engine(toml: &str) -> Engine<MemoryStore> {
 }
 
 fn request<'a>(path: &'a str, headers: &'a [(&'a str, &'a str)]) -> Request<'a> {
-    Request {
-        peer: "198.51.100.1".parse::<IpAddr>().unwrap(),
-        method: "GET",
-        path,
-        host: None,
-        headers,
-        cost: None,
-        api_key: None,
-        tenant: None,
-    }
+    common::request("198.51.100.1", path, headers)
 }
 
 fn release(engine: &Engine<MemoryStore>, verdict: &Verdict, now: u64) {
-    let id = verdict.permit.expect("a permit");
-    let owner = Owner::Verdict(verdict);
-    now_or_panic(engine.release_with(id, owner, Completion::default(), now)).unwrap();
+    common::release(engine, verdict, Completion::default(), now);
 }
 
 /// One place (AIMD pinned at `limit`, no reserve) under one global key, and a queue.

@@ -5,6 +5,8 @@
 //! Each property runs a few hundred cases in the suite; `RATEWARDEN_FUZZ_CASES=100000 cargo
 //! test -p ratewarden-policy --test fuzz --release` runs a long pass.
 
+mod common;
+
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -788,10 +790,7 @@ fn host_spelling() -> impl Strategy<Value = String> {
 }
 
 fn engine(rules: &str) -> ratewarden_policy::Engine<ratewarden_memory::MemoryStore> {
-    ratewarden_policy::Engine::new(
-        config::parse("fuzz.toml", rules).unwrap(),
-        ratewarden_memory::MemoryStore::new(Default::default()),
-    )
+    common::engine(rules)
 }
 
 fn request<'a>(
@@ -799,14 +798,8 @@ fn request<'a>(
     headers: &'a [(&'a str, &'a str)],
 ) -> ratewarden_policy::Request<'a> {
     ratewarden_policy::Request {
-        peer: std::net::IpAddr::from([198, 51, 100, 1]),
-        method: "GET",
-        path: "/",
         host,
-        headers,
-        cost: None,
-        api_key: None,
-        tenant: None,
+        ..common::request("198.51.100.1", "/", headers)
     }
 }
 

@@ -1,9 +1,10 @@
 //! `Engine::decide_keyed`: rules of the engine, keys from the caller, decided all or nothing
 //! under the same keys the descriptor path builds.
 
+mod common;
+
 use ratewarden_core::now_or_panic;
-use ratewarden_memory::{MemoryStore, StoreConfig};
-use ratewarden_policy::config::parse;
+use ratewarden_memory::MemoryStore;
 use ratewarden_policy::{Engine, RequestDescriptor};
 
 const RULES: &str = r#"
@@ -25,8 +26,7 @@ window = "1m"
 "#;
 
 fn engine() -> Engine<MemoryStore> {
-    let config = parse("keyed.toml", RULES).expect("valid rules");
-    Engine::new(config, MemoryStore::new(StoreConfig::default()))
+    common::engine(RULES)
 }
 
 #[test]

@@ -1,8 +1,9 @@
 //! Prefetched allowances: several engines on one shared store, deciding from allowances
 //! charged in the store before they are spent, on exact injected time.
 
+mod common;
+
 use std::future::Future;
-use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -73,16 +74,7 @@ impl Store for Shared {
 }
 
 fn request<'a>(headers: &'a [(&'a str, &'a str)]) -> Request<'a> {
-    Request {
-        peer: "192.0.2.7".parse::<IpAddr>().expect("an address"),
-        method: "GET",
-        path: "/",
-        host: None,
-        headers,
-        cost: None,
-        api_key: None,
-        tenant: None,
-    }
+    common::request("192.0.2.7", "/", headers)
 }
 
 fn decide<S: ratewarden_core::AsyncStore>(
@@ -90,7 +82,7 @@ fn decide<S: ratewarden_core::AsyncStore>(
     headers: &[(&str, &str)],
     now: u64,
 ) -> Verdict {
-    now_or_panic(engine.decide(&request(headers), now)).expect("decided")
+    common::decide(engine, &request(headers), now)
 }
 
 fn fleet(toml: &str, n: usize) -> (Shared, Vec<Engine<Shared>>) {

@@ -2,16 +2,16 @@
 //! the id, globs, bare keys), rules written for descriptors taking buckets as they always
 //! have, and a bucket rule never taking a descriptor.
 
+mod common;
+
 use ratewarden_core::now_or_panic;
-use ratewarden_memory::{MemoryStore, StoreConfig};
-use ratewarden_policy::config::parse;
+use ratewarden_memory::MemoryStore;
 use ratewarden_policy::{Engine, RequestDescriptor};
 
 const NOW: u64 = 1_000_000_000_000;
 
 fn engine(rules: &str) -> Engine<MemoryStore> {
-    let config = parse("test.toml", rules).unwrap();
-    Engine::new(config, MemoryStore::new(StoreConfig::default()))
+    common::engine(rules)
 }
 
 fn rule(name: &str, matches: &str) -> String {

@@ -1,8 +1,9 @@
 //! Top offenders: the Space-Saving summary's stated error bound on a Zipf stream, its fixed
 //! memory, no allocation on the hot path, and the engine feeding it per rule.
 
+mod common;
+
 use std::collections::HashMap;
-use std::net::IpAddr;
 
 use ratewarden_core::now_or_panic;
 use ratewarden_memory::{MemoryStore, StoreConfig};
@@ -123,16 +124,7 @@ fn memory_stays_fixed_whatever_the_stream() {
 }
 
 fn request<'a>(peer: &str, headers: &'a [(&'a str, &'a str)]) -> Request<'a> {
-    Request {
-        peer: peer.parse::<IpAddr>().unwrap(),
-        method: "GET",
-        path: "/orders",
-        host: None,
-        headers,
-        cost: None,
-        api_key: None,
-        tenant: None,
-    }
+    common::request(peer, "/orders", headers)
 }
 
 #[test]
