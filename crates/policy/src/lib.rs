@@ -24,6 +24,7 @@ pub mod path;
 pub mod quota;
 #[cfg(feature = "tokio")]
 mod runtime;
+pub mod usage;
 
 pub use config::{
     Adaptive, AdminAccess, AdminToken, Bounds, BucketMatch, Config, ConfigError, ConfigErrors,

@@ -112,7 +112,7 @@ fn every_engine_module_is_in_a_room_or_composes_them() {
 #[test]
 fn the_request_reading_modules_sit_below_the_engine() {
     let policy = policy();
-    for module in ["ip", "host", "path", "method_override"] {
+    for module in ["ip", "host", "path", "method_override", "usage"] {
         assert!(policy.modules.contains_key(module), "no module {module}");
         for to in &policy.imports[module] {
             assert!(

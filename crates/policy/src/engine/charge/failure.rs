@@ -41,7 +41,7 @@ impl<S: AsyncStore> Charger<S> {
     /// shared store just admitted (a share already spent stays so: this is a record of this
     /// process's traffic, not a decision), so a store failure finds the share already
     /// holding this process's recent admissions, not a fresh burst. (`open` rules are
-    /// charged in process before the store is asked: `charge.rs`.)
+    /// charged in process before the store is asked: `Charger::in_process`.)
     pub(crate) fn record_locally(&self, rules: &[Rule], enforced: &[&Applying], now: u64) {
         for a in enforced {
             let rule = &rules[a.rule];

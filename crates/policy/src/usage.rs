@@ -1,0 +1,440 @@
+//! What an answer says a request really cost: an LLM API's token `usage`, read from a JSON
+//! body or from the events of a `text/event-stream` answer as they stream by.
+//!
+//! A cost known only once the upstream has answered is charged as an estimate and settled
+//! with what the answer says ([`UsagePath`] names where: `usage.total_tokens`, or a sum
+//! such as `usage.prompt_tokens + usage.completion_tokens`). A JSON answer is read whole;
+//! a streamed one is fed to an [`EventStream`] piece by piece as it is relayed, which keeps
+//! only the event being read (bounded) and the last usage seen: OpenAI-compatible servers
+//! send `usage` once, in the last event before `data: [DONE]`, and `null` in the others.
+//!
+//! Nothing here decides what a missing usage means: the caller settles at the estimate
+//! (a stream cut before its usage arrived, a body without one), never at zero.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde_json::Value;
+
+/// The longest event kept for reading (its `data` lines joined). A longer event is relayed
+/// as any other but not read: a usage event is a few hundred bytes.
+pub const MAX_EVENT: usize = 64 * 1024;
+
+/// The most fields one [`UsagePath`] adds up.
+pub const MAX_TERMS: usize = 8;
+
+/// The most names in one field's path (`usage.completion_tokens_details.reasoning_tokens`
+/// is three).
+pub const MAX_DEPTH: usize = 8;
+
+/// Where a JSON answer's cost is read: one field, or the sum of several, each a dotted path
+/// of object keys from the top (`usage.total_tokens`,
+/// `usage.prompt_tokens + usage.completion_tokens`).
+///
+/// # Examples
+///
+/// ```
+/// use ratewarden_policy::usage::UsagePath;
+///
+/// let path: UsagePath = "usage.prompt_tokens + usage.completion_tokens".parse().unwrap();
+/// let body = br#"{"usage":{"prompt_tokens":12,"completion_tokens":30,"total_tokens":42}}"#;
+/// assert_eq!(path.read_json(body), Some(42));
+/// assert!("usage..total".parse::<UsagePath>().is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsagePath {
+    /// The fields added up, each a list of keys from the top.
+    terms: Vec<Vec<String>>,
+}
+
+/// A [`UsagePath`] that cannot be read, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{text}` is not a usage path ({why}): write dotted keys such as `usage.total_tokens`, joined by `+` to add them up")]
+pub struct UsagePathError {
+    /// What was written.
+    pub text: String,
+    /// What is wrong with it.
+    pub why: &'static str,
+}
+
+impl FromStr for UsagePath {
+    type Err = UsagePathError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let error = |why| UsagePathError {
+            text: text.to_owned(),
+            why,
+        };
+        let mut terms = Vec::new();
+        for term in text.split('+') {
+            let keys: Vec<String> = term.trim().split('.').map(str::to_owned).collect();
+            if keys.iter().any(|k| k.is_empty()) {
+                return Err(error("an empty key"));
+            }
+            if keys
+                .iter()
+                .any(|k| k.chars().any(|c| c.is_whitespace() || c.is_control()))
+            {
+                return Err(error("a key with a space in it"));
+            }
+            if keys.len() > MAX_DEPTH {
+                return Err(error("more than 8 keys deep"));
+            }
+            terms.push(keys);
+        }
+        if terms.len() > MAX_TERMS {
+            return Err(error("more than 8 fields added up"));
+        }
+        Ok(UsagePath { terms })
+    }
+}
+
+impl fmt::Display for UsagePath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, term) in self.terms.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" + ")?;
+            }
+            f.write_str(&term.join("."))?;
+        }
+        Ok(())
+    }
+}
+
+impl UsagePath {
+    /// The cost `value` holds at this path: every field present, each a whole number of
+    /// at least 0, added up (saturating). `None` when a field is missing, `null`, negative,
+    /// fractional or not a number.
+    pub fn read(&self, value: &Value) -> Option<u64> {
+        let mut sum: u64 = 0;
+        for term in &self.terms {
+            let mut at = value;
+            for key in term {
+                at = at.as_object()?.get(key)?;
+            }
+            sum = sum.saturating_add(at.as_u64()?);
+        }
+        Some(sum)
+    }
+
+    /// The cost a whole JSON body holds at this path; `None` when the body is not JSON or
+    /// the path is not there (see [`read`](Self::read)).
+    pub fn read_json(&self, body: &[u8]) -> Option<u64> {
+        let value: Value = serde_json::from_slice(body).ok()?;
+        self.read(&value)
+    }
+
+    /// The first key of the path's first field (`usage`): an event that does not name it
+    /// is not parsed.
+    fn head(&self) -> &str {
+        self.terms
+            .first()
+            .and_then(|t| t.first())
+            .map_or("", String::as_str)
+    }
+}
+
+/// The events of a `text/event-stream` answer, fed as they stream by, for the last usage
+/// they carry.
+///
+/// An event is its `data:` lines joined by `\n`, ended by a blank line (the HTML Living
+/// Standard's event stream: lines end in CR LF, LF or CR; a `:` line is a comment; other
+/// fields are ignored). Each event whose data names the path's first key with an object
+/// value (`"usage":{`) is parsed as JSON and read at the path; the last one read wins.
+/// Everything else (the many token events with `"usage":null`, `[DONE]`) costs a search
+/// for that key and nothing more.
+///
+/// # Examples
+///
+/// ```
+/// use ratewarden_policy::usage::EventStream;
+///
+/// let mut events = EventStream::new("usage.total_tokens".parse().unwrap());
+/// events.feed(b"data: {\"choices\":[],\"usage\":null}\n\ndata: {\"usage\":{\"total_");
+/// events.feed(b"tokens\":42}}\n\ndata: [DONE]\n\n");
+/// assert_eq!(events.usage(), Some(42));
+/// ```
+#[derive(Debug)]
+pub struct EventStream {
+    path: UsagePath,
+    /// `"head"` with its quotes: what an event must hold to be parsed.
+    needle: Vec<u8>,
+    /// The line being read (up to [`MAX_EVENT`]).
+    line: Vec<u8>,
+    /// The current event's data so far (up to [`MAX_EVENT`]).
+    data: Vec<u8>,
+    /// The current event has a `data` field (an empty one too).
+    has_data: bool,
+    /// The current line or event outgrew [`MAX_EVENT`]: it is skipped to its end.
+    skipping_line: bool,
+    skipping_event: bool,
+    /// The last byte fed was a CR: a LF right after it ends nothing more.
+    after_cr: bool,
+    /// The last usage read.
+    last: Option<u64>,
+    /// Events that named the path's key with an object but could not be read at the path.
+    unreadable: u64,
+}
+
+impl EventStream {
+    /// A stream whose events are read at `path`.
+    pub fn new(path: UsagePath) -> Self {
+        let needle = format!("\"{}\"", path.head()).into_bytes();
+        EventStream {
+            path,
+            needle,
+            line: Vec::new(),
+            data: Vec::new(),
+            has_data: false,
+            skipping_line: false,
+            skipping_event: false,
+            after_cr: false,
+            last: None,
+            unreadable: 0,
+        }
+    }
+
+    /// Reads the next piece of the stream, wherever it was cut.
+    pub fn feed(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if self.after_cr {
+                self.after_cr = false;
+                if bytes[0] == b'\n' {
+                    bytes = &bytes[1..];
+                    continue;
+                }
+            }
+            match memchr::memchr2(b'\n', b'\r', bytes) {
+                Some(end) => {
+                    self.push_line_bytes(&bytes[..end]);
+                    self.after_cr = bytes[end] == b'\r';
+                    self.end_line();
+                    bytes = &bytes[end + 1..];
+                }
+                None => {
+                    self.push_line_bytes(bytes);
+                    bytes = &[];
+                }
+            }
+        }
+    }
+
+    /// The last usage the stream carried so far; `None` when none could be read.
+    pub fn usage(&self) -> Option<u64> {
+        self.last
+    }
+
+    /// Events that named the usage's key with an object but held no usage at the path (a
+    /// malformed usage): for a metric, as the caller then settles at the estimate.
+    pub fn unreadable(&self) -> u64 {
+        self.unreadable
+    }
+
+    fn push_line_bytes(&mut self, bytes: &[u8]) {
+        if self.skipping_line {
+            return;
+        }
+        if self.line.len() + bytes.len() > MAX_EVENT {
+            self.skipping_line = true;
+            self.line.clear();
+            return;
+        }
+        self.line.extend_from_slice(bytes);
+    }
+
+    fn end_line(&mut self) {
+        if std::mem::take(&mut self.skipping_line) {
+            // A line past the bound: its event is not read.
+            self.skipping_event = true;
+            return;
+        }
+        let line = std::mem::take(&mut self.line);
+        if line.is_empty() {
+            self.end_event();
+        } else {
+            self.field(&line);
+        }
+        self.line = line;
+        self.line.clear();
+    }
+
+    /// One line of an event: `name: value`, `name:value`, `name` (empty value), or a
+    /// comment (`:`…).
+    fn field(&mut self, line: &[u8]) {
+        if line[0] == b':' || self.skipping_event {
+            return;
+        }
+        let (name, value) = match memchr::memchr(b':', line) {
+            Some(colon) => {
+                let value = &line[colon + 1..];
+                (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
+            }
+            None => (line, &b""[..]),
+        };
+        if name != b"data" {
+            return;
+        }
+        let extra = usize::from(self.has_data) + value.len();
+        if self.data.len() + extra > MAX_EVENT {
+            self.skipping_event = true;
+            self.data.clear();
+            return;
+        }
+        if self.has_data {
+            self.data.push(b'\n');
+        }
+        self.data.extend_from_slice(value);
+        self.has_data = true;
+    }
+
+    fn end_event(&mut self) {
+        let skipped = std::mem::take(&mut self.skipping_event);
+        if std::mem::take(&mut self.has_data) && !skipped && self.names_an_object() {
+            match self.path.read_json(&self.data) {
+                Some(cost) => self.last = Some(cost),
+                None => self.unreadable += 1,
+            }
+        }
+        self.data.clear();
+    }
+
+    /// Whether the event's data holds the path's first key followed by an object: the
+    /// one event of a stream worth parsing.
+    fn names_an_object(&self) -> bool {
+        let finder = memchr::memmem::Finder::new(&self.needle);
+        finder.find_iter(&self.data).any(|at| {
+            let rest = &self.data[at + self.needle.len()..];
+            let mut rest = rest.iter().skip_while(|b| b.is_ascii_whitespace());
+            rest.next() == Some(&b':')
+                && rest.find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn total() -> UsagePath {
+        "usage.total_tokens".parse().unwrap()
+    }
+
+    const STREAM: &str = concat!(
+        ": keep-alive\n\n",
+        "data: {\"id\":\"1\",\"choices\":[{\"delta\":{\"content\":\"Hi\"}}],\"usage\":null}\n\n",
+        "event: message\r\ndata: {\"id\":\"1\",\"choices\":[{\"delta\":{\"content\":\" there\"}}],\r\n",
+        "data: \"usage\":null}\r\n\r\n",
+        "data: {\"id\":\"1\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":33,\"total_tokens\":42}}\r\r",
+        "data: [DONE]\n\n",
+    );
+
+    #[test]
+    fn a_path_adds_its_fields_and_reads_only_whole_numbers() {
+        let sum: UsagePath = "usage.prompt_tokens + usage.completion_tokens".parse().unwrap();
+        let value: Value = serde_json::from_str(
+            r#"{"usage":{"prompt_tokens":9,"completion_tokens":33,"total_tokens":42}}"#,
+        )
+        .unwrap();
+        assert_eq!(sum.read(&value), Some(42));
+        assert_eq!(total().read(&value), Some(42));
+        for bad in [
+            r#"{"usage":null}"#,
+            r#"{"usage":{"total_tokens":-1}}"#,
+            r#"{"usage":{"total_tokens":4.5}}"#,
+            r#"{"usage":{"total_tokens":"42"}}"#,
+            r#"{"usage":[42]}"#,
+            r#"{}"#,
+        ] {
+            let value: Value = serde_json::from_str(bad).unwrap();
+            assert_eq!(total().read(&value), None, "{bad}");
+        }
+        assert_eq!(total().read_json(b"not json"), None);
+        assert_eq!(sum.to_string(), "usage.prompt_tokens + usage.completion_tokens");
+    }
+
+    #[test]
+    fn a_path_that_cannot_be_read_says_why() {
+        for (text, why) in [
+            ("", "an empty key"),
+            ("usage.", "an empty key"),
+            ("usage..total", "an empty key"),
+            ("usage.total tokens", "a key with a space in it"),
+            ("a.b.c.d.e.f.g.h.i", "more than 8 keys deep"),
+            ("a+b+c+d+e+f+g+h+i", "more than 8 fields added up"),
+        ] {
+            let error = text.parse::<UsagePath>().unwrap_err();
+            assert_eq!(error.why, why, "{text}");
+            assert!(error.to_string().contains(&format!("`{text}`")));
+        }
+    }
+
+    #[test]
+    fn the_last_usage_of_a_stream_is_read_and_nulls_and_comments_are_passed_over() {
+        let mut events = EventStream::new(total());
+        events.feed(STREAM.as_bytes());
+        assert_eq!(events.usage(), Some(42));
+        assert_eq!(events.unreadable(), 0);
+    }
+
+    #[test]
+    fn a_stream_cut_before_its_usage_has_none() {
+        let cut = &STREAM[..STREAM.find("\"prompt_tokens").unwrap()];
+        let mut events = EventStream::new(total());
+        events.feed(cut.as_bytes());
+        assert_eq!(events.usage(), None);
+        // The event was never ended: nothing half-read counts.
+        events.feed(b"\n\n");
+        assert_eq!(events.usage(), None);
+        assert_eq!(events.unreadable(), 1);
+    }
+
+    #[test]
+    fn a_malformed_usage_is_counted_and_a_later_one_still_read() {
+        let mut events = EventStream::new(total());
+        events.feed(b"data: {\"usage\":{\"total_tokens\":\"many\"}}\n\n");
+        assert_eq!((events.usage(), events.unreadable()), (None, 1));
+        events.feed(b"data: {\"usage\":{\"total_tokens\":7}}\n\n");
+        assert_eq!((events.usage(), events.unreadable()), (Some(7), 1));
+    }
+
+    #[test]
+    fn an_event_past_the_bound_is_not_read_and_the_stream_goes_on() {
+        let mut events = EventStream::new(total());
+        let huge = format!(
+            "data: {{\"usage\":{{\"total_tokens\":1}},\"pad\":\"{}\"}}\n\n",
+            "x".repeat(MAX_EVENT)
+        );
+        events.feed(huge.as_bytes());
+        assert_eq!(events.usage(), None);
+        events.feed(b"data: {\"usage\":{\"total_tokens\":5}}\n\n");
+        assert_eq!(events.usage(), Some(5));
+        // Many data lines adding up past the bound: the same.
+        let mut many = EventStream::new(total());
+        for _ in 0..=MAX_EVENT / 1000 {
+            many.feed(format!("data: {}\n", "y".repeat(1000)).as_bytes());
+        }
+        many.feed(b"data: {\"usage\":{\"total_tokens\":3}}\n\n");
+        assert_eq!(many.usage(), None);
+        assert!(many.data.capacity() <= 2 * MAX_EVENT);
+    }
+
+    proptest! {
+        /// Wherever the stream is cut into pieces, the same usage is read.
+        #[test]
+        fn any_cut_of_the_stream_reads_the_same(cuts in proptest::collection::vec(0..STREAM.len(), 0..12)) {
+            let bytes = STREAM.as_bytes();
+            let mut cuts = cuts;
+            cuts.sort_unstable();
+            let mut events = EventStream::new(total());
+            let mut from = 0;
+            for cut in cuts {
+                events.feed(&bytes[from..cut]);
+                from = cut;
+            }
+            events.feed(&bytes[from..]);
+            prop_assert_eq!(events.usage(), Some(42));
+            prop_assert_eq!(events.unreadable(), 0);
+        }
+    }
+}
