@@ -297,7 +297,9 @@ async fn answer(request: Request<Incoming>) -> Response<Body> {
     }
     // Each event its own frame, sent as the client takes them.
     let (sender, receiver) = mpsc::channel::<Bytes>(4);
-    let cut = asked.cut_after.is_some_and(|c| c <= asked.completion_tokens);
+    let cut = asked
+        .cut_after
+        .is_some_and(|c| c <= asked.completion_tokens);
     let events = asked.events();
     tokio::spawn(async move {
         for event in events {

@@ -21,10 +21,15 @@ struct Args {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> std::io::Result<()> {
     let args = Args::parse();
-    let listener = tokio::net::TcpListener::bind(&args.listen).await.map_err(|e| {
-        std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", args.listen))
-    })?;
-    eprintln!("ratewarden-fake-openai: listening on http://{}", listener.local_addr()?);
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .map_err(|e| {
+            std::io::Error::new(e.kind(), format!("cannot listen on {}: {e}", args.listen))
+        })?;
+    eprintln!(
+        "ratewarden-fake-openai: listening on http://{}",
+        listener.local_addr()?
+    );
     ratewarden_fake_openai::serve(listener).await;
     Ok(())
 }

@@ -77,7 +77,9 @@ async fn a_json_answer_carries_the_usage_the_request_implies() {
     assert_eq!(response.status(), 200);
     let body = response.into_body().collect().await.unwrap().to_bytes();
     assert_eq!(total().read_json(&body), Some(40));
-    let sum: UsagePath = "usage.prompt_tokens + usage.completion_tokens".parse().unwrap();
+    let sum: UsagePath = "usage.prompt_tokens + usage.completion_tokens"
+        .parse()
+        .unwrap();
     assert_eq!(sum.read_json(&body), Some(40));
     let picked = post(addr, chat(false, 30), &[("x-fake-completion-tokens", "5")]).await;
     let body = picked.into_body().collect().await.unwrap().to_bytes();
@@ -92,7 +94,11 @@ async fn a_stream_ends_with_its_usage_read_exactly() {
         assert_eq!(response.headers()["content-type"], "text/event-stream");
         let (events, clean) = read_stream(response).await;
         assert!(clean);
-        assert_eq!(events.usage(), Some(10 + completion), "{completion} completion tokens");
+        assert_eq!(
+            events.usage(),
+            Some(10 + completion),
+            "{completion} completion tokens"
+        );
         assert_eq!(events.unreadable(), 0);
     }
 }

@@ -48,4 +48,4 @@ pub use ip::{
     PrefixError, TrustedProxies,
 };
 #[cfg(feature = "tokio")]
-pub use runtime::{release_soon, ClockTimer};
+pub use runtime::{release_soon, ClockTimer, PermitGuard, Release};

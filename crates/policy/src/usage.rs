@@ -305,8 +305,7 @@ impl EventStream {
         finder.find_iter(&self.data).any(|at| {
             let rest = &self.data[at + self.needle.len()..];
             let mut rest = rest.iter().skip_while(|b| b.is_ascii_whitespace());
-            rest.next() == Some(&b':')
-                && rest.find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+            rest.next() == Some(&b':') && rest.find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
         })
     }
 }
@@ -331,7 +330,9 @@ mod tests {
 
     #[test]
     fn a_path_adds_its_fields_and_reads_only_whole_numbers() {
-        let sum: UsagePath = "usage.prompt_tokens + usage.completion_tokens".parse().unwrap();
+        let sum: UsagePath = "usage.prompt_tokens + usage.completion_tokens"
+            .parse()
+            .unwrap();
         let value: Value = serde_json::from_str(
             r#"{"usage":{"prompt_tokens":9,"completion_tokens":33,"total_tokens":42}}"#,
         )
@@ -350,7 +351,10 @@ mod tests {
             assert_eq!(total().read(&value), None, "{bad}");
         }
         assert_eq!(total().read_json(b"not json"), None);
-        assert_eq!(sum.to_string(), "usage.prompt_tokens + usage.completion_tokens");
+        assert_eq!(
+            sum.to_string(),
+            "usage.prompt_tokens + usage.completion_tokens"
+        );
     }
 
     #[test]

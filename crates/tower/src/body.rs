@@ -9,7 +9,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use crate::grpc;
-use crate::permit::PermitGuard;
+use ratewarden_policy::PermitGuard;
 
 pin_project! {
     /// The body of a response through [`RateLimit`](crate::RateLimit): the inner service's

@@ -52,7 +52,6 @@ mod grpc;
 mod keyed;
 mod layer;
 mod limits;
-mod permit;
 mod reservation;
 mod service;
 

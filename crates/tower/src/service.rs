@@ -16,11 +16,10 @@ use tower_service::Service;
 use crate::answer::{self, Handling, Rejection};
 use crate::layer::{unknown_peer, Settings};
 use crate::limits::Unreadable;
-use crate::permit::PermitGuard;
 use crate::{grpc, LimitBody, Reservation};
 use ratewarden_core::adaptive::Completion;
-use ratewarden_policy::ClockTimer;
 use ratewarden_policy::Verdict;
+use ratewarden_policy::{ClockTimer, PermitGuard};
 
 /// The future of a [`RateLimit`] call.
 pub type ResponseFuture<B, E> =
@@ -179,12 +178,12 @@ fn prepare(
             }
             // Held from here: dropped with the service's future (the client went away
             // before the answer) or with the response body.
-            let permit = permit.zip(owner).map(|(id, owner)| PermitGuard {
-                owner,
-                limits: Arc::clone(limits),
-                clock: Arc::clone(&settings.clock),
-                id: Some(id),
-                completion: None,
+            let permit = permit.zip(owner).map(|(id, owner)| {
+                let limits = Arc::clone(limits);
+                let clock = Arc::clone(&settings.clock);
+                PermitGuard::new(Box::new(move |completion| {
+                    limits.release(id, owner, completion, clock.now())
+                }))
             });
             Prepared::Go((headers, delay, permit))
         }
