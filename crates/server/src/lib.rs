@@ -3,5 +3,7 @@
 
 pub mod check_config;
 pub mod cli;
+pub mod describe;
 pub mod explain;
+pub mod run;
 pub mod serve;

@@ -12,7 +12,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => ratewarden_server::serve::main(args),
+        Command::Serve(args) => ratewarden_server::run::main(args),
         Command::Simulate(args) => ratewarden_simulate::main(*args),
         Command::CheckConfig { file } => ratewarden_server::check_config::main(&file),
         Command::Explain {

@@ -25,6 +25,11 @@ pub struct Running {
 }
 
 impl Running {
+    /// How long a shutdown lets requests in flight finish, as the config loaded at start says.
+    pub fn shutdown_grace(&self) -> std::time::Duration {
+        self.app.started().shutdown_grace
+    }
+
     /// Starts a graceful shutdown: the listeners stop accepting, requests in flight get
     /// `[server] shutdown_grace` to finish.
     pub fn shutdown(&self) {

@@ -11,12 +11,13 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::app::{self, App};
-use super::conn::{self, Role};
+use super::conn;
 use super::gateway::Local;
 use super::prefetch;
 use super::running::Running;
 use super::store::AnyStore;
 use super::workers;
+use super::workers::Role;
 
 /// What to start: a validated config, where it came from (for reloads), and the clock.
 pub struct Options {
@@ -158,7 +159,7 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
         api = %off(api_addr),
         grpc = %off(grpc_addr),
         admin = %off(admin_addr),
-        admin_auth = crate::check_config::admin_protection(&settings),
+        admin_auth = crate::describe::admin_protection(&settings),
         upstream = settings.upstream.as_deref().unwrap_or("none"),
         store = %app.started_store().kind,
         rules = app.engine.rule_list().len(),

@@ -1,10 +1,71 @@
 //! The store a server decides on: in this process's memory, or shared in Redis.
 
+use anyhow::Context;
 use ratewarden_core::share::Ask;
 use ratewarden_core::{AsyncStore, Check, Decision, Limit, Store};
 use ratewarden_memory::{MemoryStore, StoreStats, WhenFull};
-use ratewarden_policy::StoreSettings;
-use ratewarden_redis::{BreakerState, RedisError, RedisStore};
+use ratewarden_policy::{StoreKind, StoreSettings};
+use ratewarden_redis::{
+    BreakerState, RedisConfig, RedisError, RedisStore, SentinelTarget, Target, TimeSource,
+};
+
+/// The Redis client config of a shared `[store]` (`None` for the in-memory store), its CA
+/// file read: the one place that turns `[store]` into a [`RedisConfig`].
+///
+/// # Errors
+///
+/// A `tls_ca_file` that cannot be read.
+pub(crate) fn redis_config(settings: &StoreSettings) -> anyhow::Result<Option<RedisConfig>> {
+    let target = match &settings.kind {
+        StoreKind::Memory => return Ok(None),
+        StoreKind::Redis { url } => Target::Single(url.clone()),
+        StoreKind::RedisCluster { nodes } => Target::Cluster(nodes.clone()),
+        StoreKind::RedisSentinel {
+            sentinels,
+            master_name,
+            username,
+            password,
+            tls,
+        } => Target::Sentinel(SentinelTarget {
+            sentinels: sentinels.clone(),
+            master_name: master_name.clone(),
+            username: username.clone(),
+            password: password.clone(),
+            tls: *tls,
+        }),
+    };
+    let tls_ca =
+        match &settings.tls_ca_file {
+            Some(path) => Some(std::fs::read(path).with_context(|| {
+                format!("`[store] tls_ca_file`: cannot read {}", path.display())
+            })?),
+            None => None,
+        };
+    Ok(Some(RedisConfig {
+        tls_ca,
+        target,
+        deadline: settings.deadline,
+        breaker_failures: settings.breaker_failures,
+        breaker_cool_down: settings.breaker_cool_down,
+        time: TimeSource::Redis,
+        key_prefix: settings.key_prefix.clone(),
+        wait_for_replicas: settings.wait_for_replicas,
+        ..RedisConfig::default()
+    }))
+}
+
+/// The shared store of `settings` as `serve` starts it (`None` for the in-memory store): it
+/// connects on first use, so building it checks the URLs and the CA file and nothing else.
+///
+/// # Errors
+///
+/// What [`redis_config`] refuses, and a URL the Redis client cannot use.
+pub(crate) fn shared_store(settings: &StoreSettings) -> anyhow::Result<Option<RedisStore>> {
+    let Some(config) = redis_config(settings)? else {
+        return Ok(None);
+    };
+    RedisStore::new(config).map(Some).context("`[store]`")
+}
 
 /// The configured store, chosen at start from `[store] kind`.
 pub(crate) enum AnyStore {
@@ -21,10 +82,10 @@ pub(crate) enum StoreError {
 }
 
 impl AnyStore {
-    /// The store `[store]` configures. The shared one is built by the same function
-    /// `check-config` calls, so it refuses exactly what this refuses.
+    /// The store `[store]` configures. The shared one is built by [`shared_store`], which
+    /// `check-config` calls too, so it refuses exactly what this refuses.
     pub(crate) fn from_settings(settings: &StoreSettings) -> anyhow::Result<Self> {
-        Ok(match crate::check_config::shared_store(settings)? {
+        Ok(match shared_store(settings)? {
             Some(redis) => AnyStore::Redis(Box::new(redis)),
             None => AnyStore::Memory(MemoryStore::new(settings.memory_config(
                 if settings.evict_when_full {

@@ -6,10 +6,33 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
+use super::admin::Admin;
+use super::api::Api;
 use super::app::App;
-use super::conn::{self, Role};
+use super::conn;
 use super::envoy;
-use super::gateway::Local;
+use super::gateway::{Gateway, Local};
+
+/// What a listener serves, as `start` binds them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Role {
+    /// The reverse proxy in front of `[server] upstream`.
+    Gateway,
+    /// The decision API: `/v1/check`, `/v1/settle`, `/v1/release`.
+    Api,
+    /// `/metrics`, `/live`, `/ready`, `/reload`.
+    Admin,
+}
+
+impl Role {
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Role::Gateway => "gateway",
+            Role::Api => "api",
+            Role::Admin => "admin",
+        }
+    }
+}
 
 /// One worker thread: its own single-threaded runtime serving every HTTP listener until
 /// stopped.
@@ -62,14 +85,17 @@ pub(super) fn spawn(
 ) -> std::io::Result<()> {
     for (listener, role) in listeners {
         let listener = tokio::net::TcpListener::from_std(listener)?;
-        tasks.spawn(conn::serve(
-            listener,
-            role,
-            Arc::clone(app),
-            Arc::clone(local),
-            stopped.clone(),
-            grace,
-        ));
+        let (app, stopped) = (Arc::clone(app), stopped.clone());
+        match role {
+            Role::Gateway => {
+                let gateway = Arc::new(Gateway {
+                    local: Arc::clone(local),
+                });
+                tasks.spawn(conn::serve(listener, gateway, app, stopped, grace))
+            }
+            Role::Api => tasks.spawn(conn::serve(listener, Arc::new(Api), app, stopped, grace)),
+            Role::Admin => tasks.spawn(conn::serve(listener, Arc::new(Admin), app, stopped, grace)),
+        };
     }
     Ok(())
 }

@@ -8,7 +8,7 @@ use ratewarden_policy::{OnStoreFailure, RuleStats};
 use ratewarden_redis::BreakerState;
 use serde_json::{json, Value};
 
-use crate::check_config::row;
+use crate::describe::row;
 use crate::serve::admin::endpoints::top_json;
 use crate::serve::admin::samples::{Sample, SAMPLE_EVERY};
 use crate::serve::app::App;

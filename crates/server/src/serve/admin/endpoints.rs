@@ -12,9 +12,9 @@ use ratewarden_policy::{outcome_words, KeyStateError, RuleTop, TopReport};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::explain::readable;
-use crate::serve::api::CheckBody;
+use crate::describe::explanation::{readable, to_json};
 use crate::serve::app::App;
+use crate::serve::bodies::CheckBody;
 use crate::serve::reply::{self, Body, Problem};
 
 /// The most an operator's request body may hold.
@@ -104,7 +104,7 @@ pub(crate) async fn explain(
         .engine
         .explain(&resolved.request(), app.clock.now())
         .await;
-    Ok(crate::explain::to_json(&explained, &app.engine.rule_list()))
+    Ok(to_json(&explained, &app.engine.rule_list()))
 }
 
 fn state_json(rule: &str, parts: &str, stored_key: &str, d: &Decision) -> Value {

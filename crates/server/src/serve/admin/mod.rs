@@ -18,14 +18,43 @@ use ratewarden_policy::{AdminAccess, ADMIN_TOKEN_ENV};
 use serde_json::json;
 
 use self::endpoints as operator;
+use ratewarden_policy::Bounds;
+use tokio::net::TcpStream;
+
 use crate::serve::app::App;
+use crate::serve::conn::graceful::Stop;
+use crate::serve::conn::rewind::Rewind;
+use crate::serve::conn::Door;
 use crate::serve::reply::{self, Body};
 
-pub(crate) async fn handle(
-    app: &Arc<App>,
-    peer: SocketAddr,
-    request: Request<Incoming>,
-) -> Response<Body> {
+/// The admin listener as a door: hyper serves all of it, with no path of its own.
+pub(crate) struct Admin;
+
+impl Door for Admin {
+    const NAME: &'static str = "admin";
+
+    async fn lean(
+        &self,
+        stream: TcpStream,
+        _app: &Arc<App>,
+        _peer: SocketAddr,
+        _bounds: Bounds,
+        _stop: &mut Stop<'_>,
+    ) -> Option<Rewind<TcpStream>> {
+        Some(Rewind::new(Vec::new(), stream))
+    }
+
+    async fn handle(
+        &self,
+        app: &Arc<App>,
+        peer: SocketAddr,
+        request: Request<Incoming>,
+    ) -> Response<Body> {
+        handle(app, peer, request).await
+    }
+}
+
+async fn handle(app: &Arc<App>, peer: SocketAddr, request: Request<Incoming>) -> Response<Body> {
     let settings = app.settings();
     let access = &settings.admin_access;
     if let Some(refused) = host_refusal(&request, access) {

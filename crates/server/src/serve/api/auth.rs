@@ -20,7 +20,7 @@ use hyper::body::Incoming;
 
 use crate::serve::admission::{self, Admission, Ask};
 use crate::serve::app::App;
-use crate::serve::gateway::guard;
+use crate::serve::guard;
 use crate::serve::reply::{self, Body, Problem};
 use ratewarden_policy::Answer;
 

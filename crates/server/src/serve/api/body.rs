@@ -12,7 +12,6 @@ use hyper::body::Body as _;
 use hyper::body::Incoming;
 use ratewarden_core::DisplayDuration;
 use ratewarden_policy::ServerSettings;
-use serde::Deserialize;
 
 use crate::serve::reply::Problem;
 
@@ -156,29 +155,4 @@ fn too_large(max: usize) -> Problem {
         StatusCode::PAYLOAD_TOO_LARGE,
         format!("the body is over {max} bytes (`[server] max_body`)"),
     )
-}
-
-pub(crate) fn parse<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, Problem> {
-    let first = body.iter().find(|b| !b.is_ascii_whitespace());
-    if first.is_some_and(|&b| b != b'{')
-        && serde_json::from_slice::<serde_json::Value>(body).is_ok()
-    {
-        return Err(Problem::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "the body must be a JSON object, such as {\"ip\": \"203.0.113.7\", \"path\": \"/orders\"}",
-        ));
-    }
-    serde_json::from_slice(body).map_err(|e| {
-        let status = if e.is_data() {
-            StatusCode::UNPROCESSABLE_ENTITY
-        } else {
-            StatusCode::BAD_REQUEST
-        };
-        let what = if e.is_eof() && body.iter().all(u8::is_ascii_whitespace) {
-            "the body is empty; it must be a JSON object".to_owned()
-        } else {
-            format!("the body is not a valid request: {e}")
-        };
-        Problem::new(status, what)
-    })
 }

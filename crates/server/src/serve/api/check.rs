@@ -12,13 +12,10 @@ use crate::serve::admission::{self, Admission, Ask, Decided};
 use crate::serve::app::App;
 use crate::serve::reply::{Plain, Problem};
 
-use super::body::parse;
-use super::check_json::{self, CheckJson};
-use super::decision_json::{DecisionOut, PolicyOut};
-use super::subject::{subject, Resolved, Subject};
+use crate::serve::bodies::subject::{subject, Subject};
+use crate::serve::bodies::{parse_check, too_costly, CheckJson, MAX_COST};
 
-/// The most a caller may claim one request costs.
-pub(crate) const MAX_COST: u64 = 1_000_000_000;
+use super::decision_json::{DecisionOut, PolicyOut};
 
 /// `/v1/check` once its body is read whole: the body read, the request through the
 /// admission pipeline, the verdict as JSON. Both hyper's path (`handle`) and the lean one
@@ -33,60 +30,6 @@ pub(crate) async fn check(
         Ok(check) => decide(app, settings, peer, check).await,
         Err(problem) => problem.plain(),
     }
-}
-
-/// A `/v1/check` body: by hand when it is plain (`check_json`), else as [`parse`] reads it.
-fn parse_check(body: &[u8]) -> Result<CheckJson<'_>, Problem> {
-    match check_json::read(body) {
-        Some(check) => Ok(check),
-        None => parse(body),
-    }
-}
-
-/// A `/v1/check` body read and checked exactly as `/v1/check` reads it: what `explain`
-/// (the command and the admin listener's `POST /v1/explain`) takes.
-pub(crate) struct CheckBody<'a>(CheckJson<'a>);
-
-/// A [`CheckBody`]'s request, its defaults applied.
-pub(crate) struct CheckRequest<'a> {
-    resolved: Resolved<'a>,
-    cost: Option<u64>,
-}
-
-impl<'a> CheckBody<'a> {
-    /// The body, or the 4xx `/v1/check` would answer it with.
-    pub(crate) fn parse(body: &'a [u8]) -> Result<Self, Problem> {
-        let check = parse_check(body)?;
-        if let Some(cost) = check.cost.filter(|&c| c > MAX_COST) {
-            return Err(Problem::new(
-                StatusCode::UNPROCESSABLE_ENTITY,
-                format!("`cost` is {cost}; it must be at most {MAX_COST}"),
-            ));
-        }
-        Ok(Self(check))
-    }
-
-    /// Its fields checked, with `peer` the client when it names no `ip`.
-    pub(crate) fn resolve(&self, peer: SocketAddr) -> Result<CheckRequest<'_>, Problem> {
-        Ok(CheckRequest {
-            resolved: subject!(self.0).resolve(peer)?,
-            cost: self.0.cost,
-        })
-    }
-}
-
-impl CheckRequest<'_> {
-    /// What the engine is asked.
-    pub(crate) fn request(&self) -> ratewarden_policy::Request<'_> {
-        self.resolved.request(self.cost)
-    }
-}
-
-pub(crate) fn too_costly(cost: u64) -> Problem {
-    Problem::new(
-        StatusCode::UNPROCESSABLE_ENTITY,
-        format!("`cost` is {cost}; it must be at most {MAX_COST}"),
-    )
 }
 
 async fn decide(
@@ -192,6 +135,7 @@ fn ms_duration(d: std::time::Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::serve::bodies::parse;
     use std::borrow::Cow;
 
     #[test]

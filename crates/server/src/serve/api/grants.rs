@@ -14,9 +14,8 @@ use crate::serve::admission::{self};
 use crate::serve::app::App;
 use crate::serve::reply::{self, Body};
 
-use super::check::too_costly;
-use super::subject::{subject, Subject};
-use super::MAX_COST;
+use crate::serve::bodies::subject::{subject, Subject};
+use crate::serve::bodies::{too_costly, MAX_COST};
 
 /// `/v1/settle`: the reservation, the real cost, and the client again as the check named it
 /// (its attributes, as in [`CheckJson`]): only the client a reservation was issued for may

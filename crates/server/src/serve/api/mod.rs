@@ -8,12 +8,11 @@
 mod auth;
 mod body;
 mod check;
-mod check_json;
 mod decision_json;
+mod envoy_json;
 mod grants;
-pub(crate) mod lean;
+mod lean;
 mod lean_head;
-mod subject;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,15 +20,49 @@ use std::sync::Arc;
 use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
+use ratewarden_policy::Bounds;
+use tokio::net::TcpStream;
+
 use crate::serve::app::App;
+use crate::serve::conn::graceful::Stop;
+use crate::serve::conn::rewind::Rewind;
+use crate::serve::conn::Door;
 use crate::serve::reply::{self, Body};
 
+use crate::serve::bodies::parse;
 use auth::{Flavour, ENVOY_PREFIX};
-use body::{parse, read_json};
+use body::read_json;
 use grants::{Release, Settle};
 
 pub(crate) use body::{body_timed_out, declared_length, json_content_type};
-pub(crate) use check::{check, CheckBody, MAX_COST};
+pub(crate) use check::check;
+
+/// The decision API as a listener's door.
+pub(crate) struct Api;
+
+impl Door for Api {
+    const NAME: &'static str = "api";
+
+    async fn lean(
+        &self,
+        stream: TcpStream,
+        app: &Arc<App>,
+        peer: SocketAddr,
+        bounds: Bounds,
+        stop: &mut Stop<'_>,
+    ) -> Option<Rewind<TcpStream>> {
+        lean::serve(stream, app, peer, bounds, stop).await
+    }
+
+    async fn handle(
+        &self,
+        app: &Arc<App>,
+        peer: SocketAddr,
+        request: Request<Incoming>,
+    ) -> Response<Body> {
+        handle(app, peer, request).await
+    }
+}
 
 /// The endpoints that take a JSON body.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -42,11 +75,7 @@ enum Endpoint {
     Unknown,
 }
 
-pub(crate) async fn handle(
-    app: &Arc<App>,
-    peer: SocketAddr,
-    request: Request<Incoming>,
-) -> Response<Body> {
+async fn handle(app: &Arc<App>, peer: SocketAddr, request: Request<Incoming>) -> Response<Body> {
     let path = request.uri().path();
     // envoyproxy/ratelimit's HTTP endpoints, for configs loaded with --envoy-config.
     if path == "/healthcheck" && request.method() == Method::GET {
@@ -109,7 +138,7 @@ pub(crate) async fn handle(
     };
     match endpoint {
         Endpoint::Check => check(app, &settings, peer, &body).await.response(),
-        Endpoint::EnvoyJson => Box::pin(crate::serve::envoy::json(app, &settings, body)).await,
+        Endpoint::EnvoyJson => Box::pin(envoy_json::handle(app, &settings, body)).await,
         Endpoint::Settle => match parse::<Settle>(&body) {
             Ok(settle) => Box::pin(grants::settle(app, peer, settle)).await,
             Err(problem) => problem.response(),

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use http::{Request, Response};
+use http::Request;
 use hyper::body::Incoming;
 use hyper::server::conn::http1::Builder;
 use hyper::service::service_fn;
@@ -18,33 +18,11 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::serve::app::App;
-use crate::serve::reply::Body;
 
 use crate::serve::conn::clients::Clients;
+use crate::serve::conn::door::Door;
 use crate::serve::conn::graceful::{Shutdown, Stop, Ticket};
 use crate::serve::conn::idle;
-use crate::serve::gateway::upstream::Local;
-
-/// What a listener serves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Role {
-    /// The reverse proxy in front of `[server] upstream`.
-    Gateway,
-    /// The decision API: `/v1/check`, `/v1/settle`, `/v1/release`.
-    Api,
-    /// `/metrics`, `/live`, `/ready`, `/reload`.
-    Admin,
-}
-
-impl Role {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Role::Gateway => "gateway",
-            Role::Api => "api",
-            Role::Admin => "admin",
-        }
-    }
-}
 
 /// Binds `addr` (named after its `[server]` field in errors), ready for any runtime.
 pub(crate) fn bind(addr: SocketAddr, field: &str) -> anyhow::Result<std::net::TcpListener> {
@@ -54,12 +32,12 @@ pub(crate) fn bind(addr: SocketAddr, field: &str) -> anyhow::Result<std::net::Tc
     Ok(listener)
 }
 
-/// Serves `listener` until `stop` turns true, then gives open connections `grace` to finish.
-pub(crate) async fn serve(
+/// Serves `door` on `listener` until `stop` turns true, then gives open connections `grace`
+/// to finish.
+pub(crate) async fn serve<D: Door>(
     listener: TcpListener,
-    role: Role,
+    door: Arc<D>,
     app: Arc<App>,
-    local: Arc<Local>,
     mut stop: watch::Receiver<bool>,
     grace: Duration,
 ) {
@@ -81,7 +59,7 @@ pub(crate) async fn serve(
                 Ok(accepted) => accepted,
                 Err(error) => {
                     // Out of file descriptors, say: wait a little rather than spin.
-                    tracing::warn!(%error, role = role.as_str(), "accept failed");
+                    tracing::warn!(%error, role = D::NAME, "accept failed");
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
@@ -97,37 +75,21 @@ pub(crate) async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let (app, local) = (Arc::clone(&app), Arc::clone(&local));
+        let (app, door) = (Arc::clone(&app), Arc::clone(&door));
         let mut ticket = graceful.ticket();
         let http = http.clone();
-        if role == Role::Admin {
-            let connection = served(http, stream, app, local, role, peer, ticket);
-            tokio::spawn(async move {
-                let _open = open;
-                connection.await;
-            });
-            continue;
-        }
-        // The decision API's `/v1/check` (`api/lean.rs`) and the gateway's plain `GET` and
-        // `HEAD` (`gateway/lean.rs`) on their own paths, anything else handed to hyper with
-        // the bytes read so far.
+        // The door's own path first (the decision API's `/v1/check`, the gateway's plain
+        // `GET` and `HEAD`), anything else handed to hyper with the bytes read so far.
         tokio::spawn(async move {
             let _open = open;
             let rest = {
                 let (stopping, rx) = ticket.parts();
                 let changed = pin!(rx.changed());
                 let mut stop = Stop::new(stopping, changed);
-                if role == Role::Api {
-                    crate::serve::api::lean::serve(stream, &app, peer, bounds, &mut stop).await
-                } else {
-                    crate::serve::gateway::lean::serve(
-                        stream, &app, &local, peer, bounds, &mut stop,
-                    )
-                    .await
-                }
+                door.lean(stream, &app, peer, bounds, &mut stop).await
             };
             if let Some(rest) = rest {
-                served(http, rest, app, local, role, peer, ticket).await;
+                served(http, rest, app, door, peer, ticket).await;
             }
         });
     }
@@ -137,7 +99,7 @@ pub(crate) async fn serve(
         .is_err()
     {
         tracing::warn!(
-            role = role.as_str(),
+            role = D::NAME,
             "shutdown grace ran out with connections still open; closing them"
         );
     }
@@ -145,12 +107,11 @@ pub(crate) async fn serve(
 
 /// `stream` served by hyper to its end (or the shutdown's). Built outside the task's
 /// future, whose `Send` the compiler cannot prove for hyper's connection inside it.
-fn served<S>(
+fn served<S, D: Door>(
     mut http: Builder,
     stream: S,
     app: Arc<App>,
-    local: Arc<Local>,
-    role: Role,
+    door: Arc<D>,
     peer: SocketAddr,
     ticket: Ticket,
 ) -> impl Future<Output = ()> + Send + 'static
@@ -159,8 +120,12 @@ where
 {
     let bounds = app.started().bounds;
     let service = service_fn(move |request: Request<Incoming>| {
-        let (app, local) = (Arc::clone(&app), Arc::clone(&local));
-        async move { Ok::<_, Infallible>(route(&app, &local, role, peer, request).await) }
+        let (app, door) = (Arc::clone(&app), Arc::clone(&door));
+        async move {
+            let response = door.handle(&app, peer, request).await;
+            app.metrics.responded(D::NAME, response.status().as_u16());
+            Ok::<_, Infallible>(response)
+        }
     });
     // A write that waits `send_timeout` without progress ends the connection (`send.rs`).
     let stream = crate::serve::conn::send::Sending::new(stream, bounds.send_timeout);
@@ -174,21 +139,4 @@ where
             tracing::debug!(%error, %peer, "connection ended with an error");
         }
     }
-}
-
-async fn route(
-    app: &Arc<App>,
-    local: &Local,
-    role: Role,
-    peer: SocketAddr,
-    request: Request<Incoming>,
-) -> Response<Body> {
-    let response = match role {
-        Role::Gateway => crate::serve::gateway::handle(app, local, peer, request).await,
-        Role::Api => crate::serve::api::handle(app, peer, request).await,
-        Role::Admin => crate::serve::admin::handle(app, peer, request).await,
-    };
-    app.metrics
-        .responded(role.as_str(), response.status().as_u16());
-    response
 }

@@ -1,6 +1,7 @@
-//! Envoy's front doors: the global rate limit service over gRPC
-//! (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`) and envoyproxy/ratelimit's
-//! HTTP face (`POST /json`). Both only translate between their protocol and
+//! Envoy's front doors on the gRPC listener: the global rate limit service
+//! (`envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`), which, like
+//! envoyproxy/ratelimit's HTTP face (`POST /json`, on the decision API), runs `serve::rls`.
+//! Both only translate between their protocol and
 //! [`Engine::decide_descriptors`](ratewarden_policy::Engine::decide_descriptors), which
 //! decides exactly as HTTP requests are decided. Beside them, external authorization
 //! (`envoy.service.auth.v3.Authorization/Check`, `authz`) decides the request itself, as
@@ -11,11 +12,9 @@ mod authz;
 mod bound;
 mod capped;
 mod grpc;
-mod json;
 mod listen;
 mod rlqs;
 
-pub(crate) use json::handle as json;
 pub(crate) use listen::serve;
 
 /// Refuses a gRPC call to `method` from a peer outside `[envoy] clients` (or, when that is

@@ -1,7 +1,6 @@
 //! The gateway: decide each request, then forward the allowed ones to the upstream,
 //! streaming both ways, and add the RateLimit fields to what comes back.
 
-pub(crate) mod guard;
 pub(crate) mod lean;
 mod overrides;
 mod sent_body;
@@ -22,16 +21,50 @@ use hyper::body::Incoming;
 use ratewarden_core::adaptive::Completion;
 use ratewarden_core::DisplayDuration;
 use ratewarden_policy::{Bounds, ClientIpHeader, Identity, ServerSettings};
+use tokio::net::TcpStream;
 
 use crate::serve::admission::{self, Ask, Decided};
 use crate::serve::app::App;
+use crate::serve::conn::graceful::Stop;
 use crate::serve::conn::pacing::Paced;
+use crate::serve::conn::rewind::Rewind;
+use crate::serve::conn::Door;
+use crate::serve::guard;
 use crate::serve::reply::{self, Body, Holding, Plain, Problem};
 use crate::serve::shed::Slot;
 use overrides::Scanned;
 use ratewarden_policy::Answer;
 use sent_body::{Fault, Watched};
 use upstream::Upstream;
+
+/// The gateway as a listener's door, with the worker's connections to the upstream.
+pub(crate) struct Gateway {
+    pub(crate) local: Arc<Local>,
+}
+
+impl Door for Gateway {
+    const NAME: &'static str = "gateway";
+
+    async fn lean(
+        &self,
+        stream: TcpStream,
+        app: &Arc<App>,
+        peer: SocketAddr,
+        bounds: Bounds,
+        stop: &mut Stop<'_>,
+    ) -> Option<Rewind<TcpStream>> {
+        lean::serve(stream, app, &self.local, peer, bounds, stop).await
+    }
+
+    async fn handle(
+        &self,
+        app: &Arc<App>,
+        peer: SocketAddr,
+        request: Request<Incoming>,
+    ) -> Response<Body> {
+        handle(app, &self.local, peer, request).await
+    }
+}
 
 /// Releases an allowed request's concurrency permit when dropped: when its response has
 /// been sent, or the client went away. It keeps the verdict that carried the permit: the
@@ -120,7 +153,7 @@ pub(crate) async fn admit(
     }
 }
 
-pub(crate) async fn handle(
+async fn handle(
     app: &Arc<App>,
     local: &Local,
     peer: SocketAddr,

@@ -21,8 +21,8 @@ use hyper::body::{Body as HttpBody, Frame, SizeHint};
 use ratewarden_policy::method_override::{body_kinds, in_query, may_name_method, Scan};
 use ratewarden_policy::{MethodOverride, ServerSettings};
 
-use crate::serve::gateway::guard;
 use crate::serve::gateway::sent_body::{self, Fault, LateOverride};
+use crate::serve::guard;
 use crate::serve::reply::{BoxError, Plain, Problem};
 
 /// Where a request named a method.

@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 
-use super::running::Running;
+use crate::serve::Running;
 
 /// Waits for SIGTERM or SIGINT, reloading the config on every SIGHUP meanwhile.
 pub(super) async fn signals(running: &Running) -> anyhow::Result<()> {

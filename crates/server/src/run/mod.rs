@@ -1,4 +1,10 @@
 //! `ratewarden serve` as a command: load the files, start, serve until a signal says stop.
+//! Above `serve`, beside the other commands: it reads the command line (`cli`), sets up the
+//! logs (`logs`) and turns signals into reloads and a shutdown (`signals`); `serve` itself
+//! knows none of them.
+
+mod logs;
+mod signals;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -9,10 +15,10 @@ use anyhow::Context;
 use ratewarden_core::RealClock;
 use ratewarden_policy::ConfigErrors;
 
-use super::logs;
-use super::signals::signals;
-use super::start::{start, Options};
 use crate::cli::ServeArgs;
+use crate::serve::{start, Options};
+
+use signals::signals;
 
 /// The config `serve` reads without --config, in the working directory.
 const DEFAULT_CONFIG: &str = "ratewarden.toml";
@@ -124,7 +130,7 @@ pub fn main(args: ServeArgs) -> anyhow::Result<ExitCode> {
         })
         .await?;
         signals(&running).await?;
-        let grace = running.app.started().shutdown_grace;
+        let grace = running.shutdown_grace();
         tracing::info!(
             grace = %ratewarden_core::DisplayDuration(grace),
             "shutting down: finishing requests in flight"

@@ -1,4 +1,4 @@
-//! envoyproxy/ratelimit's HTTP face: `POST /json` (a `RateLimitRequest` in the proto3 JSON
+//! envoyproxy/ratelimit's HTTP face on the decision API: `POST /json` (a `RateLimitRequest` in the proto3 JSON
 //! mapping in, the `RateLimitResponse` out; 200 OK, 429 OVER_LIMIT, 500 UNKNOWN, 400 for a
 //! request it cannot take) and `GET /healthcheck`.
 
@@ -18,9 +18,9 @@ use serde::{Deserialize, Serialize};
 use ratewarden_policy::envoy::Unit;
 use ratewarden_policy::ServerSettings;
 
-use super::grpc::Refusal;
 use crate::serve::app::App;
 use crate::serve::reply::{self, Body};
+use crate::serve::rls::{self, Refusal};
 
 /// A number as proto3 JSON writes it: 64-bit integers may come as strings.
 #[derive(Deserialize)]
@@ -267,7 +267,7 @@ pub(crate) async fn handle(
         Ok(r) => r,
         Err(e) => return reply::problem(StatusCode::BAD_REQUEST, e),
     };
-    let response = match super::grpc::decide(app, settings, &request).await {
+    let response = match rls::decide(app, settings, &request).await {
         Ok(r) => r,
         Err(Refusal::Shed(response)) => return reply::contract(response),
         Err(Refusal::Invalid(detail)) => return reply::problem(StatusCode::BAD_REQUEST, detail),

@@ -1,5 +1,5 @@
-//! What the gateway refuses before deciding: requests whose identity the limiter and the
-//! upstream could read differently.
+//! What the gateway and forward-auth refuse before deciding: requests whose identity the
+//! limiter and the upstream could read differently.
 //!
 //! The rule: the limiter keys on exactly what the upstream will see. A header that decides
 //! who a request is (the API key, the tenant, a header a rule keys or matches on, `Host`,
