@@ -41,8 +41,10 @@ pub fn release_soon(release: Pin<Box<dyn Future<Output = ()> + Send + 'static>>)
 
 /// What gives a permit back: called once, when its [`PermitGuard`] is dropped, with how the
 /// request went (`None` when that was never known), returning the release to run.
+/// `Sync` as well, so that a response body holding the guard may be boxed as hyper's
+/// `BoxBody` is.
 pub type Release =
-    Box<dyn FnOnce(Option<Completion>) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+    Box<dyn FnOnce(Option<Completion>) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// Gives an allowed request's concurrency permit back when dropped: when its response has
 /// been sent, or the client went away (or the future that would have answered was

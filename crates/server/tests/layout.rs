@@ -1,174 +1,72 @@
 //! The server crate's layout, held as its architecture says (`docs/architecture.md`, "The
-//! server"): no two modules import each other in a circle, the HTTP/1.1 codec (`serve::h1`)
-//! imports nothing of the server around it, every front door reaches the engine through
-//! the admission pipeline, and no source file cites an issue.
+//! server"): no two modules import each other in a circle; imports in `serve` point one
+//! way (the connection layer is handed the door it serves and names none, no front door
+//! imports another, and nothing in `serve` imports the command-line files above it); the
+//! HTTP/1.1 codec (`serve::h1`) imports nothing of the server around it; every front door
+//! reaches the engine through the admission pipeline; and no source file cites an issue.
 //!
 //! The codec's files are also read line by line (`trespasses`): a path out of `serve::h1`,
 //! the rules' crate or `super::super` in them fails.
 //!
-//! The module graph is read from the sources as text: a module is a file, and it imports
-//! another when it names a path into it (`crate::serve::app::App`, `super::shed::Slot`).
-//! `cargo test -p ratewarden-server --test layout -- --nocapture` prints it.
+//! `cargo test -p ratewarden-server --test layout -- --nocapture` prints the module graph.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Every module of the crate: its path (`serve::api::auth`) and its source, tests cut off.
-fn modules() -> BTreeMap<String, String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-    let mut modules = BTreeMap::new();
-    let mut stack: Vec<PathBuf> = vec![root.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            if path.extension().is_none_or(|e| e != "rs") {
-                continue;
-            }
-            let relative = path.strip_prefix(&root).unwrap().with_extension("");
-            let mut parts: Vec<String> = relative
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect();
-            if matches!(
-                parts.last().map(String::as_str),
-                Some("mod" | "lib" | "main")
-            ) {
-                parts.pop();
-            }
-            let source = std::fs::read_to_string(&path).unwrap();
-            let code = source
-                .split("#[cfg(test)]\nmod tests")
-                .next()
-                .unwrap()
-                .lines()
-                .map(|l| l.split("//").next().unwrap())
-                .collect::<Vec<_>>()
-                .join("\n");
-            modules.insert(parts.join("::"), code);
-        }
-    }
-    modules
+use ratewarden_layout::Crate;
+
+fn server() -> Crate {
+    Crate::read(concat!(env!("CARGO_MANIFEST_DIR"), "/src"))
 }
 
-/// The module a path names from `current` (`crate::…`, `super::…`, `self::…`): the longest
-/// prefix of it that is a module.
-fn resolve(modules: &BTreeMap<String, String>, current: &str, path: &[&str]) -> Option<String> {
-    let mut base: Vec<&str> = if current.is_empty() {
-        Vec::new()
-    } else {
-        current.split("::").collect()
-    };
-    let mut rest = path;
-    match rest.first() {
-        Some(&"crate") => {
-            base.clear();
-            rest = &rest[1..];
-        }
-        Some(&"super") => {
-            while rest.first() == Some(&"super") {
-                base.pop();
-                rest = &rest[1..];
-            }
-        }
-        Some(&"self") => rest = &rest[1..],
-        _ => return None,
-    }
-    let full: Vec<&str> = base.into_iter().chain(rest.iter().copied()).collect();
-    (0..=full.len())
-        .rev()
-        .map(|n| full[..n].join("::"))
-        .find(|m| modules.contains_key(m))
+/// The front doors: each parses what it is asked, hands it to the admission pipeline and
+/// renders the answer. What two of them share lives below them all.
+const DOORS: [&str; 4] = [
+    "serve::api",
+    "serve::admin",
+    "serve::envoy",
+    "serve::gateway",
+];
+
+/// The command-line files, above `serve`: what runs it, and the commands beside it.
+const COMMAND_LINE: [&str; 4] = ["cli", "check_config", "explain", "run"];
+
+fn door_of(module: &str) -> Option<&'static str> {
+    DOORS.into_iter().find(|door| Crate::within(module, door))
 }
 
-/// Each module's imports of the crate's other modules.
-fn graph(modules: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>> {
-    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (module, code) in modules {
-        let entry = edges.entry(module.clone()).or_default();
-        let bytes = code.as_bytes();
-        for start in ["crate::", "super::", "self::"] {
-            let mut from = 0;
-            while let Some(at) = code[from..].find(start) {
-                let at = from + at;
-                from = at + start.len();
-                if at > 0 && (bytes[at - 1].is_ascii_alphanumeric() || bytes[at - 1] == b'_') {
-                    continue;
-                }
-                let end = code[at..]
-                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == ':'))
-                    .map_or(code.len(), |n| at + n);
-                let path: Vec<&str> = code[at..end]
-                    .split("::")
-                    .filter(|s| !s.is_empty())
-                    .collect();
-                if let Some(target) = resolve(modules, module, &path) {
-                    if &target != module {
-                        entry.insert(target);
-                    }
-                }
-            }
-        }
-    }
-    edges
-}
-
-/// The circles of the graph: its strongly connected components of more than one module.
-fn circles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
-    // Kosaraju: finish order on the graph, then components on its reverse.
-    fn visit<'a>(
-        node: &'a str,
-        edges: &'a BTreeMap<String, BTreeSet<String>>,
-        seen: &mut BTreeSet<&'a str>,
-        order: &mut Vec<&'a str>,
-    ) {
-        if !seen.insert(node) {
-            return;
-        }
-        for next in edges.get(node).into_iter().flatten() {
-            visit(next, edges, seen, order);
-        }
-        order.push(node);
-    }
-    let mut seen = BTreeSet::new();
-    let mut order = Vec::new();
-    for node in edges.keys() {
-        visit(node, edges, &mut seen, &mut order);
-    }
-    let mut reverse: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (from, tos) in edges {
+/// The arrows that break the one-way rules of `serve`, each as `from -> to: why`.
+fn wrong_way(server: &Crate) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for (from, tos) in &server.imports {
         for to in tos {
-            reverse.entry(to.clone()).or_default().insert(from.clone());
+            let why = if Crate::within(from, "serve::conn") && door_of(to).is_some() {
+                "the connection layer is handed its door, it never names one"
+            } else if door_of(from).is_some_and(|d| door_of(to).is_some_and(|e| d != e)) {
+                "a door imports another: move what they share below both"
+            } else if Crate::within(from, "serve")
+                && COMMAND_LINE.iter().any(|c| Crate::within(to, c))
+            {
+                "serve imports a command-line file: the command sits above serve"
+            } else {
+                continue;
+            };
+            wrong.push(format!("{from} -> {to}: {why}"));
         }
     }
-    let mut assigned = BTreeSet::new();
-    let mut circles = Vec::new();
-    for node in order.into_iter().rev() {
-        let mut component = Vec::new();
-        visit(node, &reverse, &mut assigned, &mut component);
-        if component.len() > 1 {
-            component.sort();
-            circles.push(component.into_iter().map(str::to_owned).collect());
-        }
-    }
-    circles
+    wrong
 }
 
 #[test]
 fn no_two_modules_import_each_other_in_a_circle() {
-    let modules = modules();
-    let edges = graph(&modules);
-    let count: usize = edges.values().map(BTreeSet::len).sum();
-    println!("{} modules, {count} imports", modules.len());
-    for (from, tos) in &edges {
-        for to in tos {
-            println!("{from} -> {to}");
-        }
-    }
-    let circles = circles(&edges);
+    let server = server();
+    println!(
+        "{} modules, {} imports\n{}",
+        server.modules.len(),
+        server.arrows(),
+        server.arrow_lines()
+    );
+    let circles = server.circles();
     assert!(
         circles.is_empty(),
         "modules importing each other: {circles:?}"
@@ -176,9 +74,71 @@ fn no_two_modules_import_each_other_in_a_circle() {
 }
 
 #[test]
+fn imports_in_serve_point_one_way() {
+    let server = server();
+    for door in DOORS {
+        assert!(server.modules.contains_key(door), "no door {door}");
+    }
+    for file in COMMAND_LINE {
+        assert!(
+            server.modules.contains_key(file),
+            "no command-line file {file}"
+        );
+    }
+    let wrong = wrong_way(&server);
+    assert!(
+        wrong.is_empty(),
+        "imports the wrong way:\n{}",
+        wrong.join("\n")
+    );
+}
+
+/// A crate of the named modules and arrows, as `Crate::read` would have found them.
+fn made(arrows: &[(&str, &str)]) -> Crate {
+    let mut imports: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (from, to) in arrows {
+        imports
+            .entry((*from).to_owned())
+            .or_default()
+            .insert((*to).to_owned());
+        imports.entry((*to).to_owned()).or_default();
+    }
+    Crate {
+        modules: imports.keys().map(|m| (m.clone(), String::new())).collect(),
+        imports,
+    }
+}
+
+#[test]
+fn the_one_way_rules_see_what_they_must_refuse() {
+    for bad in [
+        ("serve::conn::listen", "serve::gateway"),
+        ("serve::conn", "serve::api::check"),
+        ("serve::api::auth", "serve::gateway::passage"),
+        ("serve::admin::endpoints", "serve::api"),
+        ("serve::gateway::lean", "serve::envoy::authz"),
+        ("serve::start", "cli"),
+        ("serve::admin", "explain"),
+        ("serve::metrics", "run::logs"),
+    ] {
+        assert_eq!(wrong_way(&made(&[bad])).len(), 1, "{bad:?} is refused");
+    }
+    for good in [
+        ("serve::gateway::lean", "serve::gateway::passage"),
+        ("serve::api::auth", "serve::guard"),
+        ("serve::workers", "serve::gateway"),
+        ("serve::conn::listen", "serve::app"),
+        ("run", "serve"),
+        ("serve::admin::endpoints", "describe::explanation"),
+    ] {
+        assert!(wrong_way(&made(&[good])).is_empty(), "{good:?} is allowed");
+    }
+}
+
+#[test]
 fn only_the_admission_pipeline_asks_the_engine_to_decide() {
-    let modules = modules();
-    for (module, code) in &modules {
+    let server = server();
+    for (module, code) in &server.modules {
         if module == "serve::admission" {
             continue;
         }

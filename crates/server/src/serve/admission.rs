@@ -78,7 +78,7 @@ pub(crate) const RLS: Door = Door {
 };
 
 /// What became of a request at the door.
-pub(crate) enum Admission {
+pub(crate) enum Ruling {
     /// Every place in flight is taken: the contract's 503, for the door to render.
     Shed(ratewarden_http::Response),
     /// Not decided: the request cannot be read one way (400), asks what a rule cannot
@@ -120,19 +120,19 @@ pub(crate) async fn admit(
     door: Door,
     ask: Ask<'_>,
     settings: &ServerSettings,
-) -> Admission {
+) -> Ruling {
     let critical = match ask {
         Ask::Request(request) => settings.critical.iter().any(|m| m.matches(request)),
         Ask::Descriptors { .. } => false,
     };
     let slot = match enter(app, critical).await {
         Ok(slot) => slot,
-        Err(shed) => return Admission::Shed(shed),
+        Err(shed) => return Ruling::Shed(shed),
     };
     if let Ask::Request(request) = ask {
         if !door.ends {
             if let Some(undecided) = unenforceable(app, door, request) {
-                return Admission::Undecided(undecided);
+                return Ruling::Undecided(undecided);
             }
         }
     }
@@ -156,13 +156,13 @@ pub(crate) async fn admit(
     };
     let verdict = match decided {
         Ok(verdict) => verdict,
-        Err(e) => return Admission::Undecided(Undecided::of(&e)),
+        Err(e) => return Ruling::Undecided(Undecided::of(&e)),
     };
     app.metrics
         .decision_seconds
         .observe(app.clock.now().saturating_sub(started) as f64 / 1e9);
     let answer = app.answer_with(&verdict, settings);
-    Admission::Decided(Decided {
+    Ruling::Decided(Decided {
         verdict,
         answer,
         slot,

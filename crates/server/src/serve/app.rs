@@ -16,7 +16,7 @@ use tokio::sync::watch;
 use super::metrics::Metrics;
 use super::shed::Shedder;
 use super::throttle::Throttle;
-use crate::serve::admin::samples::{Operator, ReloadRecord, Sample, SAMPLE_EVERY};
+use crate::serve::operator::{Operator, ReloadRecord, Sample, SAMPLE_EVERY};
 
 /// How often a refused, untrusted proxy is logged at most: every request would flood the log.
 const UNTRUSTED_LOG_EVERY_NS: u64 = 10 * ratewarden_core::NANOS_PER_SEC;

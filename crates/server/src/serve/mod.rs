@@ -24,6 +24,7 @@ mod gateway;
 mod guard;
 mod h1;
 mod metrics;
+mod operator;
 mod prefetch;
 mod reply;
 mod rls;

@@ -22,7 +22,7 @@ use ratewarden_policy::{
 };
 use tonic::Status;
 
-use crate::serve::admission::{self, Admission, Ask};
+use crate::serve::admission::{self, Ask, Ruling};
 use crate::serve::app::App;
 
 /// Why a `RateLimitRequest` got no `RateLimitResponse`.
@@ -67,10 +67,10 @@ pub(crate) async fn decide(
         hits,
     };
     match admission::admit(app, admission::RLS, ask, settings).await {
-        Admission::Shed(response) => Err(Refusal::Shed(response)),
-        Admission::Undecided(undecided) => Err(Refusal::Invalid(undecided.detail)),
-        Admission::Decided(decided) if decided.verdict.unavailable => Err(Refusal::Unavailable),
-        Admission::Decided(decided) => Ok(response(&decided.verdict, &decided.answer)),
+        Ruling::Shed(response) => Err(Refusal::Shed(response)),
+        Ruling::Undecided(undecided) => Err(Refusal::Invalid(undecided.detail)),
+        Ruling::Decided(decided) if decided.verdict.unavailable => Err(Refusal::Unavailable),
+        Ruling::Decided(decided) => Ok(response(&decided.verdict, &decided.answer)),
     }
 }
 

@@ -10,8 +10,8 @@ use serde_json::{json, Value};
 
 use crate::describe::row;
 use crate::serve::admin::endpoints::top_json;
-use crate::serve::admin::samples::{Sample, SAMPLE_EVERY};
 use crate::serve::app::App;
+use crate::serve::operator::{Sample, SAMPLE_EVERY};
 use crate::serve::reply::{self, Body};
 
 const PAGE: &str = include_str!("dashboard/index.html");

@@ -5,7 +5,6 @@
 
 mod dashboard;
 mod endpoints;
-pub(crate) mod samples;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

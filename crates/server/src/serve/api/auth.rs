@@ -18,7 +18,7 @@ use http::header::HeaderMap;
 use http::{Request, Response, StatusCode};
 use hyper::body::Incoming;
 
-use crate::serve::admission::{self, Admission, Ask};
+use crate::serve::admission::{self, Ask, Ruling};
 use crate::serve::app::App;
 use crate::serve::guard;
 use crate::serve::reply::{self, Body, Problem};
@@ -134,11 +134,9 @@ pub(crate) async fn handle(
     let ask = Ask::Request(&engine_request);
     let (answer, _slot) = match admission::admit(app, admission::FORWARD_AUTH, ask, &settings).await
     {
-        Admission::Decided(decided) => (decided.answer, decided.slot),
-        Admission::Shed(response) => return reply::contract(response),
-        Admission::Undecided(undecided) => {
-            return reply::problem(undecided.status, undecided.detail)
-        }
+        Ruling::Decided(decided) => (decided.answer, decided.slot),
+        Ruling::Shed(response) => return reply::contract(response),
+        Ruling::Undecided(undecided) => return reply::problem(undecided.status, undecided.detail),
     };
     match answer {
         Answer::Go { headers, delay } => {

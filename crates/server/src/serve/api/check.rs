@@ -8,7 +8,7 @@ use http::StatusCode;
 use ratewarden_core::Outcome;
 use ratewarden_policy::{Answer, ServerSettings};
 
-use crate::serve::admission::{self, Admission, Ask, Decided};
+use crate::serve::admission::{self, Ask, Decided, Ruling};
 use crate::serve::app::App;
 use crate::serve::reply::{Plain, Problem};
 
@@ -48,13 +48,13 @@ async fn decide(
     let request = resolved.request(check.cost);
     let decided = admission::admit(app, admission::CHECK, Ask::Request(&request), settings).await;
     let (verdict, answer) = match decided {
-        Admission::Decided(Decided {
+        Ruling::Decided(Decided {
             verdict,
             answer,
             slot: _slot,
         }) => (verdict, answer),
-        Admission::Shed(response) => return Plain::contract(response),
-        Admission::Undecided(undecided) => {
+        Ruling::Shed(response) => return Plain::contract(response),
+        Ruling::Undecided(undecided) => {
             return Problem::new(undecided.status, undecided.detail).plain()
         }
     };

@@ -52,12 +52,7 @@ pub(crate) async fn serve(
             Head::Other => return conn.hand_off().await,
             Head::Partial => match conn.more_head(stop).await {
                 MoreHead::Read => continue,
-                MoreHead::HandOff => return conn.hand_off().await,
-                MoreHead::Close => {
-                    conn.close().await;
-                    return None;
-                }
-                MoreHead::Gone => return None,
+                more => return conn.end(more).await,
             },
         };
         let (head_len, body_len, close) = (check.len, check.body, check.close);

@@ -309,6 +309,21 @@ impl Conn {
     }
 
     /// The connection for hyper, the bytes not served first.
+    /// Ends the connection as a head that is still not whole says (`more_head`, anything
+    /// but [`MoreHead::Read`]): handed to hyper, closed, or gone. Both lean paths end so.
+    pub(crate) async fn end(self, more: MoreHead) -> Option<Rewind<TcpStream>> {
+        match more {
+            // Not an end: the caller reads the head again. Were it ever passed, the head
+            // is hyper's to read, which is what a lean path does with what it cannot.
+            MoreHead::Read | MoreHead::HandOff => self.hand_off().await,
+            MoreHead::Close => {
+                self.close().await;
+                None
+            }
+            MoreHead::Gone => None,
+        }
+    }
+
     pub(crate) async fn hand_off(mut self) -> Option<Rewind<TcpStream>> {
         // Answers to earlier pipelined requests go first.
         if !self.flush().await {

@@ -17,7 +17,7 @@ use envoy_types::pb::google::rpc;
 use http::HeaderName;
 use tonic::{Code, Request, Response, Status};
 
-use crate::serve::admission::{self, Admission, Ask};
+use crate::serve::admission::{self, Ask, Ruling};
 use crate::serve::app::App;
 use ratewarden_policy::Answer;
 
@@ -120,13 +120,13 @@ async fn check(app: &Arc<App>, request: &CheckRequest) -> Result<CheckResponse, 
     let settings = app.settings();
     let ask = Ask::Request(&engine_request);
     let (answer, _slot) = match admission::admit(app, admission::EXT_AUTHZ, ask, &settings).await {
-        Admission::Decided(decided) => (decided.answer, decided.slot),
-        Admission::Shed(_) => {
+        Ruling::Decided(decided) => (decided.answer, decided.slot),
+        Ruling::Shed(_) => {
             return Err(Status::unavailable(
                 "overloaded: too many requests in flight",
             ))
         }
-        Admission::Undecided(undecided) => {
+        Ruling::Undecided(undecided) => {
             let code = if undecided.status.is_server_error() {
                 Code::FailedPrecondition
             } else {

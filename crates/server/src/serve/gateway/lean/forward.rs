@@ -1,4 +1,4 @@
-//! The head the lean path forwards: the request as `gateway::forward` makes it of what the
+//! The head the lean path forwards: the request as `proxy::forward` makes it of what the
 //! client sent, in the bytes hyper-util's client writes for it.
 
 use std::net::{IpAddr, SocketAddr};
@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use ratewarden_policy::TrustedProxies;
 
 use super::head::Get;
-use crate::serve::gateway;
+use crate::serve::gateway::forwarding;
 use crate::serve::h1::head::{request_line, write_in_order, write_line, Groups, Line};
 use crate::serve::h1::request::Header;
 
@@ -30,7 +30,7 @@ impl Forwarding {
         let ip = peer.ip();
         let mut forwarded_for = String::with_capacity(48);
         let mut forwarded = String::with_capacity(64);
-        gateway::forwarding_values(ip, ip, (None, None), &mut forwarded_for, &mut forwarded);
+        forwarding::forwarding_values(ip, ip, (None, None), &mut forwarded_for, &mut forwarded);
         let mut plain = Vec::with_capacity(128);
         tail(
             &mut plain,
@@ -47,7 +47,7 @@ impl Forwarding {
     }
 
     /// Writes into `out` (cleared first) the head hyper-util's client writes for the
-    /// request `gateway::forward` makes of `get`: the normalized `path` and the query as
+    /// request `proxy::forward` makes of `get`: the normalized `path` and the query as
     /// sent; the header lines grouped by name as a header map keeps them, lowercase;
     /// `Connection` removed (the map's removal moves its last name into the gap); a trusted
     /// proxy's `X-Forwarded-For` line, where it stands, with our hop added (the map's
@@ -78,7 +78,7 @@ impl Forwarding {
                 }
                 _ => self.ip,
             };
-            gateway::forwarding_values(
+            forwarding::forwarding_values(
                 self.ip,
                 client,
                 (sent, None),
@@ -130,7 +130,7 @@ fn tail(out: &mut Vec<u8>, forwarded_for: Option<&[u8]>, forwarded: &[u8], proto
     }
     write_line(out, b"forwarded", forwarded);
     if proto {
-        write_line(out, b"x-forwarded-proto", gateway::PROTO.as_bytes());
+        write_line(out, b"x-forwarded-proto", forwarding::PROTO.as_bytes());
     }
     out.extend_from_slice(b"\r\n");
 }

@@ -13,7 +13,7 @@
 //! one line each of `X-Forwarded-For` (when it is the configured `client_ip_header`),
 //! `X-Forwarded-Proto` and `X-Forwarded-Host` from a trusted proxy (a load balancer's).
 //! `Forwarded`, `X-Real-IP` and every other header naming the client
-//! (`gateway::CLIENT_HEADERS`, a configured `client_ip_header`) always go, and so does any
+//! (`forwarding::CLIENT_HEADERS`, a configured `client_ip_header`) always go, and so does any
 //! forwarding line from a peer we do not trust, whose lines hyper's gateway rewrites.
 
 use std::net::IpAddr;
@@ -381,7 +381,7 @@ mod tests {
 
     #[test]
     fn every_other_header_naming_the_client_goes_to_hyper_which_rewrites_it() {
-        for name in crate::serve::gateway::CLIENT_HEADERS {
+        for name in crate::serve::gateway::forwarding::CLIENT_HEADERS {
             for peer in [CLIENT, PROXY] {
                 let head = format!("GET / HTTP/1.1\r\nHost: a\r\n{name}: 1.2.3.4\r\n\r\n");
                 let identity = identity();

@@ -5,7 +5,7 @@
 //!
 //! It serves only what [`head`] recognises exactly, under rules it serves whole
 //! ([`eligible`]), and hands anything else to hyper's gateway for the rest of the
-//! connection, the bytes read so far first. What it serves it serves as `gateway::handle`
+//! connection, the bytes read so far first. What it serves it serves as `proxy::handle`
 //! does: the same `ratewarden_policy` request and admission ([`decide`]), the forwarded head
 //! ([`forward`]), the answer relayed with the RateLimit fields ([`relay`]), its body framed
 //! as hyper's client reads it and hyper's server sends it ([`body`]), over a worker's pool
@@ -16,7 +16,6 @@ mod body;
 mod forward;
 mod head;
 mod relay;
-pub(crate) mod upstream;
 
 use std::cell::RefCell;
 use std::net::SocketAddr;
@@ -25,15 +24,15 @@ use std::sync::Arc;
 use http::header::{HeaderName, HeaderValue};
 use ratewarden_core::AlgorithmKind;
 use ratewarden_policy::config::Bounds;
-use ratewarden_policy::Identity;
+use ratewarden_policy::{Identity, PermitGuard};
 use tokio::net::TcpStream;
 
 use crate::serve::app::App;
 use crate::serve::conn::graceful::Stop;
 use crate::serve::conn::lean::{Conn, MoreHead, FLUSH_AT, SHRINK_OVER};
 use crate::serve::conn::rewind::Rewind;
+use crate::serve::gateway::passage::{pass, Passage};
 use crate::serve::gateway::upstream::Local;
-use crate::serve::gateway::{admit, Admission, PermitGuard};
 use crate::serve::h1::request;
 use crate::serve::reply::Plain;
 use crate::serve::shed::Slot;
@@ -69,7 +68,7 @@ struct Allowed {
     /// The RateLimit fields for the answer.
     fields: Vec<(HeaderName, HeaderValue)>,
     /// Held until the answer is relayed: the rule's permit and the place in flight.
-    held: (PermitGuard, Slot),
+    held: (Option<PermitGuard>, Slot),
     /// The upstream's bounds as the request found them: a reload changes the next
     /// request's, as on hyper's path.
     bounds: Bounds,
@@ -111,12 +110,7 @@ pub(crate) async fn serve(
             Step::Other => return conn.hand_off().await,
             Step::Partial => match conn.more_head(stop).await {
                 MoreHead::Read => continue,
-                MoreHead::HandOff => return conn.hand_off().await,
-                MoreHead::Close => {
-                    conn.close().await;
-                    return None;
-                }
-                MoreHead::Gone => return None,
+                more => return conn.end(more).await,
             },
             Step::Refused(len, close, plain) => {
                 app.metrics.gateway_path(true);
@@ -165,7 +159,7 @@ pub(crate) async fn serve(
     }
 }
 
-/// Decides a recognised request as `gateway::handle` does, and writes its forwarded head
+/// Decides a recognised request as `proxy::handle` does, and writes its forwarded head
 /// into `forwarded` when it is allowed.
 async fn decide(
     app: &Arc<App>,
@@ -195,9 +189,9 @@ async fn decide(
         tenant: None,
     };
     let settings = app.settings();
-    let (fields, permit, slot) = match admit(app, &request, &settings).await {
-        Admission::Refused(plain) => return Step::Refused(get.len, get.close, plain),
-        Admission::Admitted {
+    let (fields, permit, slot) = match pass(app, &request, &settings).await {
+        Passage::Refused(plain) => return Step::Refused(get.len, get.close, plain),
+        Passage::Admitted {
             fields,
             permit,
             slot,

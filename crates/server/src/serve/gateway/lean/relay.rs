@@ -13,15 +13,15 @@ use http::header::{HeaderName, HeaderValue};
 use http::StatusCode;
 use ratewarden_core::adaptive::Completion;
 use ratewarden_core::DisplayDuration;
+use ratewarden_policy::PermitGuard;
 use tokio::time::Instant;
 
-use super::upstream::{Answered, Failed};
 use super::{Allowed, ROLE};
 use crate::serve::app::App;
 use crate::serve::conn::graceful::Stop;
 use crate::serve::conn::lean::Conn;
+use crate::serve::gateway::upstream::pool::{Answered, Failed};
 use crate::serve::gateway::upstream::Upstream;
-use crate::serve::gateway::PermitGuard;
 use crate::serve::h1::answer::date;
 use crate::serve::h1::body::{encode_as, framing, Decoder, Encode, Encoder, Framing};
 use crate::serve::h1::head::{
@@ -64,7 +64,7 @@ pub(super) struct Relay<'r> {
 struct Ending {
     /// The place in flight, let go before the permit (fields drop in order).
     _slot: Slot,
-    permit: PermitGuard,
+    permit: Option<PermitGuard>,
     rtt_ns: Option<u64>,
     close: bool,
 }
@@ -72,10 +72,12 @@ struct Ending {
 impl Ending {
     /// The upstream answered (`dropped`: it failed the request).
     fn complete(&mut self, dropped: bool) {
-        self.permit.completion = Some(Completion {
-            rtt_ns: self.rtt_ns,
-            dropped,
-        });
+        if let Some(permit) = &mut self.permit {
+            permit.completion = Some(Completion {
+                rtt_ns: self.rtt_ns,
+                dropped,
+            });
+        }
     }
 
     /// The client's connection once this answer is written.
@@ -124,7 +126,7 @@ impl Relay<'_> {
         } = allowed;
         // The round trip teaches a rule that holds a permit (a concurrency or adaptive
         // rule) and nothing else: without one the clock is not read for it.
-        let sent = permit.held.is_some().then(|| self.app.clock.now());
+        let sent = permit.is_some().then(|| self.app.clock.now());
         // One reading of the time for the exchange: its deadline, and the pool's idle ages.
         let now = Instant::now();
         let exchange = self.upstream.lean.exchange(
@@ -212,7 +214,7 @@ impl Relay<'_> {
     }
 
     /// Parses the answer's head in `bufs.answer[..filled]` and writes it into the client's
-    /// write buffer as hyper writes the response `gateway::handle` makes of it, with the
+    /// write buffer as hyper writes the response `proxy::handle` makes of it, with the
     /// RateLimit `fields`: in our version, not the upstream's (RFC 9110 §6.2), so an
     /// HTTP/1.0 upstream's answer of unknown length is chunked and the client's connection
     /// kept.

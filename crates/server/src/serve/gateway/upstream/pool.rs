@@ -1,6 +1,6 @@
 //! The gateway's lean path to the upstream: a worker's pool of plain TCP connections, a
 //! request head sent on one, and the response head read back (found by the codec's
-//! [`Scan`]), with the bounds hyper-util's client has (`gateway/upstream.rs`): the connect
+//! [`Scan`]), with the bounds hyper-util's client has (`upstream/mod.rs`): the connect
 //! timeout, and a head of at most hyper's client buffer.
 //!
 //! A connection is pooled only after a complete, well-framed response (the caller says);

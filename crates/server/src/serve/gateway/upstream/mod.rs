@@ -3,6 +3,8 @@
 //! Its own file so the listener (which hands a worker's `Local` to each request) and the
 //! gateway (which forwards through it) both depend on it, not on each other.
 
+pub(crate) mod pool;
+
 use anyhow::Context;
 use http::uri::Authority;
 use http::Uri;
@@ -17,9 +19,9 @@ use ratewarden_policy::Bounds;
 pub(crate) struct Upstream {
     pub(crate) authority: Authority,
     client: Client<HttpConnector, Body>,
-    /// The connections of the gateway's lean path (`lean/`), kept apart from
+    /// The connections of the gateway's lean path (`lean/`, `pool`), kept apart from
     /// hyper-util's pool.
-    pub(crate) lean: crate::serve::gateway::lean::upstream::Pool,
+    pub(crate) lean: pool::Pool,
 }
 
 impl Upstream {
@@ -41,7 +43,7 @@ impl Upstream {
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(bounds.upstream_pool_idle)
             .build(connector);
-        let lean = crate::serve::gateway::lean::upstream::Pool::new(&authority);
+        let lean = pool::Pool::new(&authority);
         Ok(Self {
             authority,
             client,

@@ -1,5 +1,6 @@
-//! What the dashboard shows beyond the engine's counters: each rule's counts sampled over
-//! the last minutes (for its sparklines), and the last reload's result.
+//! What the operator's dashboard (`admin::dashboard`) shows beyond the engine's counters,
+//! kept by the app below the doors: each rule's counts sampled over the last minutes (for
+//! its sparklines), and the last reload's result.
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, PoisonError};
