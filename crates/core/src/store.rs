@@ -3,7 +3,7 @@
 
 use std::future::Future;
 
-use crate::share::Ask;
+use crate::lease::Ask;
 use crate::{Decision, Limit};
 
 /// One limit of a layered decision: which limit, for which key, at what cost.
@@ -65,10 +65,10 @@ pub trait Store {
     fn clear(&self, key: &str) -> Result<bool, Self::Error>;
 
     /// Leases `ask.member` its share of the budget `key` at `now`, as
-    /// [`Leases::lease`](crate::share::Leases::lease) grants it: the units granted. This
+    /// [`Leases::lease`](crate::lease::Leases::lease) grants it: the units granted. This
     /// default serves a fleet of one: what it wants, up to the capacity. A store several
     /// processes share keeps every member's lease.
-    fn share(&self, key: &str, ask: Ask<'_>, now: u64) -> Result<u64, Self::Error> {
+    fn lease(&self, key: &str, ask: Ask<'_>, now: u64) -> Result<u64, Self::Error> {
         let _ = (key, now);
         Ok(ask.alone())
     }
@@ -147,9 +147,9 @@ pub trait AsyncStore: Send + Sync {
         }
     }
 
-    /// [`Store::share`], awaited: `ask.member`'s leased share of the budget `key`. This
-    /// default serves a fleet of one, as [`Store::share`]'s does.
-    fn share(
+    /// [`Store::lease`], awaited: `ask.member`'s leased share of the budget `key`. This
+    /// default serves a fleet of one, as [`Store::lease`]'s does.
+    fn lease(
         &self,
         key: &str,
         ask: Ask<'_>,
@@ -213,13 +213,13 @@ impl<S: Store + Sync + Send> AsyncStore for S {
         std::future::ready(Store::clear(self, key))
     }
 
-    fn share(
+    fn lease(
         &self,
         key: &str,
         ask: Ask<'_>,
         now: u64,
     ) -> impl Future<Output = Result<u64, Self::Error>> + Send {
-        std::future::ready(Store::share(self, key, ask, now))
+        std::future::ready(Store::lease(self, key, ask, now))
     }
 }
 

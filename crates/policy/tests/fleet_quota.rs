@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratewarden_core::share::Ask;
+use ratewarden_core::lease::Ask;
 use ratewarden_core::{now_or_panic, AsyncStore, Check, Decision, Limit, Store};
 use ratewarden_memory::{MemoryStore, StoreConfig};
 use ratewarden_policy::quota::{Assignment, Budget, FleetBoard, Report, Usage, RENEW_EVERY};
@@ -78,12 +78,12 @@ impl AsyncStore for Shared {
         self.up()?;
         Ok(self.state.clear(k))
     }
-    async fn share(&self, k: &str, ask: Ask<'_>, now: u64) -> Result<u64, Down> {
+    async fn lease(&self, k: &str, ask: Ask<'_>, now: u64) -> Result<u64, Down> {
         self.up()?;
         if k.starts_with("slow") {
             self.gate.notified().await;
         }
-        Ok(self.state.share(k, ask, now))
+        Ok(self.state.lease(k, ask, now))
     }
 }
 

@@ -14,7 +14,7 @@
 //! from a thread of its own instead, within tens of microseconds). `--naive` turns pipelining off: one round trip at a time on the one
 //! connection. `--algorithm` picks the limit (GCRA by default; any algorithm's name, such
 //! as `token-bucket` or `sliding-log`), always one that never says no. Prints one JSON line.
-//! `--print-command` prints the call the store sends (the lean form of one check where the
+//! `--print-command` prints the call the store sends (the one-check form where the
 //! script's fast path knows the algorithm); with `--compact`, the compact form (mode
 //! `decide1`) the store sent before, which libraries since then read; with `--general`, the
 //! general form every version of the library reads (for measuring an older library beside
@@ -233,7 +233,7 @@ usage: bench --url URL --callers N --seconds S [--naive] [--rate R [--pacer time
         } else if args.compact {
             store.sent_command(&limit, "bench|k", 1, hint)
         } else {
-            store.lean_command(&limit, "bench|k", 1, hint)
+            store.one_check_command(&limit, "bench|k", 1, hint)
         };
         println!("{function}\n1\n{key}");
         for arg in argv {

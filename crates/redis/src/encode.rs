@@ -67,12 +67,12 @@ pub(crate) fn compact_spec(limit: &Limit, now_hint_ns: u64) -> Option<String> {
     Some(spec)
 }
 
-/// The argument of a lean call of one check (`src/lua/lean.lua`): `d` (decide) or `p` (peek),
+/// The argument of a one-check call (`src/lua/one_check.lua`): `d` (decide) or `p` (peek),
 /// the cost, the algorithm's name and its parameters, separated by spaces
-/// (`"d 1 gcra 1 1 100"`). `None` for the algorithms the lean call does not cover (all but
+/// (`"d 1 gcra 1 1 100"`). `None` for the algorithms the one-check call does not cover (all but
 /// the fixed window, GCRA, the leaky queue and the buckets), whose calls take the compact
 /// form of [`compact_spec`] or the general one.
-pub(crate) fn lean_spec(
+pub(crate) fn one_check_spec(
     decide: bool,
     cost: u64,
     limit: &Limit,
@@ -103,11 +103,11 @@ pub(crate) fn lean_spec(
     Some(spec)
 }
 
-/// Reads the reply of a lean call of one check of `cost` under `limit`: the state the script
+/// Reads the reply of a one-check call of `cost` under `limit`: the state the script
 /// read and the `now` it read it at, from which the core's transition makes the decision
-/// (`caller_now` is the time the call gave, when it gave one); or, where the script's lean
+/// (`caller_now` is the time the call gave, when it gave one); or, where the script's one-check
 /// path declined, the five values of [`decode_compact`].
-pub(crate) fn decode_lean(
+pub(crate) fn decode_one_check(
     reply: &str,
     limit: &Limit,
     cost: u64,
@@ -138,7 +138,7 @@ pub(crate) fn decode_lean(
                 .ok_or_else(|| format!("the script replied with a time past 2^64 ns: `{reply}`"))?
         }
     };
-    let state = lean_state(limit, value)
+    let state = one_check_state(limit, value)
         .ok_or_else(|| format!("the script replied with a state it should not read: `{value}`"))?;
     let decision = limit.peek(&state, now, cost);
     if decision.is_allowed() != admitted {
@@ -151,8 +151,8 @@ pub(crate) fn decode_lean(
     Ok(decision)
 }
 
-/// The state of a key's value as the lean call reads it (`kind:state`, empty for no key).
-fn lean_state(limit: &Limit, value: &str) -> Option<LimitState> {
+/// The state of a key's value as the one-check call reads it (`kind:state`, empty for no key).
+fn one_check_state(limit: &Limit, value: &str) -> Option<LimitState> {
     if value.is_empty() {
         return Some(LimitState::Fresh);
     }
@@ -393,28 +393,32 @@ mod tests {
     }
 
     #[test]
-    fn a_lean_call_sends_one_argument_and_decides_on_the_state_it_reads() {
+    fn a_one_check_call_sends_one_argument_and_decides_on_the_state_it_reads() {
         let limit = Limit::from(Gcra::new(Rate::per_second(2).unwrap(), 2).unwrap());
         assert_eq!(
-            lean_spec(true, 1, &limit, 0).as_deref(),
+            one_check_spec(true, 1, &limit, 0).as_deref(),
             Some("d 1 gcra 1 500000000 2")
         );
         assert_eq!(
-            lean_spec(false, 3, &limit, 0).as_deref(),
+            one_check_spec(false, 3, &limit, 0).as_deref(),
             Some("p 3 gcra 1 500000000 2")
         );
         let window = Limit::from(
             ratewarden_core::SlidingWindow::new(3, std::time::Duration::from_secs(1)).unwrap(),
         );
-        assert_eq!(lean_spec(true, 1, &window, 0), None, "not a lean algorithm");
+        assert_eq!(
+            one_check_spec(true, 1, &window, 0),
+            None,
+            "not a one-check algorithm"
+        );
         // A key never seen at Redis's 7.5 s: one of two cells spent, the next in 0.5 s.
-        let d = decode_lean("+7 500000 ", &limit, 1, None).unwrap();
+        let d = decode_one_check("+7 500000 ", &limit, 1, None).unwrap();
         assert_eq!(d, Decision::new(Outcome::Allowed, 2, 1, 500_000_000));
         // The state the script read (both cells taken until 8 s), at the caller's 7 s.
-        let d = decode_lean("-  gcra:8000000000", &limit, 1, Some(7_000_000_000)).unwrap();
+        let d = decode_one_check("-  gcra:8000000000", &limit, 1, Some(7_000_000_000)).unwrap();
         assert_eq!(d.retry_after_ns(), Some(500_000_000));
         // The five values where the script handed the check on.
-        assert!(decode_lean("allowed 0 2 1 5", &limit, 1, None).is_ok());
+        assert!(decode_one_check("allowed 0 2 1 5", &limit, 1, None).is_ok());
         for (reply, says) in [
             ("-7 500000 ", "refused where the core admits"),
             ("+7 500000 fixed-window:1,1", "should not read"),
@@ -423,7 +427,7 @@ mod tests {
             ("+x 5 ", "seconds `x`"),
             ("+18446744073709551615 0 ", "past 2^64"),
         ] {
-            let e = decode_lean(reply, &limit, 1, None).unwrap_err();
+            let e = decode_one_check(reply, &limit, 1, None).unwrap_err();
             assert!(e.contains(says), "`{reply}`: {e}");
         }
     }
@@ -584,7 +588,7 @@ mod tests {
             }
 
             #[test]
-            fn any_lean_reply_decodes_or_is_refused_without_a_panic(
+            fn any_one_check_reply_decodes_or_is_refused_without_a_panic(
                 limit in limit(),
                 reply in prop_oneof![
                     "[+-][0-9]{0,20} [0-9]{0,7} [a-z-]{0,14}:[0-9,]{0,45}",
@@ -593,7 +597,7 @@ mod tests {
                 cost in any::<u64>(),
                 now in prop::option::of(any::<u64>()),
             ) {
-                if let Ok(d) = decode_lean(&reply, &limit, cost, now) {
+                if let Ok(d) = decode_one_check(&reply, &limit, cost, now) {
                     prop_assert!(d.remaining <= d.limit);
                 }
             }

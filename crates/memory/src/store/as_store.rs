@@ -3,7 +3,7 @@
 use std::convert::Infallible;
 use std::hash::BuildHasher;
 
-use ratewarden_core::share::Ask;
+use ratewarden_core::lease::Ask;
 use ratewarden_core::{Check, Decision, Limit, Store};
 
 use super::MemoryStore;
@@ -58,7 +58,7 @@ impl<S: BuildHasher> Store for MemoryStore<Limit, S> {
         Ok(MemoryStore::clear(self, key))
     }
 
-    fn share(&self, key: &str, ask: Ask<'_>, now: u64) -> Result<u64, Infallible> {
-        Ok(MemoryStore::share(self, key, ask, now))
+    fn lease(&self, key: &str, ask: Ask<'_>, now: u64) -> Result<u64, Infallible> {
+        Ok(MemoryStore::lease(self, key, ask, now))
     }
 }

@@ -8,9 +8,9 @@ mod as_store;
 mod batch;
 mod check;
 mod decide;
+mod lease;
 mod permit;
 mod room;
-mod share;
 mod upkeep;
 
 pub use check::NotNow;
@@ -84,8 +84,8 @@ pub struct MemoryStore<A: Stored = Limit, S = RandomState> {
     per_shard_bytes: usize,
     config: StoreConfig,
     next_permit: AtomicU64,
-    /// The fleet budgets' leases (see `share.rs`).
-    shares: Mutex<share::Shares>,
+    /// The fleet budgets' leases (see `lease.rs`).
+    shares: Mutex<lease::Shares>,
     _algorithm: PhantomData<fn(&A)>,
 }
 

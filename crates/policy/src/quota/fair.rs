@@ -2,4 +2,4 @@
 //! less than an equal share gets what it wants; what is left is shared equally among the
 //! rest.
 
-pub use ratewarden_core::share::{max_min, max_min_weighted};
+pub use ratewarden_core::lease::{max_min, max_min_weighted};

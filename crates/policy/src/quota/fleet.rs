@@ -1,6 +1,6 @@
 //! One budget split across a fleet: each process's [`QuotaBoard`] splits among its own
 //! streams the share of the budget it leases from the store, and the store splits the
-//! budget among the processes ([`ratewarden_core::share`]) by what their streams want.
+//! budget among the processes ([`ratewarden_core::lease`]) by what their streams want.
 //!
 //! With an in-process store the board splits each budget's whole rate, as the only
 //! process there is. With a shared store a process asks for its share whenever its
@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use ratewarden_core::share::Ask;
+use ratewarden_core::lease::Ask;
 use ratewarden_core::AsyncStore;
 
 use super::board::{Assignment, BucketEntries, Budget, QuotaBoard, Report};
@@ -180,7 +180,7 @@ impl FleetBoard {
                     capacity: 0,
                     ttl_ms: 1,
                 };
-                if let Err(e) = store.share(key, ask, now).await {
+                if let Err(e) = store.lease(key, ask, now).await {
                     // It lapses on its own.
                     tracing::debug!(budget = key, error = %e, "could not give back a quota share");
                 }
@@ -200,7 +200,7 @@ impl FleetBoard {
             capacity: demand.budget.per_period,
             ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
         };
-        let capacity = match store.share(key, ask, now).await {
+        let capacity = match store.lease(key, ask, now).await {
             Ok(granted) => {
                 *held = Some(Held {
                     capacity: granted,

@@ -46,10 +46,10 @@
 --            at once (a prefetched allowance's partial grant). The reply is now, then the
 --            decision of charging what was granted (or, when nothing was, the refusal of a
 --            cost-1 request, with its retry-after), then the units granted.
---   share    a member's leased share of a budget (share.lua, which says its arguments).
+--   share    a member's leased share of a budget (lease.lua, which says its arguments).
 --   decide:limbs, peek:limbs, decide:fast, peek:fast  (for tests) decide or peek by the limb
 --            path only, or by the fast path only (an error when it declines).
---   "d <cost> <kind> <parameters...>", "p ..."  the lean call of one check (lean.lua): its
+--   "d <cost> <kind> <parameters...>", "p ..."  the one-check call (one_check.lua): its
 --            own reply, or when it declines mode decide1's or peek1's.
 --   decide1, peek1  decide or peek of one check in a compact form, for the algorithms of the
 --            fast path: ARGV is the mode, now (or ""), the cost, and the check as one
@@ -954,19 +954,20 @@ local COMPACT = {decide1 = "decide:limbs", peek1 = "peek:limbs"}
 
 local function run(KEYS, ARGV)
   local mode = ARGV[1]
-  -- The lean call first (lean.lua): the store's common call, looked up before anything else.
-  local lean = LEAN.specs[mode]
-  if lean == nil and type(mode) == "string" then lean = LEAN.of(mode) end
-  if lean then
+  -- The one-check call first (one_check.lua): the store's common call, looked up before
+  -- anything else.
+  local one_check = ONE_CHECK.specs[mode]
+  if one_check == nil and type(mode) == "string" then one_check = ONE_CHECK.of(mode) end
+  if one_check then
     if #KEYS ~= 1 or #ARGV > 2 then
-      fail("a lean call takes one key and at most two arguments (the check, now)")
+      fail("a one-check call takes one key and at most two arguments (the check, now)")
     end
-    if lean[1] then
-      local reply = lean[1](KEYS[1], ARGV[2])
+    if one_check[1] then
+      local reply = one_check[1](KEYS[1], ARGV[2])
       if reply then return reply end
     end
     -- Declined: the same check by mode decide1 or peek1.
-    return run(KEYS, {lean[2], ARGV[2] or "", lean[3], lean[4]})
+    return run(KEYS, {one_check[2], ARGV[2] or "", one_check[3], one_check[4]})
   end
   local compact = COMPACT[mode]
   if compact then
@@ -983,7 +984,7 @@ local function run(KEYS, ARGV)
     reply = run(KEYS, general)
     return table.concat(reply, " ", 2)
   end
-  if mode == "share" then return SHARE.lease(KEYS, ARGV) end
+  if mode == "share" then return LEASES.lease(KEYS, ARGV) end
   -- The fast path first: decided in doubles when every number is small enough.
   if mode == "decide" or mode == "peek" then
     local reply = fast(KEYS, ARGV, mode == "decide")

@@ -1,6 +1,6 @@
 //! The store behind [`ratewarden_core::AsyncStore`], the interface every shared store offers.
 
-use ratewarden_core::share::Ask;
+use ratewarden_core::lease::Ask;
 use ratewarden_core::{AsyncStore, Check, Decision, Limit};
 
 use super::call::Mode;
@@ -70,8 +70,8 @@ impl AsyncStore for RedisStore {
         self.take_up_to(limit, key, now, want).await
     }
 
-    async fn share(&self, key: &str, ask: Ask<'_>, now: u64) -> Result<u64, RedisError> {
-        self.share_of(key, ask, now).await
+    async fn lease(&self, key: &str, ask: Ask<'_>, now: u64) -> Result<u64, RedisError> {
+        self.lease_of(key, ask, now).await
     }
 
     async fn clear(&self, key: &str) -> Result<bool, RedisError> {

@@ -134,25 +134,25 @@ impl RedisStore {
         keys: &[String],
         now: u64,
     ) -> Result<Vec<Decision>, RedisError> {
-        if let (Some(lean), [(limit, _, _)]) = (self.lean(mode, checks, now), checks) {
+        if let (Some(one_check), [(limit, _, _)]) = (self.one_check(mode, checks, now), checks) {
             // Built straight into the command, sized once: no string per argument, no
             // buffer grown argument by argument.
             let data = 64
                 + self.function.len()
                 + keys.iter().map(String::len).sum::<usize>()
-                + lean.spec.len();
+                + one_check.spec.len();
             let mut fcall = redis::Cmd::with_capacity(6 + keys.len(), data);
             fcall
                 .arg("FCALL")
                 .arg(self.function)
                 .arg(keys.len())
                 .arg(keys)
-                .arg(lean.spec.as_str());
-            if let Some(now) = lean.now {
+                .arg(one_check.spec.as_str());
+            if let Some(now) = one_check.now {
                 fcall.arg(now);
             }
             let reply: String = self.send(connection, &fcall).await?;
-            let decision = encode::decode_lean(&reply, limit, lean.cost, lean.now)
+            let decision = encode::decode_one_check(&reply, limit, one_check.cost, one_check.now)
                 .map_err(RedisError::Protocol)?;
             return Ok(vec![decision]);
         }
@@ -193,16 +193,16 @@ impl RedisStore {
         Ok(decisions)
     }
 
-    /// The lean call of one check (see `lean.lua`), for a decide or a peek of one check of
+    /// The one-check call (see `one_check.lua`), for a decide or a peek of one check of
     /// the algorithms it covers; `None` otherwise. One argument where the compact call has
     /// four, and a reply the script formats no number into: the state it read and its
     /// `now`, from which the core decides.
-    pub(super) fn lean(
+    pub(super) fn one_check(
         &self,
         mode: Mode,
         checks: &[(&Limit, &str, i128)],
         now: u64,
-    ) -> Option<Lean> {
+    ) -> Option<OneCheck> {
         let decide = match mode {
             Mode::Decide => true,
             Mode::Peek => false,
@@ -212,8 +212,8 @@ impl RedisStore {
             return None;
         };
         let cost = u64::try_from(*cost).ok()?;
-        Some(Lean {
-            spec: encode::lean_spec(decide, cost, limit, now)?,
+        Some(OneCheck {
+            spec: encode::one_check_spec(decide, cost, limit, now)?,
             now: self.caller_time(now),
             cost,
         })
@@ -221,8 +221,8 @@ impl RedisStore {
 
     /// The compact call of one check (modes `decide1` and `peek1`, see `store.lua`), for a
     /// decide or a peek of one check whose algorithm the script's fast path knows; `None`
-    /// otherwise. The store sends it for the algorithms the lean call does not cover (the
-    /// sliding window, quotas), and the lean call hands to it what it declines. Five
+    /// otherwise. The store sends it for the algorithms the one-check call does not cover (the
+    /// sliding window, quotas), and the one-check call hands to it what it declines. Five
     /// arguments fewer than the general form, each of which costs Redis a Lua string and the
     /// script a look-up; and the reply is one string.
     pub(super) fn compact(
@@ -248,10 +248,10 @@ impl RedisStore {
     }
 }
 
-/// The arguments of a lean call after its key: the check with its mode and cost, and the
+/// The arguments of a one-check call after its key: the check with its mode and cost, and the
 /// caller's time (none for Redis's clock); the cost, to decide on the state the reply holds.
 #[derive(Debug)]
-pub(super) struct Lean {
+pub(super) struct OneCheck {
     pub(super) spec: String,
     pub(super) now: Option<u64>,
     pub(super) cost: u64,

@@ -9,16 +9,16 @@ use redis::cluster_async::ClusterConnection;
 use super::connection::Connection;
 use super::{RedisError, RedisStore};
 
-/// The code: the big-integer library, the fast path in doubles, the lean call, the fleet's
+/// The code: the big-integer library, the fast path in doubles, the one-check call, the fleet's
 /// leased shares, then the transitions (whose last statement returns the entry point).
 const SCRIPT: &str = concat!(
     include_str!("../lua/bigint.lua"),
     "\n",
     include_str!("../lua/fast.lua"),
     "\n",
-    include_str!("../lua/lean.lua"),
+    include_str!("../lua/one_check.lua"),
     "\n",
-    include_str!("../lua/share.lua"),
+    include_str!("../lua/lease.lua"),
     "\n",
     include_str!("../lua/store.lua")
 );

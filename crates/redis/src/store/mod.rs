@@ -14,10 +14,10 @@ mod config;
 mod connection;
 mod error;
 mod guard;
+mod lease;
 mod library;
 mod permit;
 mod sentinel;
-mod share;
 mod take;
 
 pub use config::{RedisConfig, SentinelTarget, Target, TimeSource};
@@ -90,8 +90,8 @@ impl RedisStore {
     /// The key and the arguments of one decision of `cost` under `limit` for `key`, on
     /// Redis's clock, in the general form (the one every mode and any number of checks
     /// take): what a tool such as `redis-benchmark` sends after `FCALL <function> 1` (see
-    /// [`RedisStore::script`]) to measure the function alone. The store sends a lean form
-    /// for one check when it can: see [`RedisStore::lean_command`].
+    /// [`RedisStore::script`]) to measure the function alone. The store sends a one-check form
+    /// for one check when it can: see [`RedisStore::one_check_command`].
     pub fn decide_command(
         &self,
         limit: &Limit,
@@ -112,8 +112,8 @@ impl RedisStore {
     /// `limit` for `key`, on Redis's clock, in the compact form of one check (mode
     /// `decide1`, whose reply is the decision's five values) for the algorithms the
     /// script's fast path knows, else the general form of [`RedisStore::decide_command`].
-    /// The store sends it for the algorithms the lean form ([`RedisStore::lean_command`])
-    /// does not cover; the script decides a lean call it declines by it.
+    /// The store sends it for the algorithms the one-check form ([`RedisStore::one_check_command`])
+    /// does not cover; the script decides a one-check call it declines by it.
     pub fn sent_command(
         &self,
         limit: &Limit,
@@ -137,19 +137,19 @@ impl RedisStore {
     }
 
     /// The key and the arguments after `FCALL <function> 1` of one decision of `cost` under
-    /// `limit` for `key` on Redis's clock, as the store sends it: the lean form for the
-    /// algorithms it covers (see `src/lua/lean.lua`), else the compact or the general form
+    /// `limit` for `key` on Redis's clock, as the store sends it: the one-check form for the
+    /// algorithms it covers (see `src/lua/one_check.lua`), else the compact or the general form
     /// of [`RedisStore::sent_command`]: what `redis-benchmark` sends to measure the function
     /// as the store calls it. Its reply is the state the script read and its `now`, which
     /// the store decides on with the core's transition.
-    pub fn lean_command(
+    pub fn one_check_command(
         &self,
         limit: &Limit,
         key: &str,
         cost: u64,
         now_hint: u64,
     ) -> (String, Vec<String>) {
-        match encode::lean_spec(true, cost, limit, now_hint) {
+        match encode::one_check_spec(true, cost, limit, now_hint) {
             Some(spec) => (self.redis_key(key), vec![spec]),
             None => self.sent_command(limit, key, cost, now_hint),
         }

@@ -1,4 +1,4 @@
-//! What the script's path tests share (`fast_path.rs`, `lean_path.rs`): their constants, a
+//! What the script's path tests share (`fast_path.rs`, `one_check_path.rs`): their constants, a
 //! connection to a fresh `redis-server` with the library loaded, and random limits' numbers.
 #![allow(dead_code)]
 

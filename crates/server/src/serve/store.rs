@@ -1,7 +1,7 @@
 //! The store a server decides on: in this process's memory, or shared in Redis.
 
 use anyhow::Context;
-use ratewarden_core::share::Ask;
+use ratewarden_core::lease::Ask;
 use ratewarden_core::{AsyncStore, Check, Decision, Limit, Store};
 use ratewarden_memory::{MemoryStore, StoreStats, WhenFull};
 use ratewarden_policy::{StoreKind, StoreSettings};
@@ -214,10 +214,10 @@ impl AsyncStore for AnyStore {
         }
     }
 
-    async fn share(&self, key: &str, ask: Ask<'_>, now: u64) -> Result<u64, StoreError> {
+    async fn lease(&self, key: &str, ask: Ask<'_>, now: u64) -> Result<u64, StoreError> {
         match self {
-            AnyStore::Memory(m) => Ok(m.share(key, ask, now)),
-            AnyStore::Redis(r) => Ok(Box::pin(r.share(key, ask, now)).await?),
+            AnyStore::Memory(m) => Ok(m.lease(key, ask, now)),
+            AnyStore::Redis(r) => Ok(Box::pin(r.lease(key, ask, now)).await?),
         }
     }
 

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use ratewarden_core::conformance::Rng;
-use ratewarden_core::share::{Ask, MAX_UNITS};
+use ratewarden_core::lease::{Ask, MAX_UNITS};
 use ratewarden_core::AsyncStore;
 use ratewarden_memory::{MemoryStore, StoreConfig};
 use ratewarden_redis::testing::{Cluster, Server};
@@ -76,8 +76,8 @@ async fn same_grants_as_memory(redis: &RedisStore) {
                 },
                 ttl_ms: 200 + rng.below(1_500),
             };
-            let got = redis.share(&key, ask, now).await.expect("granted");
-            let expected = AsyncStore::share(&memory, &key, ask, now)
+            let got = redis.lease(&key, ask, now).await.expect("granted");
+            let expected = AsyncStore::lease(&memory, &key, ask, now)
                 .await
                 .expect("granted");
             assert_eq!(got, expected, "budget {budget} step {step}: {ask:?}");
@@ -97,12 +97,12 @@ async fn a_lease_lapses_on_its_time_and_the_hash_expires_with_the_last_one() {
         capacity: 600,
         ttl_ms: 60_000,
     };
-    assert_eq!(redis.share("api|x", ask("a", 1000), T0).await.unwrap(), 600);
+    assert_eq!(redis.lease("api|x", ask("a", 1000), T0).await.unwrap(), 600);
     // b gets nothing while a holds everything, then all once a's lease lapses.
-    assert_eq!(redis.share("api|x", ask("b", 1000), T0).await.unwrap(), 0);
+    assert_eq!(redis.lease("api|x", ask("b", 1000), T0).await.unwrap(), 0);
     let later = T0 + 60_000 * MS;
     assert_eq!(
-        redis.share("api|x", ask("b", 1000), later).await.unwrap(),
+        redis.lease("api|x", ask("b", 1000), later).await.unwrap(),
         600
     );
     // The hash is there, with a TTL no longer than the longest lease.
@@ -113,9 +113,9 @@ async fn a_lease_lapses_on_its_time_and_the_hash_expires_with_the_last_one() {
         .expect("a PTTL");
     assert!((1..=60_000).contains(&pttl), "{pttl}");
     // A want of zero gives it back: a takes everything again.
-    assert_eq!(redis.share("api|x", ask("b", 0), later).await.unwrap(), 0);
+    assert_eq!(redis.lease("api|x", ask("b", 0), later).await.unwrap(), 0);
     assert_eq!(
-        redis.share("api|x", ask("a", 1000), later).await.unwrap(),
+        redis.lease("api|x", ask("a", 1000), later).await.unwrap(),
         600
     );
 }

@@ -1,11 +1,11 @@
-//! Leased shares of fleet budgets (`ratewarden_core::share`), for processes that share this
+//! Leased shares of fleet budgets (`ratewarden_core::lease`), for processes that share this
 //! store: one table of leases per budget, kept apart from the limiters' state.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::PoisonError;
 
-use ratewarden_core::share::{Ask, Leases};
+use ratewarden_core::lease::{Ask, Leases};
 
 use super::MemoryStore;
 use crate::cell::Stored;
@@ -35,7 +35,7 @@ impl<A: Stored, S: BuildHasher> MemoryStore<A, S> {
     /// Leases `ask.member` its share of the budget `key` at `now` (nanoseconds), as
     /// [`Leases::lease`] grants it, on a clock of whole milliseconds as the Redis store's:
     /// the units granted.
-    pub fn share(&self, key: &str, ask: Ask<'_>, now: u64) -> u64 {
+    pub fn lease(&self, key: &str, ask: Ask<'_>, now: u64) -> u64 {
         let now_ms = now / 1_000_000;
         let mut shares = self.shares.lock().unwrap_or_else(PoisonError::into_inner);
         let Shares { budgets, tidy_past } = &mut *shares;
@@ -73,7 +73,7 @@ mod tests {
                 capacity: 10,
                 ttl_ms: 1,
             };
-            assert_eq!(store.share(&format!("budget-{i}"), ask, i * 1_000_000), 10);
+            assert_eq!(store.lease(&format!("budget-{i}"), ask, i * 1_000_000), 10);
             most = most.max(store.shares.lock().unwrap().budgets.len());
         }
         assert!(most <= TIDY_PAST + 1, "{most} budgets held at once");

@@ -1,6 +1,8 @@
 -- Shares of one budget leased to the members of a fleet: the same steps as
--- `ratewarden_core::share::Leases::lease`, on a hash. Loaded before store.lua, whose `run`
--- calls SHARE.lease for mode "share".
+-- `ratewarden_core::lease::Leases::lease`, on a hash. Loaded before store.lua, whose `run`
+-- calls LEASES.lease for mode "share" (the name the mode had when the store op was `share`;
+-- kept on the wire, and in the budgets' `share:` keys, so a fleet upgraded one process at a
+-- time keeps its leases).
 --
 -- KEYS[1]  the budget's hash: one field per member, "want weight held expires_ms".
 -- ARGV     "share", now in nanoseconds (or "" for Redis's TIME), the member, its want, its
@@ -12,7 +14,7 @@
 -- leases have not lapsed when that is no more than it holds; otherwise what it holds plus
 -- as much of its target as the others leave free. A want of 0 gives back what it holds.
 
-local SHARE = {}
+local LEASES = {}
 
 do
   local function num(s)
@@ -23,7 +25,7 @@ do
     return n
   end
 
-  -- max_min_weighted of core's share.rs: `wants` is a list of {want, weight}, sorted by
+  -- max_min_weighted of core's lease.rs: `wants` is a list of {want, weight}, sorted by
   -- want per unit of weight, then by weight (equal pairs are granted alike, so the
   -- grants do not depend on the list's order).
   local function max_min(capacity, wants)
@@ -57,7 +59,7 @@ do
     return grants
   end
 
-  function SHARE.lease(KEYS, ARGV)
+  function LEASES.lease(KEYS, ARGV)
     if #KEYS ~= 1 or #ARGV ~= 7 then
       error("mode share takes one key and six arguments "
         .. "(now, member, want, weight, capacity, ttl_ms)")

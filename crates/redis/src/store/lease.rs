@@ -1,14 +1,15 @@
-//! Leased shares of fleet budgets: the script's `share` mode, over a hash per budget.
+//! Leased shares of fleet budgets: the script's `share` mode (the wire name of the store's
+//! `lease`, kept so processes of two versions share their budgets), over a hash per budget.
 
-use ratewarden_core::share::Ask;
+use ratewarden_core::lease::Ask;
 
 use super::{RedisError, RedisStore};
 
 impl RedisStore {
     /// Leases `ask.member` its share of the budget `key` in one script call (mode `share`,
-    /// `share.lua`): the units granted. The budget's hash is `key` with a `share:` before it,
+    /// `lease.lua`): the units granted. The budget's hash is `key` with a `share:` before it,
     /// apart from the limiters' state.
-    pub(super) async fn share_of(
+    pub(super) async fn lease_of(
         &self,
         key: &str,
         ask: Ask<'_>,
@@ -30,7 +31,7 @@ impl RedisStore {
             let granted: u64 = self.invoke(&mut connection, &keys, &args).await?;
             if granted > ask.want.min(ask.capacity) {
                 return Err(RedisError::Protocol(format!(
-                    "share: {granted} granted of {} wanted (capacity {})",
+                    "lease: {granted} granted of {} wanted (capacity {})",
                     ask.want, ask.capacity
                 )));
             }

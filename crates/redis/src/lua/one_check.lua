@@ -1,4 +1,4 @@
--- The lean call: the store's decide or peek of one check, in as few Lua operations as the
+-- The one-check call: the store's decide or peek of one check, in as few Lua operations as the
 -- decision needs. Loaded after fast.lua and before store.lua, whose `run` reads it first.
 --
 -- ARGV[1] is "<d|p> <cost> <kind> <parameters...>" (d: decide, p: peek; the parameters as in
@@ -26,7 +26,7 @@
 -- writer wrote it (every version sets at least the state's fresh time), so a write within
 -- that window keeps it (SET ... KEEPTTL), sparing Redis the expiry's removal and insertion.
 
-local LEAN = {}
+local ONE_CHECK = {}
 do
   local find, sub, match, fmt = string.find, string.sub, string.match, string.format
   local tonumber, floor, type = tonumber, math.floor, type
@@ -358,8 +358,8 @@ do
   }
   local MODE1 = {d = "decide1", p = "peek1"}
 
-  -- A lean call's first argument as {closure or false, decide1 or peek1, cost, the check's
-  -- spec}, or false when it is not a lean call (the general form, or decide1 and peek1).
+  -- A one-check call's first argument as {closure or false, decide1 or peek1, cost, the check's
+  -- spec}, or false when it is not a one-check call (the general form, or decide1 and peek1).
   local function compile(spec)
     local m, cost_s, rest = match(spec, "^([dp]) (%d+) (.*)$")
     if m == nil then return false end
@@ -378,12 +378,12 @@ do
     end
     return {closure, MODE1[m], cost_s, rest}
   end
-  LEAN.specs, LEAN.kept = {}, 0
+  ONE_CHECK.specs, ONE_CHECK.kept = {}, 0
   -- The compiled form of ARGV[1] (see compile), remembered.
-  function LEAN.of(spec)
+  function ONE_CHECK.of(spec)
     local got = compile(spec)
-    if LEAN.kept >= 4096 then LEAN.specs, LEAN.kept = {}, 0 end
-    LEAN.specs[spec], LEAN.kept = got, LEAN.kept + 1
+    if ONE_CHECK.kept >= 4096 then ONE_CHECK.specs, ONE_CHECK.kept = {}, 0 end
+    ONE_CHECK.specs[spec], ONE_CHECK.kept = got, ONE_CHECK.kept + 1
     return got
   end
 end

@@ -1,4 +1,5 @@
-//! The lean call (`src/lua/lean.lua`, what the store sends for one check) against the limb
+//! The one-check call (`src/lua/one_check.lua`, what the store sends for one check) against
+//! the limb
 //! path (`src/lua/bigint.lua`): the store's decisions through it are the limb path's, the
 //! states it leaves are the limb path's byte for byte, and its keys live at least as long;
 //! it answers for itself within its range and hands the rest to mode `decide1`; on Redis's
@@ -18,7 +19,7 @@ use common::{random_numbers, rate, LIM, NOW, SEC};
 
 mod common;
 
-/// A limit of an algorithm the lean call knows (and a sliding window, which it hands on),
+/// A limit of an algorithm the one-check call knows (and a sliding window, which it hands on),
 /// small or near its bounds.
 fn random_limit(rng: &mut Rng) -> Limit {
     let (r, window, burst) = random_numbers(rng);
@@ -95,9 +96,9 @@ impl Redis {
         (n(0), Decision::new(outcome, n(3), n(4), n(5)))
     }
 
-    /// The raw reply of a lean call of `limit` on `key` (a peek: nothing changes), for the
+    /// The raw reply of a one-check call of `limit` on `key` (a peek: nothing changes), for the
     /// algorithms the store sends it for (`spec`: another check in its place).
-    fn lean_peek(
+    fn one_check_peek(
         &mut self,
         key: &str,
         limit: &Limit,
@@ -107,11 +108,15 @@ impl Redis {
     ) -> String {
         let (key, mut args) = self
             .store
-            .lean_command(limit, key, cost, now.unwrap_or(NOW));
+            .one_check_command(limit, key, cost, now.unwrap_or(NOW));
         if let Some(spec) = spec {
             args = vec![spec.to_owned()];
         }
-        assert_eq!(args.len(), 1, "{limit:?} takes the lean form: {args:?}");
+        assert_eq!(
+            args.len(),
+            1,
+            "{limit:?} takes the one-check form: {args:?}"
+        );
         args[0].replace_range(..1, "p");
         if let Some(now) = now {
             args.push(now.to_string());
@@ -122,7 +127,7 @@ impl Redis {
             .arg(key)
             .arg(args)
             .query(&mut self.con)
-            .unwrap_or_else(|e| panic!("{limit:?}: the lean peek failed: {e}"))
+            .unwrap_or_else(|e| panic!("{limit:?}: the one_check peek failed: {e}"))
     }
 
     fn get(&mut self, key: &str) -> Option<String> {
@@ -141,33 +146,35 @@ impl Redis {
     }
 }
 
-/// Whether the lean call answered for itself (its reply starts with `+` or `-`) rather than
+/// Whether the one-check call answered for itself (its reply starts with `+` or `-`) rather than
 /// handing the check to mode `decide1` (five values).
-fn answered_lean(reply: &str) -> bool {
+fn answered_one_check(reply: &str) -> bool {
     reply.starts_with('+') || reply.starts_with('-')
 }
 
-/// Random limits, times and costs through the store (the lean call, and `decide1` where it
+/// Random limits, times and costs through the store (the one-check call, and `decide1` where it
 /// declines) and through the limb path: the same decisions, the same states, and a key's
 /// lifetime never shorter than the limb path gives it (a fixed window keeps the TTL of its
 /// window's first write, which reaches the window's end, where the limb path writes the
 /// same end again).
 #[tokio::test]
-async fn the_lean_call_decides_as_the_limb_path_on_random_inputs() {
+async fn the_one_check_call_decides_as_the_limb_path_on_random_inputs() {
     let mut redis = Redis::start();
     let mut rng = Rng(0x5eed_1ea4_0000_0001);
-    let mut lean = 0;
+    let mut one_check = 0;
     for case in 0..240 {
         let limit = random_limit(&mut rng);
-        let (a, b) = (format!("lean{case}"), format!("limbs{case}"));
+        let (a, b) = (format!("one_check{case}"), format!("limbs{case}"));
         let mut now = common::random_start(&mut rng);
         for _ in 0..6 {
             let (later, cost) = common::random_step(&mut rng, now, limit.limit());
             now = later;
             let peek = rng.chance(20);
             let covered = !matches!(limit, Limit::SlidingWindow(_));
-            if covered && answered_lean(&redis.lean_peek(&a, &limit, None, Some(now), cost)) {
-                lean += 1;
+            if covered
+                && answered_one_check(&redis.one_check_peek(&a, &limit, None, Some(now), cost))
+            {
+                one_check += 1;
             }
             let got = if peek {
                 redis.store.peek(&limit, &a, now, cost).await
@@ -181,18 +188,21 @@ async fn the_lean_call_decides_as_the_limb_path_on_random_inputs() {
             let (ta, tb) = (redis.pttl(&a), redis.pttl(&b));
             assert!(
                 ta >= tb - 50 && (ta < 0) == (tb < 0),
-                "{limit:?}: lifetimes {ta} ms (lean) and {tb} ms (limbs) at {now}"
+                "{limit:?}: lifetimes {ta} ms (one_check) and {tb} ms (limbs) at {now}"
             );
         }
     }
-    assert!(lean > 400, "the lean call answered {lean} of 1,440 calls");
+    assert!(
+        one_check > 400,
+        "the one-check call answered {one_check} of 1,440 calls"
+    );
 }
 
-/// Within its range the lean call answers for itself; past it (a burst at 2^52, a window
+/// Within its range the one-check call answers for itself; past it (a burst at 2^52, a window
 /// that is no whole division of a second, an algorithm it does not cover) it hands the
 /// check to mode `decide1`, whose reply is the five values.
 #[test]
-fn the_lean_call_answers_within_its_range_and_hands_on_the_rest() {
+fn the_one_check_call_answers_within_its_range_and_hands_on_the_rest() {
     let mut redis = Redis::start();
     let within: [Limit; 5] = [
         Gcra::new(rate(100, SEC), 10).unwrap().into(),
@@ -205,11 +215,12 @@ fn the_lean_call_answers_within_its_range_and_hands_on_the_rest() {
     ];
     for limit in &within {
         for now in [Some(NOW), None] {
-            let reply = redis.lean_peek("in", limit, None, now, 1);
-            assert!(answered_lean(&reply), "{limit:?} at {now:?}: {reply}");
+            let reply = redis.one_check_peek("in", limit, None, now, 1);
+            assert!(answered_one_check(&reply), "{limit:?} at {now:?}: {reply}");
         }
     }
-    // A sliding window, which the store sends in the compact form, sent lean all the same.
+    // A sliding window, which the store sends in the compact form, sent as a one-check call
+    // all the same.
     let window: Limit = SlidingWindow::new(3, Duration::from_secs(1))
         .unwrap()
         .into();
@@ -224,17 +235,17 @@ fn the_lean_call_answers_within_its_range_and_hands_on_the_rest() {
         (window, Some("d 1 sliding-window 3 1000000000")),
     ];
     for (limit, spec) in &past {
-        let reply = redis.lean_peek("past", limit, *spec, Some(NOW), 1);
-        assert!(!answered_lean(&reply), "{limit:?}: {reply}");
+        let reply = redis.one_check_peek("past", limit, *spec, Some(NOW), 1);
+        assert!(!answered_one_check(&reply), "{limit:?}: {reply}");
         assert_eq!(reply.split(' ').count(), 5, "{limit:?}: {reply}");
     }
 }
 
-/// On Redis's clock the lean call reads `TIME` and replies with it: the limb path at that
+/// On Redis's clock the one-check call reads `TIME` and replies with it: the limb path at that
 /// `now`, on a key of its own with the same history, leaves the same state, with calls of
 /// the same check on the caller's clock in between.
 #[test]
-fn on_redis_time_the_lean_call_is_the_limb_path_at_the_now_it_replied_with() {
+fn on_redis_time_the_one_check_call_is_the_limb_path_at_the_now_it_replied_with() {
     let mut redis = Redis::start();
     let limits: [Limit; 5] = [
         Gcra::new(rate(2, SEC), 2).unwrap().into(),
@@ -250,15 +261,15 @@ fn on_redis_time_the_lean_call_is_the_limb_path_at_the_now_it_replied_with() {
     for (i, limit) in limits.iter().enumerate() {
         let (a, b) = (format!("t{i}"), format!("tl{i}"));
         for step in 0..4 {
-            let (key, args) = redis.store.lean_command(limit, &a, 1, NOW);
+            let (key, args) = redis.store.one_check_command(limit, &a, 1, NOW);
             let reply: String = redis::cmd("FCALL")
                 .arg(redis.function)
                 .arg(1)
                 .arg(key)
                 .arg(args)
                 .query(&mut redis.con)
-                .expect("a lean call on Redis's clock");
-            assert!(answered_lean(&reply), "{limit:?}: {reply}");
+                .expect("a one-check call on Redis's clock");
+            assert!(answered_one_check(&reply), "{limit:?}: {reply}");
             let mut fields = reply[1..].splitn(3, ' ');
             let seconds: u64 = fields.next().unwrap().parse().expect("seconds");
             let micros: u64 = fields.next().unwrap().parse().expect("microseconds");
@@ -272,7 +283,7 @@ fn on_redis_time_the_lean_call_is_the_limb_path_at_the_now_it_replied_with() {
             assert_eq!(redis.get(&a), redis.get(&b), "{limit:?}: step {step}");
             // The same check on the caller's clock, years earlier, in between: what one
             // check's closure remembers of Redis's clock is not taken for the caller's.
-            let (key, mut args) = redis.store.lean_command(limit, "elsewhen", 1, NOW);
+            let (key, mut args) = redis.store.one_check_command(limit, "elsewhen", 1, NOW);
             args.push(NOW.to_string());
             let _: String = redis::cmd("FCALL")
                 .arg(redis.function)
@@ -280,7 +291,7 @@ fn on_redis_time_the_lean_call_is_the_limb_path_at_the_now_it_replied_with() {
                 .arg(key)
                 .arg(args)
                 .query(&mut redis.con)
-                .expect("a lean call on the caller's clock");
+                .expect("a one-check call on the caller's clock");
         }
     }
 }
@@ -317,11 +328,11 @@ async fn a_fixed_window_keeps_its_ttl_within_the_window_on_redis_time() {
     assert!(state.ends_with(",11") || state.ends_with(",2"), "{state}");
 }
 
-/// A value the lean call cannot read is handed on, and answered as the limb path answers
+/// A value the one-check call cannot read is handed on, and answered as the limb path answers
 /// it: another kind's state is a key never seen; a value that is no state, and a key of
 /// another Redis type, are errors naming the key.
 #[tokio::test]
-async fn values_the_lean_call_cannot_read_are_answered_as_the_limb_path_answers_them() {
+async fn values_the_one_check_call_cannot_read_are_answered_as_the_limb_path_answers_them() {
     let mut redis = Redis::start();
     let gcra: Limit = Gcra::new(rate(1, SEC), 3).unwrap().into();
     let _: () = redis::cmd("SET")

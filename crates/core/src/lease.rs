@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 /// # Examples
 ///
 /// ```
-/// use ratewarden_core::share::max_min;
+/// use ratewarden_core::lease::max_min;
 ///
 /// assert_eq!(max_min(120, &[1000, 50, 10]), [60, 50, 10]);
 /// assert_eq!(max_min(600, &[50, 60]), [50, 60]);
@@ -40,7 +40,7 @@ pub fn max_min(capacity: u64, wants: &[u64]) -> Vec<u64> {
 /// # Examples
 ///
 /// ```
-/// use ratewarden_core::share::max_min_weighted;
+/// use ratewarden_core::lease::max_min_weighted;
 ///
 /// // Weights 2 and 1 of 300: 200 and 100, unless one wants less.
 /// assert_eq!(max_min_weighted(300, &[(1000, 2), (1000, 1)]), [200, 100]);
@@ -155,7 +155,7 @@ impl Leases {
     /// # Examples
     ///
     /// ```
-    /// use ratewarden_core::share::{Ask, Leases};
+    /// use ratewarden_core::lease::{Ask, Leases};
     ///
     /// let mut budget = Leases::default();
     /// let ask = |member, want| Ask { member, want, weight: 1, capacity: 600, ttl_ms: 3_000 };
