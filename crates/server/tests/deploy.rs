@@ -329,44 +329,134 @@ fn systemd_analyze() -> Option<PathBuf> {
     }
 }
 
-/// The unit passes `systemd-analyze verify` without a warning and `systemd-analyze
-/// security` at "OK" exposure or better; it runs as a dynamic user without new privileges.
-#[test]
-fn the_systemd_unit_verifies_and_is_hardened() {
-    let unit = read("deploy/systemd/ratewarden.service");
-    assert_eq!(unit_value(&unit, "DynamicUser"), Some("yes"));
-    assert_eq!(unit_value(&unit, "NoNewPrivileges"), Some("yes"));
-    assert_eq!(
-        unit_value(&unit, "ExecReload"),
-        Some("/bin/kill -HUP $MAINPID")
-    );
-    let Some(analyze) = systemd_analyze() else {
-        return;
-    };
-    // `verify` checks that the binaries exist: the debug one stands in for the installed one.
-    let dir = scratch("systemd");
-    let copy = dir.join("ratewarden.service");
-    std::fs::write(
-        &copy,
-        unit.replace(
-            "/usr/local/bin/ratewarden",
-            env!("CARGO_BIN_EXE_ratewarden"),
-        ),
+/// Where the host keeps systemd's own units (the targets a unit is ordered against), which
+/// `verify --root` looks for under the scratch root.
+fn host_units() -> PathBuf {
+    ["/usr/lib/systemd/system", "/lib/systemd/system"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|d| d.join("multi-user.target").exists())
+        .expect("systemd's units are installed with systemd-analyze")
+}
+
+/// Copies `from` into `to`, directories whole.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else if kind.is_symlink() {
+            let link = std::fs::read_link(entry.path()).unwrap();
+            std::os::unix::fs::symlink(link, target).unwrap();
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// A root laid out as a machine where the unit is installed as docs/deploy.md says, with
+/// the binary at `binary` (a path under the root, as `usr/bin/ratewarden`) and the
+/// drop-ins `drop_ins` in `ratewarden.service.d/`: what `systemd-analyze verify --root`
+/// says of it (empty when it is happy), and whether it passed.
+fn verify_installed(name: &str, binary: &str, drop_ins: &[(&str, &str)]) -> (bool, String) {
+    use std::os::unix::fs::PermissionsExt;
+    let root = scratch(name);
+    copy_tree(&host_units(), &root.join("usr/lib/systemd/system"));
+    let units = root.join("etc/systemd/system");
+    std::fs::create_dir_all(units.join("ratewarden.service.d")).unwrap();
+    std::fs::copy(
+        root_path("deploy/systemd/ratewarden.service"),
+        units.join("ratewarden.service"),
     )
     .unwrap();
-    let verify = Command::new(&analyze)
+    for (file, text) in drop_ins {
+        std::fs::write(units.join("ratewarden.service.d").join(file), text).unwrap();
+    }
+    // `verify` asks only that each command is an executable where systemd looks; the unit's
+    // commands run the real binary in the test below.
+    for program in [binary, "bin/kill"] {
+        let path = root.join(program);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let verify = Command::new("systemd-analyze")
         .arg("verify")
-        .arg(&copy)
+        .arg(format!("--root={}", root.display()))
+        .arg("ratewarden.service")
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&verify.stderr).into_owned()
         + &String::from_utf8_lossy(&verify.stdout);
-    assert!(
-        verify.status.success() && said.trim().is_empty(),
-        "systemd-analyze verify: {said}"
+    (verify.status.success() && said.trim().is_empty(), said)
+}
+
+/// A file of the repository's, by its path from the root.
+fn root_path(path: &str) -> PathBuf {
+    root().join(path)
+}
+
+/// The unit verifies where users install the binary: a package's `/usr/bin`, `cargo install
+/// --root /usr/local`'s `/usr/local/bin`, and another place named by the shipped drop-in;
+/// a binary only in `~/.cargo/bin` (a plain `cargo install`) is refused, naming the
+/// command, as docs/deploy.md says. `systemd-analyze security` rates it "OK" or better; it
+/// runs as a dynamic user without new privileges.
+#[test]
+fn the_systemd_unit_verifies_where_the_binary_is_installed_and_is_hardened() {
+    let unit = read("deploy/systemd/ratewarden.service");
+    assert_eq!(unit_value(&unit, "DynamicUser"), Some("yes"));
+    assert_eq!(unit_value(&unit, "NoNewPrivileges"), Some("yes"));
+    assert_eq!(unit_value(&unit, "ProtectHome"), Some("yes"));
+    assert_eq!(
+        unit_value(&unit, "ExecReload"),
+        Some("/bin/kill -HUP $MAINPID")
     );
+    if systemd_analyze().is_none() {
+        return;
+    }
+    for (place, binary) in [
+        ("a package", "usr/bin/ratewarden"),
+        (
+            "cargo install --root /usr/local",
+            "usr/local/bin/ratewarden",
+        ),
+    ] {
+        let name = format!("systemd-{}", binary.replace('/', "-"));
+        let (ok, said) = verify_installed(&name, binary, &[]);
+        assert!(ok, "systemd-analyze verify, installed by {place}: {said}");
+    }
+    let (ok, said) = verify_installed("systemd-cargo", "root/.cargo/bin/ratewarden", &[]);
+    assert!(
+        !ok && said.contains("Command ratewarden is not executable"),
+        "a binary only in ~/.cargo/bin is not found by the unit: {said}"
+    );
+    let drop_in = read("deploy/systemd/binary-path.conf");
+    for line in drop_in.lines().filter(|l| l.starts_with("Exec")) {
+        assert!(
+            !line.contains("/home/") && !line.contains("/root/"),
+            "ProtectHome hides home directories from the service: {line}"
+        );
+    }
+    let (ok, said) = verify_installed(
+        "systemd-opt",
+        "opt/ratewarden/bin/ratewarden",
+        &[("binary-path.conf", &drop_in)],
+    );
+    assert!(
+        ok,
+        "systemd-analyze verify, binary-path.conf's place: {said}"
+    );
+    // Without the drop-in, the same place is not found: the drop-in is what names it.
+    let (ok, _) = verify_installed("systemd-opt-bare", "opt/ratewarden/bin/ratewarden", &[]);
+    assert!(!ok, "/opt/ratewarden/bin is outside systemd's search path");
+
     // Exposure is scored 0 to 10 (10 x this threshold): 2.0 is the top of "OK".
-    let security = Command::new(&analyze)
+    let copy = scratch("systemd").join("ratewarden.service");
+    std::fs::write(&copy, &unit).unwrap();
+    let security = Command::new("systemd-analyze")
         .args(["security", "--offline=yes", "--threshold=20", "--no-pager"])
         .arg(&copy)
         .output()
@@ -396,7 +486,7 @@ async fn the_systemd_unit_commands_start_and_reload_the_example_config() {
             .unwrap_or_else(|| panic!("the unit sets {key}"))
             .split_whitespace()
             .map(|a| match a {
-                "/usr/local/bin/ratewarden" => env!("CARGO_BIN_EXE_ratewarden").to_owned(),
+                "ratewarden" => env!("CARGO_BIN_EXE_ratewarden").to_owned(),
                 a if a == config_path => local.display().to_string(),
                 a => a.to_owned(),
             })
@@ -812,6 +902,103 @@ async fn the_dashboard_and_alerts_name_only_exported_metrics() {
         assert!(
             unknown.is_empty(),
             "{file} names metrics the server does not export: {unknown:?}"
+        );
+    }
+}
+
+/// The names of `exposition`'s samples: the series that exist (a family with no sample
+/// yet, as `top_offender` before any key is refused, names none).
+fn sampled_names(exposition: &str) -> BTreeSet<String> {
+    exposition
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| l[..l.find(['{', ' ']).unwrap_or(l.len())].to_owned())
+        .collect()
+}
+
+/// The series a server started with `config` exports at its first scrape, before any
+/// request: what a dashboard shows the moment it is pointed at a new server.
+async fn first_scrape(name: &str, config: &str, token: Option<&str>) -> BTreeSet<String> {
+    let dir = scratch(&format!("{name}-config"));
+    let file = dir.join("ratewarden.toml");
+    std::fs::write(&file, config).unwrap();
+    let served = Served::spawn(["serve", "--config", &file.display().to_string()]).await;
+    let bearer = token.map(|t| format!("Bearer {t}"));
+    let headers: Vec<(&str, &str)> = bearer
+        .iter()
+        .map(|b| ("authorization", b.as_str()))
+        .collect();
+    let metrics = get(served.admin.unwrap(), "/metrics", &headers).await;
+    assert_eq!(metrics.status, StatusCode::OK);
+    sampled_names(&metrics.body)
+}
+
+/// On a server just started (the README's example config on the in-memory store, and the
+/// container's config on Redis), every alert's expression and every dashboard panel's
+/// queries name series that exist, at 0 where nothing has happened: an alert or a panel on
+/// a series that appears only later reads "no data", not 0, and `rate()` misses its first
+/// increment. A panel may wait for its series only where the dashboard says why (its
+/// `noValue`): the top offenders (none until a key is refused), and the in-memory store's
+/// panels on a Redis store.
+#[tokio::test]
+async fn a_fresh_server_exports_every_series_its_dashboards_and_alerts_use() {
+    let example = read("examples/ratewarden.toml")
+        .replace("127.0.0.1:8080", "127.0.0.1:0")
+        .replace("127.0.0.1:9090", "127.0.0.1:0");
+    let dir = scratch("fresh-redis");
+    let redis = runnable(&read("deploy/ratewarden.toml"), &dir).replace(
+        "kind = \"memory\"",
+        "kind = \"redis\"\nurl = \"redis://127.0.0.1:1\"",
+    );
+    let dashboard: Value =
+        serde_json::from_str(&read("deploy/grafana/ratewarden.json")).expect("JSON");
+    let rules = yaml_documents("deploy/prometheus/alerts.yml").remove(0);
+    for (store, config, token, may_wait) in [
+        ("memory", example, None, &["Top offenders"][..]),
+        (
+            "redis",
+            redis,
+            Some(TOKEN),
+            &[
+                "In-memory store: keys and bytes",
+                "In-memory store: evictions and refused new keys",
+                "Top offenders",
+            ][..],
+        ),
+    ] {
+        let exported = first_scrape(&format!("fresh-{store}"), &config, token).await;
+        for rule in items(&rules["groups"][0]["rules"]) {
+            let missing: Vec<_> = used_names(text(&rule["expr"]))
+                .into_iter()
+                .filter(|n| !exported.contains(n))
+                .collect();
+            assert!(
+                missing.is_empty(),
+                "on the {store} store, alert {} watches series a fresh server lacks: {missing:?}",
+                text(&rule["alert"])
+            );
+        }
+        let mut waiting = Vec::new();
+        for panel in items(&dashboard["panels"]) {
+            let title = text(&panel["title"]);
+            let missing: Vec<_> = items(&panel["targets"])
+                .iter()
+                .flat_map(|t| used_names(text(&t["expr"])))
+                .filter(|n| !exported.contains(n))
+                .collect();
+            if missing.is_empty() {
+                continue;
+            }
+            waiting.push(title);
+            assert!(
+                panel["fieldConfig"]["defaults"]["noValue"].is_string(),
+                "on the {store} store, panel {title:?} shows \"no data\" on a fresh server \
+                 ({missing:?} absent) and does not say why"
+            );
+        }
+        assert_eq!(
+            waiting, may_wait,
+            "panels waiting for their series, {store} store"
         );
     }
 }

@@ -61,7 +61,19 @@ impl App {
         clock: Arc<dyn Clock>,
         envoy_path: Option<PathBuf>,
     ) -> anyhow::Result<Self> {
-        let metrics = Metrics::new(Arc::clone(&engine), Arc::clone(&clock));
+        let main = if settings.upstream.is_some() {
+            "gateway"
+        } else {
+            "api"
+        };
+        let mut listeners = vec![main];
+        if settings.api.is_some() {
+            listeners.push("api");
+        }
+        if settings.admin.is_some() {
+            listeners.push("admin");
+        }
+        let metrics = Metrics::new(Arc::clone(&engine), Arc::clone(&clock), &listeners);
         Ok(Self {
             engine,
             clock,

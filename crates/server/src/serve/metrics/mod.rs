@@ -119,18 +119,19 @@ impl StoreFigures {
                 bytes(stats.allocated_bytes),
             )?;
         }
-        if let Some(state) = self.breaker {
-            let value = match state {
-                BreakerState::Closed => 0,
-                BreakerState::Open => 1,
-                BreakerState::HalfOpen => 2,
-            };
-            gauge(
-                "store_breaker",
-                "The shared store's circuit breaker: 0 closed, 1 open (failing fast), 2 half-open (probing)",
-                value,
-            )?;
-        }
+        // The in-memory store has no breaker and makes no calls that could be late: both
+        // series are 0 on it, so a dashboard or an alert on them reads 0, not "no data".
+        let breaker = match self.breaker {
+            None | Some(BreakerState::Closed) => 0,
+            Some(BreakerState::Open) => 1,
+            Some(BreakerState::HalfOpen) => 2,
+        };
+        gauge(
+            "store_breaker",
+            "The shared store's circuit breaker: 0 closed, 1 open (failing fast), 2 half-open \
+             (probing); always 0 on the in-memory store, which cannot fail",
+            breaker,
+        )?;
         if let Some(stats) = &self.memory {
             let mut family = encoder.encode_descriptor(
                 "store_evicted",
@@ -157,17 +158,16 @@ impl StoreFigures {
                 refused.metric_type(),
             )?)?;
         }
-        if let Some(late) = self.late_timeouts {
-            let late = ConstCounter::new(late);
-            late.encode(encoder.encode_descriptor(
-                "store_late_timeouts",
-                "Shared store calls that missed their deadline because this process was too \
-                 busy to see the answer in time, not because Redis was slow (not held against \
-                 Redis by the breaker; the rule's on_store_failure answered)",
-                None,
-                late.metric_type(),
-            )?)?;
-        }
+        let late = ConstCounter::new(self.late_timeouts.unwrap_or(0));
+        late.encode(encoder.encode_descriptor(
+            "store_late_timeouts",
+            "Shared store calls that missed their deadline because this process was too \
+             busy to see the answer in time, not because Redis was slow (not held against \
+             Redis by the breaker; the rule's on_store_failure answered); always 0 on the \
+             in-memory store",
+            None,
+            late.metric_type(),
+        )?)?;
         Ok(())
     }
 }
@@ -179,10 +179,12 @@ pub(crate) struct Metrics {
     shed: Family<ReasonLabels, Counter>,
     reloads: Family<ResultLabels, Counter>,
     responses: Family<StatusLabels, Counter>,
-    /// Each listener's counter of 200s (gateway, api, admin), taken from `responses` at its
-    /// first: nearly every response is one, and the family's lookup hashes the labels with
-    /// SipHash under a lock. Taken at the first, not at start, so a listener's series
-    /// appears only once it answers.
+    /// Each listener's counter of 200s (gateway, api, admin), taken from `responses` once:
+    /// nearly every response is one, and the family's lookup hashes the labels with
+    /// SipHash under a lock. The listeners the server starts with take theirs at start,
+    /// so their series exist at 0 before the first answer (a `rate()` over a series that
+    /// appears at its first increment misses that increment, and a dashboard shows "no
+    /// data" until it); another takes its own at its first answer.
     ok: [OnceLock<Counter>; 3],
     /// The gateway's requests by the path that served them: the lean one, then hyper's.
     /// Taken from their family at start, so a request pays one atomic add.
@@ -294,7 +296,13 @@ impl Collector for EngineCollector {
 }
 
 impl Metrics {
-    pub(crate) fn new(engine: Arc<Engine<AnyStore>>, clock: Arc<dyn Clock>) -> Self {
+    /// The server's metrics; `listeners` are the listeners it starts with (`gateway`,
+    /// `api`, `admin`), whose 200s are counted from 0 at once.
+    pub(crate) fn new(
+        engine: Arc<Engine<AnyStore>>,
+        clock: Arc<dyn Clock>,
+        listeners: &[&'static str],
+    ) -> Self {
         let mut registry = Registry::with_prefix("ratewarden");
         registry.register_collector(Box::new(EngineCollector { engine, clock }));
         // 1 µs to about 4 s.
@@ -361,7 +369,7 @@ impl Metrics {
         for reason in ["connections", "in_flight", "adaptive"] {
             let _ = shed.get_or_create(&ReasonLabels { reason });
         }
-        Self {
+        let metrics = Self {
             registry,
             decision_seconds,
             in_flight,
@@ -372,7 +380,29 @@ impl Metrics {
             gateway_path,
             quota_streams,
             quota_actions,
+        };
+        for &listener in listeners {
+            let _ = metrics.ok_counter(listener);
         }
+        metrics
+    }
+
+    /// The counter of `listener`'s 200s, taken from `responses` at its first use.
+    fn ok_counter(&self, listener: &'static str) -> Option<&Counter> {
+        let slot = match listener {
+            "gateway" => &self.ok[0],
+            "api" => &self.ok[1],
+            "admin" => &self.ok[2],
+            _ => return None,
+        };
+        Some(slot.get_or_init(|| {
+            self.responses
+                .get_or_create(&StatusLabels {
+                    listener,
+                    code: 200,
+                })
+                .clone()
+        }))
     }
 
     /// Counts an RLQS stream opened (`true`) or ended.
@@ -416,23 +446,13 @@ impl Metrics {
     }
 
     pub(crate) fn responded(&self, listener: &'static str, code: u16) {
-        let slot = match (listener, code) {
-            ("gateway", 200) => &self.ok[0],
-            ("api", 200) => &self.ok[1],
-            ("admin", 200) => &self.ok[2],
-            _ => {
-                self.responses
-                    .get_or_create(&StatusLabels { listener, code })
-                    .inc();
-                return;
-            }
-        };
-        slot.get_or_init(|| {
-            self.responses
-                .get_or_create(&StatusLabels { listener, code })
-                .clone()
-        })
-        .inc();
+        if let Some(ok) = (code == 200).then(|| self.ok_counter(listener)).flatten() {
+            ok.inc();
+            return;
+        }
+        self.responses
+            .get_or_create(&StatusLabels { listener, code })
+            .inc();
     }
 
     /// The Prometheus text exposition.
@@ -519,6 +539,11 @@ mod tests {
                 "missing `{line}` in:\n{text}"
             );
         }
-        assert!(!text.contains("late_timeouts"), "{text}");
+        // No breaker, no late calls: 0, so a panel or alert on them reads 0 from the start.
+        assert!(text.contains("\nratewarden_store_breaker 0\n"), "{text}");
+        assert!(
+            text.contains("\nratewarden_store_late_timeouts_total 0\n"),
+            "{text}"
+        );
     }
 }
