@@ -163,7 +163,14 @@ async fn through_failover(
                                 seen.resumed = Some(since + took);
                             }
                             // Limited again after the failover: every unit is spent.
-                            Ok(d) if seen.resumed.is_some() && !d.is_allowed() => {
+                            // Not done before the watcher has seen the promotion: the
+                            // store may follow it (on +switch-master) before a Sentinel
+                            // answers the watcher's poll.
+                            Ok(d)
+                                if seen.resumed.is_some()
+                                    && seen.promoted.is_some()
+                                    && !d.is_allowed() =>
+                            {
                                 done.store(true, Ordering::Relaxed);
                             }
                             _ => {}
