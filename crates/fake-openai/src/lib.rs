@@ -15,7 +15,9 @@
 //! (as OpenAI's does: `null` in every other chunk), then `data: [DONE]`. Headers a test
 //! sets to make the answer misbehave: `x-fake-usage: none` (no usage at all),
 //! `x-fake-usage: malformed` (`total_tokens` as a string), `x-fake-cut-after: N` (the
-//! stream's connection is closed after N content chunks, before its usage). `GET
+//! stream's connection is closed after N content chunks, before its usage),
+//! `x-fake-together: N` (a stream's first chunk waits until N such streams have begun, or
+//! ten seconds, so a test holds N streams in flight at once). `GET
 //! /v1/models` lists the one model, `fake`; anything else is a 404.
 //!
 //! # Examples
@@ -32,6 +34,7 @@
 use std::convert::Infallible;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
@@ -66,6 +69,8 @@ pub struct Asked {
     pub usage: UsageShape,
     /// For a stream: close the connection after this many content chunks.
     pub cut_after: Option<u64>,
+    /// For a stream: wait to begin until this many such streams have.
+    pub together: Option<usize>,
 }
 
 /// How an answer reports its usage.
@@ -119,7 +124,15 @@ impl Asked {
             ),
             None => None,
         };
+        let together = match header("x-fake-together") {
+            Some(n) => match n.trim().parse() {
+                Ok(n) if n > 0 => Some(n),
+                _ => return Err(format!("x-fake-together: `{n}` is not a count above 0")),
+            },
+            None => None,
+        };
         Ok(Asked {
+            together,
             model: request
                 .get("model")
                 .and_then(Value::as_str)
@@ -266,8 +279,28 @@ fn error(status: StatusCode, message: &str) -> Response<Body> {
     full(status, "application/json", body.to_string())
 }
 
+/// How long a stream waits for the others of its `x-fake-together` group.
+const TOGETHER_AT_MOST: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// What one server's answers share: the `x-fake-together` groups, by size.
+#[derive(Default)]
+struct Shared {
+    groups: std::sync::Mutex<std::collections::HashMap<usize, Arc<tokio::sync::Barrier>>>,
+}
+
+impl Shared {
+    fn group(&self, n: usize) -> Arc<tokio::sync::Barrier> {
+        let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        Arc::clone(
+            groups
+                .entry(n)
+                .or_insert_with(|| Arc::new(tokio::sync::Barrier::new(n))),
+        )
+    }
+}
+
 /// Answers one request.
-async fn answer(request: Request<Incoming>) -> Response<Body> {
+async fn answer(request: Request<Incoming>, shared: Arc<Shared>) -> Response<Body> {
     let (parts, body) = request.into_parts();
     match (parts.method.as_str(), parts.uri.path()) {
         ("GET", "/v1/models") => {
@@ -301,7 +334,11 @@ async fn answer(request: Request<Incoming>) -> Response<Body> {
         .cut_after
         .is_some_and(|c| c <= asked.completion_tokens);
     let events = asked.events();
+    let together = asked.together.map(|n| shared.group(n));
     tokio::spawn(async move {
+        if let Some(group) = together {
+            let _ = tokio::time::timeout(TOGETHER_AT_MOST, group.wait()).await;
+        }
         for event in events {
             if sender.send(Bytes::from(event)).await.is_err() {
                 return;
@@ -319,13 +356,17 @@ async fn answer(request: Request<Incoming>) -> Response<Body> {
 /// Serves `listener` over HTTP/1.1 until the task is dropped, every connection on a task
 /// of its own.
 pub async fn serve(listener: TcpListener) {
+    let shared = Arc::new(Shared::default());
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
+        let shared = Arc::clone(&shared);
         tokio::spawn(async move {
-            let service =
-                hyper::service::service_fn(|r| async { Ok::<_, Infallible>(answer(r).await) });
+            let service = hyper::service::service_fn(|r| {
+                let shared = Arc::clone(&shared);
+                async move { Ok::<_, Infallible>(answer(r, shared).await) }
+            });
             let _ = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service)
                 .await;

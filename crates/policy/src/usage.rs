@@ -125,8 +125,8 @@ impl UsagePath {
     }
 
     /// The first key of the path's first field (`usage`): an event that does not name it
-    /// is not parsed.
-    fn head(&self) -> &str {
+    /// is not parsed, and an answer without it has no usage at all.
+    pub fn head(&self) -> &str {
         self.terms
             .first()
             .and_then(|t| t.first())

@@ -875,3 +875,55 @@ fn bucket_rules_are_validated_where_each_field_is() {
     );
     assert_eq!(config.rules[0].key, [KeyPart::Bucket]);
 }
+
+/// `settle_from` is read where it is written: a header or a usage path, on a rule whose
+/// answer the gateway relays; with it, `settle` defaults to ten minutes.
+#[test]
+fn settle_from_is_a_header_or_a_usage_path_and_brings_its_settle() {
+    let rule = "name = \"t\"\nkey = [\"ip\"]\nalgorithm = \"fixed-window\"\nlimit = 100\nwindow = \"1m\"\n";
+    for (line, want) in [
+        (
+            "settle_from = \"usage..total\"",
+            "test.toml:7:15: limit `t`: `settle_from`: `usage..total` is not a usage path (an empty key)",
+        ),
+        (
+            "settle_from = \"header:\"",
+            "test.toml:7:15: limit `t`: `settle_from`: `` is not a header name",
+        ),
+        (
+            "settle_from = \"header:bad header\"",
+            "`settle_from`: `bad header` is not a header name",
+        ),
+        (
+            "settle_from = \"usage.total_tokens\"\nmatch = { domain = \"edge\" }",
+            "`settle_from` does not apply here: a rule of an Envoy `match.domain` sees no answer",
+        ),
+    ] {
+        let got = errors(&format!("{rule}{line}"));
+        assert!(got.contains(want), "for {line}\nwanted: {want}\ngot:    {got}");
+    }
+    let parsed = |extra: &str| {
+        parse("t.toml", &format!("[[limit]]\n{rule}{extra}"))
+            .unwrap()
+            .rules
+            .remove(0)
+    };
+    let read = parsed("settle_from = \"usage.prompt_tokens + usage.completion_tokens\"");
+    assert_eq!(
+        read.settle_from.map(|f| f.to_string()).as_deref(),
+        Some("usage.prompt_tokens + usage.completion_tokens")
+    );
+    assert_eq!(
+        read.settle_within,
+        Some(ratewarden_policy::config::SETTLE_FROM_WITHIN)
+    );
+    let header = parsed("settle_from = \"header:X-Tokens-Used\"\nsettle = \"30s\"");
+    assert_eq!(
+        header.settle_from.map(|f| f.to_string()).as_deref(),
+        Some("header:x-tokens-used")
+    );
+    assert_eq!(
+        header.settle_within,
+        Some(std::time::Duration::from_secs(30))
+    );
+}

@@ -176,6 +176,7 @@ const LIMIT_FIELDS: &[&str] = &[
     "cost",
     "max_cost",
     "settle",
+    "settle_from",
     "mode",
     "rollout",
     "sensitive",

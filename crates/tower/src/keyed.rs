@@ -152,6 +152,7 @@ impl KeyedLimit {
             // The bound of a settle: one request may take at most the limit's burst.
             cost: Cost::Fixed(1),
             settle_within: self.settle_within,
+            settle_from: None,
             local: None,
             mode: Mode::Enforce,
             on_store_failure: if self.fail_closed {

@@ -43,8 +43,11 @@ pub use bounds::{Bounds, MIN_HEADER_BYTES};
 pub(crate) use bucket::split_rate;
 pub use calls::CallBounds;
 pub use error::{ConfigError, ConfigErrors};
-pub use model::{BucketMatch, Cost, KeyPart, Match, Mode, OnStoreFailure, Rule, WhenKeyMissing};
+pub use model::{
+    BucketMatch, Cost, KeyPart, Match, Mode, OnStoreFailure, Rule, SettleFrom, WhenKeyMissing,
+};
 pub use queue::{Queue, MAX_WEIGHT};
+pub use rule::SETTLE_FROM_WITHIN;
 pub use settings::{
     Config, KeySources, MethodOverride, ServerSettings, StoreKind, StoreSettings, MIN_STORE_BYTES,
 };

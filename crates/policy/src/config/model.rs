@@ -177,6 +177,26 @@ pub enum Cost {
     },
 }
 
+/// Where the gateway reads what a request really cost, from the upstream's answer, to
+/// settle the rule's estimate with (`settle_from`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SettleFrom {
+    /// A response header holding a whole number (`header:NAME`; the name lowercase).
+    Header(String),
+    /// A field of the answer, or a sum of fields (`usage.total_tokens`): read from a JSON
+    /// answer, or from the last event of a `text/event-stream` answer that carries it.
+    Usage(crate::usage::UsagePath),
+}
+
+impl std::fmt::Display for SettleFrom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SettleFrom::Header(name) => write!(f, "header:{name}"),
+            SettleFrom::Usage(path) => path.fmt(f),
+        }
+    }
+}
+
 /// A validated rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rule {
@@ -195,6 +215,10 @@ pub struct Rule {
     /// When set, the cost is an estimate: the decision reserves it, and the caller settles
     /// the real cost within this long (or the estimate stands).
     pub settle_within: Option<Duration>,
+    /// Where the gateway reads the real cost from the upstream's answer, to settle the
+    /// estimate with itself (the rule then has `settle_within`, by default
+    /// [`SETTLE_FROM_WITHIN`](crate::config::SETTLE_FROM_WITHIN)).
+    pub settle_from: Option<SettleFrom>,
     /// The bucket to decide on when the store fails and `on_store_failure = "local"`: the
     /// same algorithm at the limit divided as configured.
     pub local: Option<Limit>,

@@ -143,6 +143,7 @@ pub(super) struct RawLimit {
     pub(super) cost: Option<Spanned<RawCost>>,
     pub(super) max_cost: Option<Spanned<i64>>,
     pub(super) settle: Option<Spanned<String>>,
+    pub(super) settle_from: Option<Spanned<String>>,
     pub(super) mode: Option<Spanned<String>>,
     pub(super) rollout: Option<Spanned<String>>,
     pub(super) sensitive: Option<bool>,

@@ -11,7 +11,12 @@ use super::error::Errors;
 use super::key::key;
 use super::limit::{divided, limit};
 use super::raw::{RawCost, RawLimit, RawMatch};
-use super::{Cost, KeyPart, Match, Mode, OnStoreFailure, Rule};
+use super::{Cost, KeyPart, Match, Mode, OnStoreFailure, Rule, SettleFrom};
+
+/// How long a reservation the gateway settles from the answer (`settle_from`) waits for
+/// it when the rule gives no `settle`: long enough for a long streamed answer. A stream
+/// that outlasts it settles at its estimate.
+pub const SETTLE_FROM_WITHIN: Duration = Duration::from_secs(600);
 
 /// The rule of one `[[limit]]` table at `span`, `None` when anything was wrong with it (all
 /// of which is recorded).
@@ -62,6 +67,11 @@ pub(super) fn rule(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -
     }
     let cost = cost(&raw, rule, errors);
     let settle_within = errors.duration(raw.settle.as_ref(), "`settle`", rule, false);
+    let settle_from = settle_from(&raw, rule, errors);
+    let settle_within = match (&settle_from, settle_within) {
+        (Some(_), None) if raw.settle.is_none() => Some(SETTLE_FROM_WITHIN),
+        (_, within) => within,
+    };
     let prefetch = prefetch(&raw, rule, errors);
     let mode = mode(&raw, rule, errors);
     let on_store_failure = on_store_failure(&raw, rule, errors);
@@ -127,6 +137,7 @@ pub(super) fn rule(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -
         limit,
         cost,
         settle_within,
+        settle_from,
         local,
         mode,
         on_store_failure,
@@ -212,6 +223,58 @@ fn cost(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>) -> Cost {
             }
         },
     }
+}
+
+/// `settle_from`: `header:NAME`, or a usage path (`usage.total_tokens`, a sum of such);
+/// not on a rule of Envoy's protocol (no answer comes back through it) nor on an adaptive
+/// one (it counts requests in flight, not a cost).
+fn settle_from(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>) -> Option<SettleFrom> {
+    let given = raw.settle_from.as_ref()?;
+    let text = given.get_ref().trim();
+    let from = match text.strip_prefix("header:") {
+        Some(name)
+            if !name.trim().is_empty() && http::HeaderName::try_from(name.trim()).is_ok() =>
+        {
+            SettleFrom::Header(name.trim().to_ascii_lowercase())
+        }
+        Some(name) => {
+            let message = format!(
+                "`settle_from`: `{}` is not a header name",
+                name.escape_debug()
+            );
+            errors.at(Some(given.span()), rule, message);
+            return None;
+        }
+        None => match text.parse::<crate::usage::UsagePath>() {
+            Ok(path) => SettleFrom::Usage(path),
+            Err(e) => {
+                let message = format!("`settle_from`: {e}, or \"header:NAME\"");
+                errors.at(Some(given.span()), rule, message);
+                return None;
+            }
+        },
+    };
+    let domain = raw.matches.as_ref().is_some_and(|m| m.domain.is_some());
+    let adaptive = raw
+        .algorithm
+        .as_ref()
+        .is_some_and(|a| a.get_ref().trim() == ADAPTIVE_CONCURRENCY);
+    let refused = if domain {
+        Some("a rule of an Envoy `match.domain` sees no answer; Envoy settles with `hits_addend`")
+    } else if adaptive {
+        Some("an adaptive rule counts requests in flight, not a cost")
+    } else {
+        None
+    };
+    if let Some(why) = refused {
+        errors.at(
+            Some(given.span()),
+            rule,
+            format!("`settle_from` does not apply here: {why}"),
+        );
+        return None;
+    }
+    Some(from)
 }
 
 /// `prefetch`: a horizon longer than zero, on an algorithm whose units can be taken ahead

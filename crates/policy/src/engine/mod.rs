@@ -514,6 +514,26 @@ impl<S: AsyncStore> Engine<S> {
         self.charger.settle(id, owner, actual, now).await
     }
 
+    /// Settles reservation `id`, held by `owner`, with what the upstream's answer said each
+    /// rule's cost was (`actuals`: a rule's name and its cost; a rule not named keeps its
+    /// estimate). Unlike [`settle`](Engine::settle), whose cost a client claims, the
+    /// answer's cost is charged even past what one request may take under a rule: the
+    /// balance goes into debt that later requests wait out.
+    ///
+    /// # Errors
+    ///
+    /// [`SettleError::Unknown`] and [`SettleError::NotOwner`], as for
+    /// [`settle`](Engine::settle).
+    pub async fn settle_answered(
+        &self,
+        id: GrantId,
+        owner: Owner<'_>,
+        actuals: &[(&str, u64)],
+        now: u64,
+    ) -> Result<(), SettleError> {
+        self.charger.settle_answered(id, owner, actuals, now).await
+    }
+
     /// Releases permit `id`, held by `owner`: the concurrency units an allowed request held
     /// go back.
     ///

@@ -75,8 +75,15 @@ pub(crate) fn row(rule: &Rule) -> [String; 6] {
             algorithm.push_str(&format!(", cost from {name} (at most {max})"));
         }
     }
-    if let Some(within) = rule.settle_within {
-        algorithm.push_str(&format!(", settled within {}", DisplayDuration(within)));
+    match (&rule.settle_from, rule.settle_within) {
+        (Some(from), Some(within)) => algorithm.push_str(&format!(
+            ", settled from the answer's {from} within {}",
+            DisplayDuration(within)
+        )),
+        (_, Some(within)) => {
+            algorithm.push_str(&format!(", settled within {}", DisplayDuration(within)));
+        }
+        _ => {}
     }
     let mut mode = match rule.mode {
         Mode::Enforce => "enforce".to_owned(),

@@ -41,17 +41,53 @@ impl<S: AsyncStore> Charger<S> {
             SettleError::Unknown,
         )?;
         for charge in &reservation.charges {
-            let delta = i128::from(actual) - i128::from(charge.cost);
-            let delta = i64::try_from(delta).unwrap_or(if delta < 0 { i64::MIN } else { i64::MAX });
-            if delta != 0 {
-                // A failing store loses the correction, as it would have lost the charge.
-                let _ = self
-                    .store
-                    .settle(&charge.limit, &charge.key, now, delta)
-                    .await;
-            }
+            self.correct(charge, actual, now).await;
         }
         Ok(())
+    }
+
+    /// Settles reservation `id`, held by `owner`, with each rule's real cost as the answer
+    /// said it (`actuals`: rule name and cost; a rule not named keeps its estimate). The
+    /// answer is the upstream's, not the client's claim: a cost past what one request may
+    /// take is charged all the same, into debt.
+    pub(crate) async fn settle_answered(
+        &self,
+        id: GrantId,
+        owner: Owner<'_>,
+        actuals: &[(&str, u64)],
+        now: u64,
+    ) -> Result<(), SettleError> {
+        let reservation = self.reservations.take(
+            id,
+            now,
+            |grant| match stranger(grant, grant.issuer.as_ref(), id, owner) {
+                Some(rule) => Err(SettleError::NotOwner {
+                    rule: rule.to_owned(),
+                }),
+                None => Ok(()),
+            },
+            SettleError::Unknown,
+        )?;
+        for charge in &reservation.charges {
+            let Some(&(_, actual)) = actuals.iter().find(|(rule, _)| *rule == charge.rule) else {
+                continue;
+            };
+            self.correct(charge, actual, now).await;
+        }
+        Ok(())
+    }
+
+    /// Charges (or refunds) the difference between `charge`'s estimate and `actual`.
+    async fn correct(&self, charge: &super::ledger::Charge, actual: u64, now: u64) {
+        let delta = i128::from(actual) - i128::from(charge.cost);
+        let delta = i64::try_from(delta).unwrap_or(if delta < 0 { i64::MIN } else { i64::MAX });
+        if delta != 0 {
+            // A failing store loses the correction, as it would have lost the charge.
+            let _ = self
+                .store
+                .settle(&charge.limit, &charge.key, now, delta)
+                .await;
+        }
     }
 
     /// Takes permit `id`, held by `owner`, and gives its units back to the store. Returns

@@ -323,6 +323,7 @@ pub(crate) fn envoy_rule(name: String, domain: &str, limit: Limit, shadow: bool)
         limit,
         cost: Cost::Fixed(1),
         settle_within: None,
+        settle_from: None,
         local: None,
         mode: if shadow { Mode::Shadow } else { Mode::Enforce },
         on_store_failure: OnStoreFailure::Closed,

@@ -12,6 +12,7 @@ mod overrides;
 mod passage;
 mod proxy;
 mod sent_body;
+mod settling;
 pub(crate) mod upstream;
 
 pub(crate) use upstream::Local;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use http::header::{HeaderName, HeaderValue};
 use ratewarden_policy::{Answer, Owner, PermitGuard, ServerSettings};
 
+use super::settling::Settlement;
 use crate::serve::admission::{self, Ask, Decided, Ruling};
 use crate::serve::app::App;
 use crate::serve::reply::{Plain, Problem};
@@ -24,6 +25,9 @@ pub(crate) enum Passage {
         fields: Vec<(HeaderName, HeaderValue)>,
         permit: Option<PermitGuard>,
         slot: Slot,
+        /// When a rule settles its estimate from the answer (hyper's path only: the lean
+        /// path serves no such rule).
+        settlement: Option<Settlement>,
     },
 }
 
@@ -53,10 +57,13 @@ pub(crate) async fn pass(
         Answer::Stop(response) => return Passage::Refused(Plain::contract(response)),
         Answer::Go { headers, delay } => (headers, delay),
     };
+    let verdict = Arc::new(verdict);
+    let settlement = Settlement::of(&verdict);
     // Released when the answer has been relayed (or the client went away), to the
     // verdict that carried it: the engine releases a permit only to its owner.
     let permit = verdict.permit.map(|id| {
         let app = Arc::clone(app);
+        let verdict = Arc::clone(&verdict);
         PermitGuard::new(Box::new(move |completion| {
             Box::pin(async move {
                 let owner = Owner::Verdict(&verdict);
@@ -75,5 +82,6 @@ pub(crate) async fn pass(
         fields,
         permit,
         slot,
+        settlement,
     }
 }

@@ -19,6 +19,7 @@ use super::forwarding::forwarding_headers;
 use super::overrides::{self, Scanned};
 use super::passage::{pass, Passage};
 use super::sent_body::{Fault, Watched};
+use super::settling::Settlement;
 use super::upstream::{Local, Upstream};
 use crate::serve::app::App;
 use crate::serve::conn::pacing::Paced;
@@ -77,14 +78,21 @@ pub(super) async fn handle(
         api_key: None,
         tenant: None,
     };
-    let (headers, mut permit, slot) = match pass(app, &engine_request, &settings).await {
+    let (headers, mut permit, slot, settlement) = match pass(app, &engine_request, &settings).await
+    {
         Passage::Refused(plain) => return plain.response(),
         Passage::Admitted {
             fields,
             permit,
             slot,
-        } => (fields, permit, slot),
+            settlement,
+        } => (fields, permit, slot, settlement),
     };
+    let mut parts = parts;
+    if settlement.as_ref().is_some_and(Settlement::reads_body) {
+        // The answer is read on its way: asked for as it can be read.
+        parts.headers.remove(header::ACCEPT_ENCODING);
+    }
     let sent = app.clock.now();
     let forwarded = forward(upstream, &identity, &bounds, peer, &path, (parts, body)).await;
     // The round trip is to the response head, as the upstream's own latency; a 5xx, a
@@ -152,7 +160,11 @@ pub(super) async fn handle(
         0,
         Duration::ZERO,
     );
-    let body = Holding::new(body.boxed(), (permit, slot));
+    let body = match settlement {
+        Some(settlement) => settlement.watch(app, &parts.headers, body.boxed()).boxed(),
+        None => body.boxed(),
+    };
+    let body = Holding::new(body, (permit, slot));
     let mut response = Response::from_parts(parts, body.boxed());
     reply::append_headers(&mut response, headers);
     response

@@ -66,6 +66,12 @@ struct PathLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SettledLabels {
+    rule: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EvictedLabels {
     state: &'static str,
 }
@@ -193,6 +199,8 @@ pub(crate) struct Metrics {
     quota_streams: Gauge,
     /// Bucket actions sent to Envoys: a token bucket, deny-all, abandon.
     quota_actions: Family<ActionLabels, Counter>,
+    /// Reservations the gateway settled from the answer, by rule and result.
+    settled: Family<SettledLabels, Counter>,
 }
 
 /// Reads the engine's own per-rule counters at scrape time, so a decision pays for no
@@ -360,6 +368,15 @@ impl Metrics {
              Envoy's share), deny_all (a share of none), abandon (a bucket no rule takes)",
             quota_actions.clone(),
         );
+        let settled = Family::<SettledLabels, Counter>::default();
+        registry.register(
+            "settled",
+            "Estimates the gateway settled from the upstream's answer (settle_from), by rule \
+             and result: answer (at the cost the answer gave), absent (the answer gave none), \
+             malformed (it gave one that could not be read), cut (the answer ended early), \
+             late (past the rule's settle): all but answer leave the estimate standing",
+            settled.clone(),
+        );
         // Series that alerts watch exist at 0 from the start: a counter that appears only at
         // its first increment has no earlier sample, so `increase()` and `rate()` miss that
         // first failed reload or shed request (deploy/prometheus/alerts.yml).
@@ -380,6 +397,7 @@ impl Metrics {
             gateway_path,
             quota_streams,
             quota_actions,
+            settled,
         };
         for &listener in listeners {
             let _ = metrics.ok_counter(listener);
@@ -418,6 +436,17 @@ impl Metrics {
     pub(crate) fn quota_action(&self, action: &'static str) {
         self.quota_actions
             .get_or_create(&ActionLabels { action })
+            .inc();
+    }
+
+    /// Counts an estimate settled from the answer under `rule`: `answer`, or why the
+    /// estimate stood (`absent`, `malformed`, `cut`, `late`).
+    pub(crate) fn settled(&self, rule: &str, result: &'static str) {
+        self.settled
+            .get_or_create(&SettledLabels {
+                rule: rule.to_owned(),
+                result,
+            })
             .inc();
     }
 

@@ -195,6 +195,8 @@ async fn decide(
             fields,
             permit,
             slot,
+            // None: the lean path serves no rule settled from the answer (`eligible`).
+            settlement: _,
         } => (fields, permit, slot),
     };
     // Only a trusted proxy's list names a client apart from the peer: the rules in force
@@ -218,7 +220,8 @@ async fn decide(
 
 /// Whether the rules in force need nothing the lean path does not do: no rule that holds
 /// a request (a queue, an adaptive limit) or a permit past the answer's head (a
-/// concurrency limit, which hyper's gateway releases when the client has the body). Asked
+/// concurrency limit, which hyper's gateway releases when the client has the body), and
+/// none settled from the answer (`settle_from`: hyper's path reads the answer). Asked
 /// per request, worked out once per rule set (its identity is made anew at each reload) on
 /// each worker.
 fn eligible(app: &App, identity: &Arc<Identity>) -> bool {
@@ -233,7 +236,9 @@ fn eligible(app: &App, identity: &Arc<Identity>) -> bool {
             }
         }
         let eligible = app.engine.config().rules.iter().all(|rule| {
+            // A rule settled from the answer reads the answer as it is relayed: hyper's path.
             rule.adaptive.is_none()
+                && rule.settle_from.is_none()
                 && !matches!(
                     rule.limit.kind(),
                     AlgorithmKind::Concurrency | AlgorithmKind::LeakyQueue

@@ -1,0 +1,329 @@
+//! Settling an estimate from the upstream's answer (`settle_from`): the real cost read from
+//! a response header, a JSON answer, or the last `usage` event of a `text/event-stream`
+//! answer as it is relayed, and the reservation settled with it before the answer's end
+//! reaches the client.
+//!
+//! Nothing is buffered on the way: every frame goes on as it comes, a JSON answer's bytes
+//! are copied aside (up to [`MAX_JSON_ANSWER`]) and an event stream's read by
+//! [`EventStream`], which keeps only the event being read. An answer that ends without a
+//! readable cost, or a stream cut before it, leaves the estimate standing (never zero),
+//! and `ratewarden_settled_total{rule, result}` says which.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, PoisonError};
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use http::header::{HeaderMap, CONTENT_TYPE};
+use hyper::body::{Body as HttpBody, Frame, SizeHint};
+use ratewarden_policy::usage::{EventStream, UsagePath};
+use ratewarden_policy::{GrantId, Owner, SettleError, SettleFrom, Verdict};
+
+use crate::serve::app::App;
+use crate::serve::reply::{Body, BoxError};
+
+/// The most of a JSON answer kept to read its cost from: a chat completion's answer is a
+/// few kilobytes. A longer one is relayed whole, and settles at its estimate (`malformed`).
+pub(crate) const MAX_JSON_ANSWER: usize = 4 * 1024 * 1024;
+
+/// A reservation the gateway settles from the answer: its id, the verdict that made it
+/// (the engine settles only for it), and where each rule's cost is read.
+pub(crate) struct Settlement {
+    id: GrantId,
+    verdict: Arc<Verdict>,
+    rules: Vec<(String, SettleFrom)>,
+}
+
+impl Settlement {
+    /// The settlement `verdict` asks for: when it holds a reservation, and a rule it
+    /// charged reads its cost from the answer.
+    pub(crate) fn of(verdict: &Arc<Verdict>) -> Option<Self> {
+        let id = verdict.reservation?;
+        let rules: Vec<(String, SettleFrom)> = verdict
+            .outcomes
+            .iter()
+            .filter_map(|o| {
+                let rule = &verdict.rules[o.rule];
+                rule.settle_from
+                    .clone()
+                    .map(|from| (rule.name.clone(), from))
+            })
+            .collect();
+        (!rules.is_empty()).then(|| Settlement {
+            id,
+            verdict: Arc::clone(verdict),
+            rules,
+        })
+    }
+
+    /// Whether a rule reads the answer's body: the upstream is then asked for it
+    /// uncompressed (a compressed body cannot be read on its way).
+    pub(crate) fn reads_body(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|(_, from)| matches!(from, SettleFrom::Usage(_)))
+    }
+
+    /// The answer's body, relayed as it comes and read for each rule's cost; `headers`
+    /// are the answer's head.
+    pub(crate) fn watch(self, app: &Arc<App>, headers: &HeaderMap, body: Body) -> Settling {
+        let events = headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| {
+                v.split(';')
+                    .next()
+                    .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/event-stream"))
+            });
+        let readers = self
+            .rules
+            .iter()
+            .map(|(_, from)| match from {
+                SettleFrom::Header(name) => Reader::Header(header_cost(headers, name)),
+                SettleFrom::Usage(path) if events => {
+                    Reader::Events(Box::new(EventStream::new(path.clone())))
+                }
+                SettleFrom::Usage(path) => Reader::Json(path.clone()),
+            })
+            .collect();
+        let json = self
+            .rules
+            .iter()
+            .any(|(_, from)| matches!(from, SettleFrom::Usage(_)))
+            && !events;
+        Settling {
+            inner: body,
+            app: Arc::clone(app),
+            settlement: Some(self),
+            readers,
+            json: json.then(Vec::new),
+            json_overflow: false,
+            settling: None,
+            ended: false,
+        }
+    }
+}
+
+/// A header's whole number: `Ok(None)` when absent, `Err` when it is not one.
+fn header_cost(headers: &HeaderMap, name: &str) -> Result<Option<u64>, ()> {
+    let mut values = headers.get_all(name).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(());
+    }
+    let text = value.to_str().map_err(|_| ())?.trim();
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(());
+    }
+    text.parse().map(Some).map_err(|_| ())
+}
+
+/// How one rule's cost is read from the answer.
+enum Reader {
+    /// From the head, already read: a number, absent, or not one.
+    Header(Result<Option<u64>, ()>),
+    /// From the JSON answer's bytes, read at its end.
+    Json(UsagePath),
+    /// From the event stream, as it streams by.
+    Events(Box<EventStream>),
+}
+
+/// What came of one rule's settle, for `ratewarden_settled_total{result}`.
+fn read(
+    reader: &Reader,
+    json: Option<&[u8]>,
+    json_overflow: bool,
+    complete: bool,
+) -> Result<u64, &'static str> {
+    match reader {
+        Reader::Header(Ok(Some(cost))) => Ok(*cost),
+        Reader::Header(Ok(None)) => Err("absent"),
+        Reader::Header(Err(())) => Err("malformed"),
+        Reader::Json(_) if !complete => Err("cut"),
+        Reader::Json(_) if json_overflow => Err("malformed"),
+        Reader::Json(path) => {
+            let body = json.unwrap_or_default();
+            match serde_json::from_slice::<serde_json::Value>(body) {
+                Err(_) => Err("malformed"),
+                Ok(value) => path.read(&value).ok_or(if has_head(&value, path) {
+                    "malformed"
+                } else {
+                    "absent"
+                }),
+            }
+        }
+        // A usage read before the stream was cut is the stream's usage: OpenAI-compatible
+        // servers send it once, at the end.
+        Reader::Events(events) => match events.usage() {
+            Some(cost) => Ok(cost),
+            None if !complete => Err("cut"),
+            None if events.unreadable() > 0 => Err("malformed"),
+            None => Err("absent"),
+        },
+    }
+}
+
+/// Whether `value` holds the path's first key at all (a usage there, but not readable at
+/// the path, is malformed; none is absent).
+fn has_head(value: &serde_json::Value, path: &UsagePath) -> bool {
+    value
+        .as_object()
+        .and_then(|o| o.get(path.head()))
+        .is_some_and(|v| !v.is_null())
+}
+
+/// An answer's body on its way to the client, read for the costs of a [`Settlement`]. The
+/// settle runs before the body's end is handed on (so a client that has the whole answer
+/// sees its cost charged), and when the body is dropped before its end (a client gone, an
+/// upstream cut).
+pub(crate) struct Settling {
+    inner: Body,
+    app: Arc<App>,
+    /// Taken when the settle starts.
+    settlement: Option<Settlement>,
+    readers: Vec<Reader>,
+    /// A JSON answer's bytes so far, when a rule reads one.
+    json: Option<Vec<u8>>,
+    json_overflow: bool,
+    /// The settle in progress, and what to hand on once it is done: the frame the end came
+    /// with, or the end itself.
+    settling: Option<(SettleFuture, Option<Frame<Bytes>>)>,
+    ended: bool,
+}
+
+/// The settle on its way. Behind a `Mutex` only to be `Sync`, as a response body must be:
+/// it is polled through `&mut`, which takes no lock.
+type SettleFuture = std::sync::Mutex<Pin<Box<dyn Future<Output = ()> + Send>>>;
+
+impl Settling {
+    fn feed(&mut self, data: &Bytes) {
+        if let Some(json) = &mut self.json {
+            if json.len() + data.len() > MAX_JSON_ANSWER {
+                self.json_overflow = true;
+                self.json = None;
+            } else {
+                json.extend_from_slice(data);
+            }
+        }
+        for reader in &mut self.readers {
+            if let Reader::Events(events) = reader {
+                events.feed(data);
+            }
+        }
+    }
+
+    /// The settle of what was read: `complete` when the answer reached its end.
+    fn settle(&mut self, complete: bool) -> Option<SettleFuture> {
+        let settlement = self.settlement.take()?;
+        let json = self.json.as_deref();
+        let mut actuals: Vec<(String, u64)> = Vec::new();
+        let mut results: Vec<(String, &'static str)> = Vec::new();
+        for ((rule, _), reader) in settlement.rules.iter().zip(&self.readers) {
+            match read(reader, json, self.json_overflow, complete) {
+                Ok(cost) => actuals.push((rule.clone(), cost)),
+                Err(why) => results.push((rule.clone(), why)),
+            }
+        }
+        let app = Arc::clone(&self.app);
+        Some(std::sync::Mutex::new(Box::pin(async move {
+            let now = app.clock.now();
+            let named: Vec<(&str, u64)> = actuals.iter().map(|(r, c)| (r.as_str(), *c)).collect();
+            let owner = Owner::Verdict(&settlement.verdict);
+            let settled = if named.is_empty() {
+                Ok(())
+            } else {
+                app.engine
+                    .settle_answered(settlement.id, owner, &named, now)
+                    .await
+            };
+            let answered = match settled {
+                Ok(()) => "answer",
+                // Past its `settle`: the estimate stood.
+                Err(SettleError::Unknown) => "late",
+                Err(error) => {
+                    tracing::warn!(%error, "settling from the answer failed");
+                    "late"
+                }
+            };
+            for (rule, _) in &actuals {
+                app.metrics.settled(rule, answered);
+            }
+            for (rule, why) in &results {
+                app.metrics.settled(rule, why);
+            }
+        })))
+    }
+}
+
+impl Drop for Settling {
+    fn drop(&mut self) {
+        // Dropped before its end: what was read settles, the rest stays at its estimate.
+        let pending = self.settling.take().map(|(future, _)| future);
+        if let Some(future) = pending.or_else(|| self.settle(false)) {
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(future.into_inner().unwrap_or_else(PoisonError::into_inner));
+            }
+        }
+    }
+}
+
+impl HttpBody for Settling {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        loop {
+            if let Some((future, _)) = &mut this.settling {
+                let future = future.get_mut().unwrap_or_else(PoisonError::into_inner);
+                ready!(future.as_mut().poll(cx));
+                let (_, held) = this.settling.take().expect("settling");
+                return Poll::Ready(held.map(Ok));
+            }
+            if this.ended {
+                return Poll::Ready(None);
+            }
+            match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+                Some(Ok(frame)) => {
+                    if let Some(data) = frame.data_ref() {
+                        this.feed(data);
+                    }
+                    if !this.inner.is_end_stream() {
+                        return Poll::Ready(Some(Ok(frame)));
+                    }
+                    // The last frame: settled before it goes.
+                    this.ended = true;
+                    match this.settle(true) {
+                        Some(future) => this.settling = Some((future, Some(frame))),
+                        None => return Poll::Ready(Some(Ok(frame))),
+                    }
+                }
+                Some(Err(error)) => {
+                    // Cut: what was read settles as the body drops.
+                    return Poll::Ready(Some(Err(error)));
+                }
+                None => {
+                    this.ended = true;
+                    match this.settle(true) {
+                        Some(future) => this.settling = Some((future, None)),
+                        None => return Poll::Ready(None),
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.ended && self.settling.is_none()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
