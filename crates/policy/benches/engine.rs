@@ -105,6 +105,7 @@ fn main() {
                 cost: None,
                 api_key: None,
                 tenant: None,
+                body: None,
             };
             black_box(now_or_panic(engine.decide(&request, clock.now())).map(|v| v.allowed))
         })
@@ -144,6 +145,7 @@ fn main() {
                 cost: None,
                 api_key: None,
                 tenant: None,
+                body: None,
             };
             black_box(now_or_panic(limited.decide(&request, clock.now())).map(|v| v.allowed))
         })

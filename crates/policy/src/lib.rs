@@ -27,9 +27,9 @@ mod runtime;
 pub mod usage;
 
 pub use config::{
-    Adaptive, AdminAccess, AdminToken, Bounds, BucketMatch, Config, ConfigError, ConfigErrors,
-    Cost, KeyPart, KeySources, Match, MethodOverride, Mode, OnStoreFailure, Queue, Rule,
-    ServerSettings, SettleFrom, StoreKind, StoreSettings, WhenKeyMissing, ADMIN_TOKEN_ENV,
+    Adaptive, AdminAccess, AdminToken, BodyTerm, Bounds, BucketMatch, Config, ConfigError,
+    ConfigErrors, Cost, KeyPart, KeySources, Match, MethodOverride, Mode, OnStoreFailure, Queue,
+    Rule, ServerSettings, SettleFrom, StoreKind, StoreSettings, WhenKeyMissing, ADMIN_TOKEN_ENV,
     MAX_WEIGHT, MIN_HEADER_BYTES, MIN_STORE_BYTES,
 };
 pub use engine::{

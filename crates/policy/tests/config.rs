@@ -84,7 +84,7 @@ fn every_error_says_where_and_what() {
             format!("{gcra}rate = \"50/s\"\nburst = 5\ncost = \"header:x-tokens\""),
             "test.toml:7:8: limit `k`: a cost read from a header needs `max_cost`",
         ),
-        (format!("{gcra}rate = \"50/s\"\nburst = 5\ncost = \"lots\""), "`cost` is a whole number or \"header:NAME\", not `lots`"),
+        (format!("{gcra}rate = \"50/s\"\nburst = 5\ncost = \"lots\""), "`cost` is a whole number, \"header:NAME\", or an estimate from the JSON body (\"json:max_tokens + bytes/4\"), not `lots`: `lots` is not `json:PATH`, `bytes/N` or a whole number"),
         (format!("{gcra}rate = \"50/s\"\nburst = 5\nsettle = \"soon\""), "`settle`: invalid duration `soon`"),
         (
             format!("{gcra}rate = \"50/s\"\nburst = 5\non_store_failure = \"local\"\nlocal_divide_by = 0"),
@@ -581,7 +581,7 @@ fn a_field_its_table_would_ignore_is_refused_where_it_stands() {
         ),
         (
             format!("{gcra}max_cost = 10"),
-            "test.toml:7:12: limit `k`: `max_cost` applies only to a cost read from a header (`cost = \"header:NAME\"`)",
+            "test.toml:7:12: limit `k`: `max_cost` applies only to a cost read from the request (`cost = \"header:NAME\"` or an estimate from its body)",
         ),
         (
             format!("{gcra}mode = \"shadow\"\nrollout = \"10%\""),
@@ -926,4 +926,46 @@ fn settle_from_is_a_header_or_a_usage_path_and_brings_its_settle() {
         header.settle_within,
         Some(std::time::Duration::from_secs(30))
     );
+}
+
+/// An estimate from the body: `json:PATH`, `bytes/N` and numbers added up, with a
+/// `max_cost`, and something in it read from the body.
+#[test]
+fn a_cost_estimated_from_the_body_is_validated_where_written() {
+    let rule = "name = \"t\"\nkey = [\"ip\"]\nalgorithm = \"fixed-window\"\nlimit = 100\nwindow = \"1m\"\n";
+    for (line, want) in [
+        (
+            "cost = \"json:max_tokens\"",
+            "test.toml:7:8: limit `t`: an estimate read from the body needs `max_cost`",
+        ),
+        (
+            "cost = \"json:max_tokens + bytes/0\"\nmax_cost = 10",
+            "`bytes/0` divides by a whole number above 0",
+        ),
+        (
+            "cost = \"5 + 6\"\nmax_cost = 10",
+            "nothing in it is read from the body",
+        ),
+        ("cost = \"json:usage..x\"\nmax_cost = 10", "an empty key"),
+    ] {
+        let got = errors(&format!("{rule}{line}"));
+        assert!(
+            got.contains(want),
+            "for {line}\nwanted: {want}\ngot:    {got}"
+        );
+    }
+    let rules = parse(
+        "t.toml",
+        &format!("[[limit]]\n{rule}cost = \"json:max_tokens + bytes/4 + 10\"\nmax_cost = 500\n"),
+    )
+    .unwrap()
+    .rules;
+    match &rules[0].cost {
+        ratewarden_policy::Cost::Body { terms, max } => {
+            let shown: Vec<String> = terms.iter().map(ToString::to_string).collect();
+            assert_eq!(shown, ["json:max_tokens", "bytes/4", "10"]);
+            assert_eq!(*max, 500);
+        }
+        other => panic!("{other:?}"),
+    }
 }

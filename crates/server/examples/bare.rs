@@ -621,6 +621,7 @@ async fn lean_connection(
                 cost: None,
                 api_key: None,
                 tenant: None,
+                body: None,
             };
             let verdict = engine
                 .decide(&request, clock.now())

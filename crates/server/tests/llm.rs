@@ -352,3 +352,86 @@ window = "1h"
     assert!(refused.body.contains("requests"), "{}", refused.body);
     server.shutdown();
 }
+
+/// The estimate read from the request itself, as an LLM client sends it: its
+/// `max_tokens` plus its bytes over four (the prompt, roughly), then settled with the real
+/// usage; a request naming no `max_tokens` is charged the rule's `max_cost`, and one whose
+/// estimate passes `max_cost` is refused (422) before the upstream sees it.
+#[tokio::test]
+async fn the_estimate_is_read_from_the_json_body_and_settled_from_the_answer() {
+    let rules = r#"
+[[limit]]
+name = "tokens"
+match = { path = "/v1/chat/*" }
+key = ["header:authorization"]
+algorithm = "fixed-window"
+limit = 100000
+window = "1h"
+cost = "json:max_tokens + bytes/4"
+max_cost = 8000
+settle_from = "usage.total_tokens"
+"#;
+    let server = gateway(rules).await;
+    let send = |body: Value| async move {
+        let body = body.to_string();
+        let request = Request::post(format!("http://{}/v1/chat/completions", server.listen))
+            .header("content-type", "application/json")
+            .header("authorization", "Bearer p1")
+            .body(Full::new(Bytes::from(body.clone())))
+            .unwrap();
+        let response = common::client().request(request).await.unwrap();
+        let status = response.status();
+        let remaining = response
+            .headers()
+            .get("ratelimit")
+            .and_then(|v| v.to_str().ok())
+            .and_then(remaining_of);
+        let answer = response.into_body().collect().await.unwrap().to_bytes();
+        let usage = serde_json::from_slice::<Value>(&answer)
+            .ok()
+            .and_then(|v| v.pointer("/usage/total_tokens").and_then(Value::as_u64));
+        (status, remaining, usage, body.len() as i64)
+    };
+    let mut spent = 0;
+    for (max_tokens, prompt) in [(100, "hello"), (3000, "a somewhat longer prompt"), (1, "x")] {
+        let (status, remaining, usage, bytes) = send(json!({
+            "model": "fake",
+            "max_tokens": max_tokens,
+            "messages": [{"role": "user", "content": prompt}],
+        }))
+        .await;
+        assert_eq!(status, StatusCode::OK);
+        let estimate = max_tokens + (bytes + 3) / 4;
+        assert_eq!(
+            remaining,
+            Some(100_000 - spent - estimate),
+            "decided on the estimate"
+        );
+        spent += usage.expect("usage") as i64;
+    }
+    // No max_tokens: the most one request may claim, settled down to the real usage.
+    let (status, remaining, usage, _) = send(json!({
+        "model": "fake",
+        "messages": [{"role": "user", "content": "no limit named"}],
+    }))
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(remaining, Some(100_000 - spent - 8000));
+    spent += usage.expect("usage") as i64;
+    // An estimate past max_cost is refused, and nothing is charged.
+    let (status, _, _, _) = send(json!({
+        "model": "fake",
+        "max_tokens": 9000,
+        "messages": [{"role": "user", "content": "too much"}],
+    }))
+    .await;
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY);
+    let (_, remaining, _, bytes) = send(json!({
+        "model": "fake",
+        "max_tokens": 1,
+        "messages": [{"role": "user", "content": "after"}],
+    }))
+    .await;
+    assert_eq!(remaining, Some(100_000 - spent - 1 - (bytes + 3) / 4));
+    server.shutdown();
+}

@@ -102,6 +102,7 @@ impl<St: AsyncStore + 'static> EngineLimits<St> {
             cost: None,
             api_key: None,
             tenant: None,
+            body: None,
         };
         // A layer holds the request as the gateway does: it may wait in a rule's queue.
         self.engine

@@ -44,7 +44,8 @@ pub(crate) use bucket::split_rate;
 pub use calls::CallBounds;
 pub use error::{ConfigError, ConfigErrors};
 pub use model::{
-    BucketMatch, Cost, KeyPart, Match, Mode, OnStoreFailure, Rule, SettleFrom, WhenKeyMissing,
+    BodyTerm, BucketMatch, Cost, KeyPart, Match, Mode, OnStoreFailure, Rule, SettleFrom,
+    WhenKeyMissing,
 };
 pub use queue::{Queue, MAX_WEIGHT};
 pub use rule::SETTLE_FROM_WITHIN;

@@ -175,6 +175,46 @@ pub enum Cost {
         /// The most one request may claim.
         max: u64,
     },
+    /// An estimate read from the request's JSON body (an LLM request's `max_tokens`, its
+    /// prompt's bytes): the terms added up, refused above `max`; `max` itself when the
+    /// body was not read whole or a field is missing (the most one request may claim,
+    /// which a settle corrects).
+    Body {
+        /// What is added up, in the order written.
+        terms: Vec<BodyTerm>,
+        /// The most one request may claim.
+        max: u64,
+    },
+}
+
+/// One term of a [`Cost::Body`] estimate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BodyTerm {
+    /// A whole number at a path of the JSON body (`json:max_tokens`).
+    Field(crate::usage::UsagePath),
+    /// The body's length in bytes divided by this, rounded up (`bytes/4`: OpenAI's rule of
+    /// thumb of four bytes a token).
+    Bytes(u64),
+    /// A fixed number.
+    Fixed(u64),
+}
+
+impl std::fmt::Display for BodyTerm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BodyTerm::Field(path) => write!(f, "json:{path}"),
+            BodyTerm::Bytes(1) => f.write_str("bytes"),
+            BodyTerm::Bytes(n) => write!(f, "bytes/{n}"),
+            BodyTerm::Fixed(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl Cost {
+    /// Whether the cost is read from the request's body: the door must read it first.
+    pub fn reads_body(&self) -> bool {
+        matches!(self, Cost::Body { .. })
+    }
 }
 
 /// Where the gateway reads what a request really cost, from the upstream's answer, to

@@ -11,7 +11,7 @@ use super::error::Errors;
 use super::key::key;
 use super::limit::{divided, limit};
 use super::raw::{RawCost, RawLimit, RawMatch};
-use super::{Cost, KeyPart, Match, Mode, OnStoreFailure, Rule, SettleFrom};
+use super::{BodyTerm, Cost, KeyPart, Match, Mode, OnStoreFailure, Rule, SettleFrom};
 
 /// How long a reservation the gateway settles from the answer (`settle_from`) waits for
 /// it when the rule gives no `settle`: long enough for a long streamed answer. A stream
@@ -181,17 +181,27 @@ fn name(raw: &RawLimit, span: &Range<usize>, errors: &mut Errors<'_>) -> Option<
 }
 
 fn cost(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>) -> Cost {
-    let from_header = raw
+    let claimed = raw
         .cost
         .as_ref()
         .is_some_and(|c| matches!(c.get_ref(), RawCost::Header(_)));
-    if let (Some(max), false) = (&raw.max_cost, from_header) {
-        let message =
-            "`max_cost` applies only to a cost read from a header (`cost = \"header:NAME\"`)";
+    if let (Some(max), false) = (&raw.max_cost, claimed) {
+        let message = "`max_cost` applies only to a cost read from the request (`cost = \"header:NAME\"` or an estimate from its body)";
         errors.at(Some(max.span()), rule, message.to_owned());
     }
     let Some(c) = &raw.cost else {
         return Cost::Fixed(1);
+    };
+    let max_cost = |errors: &mut Errors<'_>, what: &str| {
+        let max = raw
+            .max_cost
+            .as_ref()
+            .and_then(|m| errors.whole(m, "`max_cost`", rule, false));
+        if raw.max_cost.is_none() {
+            let message = format!("{what} needs `max_cost`, the most one request may claim");
+            errors.at(Some(c.span()), rule, message);
+        }
+        max.unwrap_or(1)
     };
     match c.get_ref() {
         RawCost::Fixed(n) => match u64::try_from(*n) {
@@ -203,26 +213,59 @@ fn cost(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>) -> Cost {
             }
         },
         RawCost::Header(text) => match text.trim().strip_prefix("header:") {
-            Some(name) if !name.trim().is_empty() => {
-                let max = raw
-                    .max_cost
-                    .as_ref()
-                    .and_then(|m| errors.whole(m, "`max_cost`", rule, false));
-                if raw.max_cost.is_none() {
-                    errors.at(Some(c.span()), rule, "a cost read from a header needs `max_cost`, the most one request may claim".to_owned());
+            Some(name) if !name.trim().is_empty() => Cost::Header {
+                name: name.trim().to_ascii_lowercase(),
+                max: max_cost(errors, "a cost read from a header"),
+            },
+            _ => match body_terms(text) {
+                Ok(terms) => Cost::Body {
+                    terms,
+                    max: max_cost(errors, "an estimate read from the body"),
+                },
+                Err(why) => {
+                    let message = format!("`cost` is a whole number, \"header:NAME\", or an estimate from the JSON body (\"json:max_tokens + bytes/4\"), not `{text}`: {why}");
+                    errors.at(Some(c.span()), rule, message);
+                    Cost::Fixed(1)
                 }
-                Cost::Header {
-                    name: name.trim().to_ascii_lowercase(),
-                    max: max.unwrap_or(1),
-                }
-            }
-            _ => {
-                let message = format!("`cost` is a whole number or \"header:NAME\", not `{text}`");
-                errors.at(Some(c.span()), rule, message);
-                Cost::Fixed(1)
-            }
+            },
         },
     }
+}
+
+/// The terms of an estimate from the body: `json:PATH`, `bytes`, `bytes/N` and whole
+/// numbers, joined by `+`; at least one of them read from the body.
+fn body_terms(text: &str) -> Result<Vec<BodyTerm>, String> {
+    let mut terms = Vec::new();
+    for term in text.split('+') {
+        let term = term.trim();
+        let parsed = if let Some(path) = term.strip_prefix("json:") {
+            BodyTerm::Field(
+                path.parse()
+                    .map_err(|e: crate::usage::UsagePathError| e.why.to_owned())?,
+            )
+        } else if term == "bytes" {
+            BodyTerm::Bytes(1)
+        } else if let Some(n) = term.strip_prefix("bytes/") {
+            match n.trim().parse::<u64>() {
+                Ok(n) if n > 0 => BodyTerm::Bytes(n),
+                _ => return Err(format!("`{term}` divides by a whole number above 0")),
+            }
+        } else if let Ok(n) = term.parse::<u64>() {
+            BodyTerm::Fixed(n)
+        } else {
+            return Err(format!(
+                "`{term}` is not `json:PATH`, `bytes/N` or a whole number"
+            ));
+        };
+        terms.push(parsed);
+    }
+    if terms.len() > crate::usage::MAX_TERMS {
+        return Err(format!("more than {} terms", crate::usage::MAX_TERMS));
+    }
+    if terms.iter().all(|t| matches!(t, BodyTerm::Fixed(_))) {
+        return Err("nothing in it is read from the body".to_owned());
+    }
+    Ok(terms)
 }
 
 /// `settle_from`: `header:NAME`, or a usage path (`usage.total_tokens`, a sum of such);

@@ -25,6 +25,18 @@ pub enum RequestError {
         /// The rule's `max_cost`.
         max: u64,
     },
+    /// A rule's estimate from the request's body comes to more than its `max_cost`.
+    #[error("limit `{rule}`: the body's estimate ({estimate}) comes to {claimed}, over the most of {max}")]
+    BodyCostOverMax {
+        /// The rule.
+        rule: String,
+        /// The estimate as configured (`json:max_tokens + bytes/4`).
+        estimate: String,
+        /// What it came to.
+        claimed: u64,
+        /// The rule's `max_cost`.
+        max: u64,
+    },
     /// A header a matching rule keys on (or reads its cost from) came more than once:
     /// a proxy and the upstream may each read a different line, so neither is trusted.
     #[error("limit `{rule}`: header `{header}` appears more than once; send it once")]
@@ -80,7 +92,10 @@ impl RequestError {
     /// than well formed and refused for what it asks (HTTP 422: a cost over `max_cost`).
     /// Every front door answers by this, so one meaning has one status.
     pub fn is_malformed(&self) -> bool {
-        !matches!(self, RequestError::CostOverMax { .. })
+        !matches!(
+            self,
+            RequestError::CostOverMax { .. } | RequestError::BodyCostOverMax { .. }
+        )
     }
 }
 

@@ -392,6 +392,7 @@ burst = 1
                                 cost: None,
                                 api_key: None,
                                 tenant: None,
+                                body: None,
                             };
                             let matched = rule.matches.matches(&request);
                             assert_eq!(

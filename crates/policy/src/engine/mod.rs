@@ -442,6 +442,7 @@ impl<S: AsyncStore> Engine<S> {
     ///     cost: None,
     ///     api_key: None,
     ///     tenant: None,
+    ///     body: None,
     /// };
     /// let explained = now_or_panic(engine.explain(&request, 0));
     /// assert!(matches!(
@@ -636,6 +637,7 @@ local_first = true
                 cost: None,
                 api_key: None,
                 tenant: None,
+                body: None,
             };
             let verdict = ratewarden_core::now_or_panic(engine.decide(&request, 1));
             assert!(verdict.expect("decided").allowed);

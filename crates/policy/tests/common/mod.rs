@@ -34,6 +34,7 @@ pub fn request<'a>(peer: &str, path: &'a str, headers: &'a [(&'a str, &'a str)])
         cost: None,
         api_key: None,
         tenant: None,
+        body: None,
     }
 }
 

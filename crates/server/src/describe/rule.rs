@@ -74,6 +74,13 @@ pub(crate) fn row(rule: &Rule) -> [String; 6] {
         Cost::Header { name, max } => {
             algorithm.push_str(&format!(", cost from {name} (at most {max})"));
         }
+        Cost::Body { terms, max } => {
+            let terms: Vec<String> = terms.iter().map(ToString::to_string).collect();
+            algorithm.push_str(&format!(
+                ", cost estimated from the body as {} (at most {max})",
+                terms.join(" + ")
+            ));
+        }
     }
     match (&rule.settle_from, rule.settle_within) {
         (Some(from), Some(within)) => algorithm.push_str(&format!(

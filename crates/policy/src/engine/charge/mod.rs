@@ -675,7 +675,7 @@ impl<S: AsyncStore> Charger<S> {
 fn charge_of(rule: &Rule, a: &Applying) -> Charge {
     let burst = ratewarden_core::Algorithm::limit(&rule.limit);
     let max_cost = match &rule.cost {
-        Cost::Header { max, .. } => (*max).min(burst),
+        Cost::Header { max, .. } | Cost::Body { max, .. } => (*max).min(burst),
         Cost::Fixed(_) => burst,
     };
     Charge {

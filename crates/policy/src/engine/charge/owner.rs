@@ -34,6 +34,7 @@ use crate::engine::verdict::{GrantId, Verdict};
 ///     cost: None,
 ///     api_key: None,
 ///     tenant: None,
+///     body: None,
 /// };
 /// // What the decision API's settle and release build from their body.
 /// let owner = Owner::Request(&request);

@@ -6,7 +6,7 @@ use std::net::IpAddr;
 use super::credentials::{self, Credentials};
 use super::hash::{bounded_part, push_api_key_digest};
 use super::{Repeated, Request};
-use crate::config::{Cost, KeyPart, KeySources, Mode, Rule, WhenKeyMissing};
+use crate::config::{BodyTerm, Cost, KeyPart, KeySources, Mode, Rule, WhenKeyMissing};
 use crate::engine::error::RequestError;
 
 /// `prefix|part|part`; when a part is missing from the request, what the rule's
@@ -218,7 +218,41 @@ pub(crate) fn cost_of(rule: &Rule, request: &Request<'_>) -> Result<u64, Request
             }
             Ok(n)
         }
+        Cost::Body { terms, max } => {
+            let Some(claimed) = request.body.and_then(|body| body_estimate(terms, body)) else {
+                return Ok(*max);
+            };
+            if claimed > *max {
+                let estimate: Vec<String> = terms.iter().map(ToString::to_string).collect();
+                return Err(RequestError::BodyCostOverMax {
+                    rule: rule.name.clone(),
+                    estimate: estimate.join(" + "),
+                    claimed,
+                    max: *max,
+                });
+            }
+            Ok(claimed)
+        }
     }
+}
+
+/// The estimate `terms` add up to for `body`: `None` when a field is missing or not a
+/// whole number (or the body is not JSON), and the rule then charges its `max_cost`.
+fn body_estimate(terms: &[BodyTerm], body: &[u8]) -> Option<u64> {
+    let mut json: Option<Option<serde_json::Value>> = None;
+    let mut sum: u64 = 0;
+    for term in terms {
+        let n = match term {
+            BodyTerm::Fixed(n) => *n,
+            BodyTerm::Bytes(per) => (body.len() as u64).div_ceil(*per),
+            BodyTerm::Field(path) => {
+                let value = json.get_or_insert_with(|| serde_json::from_slice(body).ok());
+                path.read(value.as_ref()?)?
+            }
+        };
+        sum = sum.saturating_add(n);
+    }
+    Some(sum)
 }
 
 /// Whether `rule` enforces for `key`: always, never (shadow), or for a stable share of keys

@@ -49,6 +49,10 @@ pub struct Request<'a> {
     pub api_key: Option<&'a str>,
     /// The tenant, when the caller names it outright; it wins over the tenant header.
     pub tenant: Option<&'a str>,
+    /// The body, when the door read it whole before deciding (the gateway does for a JSON
+    /// body when a rule's cost is an estimate from it, [`Cost::Body`](crate::Cost::Body));
+    /// `None` otherwise, and such a rule charges its `max_cost`.
+    pub body: Option<&'a [u8]>,
 }
 
 impl<'a> Request<'a> {

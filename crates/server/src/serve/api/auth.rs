@@ -129,6 +129,7 @@ pub(crate) async fn handle(
         cost: None,
         api_key: None,
         tenant: None,
+        body: None,
     };
     let settings = app.settings();
     let ask = Ask::Request(&engine_request);

@@ -114,6 +114,7 @@ impl Resolved<'_> {
             cost,
             api_key: self.api_key,
             tenant: self.tenant,
+            body: None,
         }
     }
 }

@@ -116,6 +116,7 @@ async fn check(app: &Arc<App>, request: &CheckRequest) -> Result<CheckResponse, 
         cost: None,
         api_key: None,
         tenant: None,
+        body: None,
     };
     let settings = app.settings();
     let ask = Ask::Request(&engine_request);

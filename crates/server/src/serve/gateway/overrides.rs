@@ -32,12 +32,19 @@ struct Named {
     method: String,
 }
 
+/// The most of a request's body read before deciding when a rule estimates its cost from
+/// it (`cost = "json:max_tokens + bytes/4"`): a long prompt is a few hundred kilobytes. A
+/// longer body is decided without it (such a rule charges its `max_cost`).
+pub(crate) const MAX_DECIDED_BODY: usize = 1024 * 1024;
+
 /// The method to decide `parts` as, and its body (read in part, the rest to stream): or
-/// the 4xx refusing it.
+/// the 4xx refusing it. With `for_rules`, a rule reads the body: it is read up to
+/// [`MAX_DECIDED_BODY`] rather than `method_override_scan`.
 pub(crate) async fn read<B>(
     parts: &Parts,
     mut body: B,
     settings: &ServerSettings,
+    for_rules: bool,
 ) -> Result<(Method, Scanned<B>), Plain>
 where
     B: HttpBody<Data = Bytes, Error = BoxError> + Unpin,
@@ -59,8 +66,12 @@ where
             method,
         }));
     }
-    let bound = settings.method_override_scan;
-    let (mut prefix, mut trailers, mut scanning) = (None, None, None);
+    let bound = if for_rules {
+        settings.method_override_scan.max(MAX_DECIDED_BODY)
+    } else {
+        settings.method_override_scan
+    };
+    let (mut prefix, mut trailers, mut scanning, mut whole) = (None, None, None, false);
     if parts.method == Method::POST && !body.is_end_stream() {
         let types = parts
             .headers
@@ -113,6 +124,7 @@ where
             }));
             prefix = Some(read.freeze()).filter(|p| !p.is_empty());
             scanning = (!ended).then_some(scan);
+            whole = ended;
         }
     }
     let decided = decide(&parts.method, &named, settings.method_override)?;
@@ -123,6 +135,7 @@ where
         scan: scanning,
         decided: decided.clone(),
         bound,
+        whole,
     };
     Ok((decided, scanned))
 }
@@ -186,9 +199,18 @@ pub(crate) struct Scanned<B> {
     decided: Method,
     /// The bytes read before deciding, for the error.
     bound: usize,
+    /// The body was read to its end before deciding.
+    whole: bool,
 }
 
 impl<B> Scanned<B> {
+    /// The whole body, when it was read to its end before deciding (a form, multipart or
+    /// JSON `POST` within the bound): what a rule estimating its cost from it reads.
+    pub(crate) fn whole(&self) -> Option<&[u8]> {
+        self.whole
+            .then(|| self.prefix.as_deref().unwrap_or_default())
+    }
+
     /// The error cutting the body, if what was read of it names another method than the
     /// one decided on, or cannot be read.
     fn check(&self) -> Option<BoxError> {

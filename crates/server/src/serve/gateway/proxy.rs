@@ -60,7 +60,13 @@ pub(super) async fn handle(
         bounds.body_rate_grace,
     );
     // Decided as the method the upstream will serve it as, or refused.
-    let (method, body) = match overrides::read(&parts, body, &settings).await {
+    let for_rules = app
+        .engine
+        .config()
+        .rules
+        .iter()
+        .any(|rule| rule.cost.reads_body());
+    let (method, body) = match overrides::read(&parts, body, &settings, for_rules).await {
         Ok(read) => read,
         Err(refused) => return refused.response(),
     };
@@ -77,6 +83,7 @@ pub(super) async fn handle(
         cost: None,
         api_key: None,
         tenant: None,
+        body: body.whole(),
     };
     let (headers, mut permit, slot, settlement) = match pass(app, &engine_request, &settings).await
     {

@@ -187,6 +187,7 @@ async fn decide(
         cost: None,
         api_key: None,
         tenant: None,
+        body: None,
     };
     let settings = app.settings();
     let (fields, permit, slot) = match pass(app, &request, &settings).await {
