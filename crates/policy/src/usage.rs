@@ -117,6 +117,19 @@ impl UsagePath {
         Some(sum)
     }
 
+    /// The value `value` holds at a path of one field (`model`); `None` for a sum or a
+    /// path that is not there.
+    pub fn value<'v>(&self, value: &'v Value) -> Option<&'v Value> {
+        let [term] = self.terms.as_slice() else {
+            return None;
+        };
+        let mut at = value;
+        for key in term {
+            at = at.as_object()?.get(key)?;
+        }
+        Some(at)
+    }
+
     /// The cost a whole JSON body holds at this path; `None` when the body is not JSON or
     /// the path is not there (see [`read`](Self::read)).
     pub fn read_json(&self, body: &[u8]) -> Option<u64> {

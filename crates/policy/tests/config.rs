@@ -93,7 +93,7 @@ fn every_error_says_where_and_what() {
         (format!("{gcra}rate = \"50/s\"\nburst = 5\nipv6_prefix = 130"), "a prefix length between 0 and 128, not 130"),
         (
             "name = \"k\"\nkey = [\"ipp\"]\nalgorithm = \"gcra\"\nrate = \"1/s\"\nburst = 1".to_owned(),
-            "test.toml:3:8: limit `k`: unknown key part `ipp`: use ip, header:NAME, api_key, tenant, route, global, descriptor, bucket or literal:TEXT; did you mean `ip`?",
+            "test.toml:3:8: limit `k`: unknown key part `ipp`: use ip, header:NAME, api_key, tenant, route, global, descriptor, bucket, json:PATH or literal:TEXT; did you mean `ip`?",
         ),
         (
             "name = \"k\"\nalgorithm = \"gcra\"\nrate = \"1/s\"\nburst = 1".to_owned(),
@@ -967,5 +967,23 @@ fn a_cost_estimated_from_the_body_is_validated_where_written() {
             assert_eq!(*max, 500);
         }
         other => panic!("{other:?}"),
+    }
+}
+
+/// `json:PATH` keys on one field of the body; a sum names no one value and is refused.
+#[test]
+fn a_key_part_from_the_json_body_is_one_field() {
+    let rule = |part: &str| {
+        format!("name = \"t\"\nkey = [\"{part}\"]\nalgorithm = \"fixed-window\"\nlimit = 1\nwindow = \"1m\"\n")
+    };
+    let parsed = parse("t.toml", &format!("[[limit]]\n{}", rule("json:model")))
+        .unwrap()
+        .rules
+        .remove(0);
+    assert_eq!(parsed.key[0].to_string(), "json:model");
+    assert!(parsed.reads_body());
+    for bad in ["json:a + b", "json:", "json:a..b"] {
+        let got = errors(&rule(bad));
+        assert!(got.contains("unknown key part"), "{bad}: {got}");
     }
 }

@@ -435,3 +435,53 @@ settle_from = "usage.total_tokens"
     assert_eq!(remaining, Some(100_000 - spent - 1 - (bytes + 3) / 4));
     server.shutdown();
 }
+
+/// A budget per project and model: the model read from the JSON body, each with its own
+/// tokens; a request naming none is keyed as `when_key_missing` says (here: refused, 400).
+#[tokio::test]
+async fn each_model_named_in_the_body_has_its_own_budget() {
+    let rules = r#"
+[[limit]]
+name = "tokens-per-model"
+match = { path = "/v1/chat/*" }
+key = ["header:authorization", "json:model"]
+when_key_missing = "refuse"
+algorithm = "fixed-window"
+limit = 1000
+window = "1h"
+cost = "json:max_tokens"
+max_cost = 1000
+settle_from = "usage.total_tokens"
+"#;
+    let server = gateway(rules).await;
+    let send = |model: Option<&'static str>, max_tokens: u64| async move {
+        let mut body = json!({
+            "max_tokens": max_tokens,
+            "messages": [{"role": "user", "content": "four"}],
+        });
+        if let Some(model) = model {
+            body["model"] = json!(model);
+        }
+        let request = Request::post(format!("http://{}/v1/chat/completions", server.listen))
+            .header("content-type", "application/json")
+            .header("authorization", "Bearer p")
+            .body(Full::new(Bytes::from(body.to_string())))
+            .unwrap();
+        let response = common::client().request(request).await.unwrap();
+        let remaining = response
+            .headers()
+            .get("ratelimit")
+            .and_then(|v| v.to_str().ok())
+            .and_then(remaining_of);
+        let status = response.status();
+        let _ = response.into_body().collect().await;
+        (status, remaining)
+    };
+    // 1 prompt token + 900 completion tokens spend model a's budget but for 99.
+    assert_eq!(send(Some("a"), 900).await, (StatusCode::OK, Some(100)));
+    assert_eq!(send(Some("a"), 100).await.0, StatusCode::TOO_MANY_REQUESTS);
+    // Model b's budget is whole.
+    assert_eq!(send(Some("b"), 100).await, (StatusCode::OK, Some(900)));
+    assert_eq!(send(None, 10).await.0, StatusCode::BAD_REQUEST);
+    server.shutdown();
+}

@@ -44,7 +44,7 @@ pub(super) fn key(
             None => {
                 let hint = did_you_mean(text, ["ip", "api_key", "tenant", "route", "global"]);
                 errors.at(Some(part.span()), rule, format!(
-                    "unknown key part `{text}`: use ip, header:NAME, api_key, tenant, route, global, descriptor, bucket or literal:TEXT{hint}"
+                    "unknown key part `{text}`: use ip, header:NAME, api_key, tenant, route, global, descriptor, bucket, json:PATH or literal:TEXT{hint}"
                 ));
             }
         }
@@ -95,6 +95,8 @@ pub(super) fn key_part(text: &str, grouping: IpGrouping) -> Option<KeyPart> {
                 Some(KeyPart::Header(name.trim().to_ascii_lowercase()))
             }
             Some(("literal", value)) => Some(KeyPart::Literal(value.to_owned())),
+            // One field: a sum names no one value.
+            Some(("json", path)) if !path.contains('+') => path.parse().ok().map(KeyPart::Json),
             _ => None,
         },
     }

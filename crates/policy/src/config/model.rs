@@ -31,6 +31,9 @@ pub enum KeyPart {
     /// An Envoy quota bucket's id: its entries sorted by key, each as `key=value` (rules
     /// matched by `match.bucket`, whose budgets Envoy's quota service splits).
     Bucket,
+    /// A string or number at a path of the request's JSON body (`json:model`: a budget per
+    /// LLM model), when the door read the body (the gateway, for a rule that asks).
+    Json(crate::usage::UsagePath),
 }
 
 impl fmt::Display for KeyPart {
@@ -45,6 +48,7 @@ impl fmt::Display for KeyPart {
             KeyPart::Descriptor => f.write_str("descriptor"),
             KeyPart::Bucket => f.write_str("bucket"),
             KeyPart::Literal(text) => write!(f, "literal:{text}"),
+            KeyPart::Json(path) => write!(f, "json:{path}"),
         }
     }
 }
@@ -234,6 +238,14 @@ impl std::fmt::Display for SettleFrom {
             SettleFrom::Header(name) => write!(f, "header:{name}"),
             SettleFrom::Usage(path) => path.fmt(f),
         }
+    }
+}
+
+impl Rule {
+    /// Whether the rule reads the request's body (its cost is estimated from it, or a key
+    /// part is in it): the gateway reads a JSON body before deciding when one does.
+    pub fn reads_body(&self) -> bool {
+        self.cost.reads_body() || self.key.iter().any(|p| matches!(p, KeyPart::Json(_)))
     }
 }
 

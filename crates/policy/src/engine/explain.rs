@@ -287,6 +287,7 @@ fn missing_part(rule: &Rule, sources: &KeySources, request: &Request<'_>) -> Str
                     && empty(request.single_header(&sources.tenant_header).ok().flatten())
             }
             KeyPart::Descriptor | KeyPart::Bucket => true,
+            KeyPart::Json(path) => crate::engine::request::json_part(path, request).is_none(),
             KeyPart::Ip(_) | KeyPart::Route | KeyPart::Global | KeyPart::Literal(_) => false,
         };
         if missing {

@@ -137,6 +137,12 @@ pub(crate) fn push_part(
         // request.
         KeyPart::Descriptor | KeyPart::Bucket => return Ok(false),
         KeyPart::Literal(text) => key.push_str(text),
+        KeyPart::Json(path) => {
+            let Some(value) = json_part(path, request) else {
+                return Ok(false);
+            };
+            key.push_str(&bounded_part(&value));
+        }
     }
     Ok(true)
 }
@@ -233,6 +239,17 @@ pub(crate) fn cost_of(rule: &Rule, request: &Request<'_>) -> Result<u64, Request
             }
             Ok(claimed)
         }
+    }
+}
+
+/// The text of the JSON body's string or number at `path`, for a key part: `None` when the
+/// body was not read, is not JSON, or holds no such value (or an empty string).
+pub(crate) fn json_part(path: &crate::usage::UsagePath, request: &Request<'_>) -> Option<String> {
+    let body: serde_json::Value = serde_json::from_slice(request.body?).ok()?;
+    match path.value(&body)? {
+        serde_json::Value::String(s) if !s.is_empty() => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
     }
 }
 

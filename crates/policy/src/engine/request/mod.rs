@@ -18,7 +18,9 @@ pub(crate) use flow_hash::FlowHash;
 pub(crate) use hash::bounded_part;
 pub use hash::{api_key_digest, fingerprint, rollout_bucket};
 pub use identity::Identity;
-pub(crate) use keys::{api_key, build_key, cost_of, enforces, part_words, push_part, STOOD_IN};
+pub(crate) use keys::{
+    api_key, build_key, cost_of, enforces, json_part, part_words, push_part, STOOD_IN,
+};
 
 use std::net::IpAddr;
 

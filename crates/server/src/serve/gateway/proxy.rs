@@ -65,7 +65,7 @@ pub(super) async fn handle(
         .config()
         .rules
         .iter()
-        .any(|rule| rule.cost.reads_body());
+        .any(ratewarden_policy::Rule::reads_body);
     let (method, body) = match overrides::read(&parts, body, &settings, for_rules).await {
         Ok(read) => read,
         Err(refused) => return refused.response(),
