@@ -16,6 +16,7 @@
 
 mod contract;
 mod fields;
+mod openai;
 mod rendered;
 
 pub use contract::{
@@ -23,6 +24,7 @@ pub use contract::{
     CONTENT_TYPE, QUOTA_EXCEEDED, RATELIMIT, RATELIMIT_POLICY, RETRY_AFTER,
     TEMPORARY_REDUCED_CAPACITY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
 };
+pub use openai::{go_duration, openai_headers, OpenAiFamily};
 /// Moved to core, where Envoy's units need it too; this path stays.
 pub use ratewarden_core::window_secs;
 pub use rendered::RenderedPolicy;

@@ -177,6 +177,7 @@ const LIMIT_FIELDS: &[&str] = &[
     "max_cost",
     "settle",
     "settle_from",
+    "openai_headers",
     "mode",
     "rollout",
     "sensitive",

@@ -485,3 +485,76 @@ settle_from = "usage.total_tokens"
     assert_eq!(send(None, 10).await.0, StatusCode::BAD_REQUEST);
     server.shutdown();
 }
+
+/// With `openai_headers`, a rule's numbers also go in OpenAI's `x-ratelimit-*` fields, which
+/// LLM clients read: requests and tokens each from the rule that fills them, on an allowed
+/// answer and on a refusal, the reset as a Go duration.
+#[tokio::test]
+async fn openai_rate_limit_headers_carry_the_requests_and_tokens_rules() {
+    let rules = format!(
+        r#"
+[[limit]]
+name = "requests"
+match = {{ path = "/v1/chat/*" }}
+key = ["header:authorization"]
+algorithm = "fixed-window"
+limit = 2
+window = "1m"
+openai_headers = "requests"
+{}openai_headers = "tokens"
+"#,
+        tokens(5_000)
+    );
+    let server = gateway(&rules).await;
+    let request = |estimate: u64| {
+        Request::post(format!("http://{}/v1/chat/completions", server.listen))
+            .header("content-type", "application/json")
+            .header("authorization", "Bearer o")
+            .header("x-estimated-tokens", estimate.to_string())
+            .header("x-fake-completion-tokens", "99")
+            .body(Full::new(Bytes::from(
+                json!({"model": "fake", "messages": [{"role": "user", "content": "four"}]})
+                    .to_string(),
+            )))
+            .unwrap()
+    };
+    let header = |response: &http::Response<hyper::body::Incoming>, name: &str| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    let first = common::client().request(request(300)).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    for (name, value) in [
+        ("x-ratelimit-limit-requests", "2"),
+        ("x-ratelimit-remaining-requests", "1"),
+        // Windows on the clock: T0 is 20 s into its minute, 800 s into its hour.
+        ("x-ratelimit-reset-requests", "40s"),
+        ("x-ratelimit-limit-tokens", "5000"),
+        ("x-ratelimit-remaining-tokens", "4700"),
+        ("x-ratelimit-reset-tokens", "46m40s"),
+    ] {
+        assert_eq!(header(&first, name).as_deref(), Some(value), "{name}");
+    }
+    let _ = first.into_body().collect().await;
+    let second = common::client().request(request(10)).await.unwrap();
+    // The first settled at 100 real tokens.
+    assert_eq!(
+        header(&second, "x-ratelimit-remaining-tokens").as_deref(),
+        Some("4890")
+    );
+    let _ = second.into_body().collect().await;
+    let refused = common::client().request(request(10)).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        header(&refused, "x-ratelimit-remaining-requests").as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        header(&refused, "x-ratelimit-limit-tokens").as_deref(),
+        Some("5000")
+    );
+    server.shutdown();
+}

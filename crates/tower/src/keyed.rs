@@ -161,6 +161,7 @@ impl KeyedLimit {
                 OnStoreFailure::Open
             },
             sensitive: self.sensitive,
+            openai_headers: None,
             local_first: false,
             prefetch: None,
             adaptive: None,

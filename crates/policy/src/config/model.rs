@@ -280,6 +280,9 @@ pub struct Rule {
     pub on_store_failure: OnStoreFailure,
     /// Whether a rejection must leak nothing (a bare 429).
     pub sensitive: bool,
+    /// Also send the rule's numbers in OpenAI's `x-ratelimit-*-requests` or
+    /// `x-ratelimit-*-tokens` headers, which LLM clients read (`openai_headers`).
+    pub openai_headers: Option<ratewarden_http::OpenAiFamily>,
     /// Hybrid mode: a bucket in this process with the rule's own numbers is asked first,
     /// and a request it refuses never reaches the shared store (it would refuse it too:
     /// it sees all this process's admitted requests, and more).

@@ -68,6 +68,17 @@ pub(super) fn rule(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -
     let cost = cost(&raw, rule, errors);
     let settle_within = errors.duration(raw.settle.as_ref(), "`settle`", rule, false);
     let settle_from = settle_from(&raw, rule, errors);
+    let openai_headers = raw.openai_headers.as_ref().and_then(|given| {
+        let family = ratewarden_http::OpenAiFamily::parse(given.get_ref().trim());
+        if family.is_none() {
+            let message = format!(
+                "`openai_headers` is `requests` or `tokens` (which of OpenAI's x-ratelimit-* families), not `{}`",
+                given.get_ref().escape_debug()
+            );
+            errors.at(Some(given.span()), rule, message);
+        }
+        family
+    });
     let settle_within = match (&settle_from, settle_within) {
         (Some(_), None) if raw.settle.is_none() => Some(SETTLE_FROM_WITHIN),
         (_, within) => within,
@@ -142,6 +153,7 @@ pub(super) fn rule(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -
         mode,
         on_store_failure,
         sensitive: raw.sensitive.unwrap_or(false),
+        openai_headers,
         local_first: raw.local_first.unwrap_or(false),
         prefetch,
         adaptive,

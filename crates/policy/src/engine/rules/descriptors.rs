@@ -328,6 +328,7 @@ pub(crate) fn envoy_rule(name: String, domain: &str, limit: Limit, shadow: bool)
         mode: if shadow { Mode::Shadow } else { Mode::Enforce },
         on_store_failure: OnStoreFailure::Closed,
         sensitive: false,
+        openai_headers: None,
         local_first: false,
         prefetch: None,
         adaptive: None,

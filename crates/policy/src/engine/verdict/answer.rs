@@ -67,18 +67,37 @@ impl Verdict {
                 .violated()
                 .map(|o| self.rules[o.rule].name.as_str())
                 .collect();
-            return Answer::Stop(ratewarden_http::limited(
-                &shown,
-                &violated,
-                retry_after_ns,
-                self.sensitive(),
-                legacy,
-            ));
+            let sensitive = self.sensitive();
+            let mut response =
+                ratewarden_http::limited(&shown, &violated, retry_after_ns, sensitive, legacy);
+            if !sensitive {
+                response.headers.extend(self.openai_headers());
+            }
+            return Answer::Stop(response);
         }
+        let mut headers = ratewarden_http::allowed_headers(&shown, legacy);
+        headers
+            .extend(self.openai_headers().filter_map(|(name, value)| {
+                Some((name, http::HeaderValue::try_from(value).ok()?))
+            }));
         Answer::Go {
-            headers: ratewarden_http::allowed_headers(&shown, legacy),
+            headers,
             delay: Duration::from_nanos(self.delay_ns()),
         }
+    }
+
+    /// OpenAI's `x-ratelimit-*` headers of the shown rules that ask for them: each family
+    /// once, from the first rule that fills it.
+    fn openai_headers(&self) -> impl Iterator<Item = (http::HeaderName, String)> + '_ {
+        let mut filled = [false; 2];
+        self.shown()
+            .filter_map(move |o| {
+                let family = self.rules[o.rule].openai_headers?;
+                let slot = &mut filled[family as usize];
+                (!std::mem::replace(slot, true))
+                    .then(|| ratewarden_http::openai_headers(family, &o.decision))
+            })
+            .flatten()
     }
 }
 
