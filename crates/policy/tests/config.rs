@@ -987,3 +987,20 @@ fn a_key_part_from_the_json_body_is_one_field() {
         assert!(got.contains("unknown key part"), "{bad}: {got}");
     }
 }
+
+/// `always_charge` is for units that are spent: refused where they are held or queued.
+#[test]
+fn always_charge_is_refused_where_units_are_held() {
+    let got = errors("name = \"c\"\nkey = [\"ip\"]\nalgorithm = \"concurrency\"\nlimit = 4\nalways_charge = true");
+    assert!(
+        got.contains("limit `c`: `always_charge` does not apply to `concurrency`"),
+        "{got}"
+    );
+    let rules = parse(
+        "t.toml",
+        "[[limit]]\nname = \"t\"\nkey = [\"ip\"]\nalgorithm = \"fixed-window\"\nlimit = 1\nwindow = \"1m\"\nalways_charge = true\n",
+    )
+    .unwrap()
+    .rules;
+    assert!(rules[0].always_charge);
+}

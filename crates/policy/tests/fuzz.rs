@@ -178,6 +178,7 @@ const LIMIT_FIELDS: &[&str] = &[
     "settle",
     "settle_from",
     "openai_headers",
+    "always_charge",
     "mode",
     "rollout",
     "sensitive",

@@ -559,31 +559,36 @@ openai_headers = "requests"
     server.shutdown();
 }
 
-/// docs/llm.md's config is what `ratewarden check-config` accepts, as a reader would run
-/// it, and its rules are the three the page explains.
+/// docs/llm.md's configs are what `ratewarden check-config` accepts, as a reader would run
+/// them: the gateway's three rules the page explains, and the Envoy one.
 #[test]
-fn the_docs_config_passes_check_config() {
+fn the_docs_configs_pass_check_config() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let page = std::fs::read_to_string(root.join("docs/llm.md")).unwrap();
-    let start = page.find("```toml\n").expect("a TOML block") + "```toml\n".len();
-    let config = &page[start..start + page[start..].find("```").unwrap()];
     let dir = std::env::temp_dir().join(format!("ratewarden-llm-docs-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("llm.toml");
-    std::fs::write(&file, config).unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratewarden"))
-        .arg("check-config")
-        .arg(&file)
-        .output()
-        .unwrap();
-    let said =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "check-config: {said}");
+    let mut checked = Vec::new();
+    for (i, block) in page.split("```toml\n").skip(1).enumerate() {
+        let config = &block[..block.find("```").unwrap()];
+        let file = dir.join(format!("llm-{i}.toml"));
+        std::fs::write(&file, config).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratewarden"))
+            .arg("check-config")
+            .arg(&file)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "check-config of block {i}: {said}");
+        checked.push(said);
+    }
+    assert_eq!(checked.len(), 2, "the gateway's config and the Envoy rule");
     for rule in ["requests", "tokens", "tokens-per-day"] {
-        assert!(said.contains(rule), "{rule} in:\n{said}");
+        assert!(checked[0].contains(rule), "{rule} in:\n{}", checked[0]);
     }
     assert!(
-        said.contains("settled from the answer's usage.total_tokens"),
-        "{said}"
+        checked[0].contains("settled from the answer's usage.total_tokens"),
+        "{}",
+        checked[0]
     );
 }

@@ -996,3 +996,56 @@ async fn only_the_listed_clients_may_call_should_rate_limit() {
         refused.message()
     );
 }
+
+/// A rule with `always_charge` counts what a call carries even when it is refused: the
+/// token usage Envoy reports with `hits_addend` at a stream's end (`apply_on_stream_done`)
+/// is charged into debt, as envoyproxy/ratelimit's counters count past the limit, and the
+/// next ask waits the debt out. The same rule without it charges a refused call nothing.
+#[tokio::test]
+async fn always_charge_counts_a_stream_done_report_past_the_limit() {
+    for always in [true, false] {
+        let toml = format!(
+            r#"
+[server]
+listen = "127.0.0.1:0"
+admin = "off"
+grpc = "127.0.0.1:0"
+
+[[limit]]
+name = "tokens"
+match = {{ domain = "ai", descriptor = "project" }}
+key = ["descriptor"]
+algorithm = "fixed-window"
+limit = 1000
+window = "1h"
+always_charge = {always}
+"#
+        );
+        let (_running, mut client) = serve_grpc(&toml, Default::default(), None).await;
+        let call = |hits: u32| RateLimitRequest {
+            domain: "ai".to_owned(),
+            hits_addend: hits,
+            ..request(vec![descriptor(&[("project", "p1")])])
+        };
+        // The request itself: one hit, allowed.
+        let asked = ask(&mut client, call(1)).await;
+        assert_eq!(asked.overall_code, Code::Ok as i32);
+        assert_eq!(asked.statuses[0].limit_remaining, 999);
+        // The stream's usage at its end: 5,000 tokens, over what is left.
+        let reported = ask(&mut client, call(5_000)).await;
+        assert_eq!(reported.overall_code, Code::OverLimit as i32);
+        // The next request: refused after the report was charged, allowed if it was not.
+        let next = ask(&mut client, call(1)).await;
+        if always {
+            assert_eq!(
+                next.overall_code,
+                Code::OverLimit as i32,
+                "5,001 of 1,000 spent"
+            );
+            assert_eq!(next.statuses[0].limit_remaining, 0);
+        } else {
+            assert_eq!(next.overall_code, Code::Ok as i32);
+            assert_eq!(next.statuses[0].limit_remaining, 998);
+        }
+    }
+}

@@ -162,6 +162,7 @@ impl KeyedLimit {
             },
             sensitive: self.sensitive,
             openai_headers: None,
+            always_charge: false,
             local_first: false,
             prefetch: None,
             adaptive: None,

@@ -280,6 +280,10 @@ pub struct Rule {
     pub on_store_failure: OnStoreFailure,
     /// Whether a rejection must leak nothing (a bare 429).
     pub sensitive: bool,
+    /// A refused request's cost is charged all the same (into debt): for reports of what
+    /// was spent rather than asks, such as Envoy's token usage at a stream's end
+    /// (`apply_on_stream_done`), which must count even when the key is already over.
+    pub always_charge: bool,
     /// Also send the rule's numbers in OpenAI's `x-ratelimit-*-requests` or
     /// `x-ratelimit-*-tokens` headers, which LLM clients read (`openai_headers`).
     pub openai_headers: Option<ratewarden_http::OpenAiFamily>,

@@ -147,6 +147,7 @@ pub(super) struct RawLimit {
     pub(super) mode: Option<Spanned<String>>,
     pub(super) rollout: Option<Spanned<String>>,
     pub(super) sensitive: Option<bool>,
+    pub(super) always_charge: Option<Spanned<bool>>,
     pub(super) openai_headers: Option<Spanned<String>>,
     pub(super) local_first: Option<bool>,
     pub(super) prefetch: Option<Spanned<String>>,

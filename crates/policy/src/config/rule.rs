@@ -68,6 +68,7 @@ pub(super) fn rule(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -
     let cost = cost(&raw, rule, errors);
     let settle_within = errors.duration(raw.settle.as_ref(), "`settle`", rule, false);
     let settle_from = settle_from(&raw, rule, errors);
+    let always_charge = always_charge(&raw, rule, errors);
     let openai_headers = raw.openai_headers.as_ref().and_then(|given| {
         let family = ratewarden_http::OpenAiFamily::parse(given.get_ref().trim());
         if family.is_none() {
@@ -153,6 +154,7 @@ pub(super) fn rule(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -
         mode,
         on_store_failure,
         sensitive: raw.sensitive.unwrap_or(false),
+        always_charge,
         openai_headers,
         local_first: raw.local_first.unwrap_or(false),
         prefetch,
@@ -278,6 +280,27 @@ fn body_terms(text: &str) -> Result<Vec<BodyTerm>, String> {
         return Err("nothing in it is read from the body".to_owned());
     }
     Ok(terms)
+}
+
+/// `always_charge`: on an algorithm whose units are spent (not held, queued or learnt).
+fn always_charge(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>) -> bool {
+    let Some(given) = &raw.always_charge else {
+        return false;
+    };
+    let algorithm = raw.algorithm.as_ref().map_or("", |a| a.get_ref().trim());
+    if *given.get_ref()
+        && matches!(
+            algorithm,
+            "concurrency" | "leaky-queue" | ADAPTIVE_CONCURRENCY
+        )
+    {
+        let message = format!(
+            "`always_charge` does not apply to `{algorithm}`: its units are held or queued per request, not spent"
+        );
+        errors.at(Some(given.span()), rule, message);
+        return false;
+    }
+    *given.get_ref()
 }
 
 /// `settle_from`: `header:NAME`, or a usage path (`usage.total_tokens`, a sum of such);

@@ -163,6 +163,51 @@ impl<S: AsyncStore> Charger<S> {
         version: u64,
         now: u64,
     ) -> Charged {
+        let charged = self
+            .decide_and_charge(issuer, rules, counters, applying, version, now)
+            .await;
+        if !charged.allowed && !charged.unavailable {
+            self.charge_regardless(rules, applying, &charged.outcomes, now)
+                .await;
+        }
+        charged
+    }
+
+    /// A refused request's cost charged all the same under its `always_charge` rules, into
+    /// debt: a report of what was spent (Envoy's usage at a stream's end), not an ask.
+    async fn charge_regardless(
+        &self,
+        rules: &[Rule],
+        applying: &[Applying],
+        outcomes: &[RuleOutcome],
+        now: u64,
+    ) {
+        for a in applying {
+            if !a.enforced || !rules[a.rule].always_charge || a.cost == 0 {
+                continue;
+            }
+            // A store that failed for this rule charged nothing, and is not asked again.
+            if outcomes.iter().any(|o| o.rule == a.rule && o.store_failed) {
+                continue;
+            }
+            let delta = i64::try_from(a.cost).unwrap_or(i64::MAX);
+            let _ = self
+                .store
+                .settle(&rules[a.rule].limit, &a.key, now, delta)
+                .await;
+        }
+    }
+
+    /// [`charge`](Self::charge) before `always_charge`: the all-or-nothing decision.
+    async fn decide_and_charge<'c>(
+        &self,
+        issuer: Option<&Arc<RuleSet>>,
+        rules: &[Rule],
+        counters: impl Fn(usize) -> Option<&'c Counters>,
+        applying: &[Applying],
+        version: u64,
+        now: u64,
+    ) -> Charged {
         if let [a] = applying {
             if a.enforced && self.alone(&rules[a.rule]) {
                 return self

@@ -329,6 +329,7 @@ pub(crate) fn envoy_rule(name: String, domain: &str, limit: Limit, shadow: bool)
         on_store_failure: OnStoreFailure::Closed,
         sensitive: false,
         openai_headers: None,
+        always_charge: false,
         local_first: false,
         prefetch: None,
         adaptive: None,
