@@ -28,8 +28,13 @@ async fn fake_openai() -> SocketAddr {
     addr
 }
 
-/// A gateway in front of the fake model with `rules`.
+/// A gateway in front of the fake model with `rules`, on the in-memory store.
 async fn gateway(rules: &str) -> ratewarden_server::serve::Running {
+    gateway_on("", rules).await
+}
+
+/// A gateway in front of the fake model with `rules` and `store` (a `[store]` section).
+async fn gateway_on(store: &str, rules: &str) -> ratewarden_server::serve::Running {
     let upstream = fake_openai().await;
     let toml = format!(
         r#"
@@ -37,6 +42,8 @@ async fn gateway(rules: &str) -> ratewarden_server::serve::Running {
 listen = "127.0.0.1:0"
 admin = "127.0.0.1:0"
 upstream = "http://{upstream}"
+
+{store}
 
 {rules}
 "#
@@ -47,6 +54,12 @@ upstream = "http://{upstream}"
 /// Tokens per project key: a fixed window of `limit` an hour, each request charged the
 /// estimate its client sends and settled with the answer's `usage.total_tokens`.
 fn tokens(limit: u64) -> String {
+    tokens_per(limit, "1h")
+}
+
+/// [`tokens`] over another window (Redis decides on its own clock: a day's window is not
+/// crossed during a test).
+fn tokens_per(limit: u64, window: &str) -> String {
     format!(
         r#"
 [[limit]]
@@ -55,7 +68,7 @@ match = {{ path = "/v1/chat/*" }}
 key = ["header:authorization"]
 algorithm = "fixed-window"
 limit = {limit}
-window = "1h"
+window = "{window}"
 cost = "header:x-estimated-tokens"
 max_cost = 100000
 settle_from = "usage.total_tokens"
@@ -183,8 +196,23 @@ async fn settled(server: &ratewarden_server::serve::Running, rule: &str, result:
 /// for estimates over, under and at the real cost.
 #[tokio::test]
 async fn json_and_streamed_answers_settle_at_their_real_usage_to_the_token() {
+    settle_to_the_token("", "1h").await;
+}
+
+/// The same through a shared store: a real redis-server, the settle a script call.
+#[tokio::test]
+async fn on_redis_too_answers_settle_at_their_real_usage_to_the_token() {
+    let redis = ratewarden_redis::testing::Server::start();
+    settle_to_the_token(
+        &format!("[store]\nkind = \"redis\"\nurl = \"{}\"", redis.url()),
+        "1d",
+    )
+    .await;
+}
+
+async fn settle_to_the_token(store: &str, window: &str) {
     for stream in [false, true] {
-        let server = gateway(&tokens(100_000)).await;
+        let server = gateway_on(store, &tokens_per(100_000, window)).await;
         let mut spent: i64 = 0;
         // (prompt, completion tokens, estimate)
         let asks = [
@@ -201,7 +229,7 @@ async fn json_and_streamed_answers_settle_at_their_real_usage_to_the_token() {
         for (prompt, completion, estimate) in asks {
             let answered = chat(
                 server.listen,
-                "k1",
+                &format!("k1-{stream}"),
                 prompt,
                 completion,
                 estimate,
@@ -225,8 +253,18 @@ async fn json_and_streamed_answers_settle_at_their_real_usage_to_the_token() {
             settled(&server, "tokens", "answer").await,
             asks.len() as u64
         );
-        // Another key's budget is its own.
-        let other = chat(server.listen, "k2", "hi", 1, 5, stream, &[]).await;
+        // Another key's budget is its own (and a store shared between the two runs holds
+        // the first run's keys: each run its own keys).
+        let other = chat(
+            server.listen,
+            &format!("k2-{stream}"),
+            "hi",
+            1,
+            5,
+            stream,
+            &[],
+        )
+        .await;
         assert_eq!(other.remaining, Some(100_000 - 5));
         server.shutdown();
     }
@@ -278,7 +316,22 @@ async fn without_a_readable_usage_the_estimate_stands_and_the_metric_says_why() 
 /// under-charged), the balance goes into that debt, and the next request is refused.
 #[tokio::test]
 async fn a_hundred_streams_at_once_admit_no_more_than_the_limit_plus_what_they_under_charged() {
-    let server = gateway(&tokens(1_000)).await;
+    hundred_streams("", "1h").await;
+}
+
+/// The same on a real redis-server.
+#[tokio::test]
+async fn on_redis_a_hundred_streams_stay_within_the_bound() {
+    let redis = ratewarden_redis::testing::Server::start();
+    hundred_streams(
+        &format!("[store]\nkind = \"redis\"\nurl = \"{}\"", redis.url()),
+        "1d",
+    )
+    .await;
+}
+
+async fn hundred_streams(store: &str, window: &str) {
+    let server = gateway_on(store, &tokens_per(1_000, window)).await;
     let listen = server.listen;
     let mut streams = Vec::new();
     for _ in 0..100 {
