@@ -13,6 +13,12 @@ use crate::Quota;
 /// What one origin last said, and when this client may next send to it.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct OriginPace {
+    /// When the quotas were last reported (nanoseconds since the Unix epoch): their resets
+    /// count from it.
+    seen_at: u64,
+    /// Units taken by [`Pacer::reserve_units`] from each policy since it was last reported
+    /// (a few policies at most).
+    taken: Vec<(String, u64)>,
     /// The earliest time the next request may go (nanoseconds since the Unix epoch).
     next_at: u64,
     /// The spacing between requests the last answer asked for, in nanoseconds.
@@ -58,6 +64,7 @@ impl OriginPace {
     fn observe(&mut self, quotas: &[Quota], retry_after: Option<Duration>, now: u64) {
         // The kept quotas change other than by the fields kept: the next answer is parsed.
         self.last_fields.forget();
+        self.seen(now);
         let mut sighting = Sighting::default();
         for q in quotas {
             sighting.quota(&mut self.quotas, &Reported::from(q));
@@ -80,6 +87,9 @@ impl OriginPace {
         retry_after: Option<Duration>,
         now: u64,
     ) {
+        if fields.state.any() || fields.legacy {
+            self.seen(now);
+        }
         if fields.state.any() {
             let (state, policy) = (&fields.state, &fields.policy);
             if !self.last_fields.matches(&[state, policy]) {
@@ -124,6 +134,41 @@ impl OriginPace {
     /// The last quota reported for `policy` (`None`: the legacy fields).
     pub(crate) fn quota(&self, policy: Option<&str>) -> Option<&Quota> {
         self.quotas.iter().find(|q| q.policy.as_deref() == policy)
+    }
+
+    /// A new report at `now`: what was taken since the last one is in its numbers.
+    fn seen(&mut self, now: u64) {
+        self.seen_at = now;
+        self.taken.clear();
+    }
+
+    /// See [`Pacer::reserve_units`].
+    fn reserve_units(&mut self, policy: &str, units: u64, now: u64) -> Duration {
+        let Some(quota) = self
+            .quotas
+            .iter()
+            .find(|q| q.policy.as_deref() == Some(policy))
+        else {
+            return Duration::ZERO;
+        };
+        let reset_at = self.seen_at.saturating_add(ns(quota.reset));
+        if now >= reset_at {
+            // The quota is whole again (as far as this client knows) until the next report.
+            return Duration::ZERO;
+        }
+        let taken = match self.taken.iter_mut().find(|(p, _)| p == policy) {
+            Some((_, taken)) => taken,
+            None => {
+                self.taken.push((policy.to_owned(), 0));
+                &mut self.taken.last_mut().expect("pushed").1
+            }
+        };
+        let left = quota.remaining.saturating_sub(*taken);
+        if units <= left {
+            *taken += units;
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(reset_at - now)
     }
 }
 
@@ -223,6 +268,33 @@ impl Pacer {
     /// `origin`'s pace, made on its first answer.
     fn pace(&mut self, origin: &str) -> &mut OriginPace {
         self.origins.entry(origin.to_owned()).or_default()
+    }
+
+    /// How long a request costing `units` of `origin`'s quota `policy` (such as `tokens`:
+    /// OpenAI's `x-ratelimit-*-tokens`, or a `RateLimit` policy of that name) should wait
+    /// at `now`: nothing while what the last answer said remains, less what earlier calls
+    /// took since, covers it (and it is taken); otherwise until that quota's reset. A
+    /// caller that knows its prompt's size waits for tokens, not only for a request's turn
+    /// ([`reserve`](Self::reserve)). Nothing is known of a policy never reported: no wait.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ratewarden_client::{Pacer, Quota};
+    /// use std::time::Duration;
+    ///
+    /// let mut pacer = Pacer::default();
+    /// let tokens = Quota { policy: Some("tokens".into()), remaining: 1_000, reset: Duration::from_secs(30), limit: None, window: None };
+    /// pacer.observe("http://llm", &[tokens], None, 0);
+    /// assert_eq!(pacer.reserve_units("http://llm", "tokens", 800, 0), Duration::ZERO);
+    /// // 200 left: a prompt of 500 waits for the reset, 30 s after the answer.
+    /// assert_eq!(pacer.reserve_units("http://llm", "tokens", 500, 10_000_000_000), Duration::from_secs(20));
+    /// ```
+    pub fn reserve_units(&mut self, origin: &str, policy: &str, units: u64, now: u64) -> Duration {
+        match self.origins.get_mut(origin) {
+            Some(pace) => pace.reserve_units(policy, units, now),
+            None => Duration::ZERO,
+        }
     }
 
     /// The last quota `origin` reported for `policy` (`None`: the legacy fields).

@@ -16,6 +16,13 @@ use ratewarden_http::{RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_REMAINING};
 /// past this, comparing every name costs about what the lookups do.
 const MOST_WALKED: usize = 12;
 
+/// OpenAI's fields of what remains, whose families are read as quotas beside the legacy
+/// trio's.
+const OPENAI_REMAINING: [&str; 2] = [
+    "x-ratelimit-remaining-requests",
+    "x-ratelimit-remaining-tokens",
+];
+
 /// The lines of one field of an answer, in order.
 #[derive(Debug)]
 pub(crate) enum Lines<'a> {
@@ -71,7 +78,8 @@ pub(crate) struct AnswerFields<'a> {
     pub(crate) state: Lines<'a>,
     /// `RateLimit-Policy`.
     pub(crate) policy: Lines<'a>,
-    /// Whether `X-RateLimit-Remaining` is there (the legacy fields' quota).
+    /// Whether `X-RateLimit-Remaining` or one of OpenAI's `x-ratelimit-remaining-requests`
+    /// and `-tokens` is there (quotas outside the `RateLimit` field).
     pub(crate) legacy: bool,
 }
 
@@ -88,7 +96,8 @@ impl<'a> AnswerFields<'a> {
             retry_after: headers.get(RETRY_AFTER),
             state: Lines::All(headers.get_all(RATELIMIT)),
             policy: Lines::All(headers.get_all(RATELIMIT_POLICY)),
-            legacy: headers.contains_key(X_RATELIMIT_REMAINING),
+            legacy: headers.contains_key(X_RATELIMIT_REMAINING)
+                || OPENAI_REMAINING.iter().any(|n| headers.contains_key(*n)),
         }
     }
 
@@ -114,7 +123,7 @@ impl<'a> AnswerFields<'a> {
                 if policy.replace(value).is_some() {
                     return None;
                 }
-            } else if *name == X_RATELIMIT_REMAINING {
+            } else if *name == X_RATELIMIT_REMAINING || OPENAI_REMAINING.contains(&name.as_str()) {
                 legacy = true;
             }
         }

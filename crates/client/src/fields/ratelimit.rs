@@ -1,5 +1,6 @@
 //! `RateLimit` and `RateLimit-Policy` (draft-ietf-httpapi-ratelimit-headers, Structured
-//! Fields), and the legacy `X-RateLimit-*` trio.
+//! Fields), OpenAI's `x-ratelimit-*-requests` and `-tokens`, and the legacy
+//! `X-RateLimit-*` trio.
 
 use std::borrow::Cow;
 use std::time::Duration;
@@ -37,7 +38,9 @@ pub struct Quota {
 
 /// Every quota `headers` report, read at `now` (nanoseconds since the Unix epoch): the
 /// `RateLimit` field's policies, each with its `RateLimit-Policy` entry when there is one;
-/// otherwise the legacy `X-RateLimit-*` fields; otherwise none.
+/// otherwise OpenAI's `x-ratelimit-*-requests` and `x-ratelimit-*-tokens` (as policies
+/// named `requests` and `tokens`, the reset a Go duration such as `6m0s`) and the legacy
+/// `X-RateLimit-*` fields; otherwise none.
 ///
 /// # Errors
 ///
@@ -117,24 +120,143 @@ pub(crate) fn each_quota(
         let policies = PolicyTable::read(headers)?;
         return each_stated_quota(headers, policies.as_ref(), each);
     }
-    let Some(remaining) = legacy(headers, &X_RATELIMIT_REMAINING, "x-ratelimit-remaining")? else {
-        return Ok(());
+    // Both of OpenAI's families read before either is handed over: all or none.
+    let mut families = [None, None];
+    for (slot, family) in families.iter_mut().zip(OPENAI) {
+        *slot = openai(headers, family)?;
+    }
+    let trio = legacy(headers, &X_RATELIMIT_REMAINING, "x-ratelimit-remaining")?;
+    let trio = match trio {
+        Some(remaining) => Some((
+            remaining,
+            legacy_reset(headers, now)?,
+            legacy(headers, &X_RATELIMIT_LIMIT, "x-ratelimit-limit")?,
+        )),
+        None => None,
     };
-    let reset = match legacy(headers, &X_RATELIMIT_RESET, "x-ratelimit-reset")? {
-        Some(at) if at > EPOCH_RESET_ABOVE => {
-            Duration::from_nanos(at.saturating_mul(NANOS_PER_SEC).saturating_sub(now))
-        }
-        Some(secs) => Duration::from_secs(secs),
-        None => Duration::ZERO,
+    for q in families.into_iter().flatten() {
+        each(q);
+    }
+    let Some((remaining, reset, limit)) = trio else {
+        return Ok(());
     };
     each(Reported {
         policy: None,
         remaining,
         reset,
-        limit: legacy(headers, &X_RATELIMIT_LIMIT, "x-ratelimit-limit")?,
+        limit,
         window: None,
     });
     Ok(())
+}
+
+/// OpenAI's families: the policy name each is reported under, and its three fields.
+const OPENAI: [(&str, [&str; 3]); 2] = [
+    (
+        "requests",
+        [
+            "x-ratelimit-remaining-requests",
+            "x-ratelimit-reset-requests",
+            "x-ratelimit-limit-requests",
+        ],
+    ),
+    (
+        "tokens",
+        [
+            "x-ratelimit-remaining-tokens",
+            "x-ratelimit-reset-tokens",
+            "x-ratelimit-limit-tokens",
+        ],
+    ),
+];
+
+/// One of OpenAI's families, when its remaining field is there.
+fn openai(
+    headers: &HeaderMap,
+    (family, [remaining, reset, limit]): (&'static str, [&'static str; 3]),
+) -> Result<Option<Reported<'static>>, Error> {
+    let number = |field: &'static str| -> Result<Option<u64>, Error> {
+        let Some(value) = headers.get(field) else {
+            return Ok(None);
+        };
+        let text = value.to_str().unwrap_or("").trim();
+        text.parse::<u64>().map(Some).map_err(|_| Error::Field {
+            field,
+            value: String::from_utf8_lossy(value.as_bytes()).into_owned(),
+            reason: "not a non-negative integer".to_owned(),
+        })
+    };
+    let Some(left) = number(remaining)? else {
+        return Ok(None);
+    };
+    let reset = match headers.get(reset) {
+        None => Duration::ZERO,
+        Some(value) => {
+            let text = value.to_str().unwrap_or("").trim();
+            go_duration(text).ok_or_else(|| Error::Field {
+                field: reset,
+                value: String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                reason: "not a duration such as 6m0s, 1.5s or 20ms".to_owned(),
+            })?
+        }
+    };
+    Ok(Some(Reported {
+        policy: Some(Cow::Borrowed(family)),
+        remaining: left,
+        reset,
+        limit: number(limit)?,
+        window: None,
+    }))
+}
+
+/// A Go duration (`time.Duration`'s text, as OpenAI writes its resets): numbers, each with
+/// a unit (`h`, `m`, `s`, `ms`, `us` or `µs`, `ns`), decimals allowed, such as `6m0s`,
+/// `1.5s`, `20ms`; `None` when it is not one.
+pub(crate) fn go_duration(text: &str) -> Option<Duration> {
+    if text == "0" {
+        return Some(Duration::ZERO);
+    }
+    let mut rest = text;
+    let mut total: f64 = 0.0;
+    if rest.is_empty() {
+        return None;
+    }
+    while !rest.is_empty() {
+        let number_end = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .filter(|&end| end > 0)?;
+        let number: f64 = rest[..number_end].parse().ok()?;
+        rest = &rest[number_end..];
+        let unit_end = rest
+            .find(|c: char| c.is_ascii_digit() || c == '.')
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_end] {
+            "h" => 3600e9,
+            "m" => 60e9,
+            "s" => 1e9,
+            "ms" => 1e6,
+            "us" | "µs" => 1e3,
+            "ns" => 1.0,
+            _ => return None,
+        };
+        total += number * scale;
+        rest = &rest[unit_end..];
+    }
+    // Rounded up to the nanosecond: a client that waits it never comes back early.
+    Some(Duration::from_nanos(total.ceil() as u64))
+}
+
+/// The legacy `X-RateLimit-Reset`: seconds, or an epoch second (GitHub's).
+fn legacy_reset(headers: &HeaderMap, now: u64) -> Result<Duration, Error> {
+    Ok(
+        match legacy(headers, &X_RATELIMIT_RESET, "x-ratelimit-reset")? {
+            Some(at) if at > EPOCH_RESET_ABOVE => {
+                Duration::from_nanos(at.saturating_mul(NANOS_PER_SEC).saturating_sub(now))
+            }
+            Some(secs) => Duration::from_secs(secs),
+            None => Duration::ZERO,
+        },
+    )
 }
 
 /// A `RateLimit-Policy` field read whole: each policy's name with its `q` and `w`, in the
@@ -598,6 +720,56 @@ mod tests {
         ]);
         let now = 1_700_000_000 * NANOS_PER_SEC;
         assert_eq!(quotas(&h, now).unwrap()[0].reset, Duration::from_secs(60));
+    }
+
+    #[test]
+    fn openai_fields_read_as_a_requests_and_a_tokens_policy() {
+        let h = headers(&[
+            ("x-ratelimit-limit-requests", "500"),
+            ("x-ratelimit-remaining-requests", "499"),
+            ("x-ratelimit-reset-requests", "120ms"),
+            ("x-ratelimit-limit-tokens", "1000000"),
+            ("x-ratelimit-remaining-tokens", "999500"),
+            ("x-ratelimit-reset-tokens", "6m0s"),
+        ]);
+        let q = quotas(&h, 0).unwrap();
+        assert_eq!(q.len(), 2);
+        assert_eq!(
+            (q[0].policy.as_deref(), q[0].remaining, q[0].limit, q[0].reset),
+            (Some("requests"), 499, Some(500), Duration::from_millis(120))
+        );
+        assert_eq!(
+            (q[1].policy.as_deref(), q[1].remaining, q[1].limit, q[1].reset),
+            (Some("tokens"), 999_500, Some(1_000_000), Duration::from_secs(360))
+        );
+        // All or none: a malformed reset hands over neither family.
+        let bad = headers(&[
+            ("x-ratelimit-remaining-requests", "1"),
+            ("x-ratelimit-remaining-tokens", "5"),
+            ("x-ratelimit-reset-tokens", "soon"),
+        ]);
+        let error = quotas(&bad, 0).unwrap_err().to_string();
+        assert!(error.contains("x-ratelimit-reset-tokens"), "{error}");
+    }
+
+    #[test]
+    fn go_durations_read_as_go_writes_them() {
+        for (text, ns) in [
+            ("0s", 0),
+            ("0", 0),
+            ("20ms", 20_000_000),
+            ("1s", 1_000_000_000),
+            ("1.5s", 1_500_000_000),
+            ("6m0s", 360_000_000_000),
+            ("1h2m3.5s", 3_723_500_000_000),
+            ("250us", 250_000),
+            ("7ns", 7),
+        ] {
+            assert_eq!(go_duration(text), Some(Duration::from_nanos(ns)), "{text}");
+        }
+        for bad in ["", "s", "5", "5x", "1..2s", "-1s", "m5"] {
+            assert_eq!(go_duration(bad), None, "{bad}");
+        }
     }
 
     #[test]
