@@ -735,12 +735,27 @@ mod tests {
         let q = quotas(&h, 0).unwrap();
         assert_eq!(q.len(), 2);
         assert_eq!(
-            (q[0].policy.as_deref(), q[0].remaining, q[0].limit, q[0].reset),
+            (
+                q[0].policy.as_deref(),
+                q[0].remaining,
+                q[0].limit,
+                q[0].reset
+            ),
             (Some("requests"), 499, Some(500), Duration::from_millis(120))
         );
         assert_eq!(
-            (q[1].policy.as_deref(), q[1].remaining, q[1].limit, q[1].reset),
-            (Some("tokens"), 999_500, Some(1_000_000), Duration::from_secs(360))
+            (
+                q[1].policy.as_deref(),
+                q[1].remaining,
+                q[1].limit,
+                q[1].reset
+            ),
+            (
+                Some("tokens"),
+                999_500,
+                Some(1_000_000),
+                Duration::from_secs(360)
+            )
         );
         // All or none: a malformed reset hands over neither family.
         let bad = headers(&[
