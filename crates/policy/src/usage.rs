@@ -170,8 +170,9 @@ impl UsagePath {
 #[derive(Debug)]
 pub struct EventStream {
     path: UsagePath,
-    /// `"head"` with its quotes: what an event must hold to be parsed.
-    needle: Vec<u8>,
+    /// Finds `"head"` with its quotes: what an event must hold to be parsed (built once:
+    /// a searcher costs more to build than to run over one event).
+    needle: memchr::memmem::Finder<'static>,
     /// The line being read (up to [`MAX_EVENT`]).
     line: Vec<u8>,
     /// The current event's data so far (up to [`MAX_EVENT`]).
@@ -193,6 +194,7 @@ impl EventStream {
     /// A stream whose events are read at `path`.
     pub fn new(path: UsagePath) -> Self {
         let needle = format!("\"{}\"", path.head()).into_bytes();
+        let needle = memchr::memmem::Finder::new(&needle).into_owned();
         EventStream {
             path,
             needle,
@@ -218,6 +220,12 @@ impl EventStream {
                 }
             }
             match memchr::memchr2(b'\n', b'\r', bytes) {
+                // A whole line in this piece, none begun before it: read where it lies.
+                Some(end) if self.line.is_empty() && !self.skipping_line && end <= MAX_EVENT => {
+                    self.after_cr = bytes[end] == b'\r';
+                    self.line_at(&bytes[..end]);
+                    bytes = &bytes[end + 1..];
+                }
                 Some(end) => {
                     self.push_line_bytes(&bytes[..end]);
                     self.after_cr = bytes[end] == b'\r';
@@ -253,6 +261,15 @@ impl EventStream {
             return;
         }
         self.line.extend_from_slice(bytes);
+    }
+
+    /// A whole line read where it lies (no line was begun in an earlier piece).
+    fn line_at(&mut self, line: &[u8]) {
+        if line.is_empty() {
+            self.end_event();
+        } else {
+            self.field(line);
+        }
     }
 
     fn end_line(&mut self) {
@@ -314,12 +331,97 @@ impl EventStream {
     /// Whether the event's data holds the path's first key followed by an object: the
     /// one event of a stream worth parsing.
     fn names_an_object(&self) -> bool {
-        let finder = memchr::memmem::Finder::new(&self.needle);
-        finder.find_iter(&self.data).any(|at| {
-            let rest = &self.data[at + self.needle.len()..];
+        let len = self.needle.needle().len();
+        self.needle.find_iter(&self.data).any(|at| {
+            let rest = &self.data[at + len..];
             let mut rest = rest.iter().skip_while(|b| b.is_ascii_whitespace());
             rest.next() == Some(&b':') && rest.find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
         })
+    }
+}
+
+/// What the last usage event of an event stream's tail says: see [`last_usage`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LastUsage {
+    /// The cost it gave.
+    Read(u64),
+    /// It named the usage with an object that holds no cost at the path (malformed).
+    Unreadable,
+    /// No event in the tail names the usage with an object.
+    None,
+}
+
+/// The last usage of an event stream, read from its `tail` (its last bytes; `whole` when
+/// they are all of it): the last event naming the path's first key with an object, found
+/// from the end, and read as [`EventStream`] reads it. A stream's usage comes in its last
+/// events, so a relay need keep only the stream's last bytes (at least [`MAX_EVENT`]) and
+/// read them once, when the stream ends, instead of reading every event on its way.
+///
+/// A tail that is not the whole stream is read from its first line break (the first line
+/// may be cut), and an event cut by the tail's start is not read.
+///
+/// # Examples
+///
+/// ```
+/// use ratewarden_policy::usage::{last_usage, LastUsage};
+///
+/// let path = "usage.total_tokens".parse().unwrap();
+/// let tail = b"okens\":5}}\n\ndata: {\"usage\":{\"total_tokens\":42}}\n\ndata: [DONE]\n\n";
+/// assert_eq!(last_usage(&path, tail, false), LastUsage::Read(42));
+/// assert_eq!(last_usage(&path, b"data: {\"usage\":null}\n\n", true), LastUsage::None);
+/// ```
+pub fn last_usage(path: &UsagePath, tail: &[u8], whole: bool) -> LastUsage {
+    let tail = if whole {
+        tail
+    } else {
+        match memchr::memchr2(b'\n', b'\r', tail) {
+            Some(end) => &tail[end + 1..],
+            None => return LastUsage::None,
+        }
+    };
+    let needle = format!("\"{}\"", path.head());
+    let names_an_object = |at: usize| {
+        let mut rest = tail[at + needle.len()..]
+            .iter()
+            .skip_while(|b| b.is_ascii_whitespace());
+        rest.next() == Some(&b':') && rest.find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+    };
+    let Some(at) =
+        memchr::memmem::rfind_iter(tail, needle.as_bytes()).find(|&at| names_an_object(at))
+    else {
+        return LastUsage::None;
+    };
+    let start = event_start(tail, at);
+    let mut events = EventStream::new(path.clone());
+    events.feed(&tail[start..]);
+    events.feed(b"\n\n");
+    match (events.usage(), events.unreadable()) {
+        (Some(cost), _) => LastUsage::Read(cost),
+        (None, 0) => LastUsage::None,
+        (None, _) => LastUsage::Unreadable,
+    }
+}
+
+/// Where the event holding byte `at` of `tail` begins: after the blank line before it
+/// (lines end in CR LF, LF or CR), or at the start. Walks back a line at a time: an event
+/// is a line or a few.
+fn event_start(tail: &[u8], at: usize) -> usize {
+    let mut end = at;
+    loop {
+        let Some(t) = memchr::memrchr2(b'\n', b'\r', &tail[..end]) else {
+            return 0;
+        };
+        // A CR LF is one line end.
+        let term = if tail[t] == b'\n' && t > 0 && tail[t - 1] == b'\r' {
+            t - 1
+        } else {
+            t
+        };
+        // The line this ends is empty: the event begins after it.
+        if term == 0 || matches!(tail[term - 1], b'\n' | b'\r') {
+            return t + 1;
+        }
+        end = term;
     }
 }
 
@@ -434,6 +536,35 @@ mod tests {
         many.feed(b"data: {\"usage\":{\"total_tokens\":3}}\n\n");
         assert_eq!(many.usage(), None);
         assert!(many.data.capacity() <= 2 * MAX_EVENT);
+    }
+
+    #[test]
+    fn the_last_usage_is_read_from_a_tail_as_from_the_whole_stream() {
+        assert_eq!(
+            last_usage(&total(), STREAM.as_bytes(), true),
+            LastUsage::Read(42)
+        );
+        // Any tail holding the usage event whole reads the same; one starting inside it
+        // does not read it.
+        let usage_at = STREAM
+            .find("data: {\"id\":\"1\",\"choices\":[],\"usage\":{")
+            .unwrap();
+        for from in 0..STREAM.len() {
+            let got = last_usage(&total(), &STREAM.as_bytes()[from..], from == 0);
+            if from < usage_at {
+                assert_eq!(got, LastUsage::Read(42), "from {from}");
+            } else {
+                assert_ne!(got, LastUsage::Read(42), "from {from}");
+            }
+        }
+        let malformed = b"data: {\"usage\":{\"total_tokens\":\"many\"}}\n\ndata: [DONE]\n\n";
+        assert_eq!(last_usage(&total(), malformed, true), LastUsage::Unreadable);
+        let cut = &STREAM[..STREAM.find("\"prompt_tokens").unwrap()];
+        assert_eq!(
+            last_usage(&total(), cut.as_bytes(), true),
+            LastUsage::Unreadable
+        );
+        assert_eq!(last_usage(&total(), b"", true), LastUsage::None);
     }
 
     proptest! {

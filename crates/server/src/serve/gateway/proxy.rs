@@ -168,7 +168,7 @@ pub(super) async fn handle(
         Duration::ZERO,
     );
     let body = match settlement {
-        Some(settlement) => settlement.watch(app, &parts.headers, body.boxed()).boxed(),
+        Some(settlement) => settlement.watch(app, &parts.headers, body).boxed(),
         None => body.boxed(),
     };
     let body = Holding::new(body, (permit, slot));

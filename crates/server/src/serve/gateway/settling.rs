@@ -3,9 +3,11 @@
 //! answer as it is relayed, and the reservation settled with it before the answer's end
 //! reaches the client.
 //!
-//! Nothing is buffered on the way: every frame goes on as it comes, a JSON answer's bytes
-//! are copied aside (up to [`MAX_JSON_ANSWER`]) and an event stream's read by
-//! [`EventStream`], which keeps only the event being read. An answer that ends without a
+//! Nothing is held back on the way: every frame goes on as it comes, a JSON answer's bytes
+//! are copied aside (up to [`MAX_JSON_ANSWER`]), and of an event stream only its last
+//! frames are kept (at least [`MAX_EVENT`] bytes, by reference: no copy), read once at its
+//! end ([`last_usage`]): a stream's usage comes last, and reading every event on its way
+//! cost a sixth more than relaying it (`scripts/bench-llm`). An answer that ends without a
 //! readable cost, or a stream cut before it, leaves the estimate standing (never zero),
 //! and `ratewarden_settled_total{rule, result}` says which.
 
@@ -17,11 +19,11 @@ use std::task::{ready, Context, Poll};
 use bytes::Bytes;
 use http::header::{HeaderMap, CONTENT_TYPE};
 use hyper::body::{Body as HttpBody, Frame, SizeHint};
-use ratewarden_policy::usage::{EventStream, UsagePath};
+use ratewarden_policy::usage::{last_usage, LastUsage, UsagePath, MAX_EVENT};
 use ratewarden_policy::{GrantId, Owner, SettleError, SettleFrom, Verdict};
 
 use crate::serve::app::App;
-use crate::serve::reply::{Body, BoxError};
+use crate::serve::reply::BoxError;
 
 /// The most of a JSON answer kept to read its cost from: a chat completion's answer is a
 /// few kilobytes. A longer one is relayed whole, and settles at its estimate (`malformed`).
@@ -67,7 +69,7 @@ impl Settlement {
 
     /// The answer's body, relayed as it comes and read for each rule's cost; `headers`
     /// are the answer's head.
-    pub(crate) fn watch(self, app: &Arc<App>, headers: &HeaderMap, body: Body) -> Settling {
+    pub(crate) fn watch<B>(self, app: &Arc<App>, headers: &HeaderMap, body: B) -> Settling<B> {
         let events = headers
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
@@ -81,9 +83,7 @@ impl Settlement {
             .iter()
             .map(|(_, from)| match from {
                 SettleFrom::Header(name) => Reader::Header(header_cost(headers, name)),
-                SettleFrom::Usage(path) if events => {
-                    Reader::Events(Box::new(EventStream::new(path.clone())))
-                }
+                SettleFrom::Usage(path) if events => Reader::Events(path.clone()),
                 SettleFrom::Usage(path) => Reader::Json(path.clone()),
             })
             .collect();
@@ -92,11 +92,13 @@ impl Settlement {
             .iter()
             .any(|(_, from)| matches!(from, SettleFrom::Usage(_)))
             && !events;
+        let tail = (events && self.reads_body()).then(Tail::default);
         Settling {
             inner: body,
             app: Arc::clone(app),
             settlement: Some(self),
             readers,
+            tail,
             json: json.then(Vec::new),
             json_overflow: false,
             settling: None,
@@ -127,8 +129,74 @@ enum Reader {
     Header(Result<Option<u64>, ()>),
     /// From the JSON answer's bytes, read at its end.
     Json(UsagePath),
-    /// From the event stream, as it streams by.
-    Events(Box<EventStream>),
+    /// From the event stream's last usage event, read from its tail at its end.
+    Events(UsagePath),
+}
+
+/// An event stream's last frames, kept by reference: at least [`MAX_EVENT`] bytes of them
+/// (or all, for a shorter stream).
+#[derive(Default)]
+struct Tail {
+    /// The frames; those before `start` are let go (dropped in batches, not one by one).
+    frames: Vec<Bytes>,
+    start: usize,
+    /// The bytes `frames[start..]` hold.
+    held: usize,
+    /// Frames were let go from the front: the tail is not the whole stream.
+    dropped: bool,
+}
+
+/// How much of a stream's end is read first for its usage: its last event and `[DONE]`,
+/// most often in its last frame or two. The whole tail is read only when this finds none.
+const SHORT_TAIL: usize = 4096;
+
+impl Tail {
+    fn push(&mut self, data: &Bytes) {
+        self.frames.push(data.clone());
+        self.held += data.len();
+        while self.held - self.frames[self.start].len() >= MAX_EVENT {
+            self.held -= self.frames[self.start].len();
+            self.start += 1;
+            self.dropped = true;
+        }
+        // Let go of the frames before `start` once they are as many as those kept.
+        if self.start > 64 && self.start * 2 > self.frames.len() {
+            self.frames.drain(..self.start);
+            self.start = 0;
+        }
+    }
+
+    /// The last usage at `path`: read from the last [`SHORT_TAIL`] bytes first, then, when
+    /// they hold none, from everything kept.
+    fn usage(&self, path: &UsagePath) -> LastUsage {
+        let kept = &self.frames[self.start..];
+        let mut from = kept.len();
+        let mut bytes = 0;
+        while from > 0 && bytes < SHORT_TAIL {
+            from -= 1;
+            bytes += kept[from].len();
+        }
+        let whole = from == 0 && !self.dropped;
+        let got = last_usage(path, &joined(&kept[from..]), whole);
+        if whole || matches!(got, LastUsage::Read(_)) {
+            return got;
+        }
+        last_usage(path, &joined(kept), !self.dropped)
+    }
+}
+
+/// `frames` in one piece: borrowed when there is one.
+fn joined(frames: &[Bytes]) -> std::borrow::Cow<'_, [u8]> {
+    match frames {
+        [one] => std::borrow::Cow::Borrowed(&one[..]),
+        _ => {
+            let mut all = Vec::with_capacity(frames.iter().map(Bytes::len).sum());
+            for frame in frames {
+                all.extend_from_slice(frame);
+            }
+            std::borrow::Cow::Owned(all)
+        }
+    }
 }
 
 /// What came of one rule's settle, for `ratewarden_settled_total{result}`.
@@ -136,6 +204,7 @@ fn read(
     reader: &Reader,
     json: Option<&[u8]>,
     json_overflow: bool,
+    tail: Option<&Tail>,
     complete: bool,
 ) -> Result<u64, &'static str> {
     match reader {
@@ -157,12 +226,15 @@ fn read(
         }
         // A usage read before the stream was cut is the stream's usage: OpenAI-compatible
         // servers send it once, at the end.
-        Reader::Events(events) => match events.usage() {
-            Some(cost) => Ok(cost),
-            None if !complete => Err("cut"),
-            None if events.unreadable() > 0 => Err("malformed"),
-            None => Err("absent"),
-        },
+        Reader::Events(path) => {
+            let usage = tail.map_or(LastUsage::None, |t| t.usage(path));
+            match usage {
+                LastUsage::Read(cost) => Ok(cost),
+                _ if !complete => Err("cut"),
+                LastUsage::Unreadable => Err("malformed"),
+                LastUsage::None => Err("absent"),
+            }
+        }
     }
 }
 
@@ -179,12 +251,14 @@ fn has_head(value: &serde_json::Value, path: &UsagePath) -> bool {
 /// settle runs before the body's end is handed on (so a client that has the whole answer
 /// sees its cost charged), and when the body is dropped before its end (a client gone, an
 /// upstream cut).
-pub(crate) struct Settling {
-    inner: Body,
+pub(crate) struct Settling<B> {
+    inner: B,
     app: Arc<App>,
     /// Taken when the settle starts.
     settlement: Option<Settlement>,
     readers: Vec<Reader>,
+    /// An event stream's last frames, when a rule reads one.
+    tail: Option<Tail>,
     /// A JSON answer's bytes so far, when a rule reads one.
     json: Option<Vec<u8>>,
     json_overflow: bool,
@@ -198,7 +272,7 @@ pub(crate) struct Settling {
 /// it is polled through `&mut`, which takes no lock.
 type SettleFuture = std::sync::Mutex<Pin<Box<dyn Future<Output = ()> + Send>>>;
 
-impl Settling {
+impl<B> Settling<B> {
     fn feed(&mut self, data: &Bytes) {
         if let Some(json) = &mut self.json {
             if json.len() + data.len() > MAX_JSON_ANSWER {
@@ -208,10 +282,8 @@ impl Settling {
                 json.extend_from_slice(data);
             }
         }
-        for reader in &mut self.readers {
-            if let Reader::Events(events) = reader {
-                events.feed(data);
-            }
+        if let Some(tail) = &mut self.tail {
+            tail.push(data);
         }
     }
 
@@ -219,10 +291,11 @@ impl Settling {
     fn settle(&mut self, complete: bool) -> Option<SettleFuture> {
         let settlement = self.settlement.take()?;
         let json = self.json.as_deref();
+        let tail = self.tail.as_ref();
         let mut actuals: Vec<(String, u64)> = Vec::new();
         let mut results: Vec<(String, &'static str)> = Vec::new();
         for ((rule, _), reader) in settlement.rules.iter().zip(&self.readers) {
-            match read(reader, json, self.json_overflow, complete) {
+            match read(reader, json, self.json_overflow, tail, complete) {
                 Ok(cost) => actuals.push((rule.clone(), cost)),
                 Err(why) => results.push((rule.clone(), why)),
             }
@@ -258,7 +331,7 @@ impl Settling {
     }
 }
 
-impl Drop for Settling {
+impl<B> Drop for Settling<B> {
     fn drop(&mut self) {
         // Dropped before its end: what was read settles, the rest stays at its estimate.
         let pending = self.settling.take().map(|(future, _)| future);
@@ -270,7 +343,11 @@ impl Drop for Settling {
     }
 }
 
-impl HttpBody for Settling {
+impl<B> HttpBody for Settling<B>
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
     type Data = Bytes;
     type Error = BoxError;
 
@@ -306,7 +383,7 @@ impl HttpBody for Settling {
                 }
                 Some(Err(error)) => {
                     // Cut: what was read settles as the body drops.
-                    return Poll::Ready(Some(Err(error)));
+                    return Poll::Ready(Some(Err(error.into())));
                 }
                 None => {
                     this.ended = true;
