@@ -8,7 +8,7 @@
 //! It starts an upstream and the gateway in front of it in this process, then sends the
 //! requests one after another through reqwest with `RetryMiddleware`. The first answer
 //! says how much is left and when it resets; every later request is spaced to fit.
-//! `tests/client_gateway.rs` runs the same `hammer` on paused time.
+//! `tests/client/client_gateway.rs` runs the same `hammer` on paused time.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

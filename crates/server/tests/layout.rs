@@ -268,3 +268,104 @@ fn the_check_sees_what_it_must_refuse() {
         assert!(trespasses(good).is_empty(), "{good} is allowed");
     }
 }
+
+/// The folders the end-to-end tests are grouped in, one per door or part they drive; the
+/// harness they share is in `common/` (and the clients' in `client_common/`).
+const TEST_GROUPS: [&str; 9] = [
+    "admin", "api", "cli", "client", "deploy", "doors", "envoy", "gateway", "store",
+];
+
+/// What is wrong with the test files' layout: a test at the top of `tests/` (other than
+/// this file), in a folder no group names, or not declared as a `[[test]]` in the crate's
+/// manifest (a file in a folder is a test only when declared, so an undeclared one would
+/// never run); and a test file that starts a server or an upstream its own way instead of
+/// through the shared harness.
+fn misplaced_tests(tests: &Path, manifest: &str) -> Vec<String> {
+    let declared: BTreeSet<&str> = manifest
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("path = \"tests/"))
+        .filter_map(|rest| rest.strip_suffix('"'))
+        .collect();
+    let mut found = Vec::new();
+    for file in sources(tests) {
+        let relative = file.strip_prefix(tests).expect("below tests/");
+        let name = relative.to_string_lossy().replace('\\', "/");
+        let mut parts = name.split('/');
+        let group = parts.next().unwrap_or_default();
+        if name == "layout.rs" || group == "common" || group == "client_common" {
+            continue;
+        }
+        if parts.next().is_none() {
+            found.push(format!("tests/{name}: a test belongs in its door's folder"));
+            continue;
+        }
+        if !TEST_GROUPS.contains(&group) {
+            found.push(format!("tests/{name}: `{group}` is not a test group"));
+        }
+        if !declared.contains(name.as_str()) {
+            found.push(format!(
+                "tests/{name}: not a [[test]] in Cargo.toml, so never run"
+            ));
+        }
+        let text = std::fs::read_to_string(&file).expect("a readable file");
+        if text.contains("Semaphore::new(WORKERS)") {
+            found.push(format!(
+                "tests/{name}: a worker pool of its own (common::workers)"
+            ));
+        }
+        if text.contains("start(common::options(") || text.contains("start(options(") {
+            found.push(format!(
+                "tests/{name}: starts a server its own way (common::start_at)"
+            ));
+        }
+    }
+    found
+}
+
+#[test]
+fn the_tests_are_grouped_by_door_and_share_one_harness() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("the manifest");
+    let tests = root.join("tests");
+    assert!(
+        sources(&tests).len() > 30,
+        "the tests are read: {}",
+        tests.display()
+    );
+    let found = misplaced_tests(&tests, &manifest);
+    assert!(found.is_empty(), "the tests' layout:\n{}", found.join("\n"));
+}
+
+#[test]
+fn the_tests_layout_check_sees_what_it_must_refuse() {
+    let dir = std::env::temp_dir().join(format!("rw-layout-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for (file, text) in [
+        ("flat.rs", ""),
+        ("gateway/undeclared.rs", ""),
+        ("elsewhere/declared.rs", ""),
+        ("gateway/pool.rs", "let w = Semaphore::new(WORKERS);"),
+        ("api/own.rs", "common::start(common::options(toml, clock))"),
+        (
+            "common/mod.rs",
+            "common::start(common::options(toml, clock))",
+        ),
+    ] {
+        let path = dir.join(file);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    let manifest = "[[test]]\nname = \"d\"\npath = \"tests/elsewhere/declared.rs\"\n\
+                    path = \"tests/gateway/pool.rs\"\npath = \"tests/api/own.rs\"\n";
+    let mut found = misplaced_tests(&dir, manifest);
+    found.sort();
+    let _ = std::fs::remove_dir_all(&dir);
+    let expected = [
+        "tests/api/own.rs: starts a server its own way (common::start_at)",
+        "tests/elsewhere/declared.rs: `elsewhere` is not a test group",
+        "tests/flat.rs: a test belongs in its door's folder",
+        "tests/gateway/pool.rs: a worker pool of its own (common::workers)",
+        "tests/gateway/undeclared.rs: not a [[test]] in Cargo.toml, so never run",
+    ];
+    assert_eq!(found, expected);
+}

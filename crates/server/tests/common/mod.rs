@@ -6,7 +6,9 @@
 
 pub mod answers;
 pub mod fleet;
+pub mod gated;
 pub mod raw;
+pub mod workers;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -49,6 +51,29 @@ pub fn options(toml: &str, clock: Arc<dyn Clock>) -> Options {
 /// every test, so the addresses are read back from [`Running`], never guessed).
 pub async fn start(options: Options) -> Running {
     serve::start(options).await.expect("the server starts")
+}
+
+/// A server on `toml` on `clock`.
+pub async fn start_on(toml: &str, clock: Arc<dyn Clock>) -> Running {
+    start(options(toml, clock)).await
+}
+
+/// A server on `toml` whose clock stands at `now` until the test moves it.
+pub async fn start_at(toml: &str, now: u64) -> Running {
+    start(options(
+        toml,
+        Arc::new(ratewarden_core::ManualClock::new(now)),
+    ))
+    .await
+}
+
+/// A server on `toml` with `workers` worker threads beyond the test's own runtime.
+pub async fn start_workers(toml: &str, clock: Arc<dyn Clock>, workers: usize) -> Running {
+    start(Options {
+        workers,
+        ..options(toml, clock)
+    })
+    .await
 }
 
 /// A gRPC client of the server's `[server] grpc` listener.
