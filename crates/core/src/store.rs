@@ -97,6 +97,21 @@ pub trait AsyncStore: Send + Sync {
         now: u64,
     ) -> impl Future<Output = Result<Vec<Decision>, Self::Error>> + Send;
 
+    /// [`decide_all`](AsyncStore::decide_all), answered only once `replicas` of the store's
+    /// replicas hold what it charged: a decision a failover could lose (its master
+    /// acknowledged it, then died before a replica had it) fails instead, and its rules'
+    /// failure policies answer. A store without replicas (one in this process: there is no
+    /// failover to lose a decision to) decides as `decide_all` does; this default is that.
+    fn decide_replicated(
+        &self,
+        checks: &[Check<'_>],
+        now: u64,
+        replicas: u32,
+    ) -> impl Future<Output = Result<Vec<Decision>, Self::Error>> + Send {
+        let _ = replicas;
+        self.decide_all(checks, now)
+    }
+
     /// [`Store::peek`], awaited.
     fn peek(
         &self,

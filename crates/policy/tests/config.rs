@@ -307,6 +307,80 @@ fn the_store_section_is_validated() {
 }
 
 #[test]
+fn a_rule_waits_for_replicas_behind_sentinel_when_it_fails_closed() {
+    const SENTINEL: &str = "[store]\nkind = \"redis-sentinel\"\nsentinels = [\"redis://s1:26379\"]\nmaster_name = \"m\"\n";
+    const REDIS: &str = "[store]\nkind = \"redis\"\nurl = \"redis://r:6379\"\n";
+    let rule = |name: &str, extra: &str| {
+        format!(
+            "[[limit]]\nname = \"{name}\"\nkey = [\"ip\"]\nalgorithm = \"fixed-window\"\nlimit = 5\nwindow = \"1h\"\n{extra}\n"
+        )
+    };
+    let waits = |text: String| -> Vec<(String, u32)> {
+        let config = parse("w.toml", &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        config
+            .rules
+            .iter()
+            .map(|r| (r.name.clone(), r.wait_for_replicas))
+            .collect()
+    };
+    let closed = "on_store_failure = \"closed\"";
+    // Behind Sentinel: a closed rule waits for one replica, any other for none, and a rule
+    // says otherwise for itself.
+    let text = format!(
+        "{SENTINEL}{}{}{}{}",
+        rule("pay", closed),
+        rule("browse", ""),
+        rule("login", &format!("{closed}\nwait_for_replicas = 2")),
+        rule("cheap", &format!("{closed}\nwait_for_replicas = 0")),
+    );
+    let want = [("pay", 1), ("browse", 0), ("login", 2), ("cheap", 0)];
+    let want: Vec<(String, u32)> = want.iter().map(|(n, w)| ((*n).to_owned(), *w)).collect();
+    assert_eq!(waits(text), want);
+    // One server (which may have no replica): none unless asked; in memory: none.
+    let text = format!(
+        "{REDIS}{}{}",
+        rule("pay", closed),
+        rule("audit", "wait_for_replicas = 1")
+    );
+    let want = vec![("pay".to_owned(), 0), ("audit".to_owned(), 1)];
+    assert_eq!(waits(text), want);
+    assert_eq!(waits(rule("pay", closed)), vec![("pay".to_owned(), 0)]);
+    // The store's own wait is every rule's floor.
+    let text = format!("{SENTINEL}wait_for_replicas = 2\n{}", rule("browse", ""));
+    assert_eq!(waits(text), vec![("browse".to_owned(), 2)]);
+
+    let cases = [
+        (
+            rule("pay", "wait_for_replicas = 1"),
+            "w.toml:7:21: limit `pay`: `wait_for_replicas` applies to a Redis store",
+        ),
+        (
+            format!(
+                "[store]\nkind = \"redis-cluster\"\nnodes = [\"redis://a:6379\"]\n{}",
+                rule("pay", "wait_for_replicas = 1")
+            ),
+            "limit `pay`: `wait_for_replicas` applies to `kind = \"redis\"` and `kind = \"redis-sentinel\"`",
+        ),
+        (
+            format!("{REDIS}{}", rule("pay", "wait_for_replicas = -1")),
+            "limit `pay`: `wait_for_replicas` must be a whole number zero or more, not -1",
+        ),
+        (
+            format!("{REDIS}{}", rule("pay", "prefetch = \"50ms\"\nwait_for_replicas = 1")),
+            "`wait_for_replicas` applies to rules decided by one store call each",
+        ),
+        (
+            format!("{REDIS}wait_for_replicas = 2\n{}", rule("pay", "wait_for_replicas = 1")),
+            "`wait_for_replicas` is below `[store] wait_for_replicas`",
+        ),
+    ];
+    for (text, want) in cases {
+        let got = parse("w.toml", &text).unwrap_err().to_string();
+        assert!(got.contains(want), "wanted {want}\ngot {got}");
+    }
+}
+
+#[test]
 fn the_server_section_is_validated() {
     let config = parse(
         "s.toml",

@@ -278,6 +278,96 @@ pub struct Sentinels {
     pub servers: Vec<Server>,
     /// The three Sentinels.
     pub sentinels: Vec<Server>,
+    /// The way to the master, when it was started behind one
+    /// ([`Sentinels::start_behind_link`]).
+    pub link: Option<Link>,
+}
+
+/// A TCP relay in front of a master that can lose its replication stream: what a network
+/// does to a replica's link under a partition, or what a master's unsent output buffer
+/// is when it dies. Every connection is relayed both ways; once [`Link::freeze`] is called,
+/// what the master sends on a replica's connection (one that asked `PSYNC`) is read and
+/// dropped, so the replica keeps an open link that brings it nothing, and acknowledges
+/// (`REPLCONF ACK`, relayed) only what it had. A master killed then dies with writes no
+/// replica holds, exactly those made after the freeze.
+pub struct Link {
+    /// Its port on 127.0.0.1: the master's address as the Sentinels and the replica know it.
+    pub port: u16,
+    frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Link {
+    /// Relays connections on a free port to `target`'s port.
+    fn start(target: u16) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a free port for the link");
+        let port = listener.local_addr().expect("its address").port();
+        let frozen = Arc::new(AtomicBool::new(false));
+        let shared = Arc::clone(&frozen);
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                // A master gone refuses: the relay closes the client's connection at once, as
+                // a dead host's would be.
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let replication = Arc::new(AtomicBool::new(false));
+                let (c, s) = (client.try_clone(), server.try_clone());
+                let (Ok(client_reader), Ok(server_reader)) = (c, s) else {
+                    continue;
+                };
+                let seen = Arc::clone(&replication);
+                let mut to_server = server;
+                std::thread::spawn(move || {
+                    relay(client_reader, &mut to_server, |bytes| {
+                        if bytes.windows(5).any(|w| w.eq_ignore_ascii_case(b"PSYNC")) {
+                            seen.store(true, Ordering::Release);
+                        }
+                        true
+                    });
+                });
+                let frozen = Arc::clone(&shared);
+                let mut to_client = client;
+                std::thread::spawn(move || {
+                    relay(server_reader, &mut to_client, |_| {
+                        !(frozen.load(Ordering::Acquire) && replication.load(Ordering::Acquire))
+                    });
+                });
+            }
+        });
+        Self { port, frozen }
+    }
+
+    /// From now on the master's replication stream is lost on the way.
+    pub fn freeze(&self) {
+        self.frozen
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// Copies `from` to `to` until either closes, each read passed on only if `pass` says so;
+/// both directions are shut down at the end, as a dropped connection is.
+fn relay(
+    mut from: std::net::TcpStream,
+    to: &mut std::net::TcpStream,
+    mut pass: impl FnMut(&[u8]) -> bool,
+) {
+    use std::io::{Read, Write};
+    let mut buffer = [0u8; 16 * 1024];
+    loop {
+        match from.read(&mut buffer) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if pass(&buffer[..n]) && to.write_all(&buffer[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    let _ = to.shutdown(std::net::Shutdown::Both);
+    let _ = from.shutdown(std::net::Shutdown::Both);
 }
 
 impl Sentinels {
@@ -287,16 +377,29 @@ impl Sentinels {
     /// Starts the master, its replica (synced before this returns) and three Sentinels that
     /// call the master down after `down_after` without an answer.
     pub fn start(down_after: Duration) -> Self {
+        Self::start_with(down_after, false)
+    }
+
+    /// [`Sentinels::start`] with the master behind a [`Link`] (in [`Sentinels::link`]) that
+    /// can lose the replica's stream: the Sentinels, the replica and the store know the
+    /// master by the link's address.
+    pub fn start_behind_link(down_after: Duration) -> Self {
+        Self::start_with(down_after, true)
+    }
+
+    fn start_with(down_after: Duration, behind_link: bool) -> Self {
         // A replica's first sync at once, not after the default 5 s wait for more replicas:
         // after a failover, the old master and new replicas sync from the promoted one.
         let at_once = ["--repl-diskless-sync-delay", "0"];
         let master = Server::start_with(&at_once);
+        let link = behind_link.then(|| Link::start(master.port));
+        let master_port = link.as_ref().map_or(master.port, |l| l.port);
         let replica = Server::start_with(&[
             at_once[0],
             at_once[1],
             "--replicaof",
             "127.0.0.1",
-            &master.port.to_string(),
+            &master_port.to_string(),
         ]);
         wait_until("the replica synced", || {
             replica
@@ -309,7 +412,7 @@ impl Sentinels {
              sentinel failover-timeout {name} {failover}\n\
              sentinel parallel-syncs {name} 1\n",
             name = Self::MASTER,
-            port = master.port,
+            port = master_port,
             down = down_after.as_millis(),
             // A split vote among the Sentinels is retried after twice this: short, so that a
             // test's failover rarely takes more than a few seconds.
@@ -345,6 +448,7 @@ impl Sentinels {
         Self {
             servers: vec![master, replica],
             sentinels,
+            link,
         }
     }
 
@@ -359,6 +463,22 @@ impl Sentinels {
             let reply = s.cli(&["SENTINEL", "GET-MASTER-ADDR-BY-NAME", Self::MASTER]);
             reply.lines().nth(1)?.trim().parse().ok()
         })
+    }
+
+    /// Waits until the replica (index 1) has applied everything the master (index 0) had
+    /// written when this was called.
+    pub fn wait_for_replica(&self) {
+        let offset = |server: &Server| -> Option<u64> {
+            let info = server.cli(&["INFO", "replication"]);
+            let line = info
+                .lines()
+                .find(|l| l.starts_with("master_repl_offset:"))?;
+            line.split_once(':')?.1.trim().parse().ok()
+        };
+        let written = offset(&self.servers[0]).expect("the master's replication offset");
+        wait_until("the replica caught up", || {
+            offset(&self.servers[1]).is_some_and(|applied| applied >= written)
+        });
     }
 
     /// The server on `port`.

@@ -488,3 +488,86 @@ async fn counted(store: &RedisStore, limit: &Limit, key: &str) -> u64 {
     let d = store.decide(limit, key, 0, 0).await.unwrap();
     100_000 - d.remaining
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rules_wait_for_a_stopped_replica_fails_it_alone_and_opens_no_breaker() {
+    // A master and its replica, the replica then stopped: its acknowledgements stop, and a
+    // decision that waits for it cannot be held by any replica. A breaker that opens at the
+    // first failure, and no store-wide wait: only the calls that ask wait.
+    let master = Server::start_with(&["--repl-diskless-sync-delay", "0"]);
+    let replica = Server::start_with(&["--replicaof", "127.0.0.1", &master.port.to_string()]);
+    for _ in 0..2000 {
+        if replica
+            .cli(&["INFO", "replication"])
+            .contains("master_link_status:up")
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let store = Arc::new(
+        RedisStore::new(RedisConfig {
+            // The wait is half of it: a second, long beside an unwaited call on a busy host.
+            deadline: Duration::from_secs(2),
+            breaker_failures: 1,
+            ..config(Target::Single(master.url()))
+        })
+        .unwrap(),
+    );
+    let limit = Limit::from(FixedWindow::new(100, Duration::from_secs(3600)).unwrap());
+    let checks = |key: &'static str| {
+        [ratewarden_core::Check {
+            limit: &limit,
+            key,
+            cost: 1,
+        }]
+    };
+    // Replicated while the replica runs.
+    let held = store.decide_replicated(&checks("held|k"), 0, 1).await;
+    assert!(
+        held.is_ok_and(|d| d[0].is_allowed()),
+        "acknowledged by a running replica"
+    );
+
+    replica.signal("STOP");
+    let waited = {
+        let store = Arc::clone(&store);
+        let limit = limit.clone();
+        tokio::spawn(async move {
+            let checks = [ratewarden_core::Check {
+                limit: &limit,
+                key: "waited|k",
+                cost: 1,
+            }];
+            store.decide_replicated(&checks, 0, 1).await
+        })
+    };
+    // Every unwaited call meanwhile is answered while the waited one still waits: it is on
+    // a connection of its own, and no `WAIT` holds the others'.
+    for _ in 0..20 {
+        let plain = store.decide(&limit, "plain|k", 0, 1).await;
+        assert!(
+            plain.is_ok_and(|d| d.is_allowed()),
+            "an unwaited call is answered"
+        );
+    }
+    assert!(
+        !waited.is_finished(),
+        "the waited call still waits for the stopped replica"
+    );
+    match waited.await.unwrap() {
+        Err(ratewarden_redis::RedisError::NotReplicated {
+            acknowledged: 0,
+            wanted: 1,
+        }) => {}
+        other => panic!("a decision no replica holds fails as not replicated: {other:?}"),
+    }
+    // The master answered: a missing replica is not a failing Redis.
+    assert_eq!(store.breaker(), ratewarden_redis::BreakerState::Closed);
+    let plain = store.decide(&limit, "plain|k", 0, 1).await;
+    assert!(
+        plain.is_ok_and(|d| d.remaining == 100 - 21),
+        "still decided, and exact"
+    );
+    replica.signal("CONT");
+}

@@ -56,6 +56,7 @@ pub struct KeyedLimit {
     settle_within: Option<Duration>,
     sensitive: bool,
     fail_closed: bool,
+    wait_for_replicas: u32,
 }
 
 impl fmt::Debug for KeyedLimit {
@@ -68,6 +69,7 @@ impl fmt::Debug for KeyedLimit {
             .field("settle_within", &self.settle_within)
             .field("sensitive", &self.sensitive)
             .field("fail_closed", &self.fail_closed)
+            .field("wait_for_replicas", &self.wait_for_replicas)
             .finish()
     }
 }
@@ -84,6 +86,7 @@ impl KeyedLimit {
             settle_within: None,
             sensitive: false,
             fail_closed: false,
+            wait_for_replicas: 0,
         }
     }
 
@@ -136,6 +139,16 @@ impl KeyedLimit {
         self
     }
 
+    /// Counts a decision only once `replicas` of a Redis store's replicas hold it (Redis
+    /// `WAIT`, for half the store's deadline), so a failover cannot forget what was
+    /// admitted; one not held in time fails (503 with [`fail_closed`](Self::fail_closed)).
+    /// The engine's `wait_for_replicas` rule field: for a Redis server or Sentinel only;
+    /// nothing to wait for in memory.
+    pub fn wait_for_replicas(mut self, replicas: u32) -> Self {
+        self.wait_for_replicas = replicas;
+        self
+    }
+
     /// The limit as the engine's rule, keyed by the value its closure builds.
     pub(crate) fn rule(&self) -> Rule {
         Rule {
@@ -160,6 +173,7 @@ impl KeyedLimit {
             } else {
                 OnStoreFailure::Open
             },
+            wait_for_replicas: self.wait_for_replicas,
             sensitive: self.sensitive,
             openai_headers: None,
             always_charge: false,

@@ -278,6 +278,10 @@ pub struct Rule {
     pub mode: Mode,
     /// When the store fails.
     pub on_store_failure: OnStoreFailure,
+    /// Replicas that must hold each of its decisions before it counts (Redis `WAIT`, on a
+    /// connection of its own): a decision a failover could lose is not admitted. By
+    /// default 1 for a `closed` rule behind Sentinel, else `[store] wait_for_replicas`.
+    pub wait_for_replicas: u32,
     /// Whether a rejection must leak nothing (a bare 429).
     pub sensitive: bool,
     /// A refused request's cost is charged all the same (into debt): for reports of what

@@ -153,6 +153,7 @@ pub(super) struct RawLimit {
     pub(super) prefetch: Option<Spanned<String>>,
     pub(super) on_store_failure: Option<Spanned<String>>,
     pub(super) local_divide_by: Option<Spanned<i64>>,
+    pub(super) wait_for_replicas: Option<Spanned<i64>>,
     pub(super) ipv4_prefix: Option<Spanned<i64>>,
     pub(super) ipv6_prefix: Option<Spanned<i64>>,
     pub(super) strategy: Option<Spanned<String>>,

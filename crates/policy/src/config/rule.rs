@@ -11,7 +11,10 @@ use super::error::Errors;
 use super::key::key;
 use super::limit::{divided, limit};
 use super::raw::{RawCost, RawLimit, RawMatch};
-use super::{BodyTerm, Cost, KeyPart, Match, Mode, OnStoreFailure, Rule, SettleFrom};
+use super::{
+    BodyTerm, Cost, KeyPart, Match, Mode, OnStoreFailure, Rule, SettleFrom, StoreKind,
+    StoreSettings,
+};
 
 /// How long a reservation the gateway settles from the answer (`settle_from`) waits for
 /// it when the rule gives no `settle`: long enough for a long streamed answer. A stream
@@ -20,7 +23,12 @@ pub const SETTLE_FROM_WITHIN: Duration = Duration::from_secs(600);
 
 /// The rule of one `[[limit]]` table at `span`, `None` when anything was wrong with it (all
 /// of which is recorded).
-pub(super) fn rule(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -> Option<Rule> {
+pub(super) fn rule(
+    raw: RawLimit,
+    span: Range<usize>,
+    store: &StoreSettings,
+    errors: &mut Errors<'_>,
+) -> Option<Rule> {
     let failures = errors.found.len();
     let name = name(&raw, &span, errors)?;
     // A name with control characters is refused, but the rule's other errors still name it,
@@ -87,6 +95,19 @@ pub(super) fn rule(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -
     let prefetch = prefetch(&raw, rule, errors);
     let mode = mode(&raw, rule, errors);
     let on_store_failure = on_store_failure(&raw, rule, errors);
+    // Decided by one store call each, which can wait: not an allowance taken ahead, not
+    // an adaptive rule (decided here), not a concurrency limit's permits.
+    let decided_in_store = prefetch.is_none()
+        && !is_adaptive
+        && !matches!(limit, Some(ratewarden_core::Limit::Concurrency(_)));
+    let wait_for_replicas = wait_for_replicas(
+        &raw,
+        &on_store_failure,
+        decided_in_store,
+        store,
+        rule,
+        errors,
+    );
     if let Some(at) = raw.matches.as_ref().and_then(stray_header_value) {
         let message = "`match.header_value` needs `match.header`, the header whose value it is";
         errors.at(Some(at), rule, message.to_owned());
@@ -153,6 +174,7 @@ pub(super) fn rule(raw: RawLimit, span: Range<usize>, errors: &mut Errors<'_>) -
         local,
         mode,
         on_store_failure,
+        wait_for_replicas,
         sensitive: raw.sensitive.unwrap_or(false),
         always_charge,
         openai_headers,
@@ -452,6 +474,60 @@ fn on_store_failure(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>)
             OnStoreFailure::Open
         }
     }
+}
+
+/// The replicas each of the rule's decisions waits for: `wait_for_replicas` as given, on a
+/// store that has replicas to wait for and a rule whose decisions are single calls; else
+/// the default. Behind Sentinel a `closed` rule waits for one: it guards what must not be
+/// admitted twice (a login, a payment), and a decision the master acknowledged but never
+/// sent its replica would be forgotten by the failover that promotes that replica.
+fn wait_for_replicas(
+    raw: &RawLimit,
+    on_store_failure: &OnStoreFailure,
+    decided_in_store: bool,
+    store: &StoreSettings,
+    rule: Option<&str>,
+    errors: &mut Errors<'_>,
+) -> u32 {
+    let default = match (&store.kind, on_store_failure) {
+        _ if store.wait_for_replicas > 0 => store.wait_for_replicas,
+        (StoreKind::RedisSentinel { .. }, OnStoreFailure::Closed) if decided_in_store => 1,
+        _ => 0,
+    };
+    let Some(given) = &raw.wait_for_replicas else {
+        return default;
+    };
+    let Some(wanted) = errors.whole::<u32>(given, "`wait_for_replicas`", rule, true) else {
+        return default;
+    };
+    let refused = match &store.kind {
+        StoreKind::Memory => Some(
+            "applies to a Redis store (`[store] kind = \"redis\"` or `\"redis-sentinel\"`): \
+             the in-memory store has no replicas",
+        ),
+        StoreKind::RedisCluster { .. } => Some(
+            "applies to `kind = \"redis\"` and `kind = \"redis-sentinel\"`: `WAIT` answers \
+             for the one server it is sent to, and a Cluster's decisions span masters",
+        ),
+        _ if wanted > 0 && !decided_in_store => Some(
+            "applies to rules decided by one store call each: not to a `prefetch` rule \
+             (its allowance is taken ahead and spent here), an adaptive rule (decided in \
+             this process) or a concurrency limit (its permits are held and released)",
+        ),
+        _ if wanted > 0 && store.wait_for_replicas > wanted => {
+            Some("is below `[store] wait_for_replicas`, which every decision waits for")
+        }
+        _ => None,
+    };
+    if let Some(why) = refused {
+        errors.at(
+            Some(given.span()),
+            rule,
+            format!("`wait_for_replicas` {why}"),
+        );
+        return default;
+    }
+    wanted.max(store.wait_for_replicas)
 }
 
 /// What is wrong with a `match.path`, if anything: requests are matched on their

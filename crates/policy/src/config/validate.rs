@@ -153,7 +153,7 @@ fn rules(
             .limit
             .as_ref()
             .map_or(span.clone(), Spanned::span);
-        if let Some(rule) = rule(raw.into_inner(), span, errors) {
+        if let Some(rule) = rule(raw.into_inner(), span, store, errors) {
             if rules.iter().any(|r| r.name == rule.name) {
                 let message = "the name is used by another limit; names must be unique";
                 errors.at(name_span, Some(&rule.name), message.to_owned());

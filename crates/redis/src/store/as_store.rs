@@ -38,6 +38,23 @@ impl AsyncStore for RedisStore {
         self.run(Mode::Decide, &checks, now).await
     }
 
+    async fn decide_replicated(
+        &self,
+        checks: &[Check<'_>],
+        now: u64,
+        replicas: u32,
+    ) -> Result<Vec<Decision>, RedisError> {
+        if checks.is_empty() {
+            return Ok(Vec::new());
+        }
+        let checks: Vec<(&Limit, &str, i128)> = checks
+            .iter()
+            .map(|c| (c.limit, c.key, i128::from(c.cost)))
+            .collect();
+        self.run_replicated(Mode::Decide, &checks, now, replicas)
+            .await
+    }
+
     async fn peek(
         &self,
         limit: &Limit,

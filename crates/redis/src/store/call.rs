@@ -35,7 +35,19 @@ impl RedisStore {
         checks: &[(&Limit, &str, i128)],
         now: u64,
     ) -> Result<Vec<Decision>, RedisError> {
-        self.guarded(self.call(mode, checks, now)).await
+        self.guarded(self.call(mode, checks, now, 0)).await
+    }
+
+    /// [`RedisStore::run`], each script call answered only once `replicas` replicas hold
+    /// it (at least `wait_for_replicas`, which every call waits for).
+    pub(super) async fn run_replicated(
+        &self,
+        mode: Mode,
+        checks: &[(&Limit, &str, i128)],
+        now: u64,
+        replicas: u32,
+    ) -> Result<Vec<Decision>, RedisError> {
+        self.guarded(self.call(mode, checks, now, replicas)).await
     }
 
     async fn call(
@@ -43,6 +55,7 @@ impl RedisStore {
         mode: Mode,
         checks: &[(&Limit, &str, i128)],
         now: u64,
+        replicas: u32,
     ) -> Result<Vec<Decision>, RedisError> {
         if let [(_, key, _)] = checks {
             // One key is one script, on a server or in a Cluster (the common call: no
@@ -50,7 +63,7 @@ impl RedisStore {
             let keys = [self.redis_key(key)];
             let mut connection = self.connection().await?;
             return self
-                .script_call(&mut connection, mode, checks, &keys, now)
+                .script_call(&mut connection, mode, checks, &keys, now, replicas)
                 .await;
         }
         let keys: Vec<String> = checks
@@ -80,7 +93,7 @@ impl RedisStore {
         let mut connection = self.connection().await?;
         if groups.len() <= 1 {
             return self
-                .script_call(&mut connection, mode, checks, &keys, now)
+                .script_call(&mut connection, mode, checks, &keys, now, replicas)
                 .await;
         }
         // Across slots a layered decision cannot be one script: reserve in each slot, and
@@ -95,7 +108,14 @@ impl RedisStore {
                 group.iter().map(|&i| checks[i]).collect();
             let group_keys: Vec<String> = group.iter().map(|&i| keys[i].clone()).collect();
             let got = self
-                .script_call(&mut connection, mode, &group_checks, &group_keys, now)
+                .script_call(
+                    &mut connection,
+                    mode,
+                    &group_checks,
+                    &group_keys,
+                    now,
+                    replicas,
+                )
                 .await?;
             let allowed = got.iter().all(Decision::is_allowed);
             for (&i, d) in group.iter().zip(got) {
@@ -116,8 +136,15 @@ impl RedisStore {
                     .map(|&i| (checks[i].0, checks[i].1, -checks[i].2))
                     .collect();
                 let refund_keys: Vec<String> = group.iter().map(|&i| keys[i].clone()).collect();
-                self.script_call(&mut connection, Mode::Settle, &refund, &refund_keys, now)
-                    .await?;
+                self.script_call(
+                    &mut connection,
+                    Mode::Settle,
+                    &refund,
+                    &refund_keys,
+                    now,
+                    replicas,
+                )
+                .await?;
             }
         }
         decisions
@@ -133,6 +160,7 @@ impl RedisStore {
         checks: &[(&Limit, &str, i128)],
         keys: &[String],
         now: u64,
+        replicas: u32,
     ) -> Result<Vec<Decision>, RedisError> {
         if let (Some(one_check), [(limit, _, _)]) = (self.one_check(mode, checks, now), checks) {
             // Built straight into the command, sized once: no string per argument, no
@@ -151,7 +179,7 @@ impl RedisStore {
             if let Some(now) = one_check.now {
                 fcall.arg(now);
             }
-            let reply: String = self.send(connection, &fcall).await?;
+            let reply: String = self.send(connection, &fcall, replicas).await?;
             let decision = encode::decode_one_check(&reply, limit, one_check.cost, one_check.now)
                 .map_err(RedisError::Protocol)?;
             return Ok(vec![decision]);
@@ -170,7 +198,7 @@ impl RedisStore {
                 .arg(keys.len())
                 .arg(keys);
             compact.push_to(&mut fcall);
-            let reply: String = self.send(connection, &fcall).await?;
+            let reply: String = self.send(connection, &fcall, replicas).await?;
             let decision = encode::decode_compact(&reply).map_err(RedisError::Protocol)?;
             return Ok(vec![decision]);
         }
@@ -181,7 +209,7 @@ impl RedisStore {
         for (limit, _, cost) in checks {
             encode::push_check(&mut args, limit, &cost.to_string(), now);
         }
-        let reply: Vec<String> = self.invoke(connection, keys, &args).await?;
+        let reply: Vec<String> = self.invoke(connection, keys, &args, replicas).await?;
         let (_now, decisions) = encode::decode(&reply).map_err(RedisError::Protocol)?;
         if decisions.len() != checks.len() {
             return Err(RedisError::Protocol(format!(

@@ -98,6 +98,30 @@ impl RedisStore {
             .clone())
     }
 
+    /// The connection of the calls that wait for replicas, to the one server (see
+    /// `RedisStore::query_replicated`), made on first use; the library is the server's, loaded
+    /// by the main connection.
+    pub(super) async fn waited(&self) -> Result<ConnectionManager, RedisError> {
+        let Client::Single(client) = &self.client else {
+            return Err(RedisError::Protocol(
+                "a waited connection is made for one server only".to_owned(),
+            ));
+        };
+        let made = self
+            .waited
+            .get_or_try_init(|| async {
+                let config = ConnectionManagerConfig::new()
+                    .set_response_timeout(None)
+                    .set_connection_timeout(Some(client_timeout(
+                        self.config.deadline,
+                        CLIENT_CONNECT,
+                    )));
+                ConnectionManager::new_with_config((**client).clone(), config).await
+            })
+            .await?;
+        Ok(made.clone())
+    }
+
     pub(super) async fn query<T: redis::FromRedisValue>(
         connection: &mut Connection,
         cmd: &redis::Cmd,

@@ -25,6 +25,13 @@ impl RedisStore {
                 self.breaker.succeeded();
                 Ok(value)
             }
+            // The master answered in time; its replicas are behind (or none is attached,
+            // as after a failover until one is). Held against the master, a missing replica
+            // would open the breaker for every rule, the ones that wait for none included.
+            Ok(Err(error @ RedisError::NotReplicated { .. })) => {
+                self.breaker.succeeded();
+                Err(error)
+            }
             Ok(Err(error)) => {
                 self.breaker.failed();
                 Err(error)

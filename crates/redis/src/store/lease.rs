@@ -28,7 +28,7 @@ impl RedisStore {
                 ask.ttl_ms.to_string(),
             ];
             let mut connection = self.connection().await?;
-            let granted: u64 = self.invoke(&mut connection, &keys, &args).await?;
+            let granted: u64 = self.invoke(&mut connection, &keys, &args, 0).await?;
             if granted > ask.want.min(ask.capacity) {
                 return Err(RedisError::Protocol(format!(
                     "lease: {granted} granted of {} wanted (capacity {})",

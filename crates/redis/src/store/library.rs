@@ -64,33 +64,37 @@ impl RedisStore {
     /// strings, or one string from the compact call of one check). A server without the
     /// library (new, restarted, flushed, or a replica promoted before it had it) gets it
     /// loaded, and the call is made once more.
+    /// `replicas` as [`RedisStore::send`] takes it.
     pub(super) async fn invoke<T: redis::FromRedisValue>(
         &self,
         connection: &mut Connection,
         keys: &[String],
         args: &[String],
+        replicas: u32,
     ) -> Result<T, RedisError> {
         let mut fcall = redis::cmd("FCALL");
         fcall.arg(self.function).arg(keys.len()).arg(keys).arg(args);
-        self.send(connection, &fcall).await
+        self.send(connection, &fcall, replicas).await
     }
 
     /// Sends `fcall` (a whole `FCALL` of the library's function), loading the library
-    /// first where the server lacks it, as [`RedisStore::invoke`] says.
+    /// first where the server lacks it, as [`RedisStore::invoke`] says; answered once
+    /// `replicas` replicas hold it (and `wait_for_replicas`, whichever is more).
     pub(super) async fn send<T: redis::FromRedisValue>(
         &self,
         connection: &mut Connection,
         fcall: &redis::Cmd,
+        replicas: u32,
     ) -> Result<T, RedisError> {
         let _turn = if self.config.pipeline {
             None
         } else {
             Some(self.one_at_a_time.lock().await)
         };
-        match self.query_replicated(connection, fcall).await {
+        match self.query_replicated(connection, fcall, replicas).await {
             Err(RedisError::Redis(e)) if Self::function_missing(&e) => {
                 Self::load(connection).await?;
-                self.query_replicated(connection, fcall).await
+                self.query_replicated(connection, fcall, replicas).await
             }
             Err(RedisError::Redis(e)) if super::cluster::node_lost(&e) => {
                 if let Connection::Cluster(c) = connection {
@@ -117,21 +121,27 @@ impl RedisStore {
         });
     }
 
-    /// Sends `fcall`, followed on the same connection by `WAIT` for
-    /// [`RedisConfig::wait_for_replicas`](super::RedisConfig::wait_for_replicas) replicas
-    /// when that is set: the decision counts only once they hold it.
+    /// Sends `fcall`, followed on the same connection by `WAIT` for `replicas` replicas
+    /// (at least [`RedisConfig::wait_for_replicas`](super::RedisConfig::wait_for_replicas))
+    /// when that is above zero: the decision counts only once they hold it.
+    ///
+    /// A waited call goes on a connection of its own: Redis holds a client's later commands
+    /// while its `WAIT` blocks, so on the connection every other call shares, one rule's
+    /// wait would be every rule's.
     async fn query_replicated<T: redis::FromRedisValue>(
         &self,
         connection: &mut Connection,
         fcall: &redis::Cmd,
+        replicas: u32,
     ) -> Result<T, RedisError> {
-        let wanted = self.config.wait_for_replicas;
+        let wanted = self.config.wait_for_replicas.max(replicas);
         if wanted == 0 {
             return Self::query(connection, fcall).await;
         }
-        // WAIT's timeout is in whole milliseconds, and 0 would wait for ever: the deadline,
-        // at least 1 ms (the deadline ends the call anyway).
-        let timeout = u64::try_from(self.config.deadline.as_millis())
+        // WAIT's timeout is in whole milliseconds, and 0 would wait for ever: half the
+        // deadline, at least 1 ms, so that replicas late to acknowledge answer "not
+        // replicated" (the master is fine) before the deadline calls Redis slow.
+        let timeout = u64::try_from((self.config.deadline / 2).as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
         let mut pipeline = redis::pipe();
@@ -141,8 +151,8 @@ impl RedisStore {
             .arg(wanted)
             .arg(timeout);
         let (reply, acknowledged): (T, u32) = match connection {
-            Connection::Single(c) => pipeline.query_async(c).await?,
-            Connection::Sentinel(s) => s.query_pipeline(&pipeline).await?,
+            Connection::Single(_) => pipeline.query_async(&mut self.waited().await?).await?,
+            Connection::Sentinel(s) => s.query_waited(&pipeline).await?,
             Connection::Cluster(_) => {
                 return Err(RedisError::Protocol(
                     "wait_for_replicas applies to one server or Sentinel, not a Cluster".to_owned(),

@@ -43,6 +43,8 @@ pub struct RedisStore {
     /// The library's function, for `FCALL`.
     function: &'static str,
     connection: OnceCell<Connection>,
+    /// The connection of calls that wait for replicas, on one server (`connection.rs`).
+    waited: OnceCell<redis::aio::ConnectionManager>,
     /// The connection's handshake while it runs (see `connection.rs`).
     handshake: tokio::sync::Mutex<Option<JoinHandle<Result<Connection, RedisError>>>>,
     breaker: Arc<Breaker>,
@@ -73,6 +75,7 @@ impl RedisStore {
             client,
             function: LIBRARY.function.as_str(),
             connection: OnceCell::new(),
+            waited: OnceCell::new(),
             handshake: tokio::sync::Mutex::new(None),
             late_timeouts: AtomicU64::new(0),
             one_at_a_time: tokio::sync::Mutex::new(()),

@@ -28,7 +28,7 @@ impl RedisStore {
             args.push(id.to_string());
             encode::push_check(&mut args, limit, &cost.to_string(), now);
             let reply: Vec<String> = self
-                .invoke(&mut connection, &[self.redis_key(key)], &args)
+                .invoke(&mut connection, &[self.redis_key(key)], &args, 0)
                 .await?;
             let (_, mut decisions) = encode::decode(&reply).map_err(RedisError::Protocol)?;
             let decision = decisions
@@ -61,7 +61,7 @@ impl RedisStore {
             args.push(id.to_string());
             encode::push_check(&mut args, limit, "0", now);
             let reply: Vec<String> = self
-                .invoke(&mut connection, &[self.redis_key(key)], &args)
+                .invoke(&mut connection, &[self.redis_key(key)], &args, 0)
                 .await?;
             match reply.get(1).map(String::as_str) {
                 Some("1") => Ok(true),

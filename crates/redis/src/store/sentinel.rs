@@ -53,6 +53,8 @@ pub(super) struct Sentinel {
 struct Master {
     address: String,
     connection: MultiplexedConnection,
+    /// For the calls that wait for replicas (`query_waited`).
+    waited: MultiplexedConnection,
 }
 
 impl Sentinel {
@@ -170,13 +172,15 @@ impl Sentinel {
         self.check(&master, reply)
     }
 
-    /// Sends `pipeline` to the master, as [`Sentinel::query`] sends one command.
-    pub(super) async fn query_pipeline<T: redis::FromRedisValue>(
+    /// Sends `pipeline` (a call and its `WAIT`) to the master on the connection of waited
+    /// calls, as [`Sentinel::query`] sends one command: a `WAIT` holds its connection's
+    /// later commands, which must not be every other call's.
+    pub(super) async fn query_waited<T: redis::FromRedisValue>(
         &self,
         pipeline: &redis::Pipeline,
     ) -> Result<T, RedisError> {
         let master = self.master_now()?;
-        let reply = pipeline.query_async(&mut master.connection.clone()).await;
+        let reply = pipeline.query_async(&mut master.waited.clone()).await;
         self.check(&master, reply)
     }
 
@@ -237,6 +241,9 @@ impl Sentinel {
         let connection = found
             .get_multiplexed_async_connection_with_config(&config)
             .await?;
+        let waited = found
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
         super::library::load_command()
             .query_async::<redis::Value>(&mut connection.clone())
             .await?;
@@ -249,6 +256,7 @@ impl Sentinel {
         *self.master.write().unwrap_or_else(PoisonError::into_inner) = Some(Master {
             address,
             connection,
+            waited,
         });
         self.breaker.probe_now();
         Ok(())

@@ -24,7 +24,7 @@ impl RedisStore {
             args.push("1".to_owned());
             encode::push_check(&mut args, limit, &want.to_string(), now);
             let mut connection = self.connection().await?;
-            let mut reply: Vec<String> = self.invoke(&mut connection, &keys, &args).await?;
+            let mut reply: Vec<String> = self.invoke(&mut connection, &keys, &args, 0).await?;
             let granted = reply
                 .pop()
                 .ok_or_else(|| RedisError::Protocol("take: an empty reply".to_owned()))?;

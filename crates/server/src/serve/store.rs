@@ -170,6 +170,20 @@ impl AsyncStore for AnyStore {
         }
     }
 
+    async fn decide_replicated(
+        &self,
+        checks: &[Check<'_>],
+        now: u64,
+        replicas: u32,
+    ) -> Result<Vec<Decision>, StoreError> {
+        match self {
+            AnyStore::Memory(m) => {
+                Ok(Store::decide_all(m, checks, now).unwrap_or_else(|never| match never {}))
+            }
+            AnyStore::Redis(r) => Ok(Box::pin(r.decide_replicated(checks, now, replicas)).await?),
+        }
+    }
+
     async fn peek(
         &self,
         limit: &Limit,

@@ -399,8 +399,16 @@ impl<S: AsyncStore> Charger<S> {
             Some(refused) => refused,
             None => {
                 let checks: Vec<Check<'_>> = enforced.iter().map(|a| check(rules, a)).collect();
+                // One call for all: it waits for as many replicas as the most careful rule.
+                let replicas = enforced
+                    .iter()
+                    .map(|a| rules[a.rule].wait_for_replicas)
+                    .max()
+                    .unwrap_or(0);
                 let result = if checks.is_empty() {
                     Ok(Vec::new())
+                } else if replicas > 0 {
+                    self.store.decide_replicated(&checks, now, replicas).await
                 } else {
                     self.store.decide_all(&checks, now).await
                 };
@@ -530,14 +538,29 @@ impl<S: AsyncStore> Charger<S> {
         now: u64,
     ) -> Charged {
         let rule = &rules[a.rule];
-        let (decision, store_failed, unavailable) =
-            match self.store.decide(&rule.limit, &a.key, now, a.cost).await {
-                Ok(decision) => (decision, false, false),
-                Err(error) => {
-                    let (decision, closed) = self.store_failed(rules, &counters, a, &error, now);
-                    (decision, true, closed)
-                }
-            };
+        let decided = if rule.wait_for_replicas > 0 {
+            let check = [check(rules, a)];
+            let replicated = self
+                .store
+                .decide_replicated(&check, now, rule.wait_for_replicas);
+            replicated.await.map(|mut decisions| {
+                // One decision a check; a store that answered none has admitted nothing.
+                decisions.pop().unwrap_or_else(|| {
+                    let retry_after_ns = 1_000_000_000;
+                    let size = ratewarden_core::Algorithm::limit(&rule.limit);
+                    Decision::new(Outcome::Limited { retry_after_ns }, size, 0, 0)
+                })
+            })
+        } else {
+            self.store.decide(&rule.limit, &a.key, now, a.cost).await
+        };
+        let (decision, store_failed, unavailable) = match decided {
+            Ok(decision) => (decision, false, false),
+            Err(error) => {
+                let (decision, closed) = self.store_failed(rules, &counters, a, &error, now);
+                (decision, true, closed)
+            }
+        };
         let allowed = decision.is_allowed();
         if allowed && !store_failed && self.store.is_shared() {
             self.record_locally(rules, &[a], now);

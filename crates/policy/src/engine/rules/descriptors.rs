@@ -327,6 +327,8 @@ pub(crate) fn envoy_rule(name: String, domain: &str, limit: Limit, shadow: bool)
         local: None,
         mode: if shadow { Mode::Shadow } else { Mode::Enforce },
         on_store_failure: OnStoreFailure::Closed,
+        // Envoy's own service waits for no replica either.
+        wait_for_replicas: 0,
         sensitive: false,
         openai_headers: None,
         always_charge: false,
