@@ -28,14 +28,7 @@ impl AsyncStore for RedisStore {
         checks: &[Check<'_>],
         now: u64,
     ) -> Result<Vec<Decision>, RedisError> {
-        if checks.is_empty() {
-            return Ok(Vec::new());
-        }
-        let checks: Vec<(&Limit, &str, i128)> = checks
-            .iter()
-            .map(|c| (c.limit, c.key, i128::from(c.cost)))
-            .collect();
-        self.run(Mode::Decide, &checks, now).await
+        self.decide_replicated(checks, now, 0).await
     }
 
     async fn decide_replicated(

@@ -35,7 +35,7 @@ impl RedisStore {
         checks: &[(&Limit, &str, i128)],
         now: u64,
     ) -> Result<Vec<Decision>, RedisError> {
-        self.guarded(self.call(mode, checks, now, 0)).await
+        self.run_replicated(mode, checks, now, 0).await
     }
 
     /// [`RedisStore::run`], each script call answered only once `replicas` replicas hold
