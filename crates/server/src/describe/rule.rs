@@ -118,6 +118,11 @@ pub(crate) fn row(rule: &Rule) -> [String; 6] {
         OnStoreFailure::Closed => "closed (503)".to_owned(),
         OnStoreFailure::Local { divide_by } => format!("local, limit / {divide_by}"),
     };
+    let failure = match rule.wait_for_replicas {
+        0 => failure,
+        1 => format!("{failure}, waits for 1 replica"),
+        n => format!("{failure}, waits for {n} replicas"),
+    };
     [
         rule.name.clone(),
         applies,

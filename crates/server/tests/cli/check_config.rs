@@ -384,3 +384,68 @@ fn check_config_shows_what_quota_buckets_a_rule_takes_and_their_weights() {
         "{stderr}"
     );
 }
+
+#[test]
+fn check_config_says_which_rules_wait_for_a_replica() {
+    // Behind Sentinel a closed rule waits for one replica unless it says otherwise; the
+    // table says so, as the operator must know why such a rule answers 503 after a failover
+    // until a replica attaches.
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("replicas.toml");
+    std::fs::write(
+        &path,
+        r#"
+[store]
+kind = "redis-sentinel"
+sentinels = ["redis://10.0.0.1:26379"]
+master_name = "mymaster"
+deadline = "50ms"
+
+[[limit]]
+name = "pay"
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 5
+window = "1h"
+on_store_failure = "closed"
+
+[[limit]]
+name = "browse"
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 500
+window = "1m"
+
+[[limit]]
+name = "audit"
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 500
+window = "1m"
+wait_for_replicas = 2
+"#,
+    )
+    .unwrap();
+    let out = check(path.to_str().unwrap());
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{table}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let row = |name: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("a row for {name}: {table}"))
+            .to_owned()
+    };
+    assert!(
+        row("pay").contains("closed (503), waits for 1 replica"),
+        "{table}"
+    );
+    assert!(!row("browse").contains("waits"), "{table}");
+    assert!(
+        row("audit").contains("open, waits for 2 replicas"),
+        "{table}"
+    );
+}
