@@ -9,7 +9,11 @@
 //! - `POST /documents/{id}`: per user and document, a sliding window of 2 a minute;
 //! - `GET /reports`: 2 in flight per user (the handler takes 200 ms);
 //! - `POST /search`: charged an estimate of 10 from 100 a minute per user, then settled by
-//!   the handler to the number in its `x-actual-cost` header.
+//!   the handler to the number in its `x-actual-cost` header;
+//! - `POST /chat`: LLM tokens, 1,000 a minute per user, each call reserving an estimate of
+//!   200; the answer is a `text/event-stream` whose last event is the call's `usage`, and the
+//!   handler settles at that total once the event is sent (here the model is a stand-in that
+//!   spends the tokens its `x-tokens` header asks, 120 by default).
 //!
 //! Requests without `x-user` share the budget of user `anonymous`.
 
@@ -18,12 +22,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::{Body, Bytes};
 use axum::extract::Path;
 use axum::handler::Handler;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
 use http::request::Parts;
+use http_body_util::channel::Channel;
 use ratewarden_core::{Clock, Concurrency, Gcra, Rate, RealClock, SlidingWindow, TokenBucket};
 use ratewarden_tower::{header, KeyedLimit, RateLimitLayer, Reservation};
 
@@ -82,7 +88,21 @@ pub fn router(clock: Arc<dyn Clock>) -> Router {
         .fixed_cost(10)
         .settle_within(Duration::from_secs(30)),
     );
+    let tokens = layer(
+        KeyedLimit::new(
+            "chat-tokens",
+            TokenBucket::new(
+                Rate::new(1_000, Duration::from_secs(60)).expect("1,000 a minute"),
+                1_000,
+            )
+            .expect("burst 1,000"),
+        )
+        .key(|request| Some(user(request)))
+        .fixed_cost(CHAT_ESTIMATE)
+        .settle_within(Duration::from_secs(60)),
+    );
     Router::new()
+        .route("/chat", post(chat.layer(tokens)))
         .route(
             "/documents/{id}",
             get(read_document.layer(reads)).post(write_document.layer(writes)),
@@ -122,6 +142,46 @@ async fn search(
         Ok(()) => (StatusCode::OK, format!("searched; settled at {actual}\n")),
         Err(e) => (StatusCode::UNPROCESSABLE_ENTITY, format!("{e}\n")),
     }
+}
+
+/// The tokens a chat call reserves before the model has answered.
+const CHAT_ESTIMATE: u64 = 200;
+
+/// Streams a chat answer as server-sent events, the last one its `usage`, and settles the
+/// reservation at that usage once it is sent: before the stream's end reaches the client,
+/// so the client's next call sees the real cost charged. A stream cut before its usage
+/// leaves the estimate charged.
+async fn chat(
+    Extension(reservation): Extension<Reservation>,
+    headers: HeaderMap,
+) -> (StatusCode, [(&'static str, &'static str); 1], Body) {
+    let spent: u64 = headers
+        .get("x-tokens")
+        .and_then(|t| t.to_str().ok()?.parse().ok())
+        .unwrap_or(120);
+    let (mut events, body) = Channel::<Bytes, std::convert::Infallible>::new(4);
+    tokio::spawn(async move {
+        for word in ["Hello", " from", " a", " stand-in", " model"] {
+            let event =
+                format!("data: {{\"choices\":[{{\"delta\":{{\"content\":\"{word}\"}}}}]}}\n\n");
+            if events.send_data(Bytes::from(event)).await.is_err() {
+                return; // The client left: the estimate stands.
+            }
+        }
+        let usage = format!("data: {{\"choices\":[],\"usage\":{{\"total_tokens\":{spent}}}}}\n\n");
+        if events.send_data(Bytes::from(usage)).await.is_ok() {
+            // Settled before the stream ends: the sender's drop below ends it.
+            let _ = reservation.settle(spent).await;
+            let _ = events
+                .send_data(Bytes::from_static(b"data: [DONE]\n\n"))
+                .await;
+        }
+    });
+    (
+        StatusCode::OK,
+        [("content-type", "text/event-stream")],
+        Body::new(body),
+    )
 }
 
 #[tokio::main]

@@ -149,3 +149,48 @@ async fn searches_charge_ten_then_settle_to_the_actual_cost() {
     let bad = app.clone().oneshot(search("lots")).await.unwrap();
     assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
 }
+
+/// The tokens left for `user`, as the `RateLimit` field of an answer says.
+fn tokens_left(response: &http::Response<Body>) -> u64 {
+    let field = response
+        .headers()
+        .get("ratelimit")
+        .and_then(|v| v.to_str().ok())
+        .expect("a RateLimit field")
+        .to_owned();
+    let r = field
+        .split(';')
+        .find_map(|p| p.trim().strip_prefix("r="))
+        .unwrap_or_else(|| panic!("no r= in {field}"));
+    r.parse().unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_streamed_chat_is_settled_at_its_usage_before_the_stream_ends() {
+    let app = app();
+    let chat = |tokens: &str| {
+        Request::builder()
+            .method("POST")
+            .uri("/chat")
+            .header("x-user", "ada")
+            .header("x-tokens", tokens)
+            .body(Body::empty())
+            .unwrap()
+    };
+    let first = app.clone().oneshot(chat("50")).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    // The estimate is charged while the model answers.
+    assert_eq!(tokens_left(&first), 1_000 - 200);
+    let body = first.into_body().collect().await.unwrap().to_bytes();
+    let body = String::from_utf8(body.to_vec()).unwrap();
+    assert!(body.contains(r#""usage":{"total_tokens":50}"#), "{body}");
+    assert!(body.ends_with("data: [DONE]\n\n"), "{body}");
+    // Read to its end, the stream was settled at its usage: 50 spent, not 200; the next
+    // call reserves its own estimate.
+    let second = app.clone().oneshot(chat("800")).await.unwrap();
+    assert_eq!(tokens_left(&second), 1_000 - 50 - 200);
+    second.into_body().collect().await.unwrap();
+    // 50 + 800 spent: 150 left, less than the next estimate.
+    let third = app.clone().oneshot(chat("10")).await.unwrap();
+    assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS);
+}
