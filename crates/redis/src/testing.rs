@@ -322,7 +322,7 @@ impl Link {
                 let mut to_server = server;
                 std::thread::spawn(move || {
                     relay(client_reader, &mut to_server, |bytes| {
-                        if bytes.windows(5).any(|w| w.eq_ignore_ascii_case(b"PSYNC")) {
+                        if bytes.windows(5).any(|w| w == b"PSYNC") {
                             seen.store(true, Ordering::Release);
                         }
                         true

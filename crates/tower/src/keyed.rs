@@ -206,3 +206,28 @@ pub fn header(request: &Parts, name: &str) -> Option<String> {
     let text = value.to_str().ok()?.trim();
     (!text.is_empty()).then(|| text.to_owned())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use ratewarden_core::FixedWindow;
+
+    use super::KeyedLimit;
+
+    #[test]
+    fn the_rule_carries_what_the_builder_was_told() {
+        let limit = || FixedWindow::new(5, Duration::from_secs(60)).unwrap();
+        let plain = KeyedLimit::new("pay", limit()).rule();
+        assert_eq!(plain.wait_for_replicas, 0, "no wait unless asked");
+        let waited = KeyedLimit::new("pay", limit())
+            .fail_closed()
+            .wait_for_replicas(2)
+            .rule();
+        assert_eq!(waited.wait_for_replicas, 2);
+        assert_eq!(
+            waited.on_store_failure,
+            ratewarden_policy::config::OnStoreFailure::Closed
+        );
+    }
+}

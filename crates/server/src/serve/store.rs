@@ -177,9 +177,8 @@ impl AsyncStore for AnyStore {
         replicas: u32,
     ) -> Result<Vec<Decision>, StoreError> {
         match self {
-            AnyStore::Memory(m) => {
-                Ok(Store::decide_all(m, checks, now).unwrap_or_else(|never| match never {}))
-            }
+            // Nothing in memory to replicate.
+            AnyStore::Memory(_) => self.decide_all(checks, now).await,
             AnyStore::Redis(r) => Ok(Box::pin(r.decide_replicated(checks, now, replicas)).await?),
         }
     }

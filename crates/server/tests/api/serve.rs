@@ -1152,12 +1152,7 @@ async fn the_binary_reloads_on_sighup_keeps_old_rules_on_a_bad_file_and_stops_on
     let path = dir.join("ratewarden.toml");
     let config = |burst: u64| API.replace("burst = 5", &format!("burst = {burst}"));
     std::fs::write(&path, config(1)).unwrap();
-    let mut child = Served::spawn([
-        std::ffi::OsStr::new("serve"),
-        "--config".as_ref(),
-        path.as_ref(),
-    ])
-    .await;
+    let mut child = Served::serve_config(&path).await;
     let (listen, admin) = (child.listen, child.admin.unwrap());
     let check = r#"{"api_key": "k"}"#;
     let metrics_say =

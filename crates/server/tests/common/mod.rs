@@ -240,6 +240,16 @@ impl Served {
         Self::spawn_with_env(args, &[]).await
     }
 
+    /// `ratewarden serve --config <path>`, as [`Served::spawn`] starts it.
+    pub async fn serve_config(path: &std::path::Path) -> Self {
+        Self::spawn([
+            std::ffi::OsStr::new("serve"),
+            "--config".as_ref(),
+            path.as_os_str(),
+        ])
+        .await
+    }
+
     /// [`Served::spawn`] with `env` added to its environment.
     pub async fn spawn_with_env<S: AsRef<std::ffi::OsStr>>(
         args: impl IntoIterator<Item = S>,

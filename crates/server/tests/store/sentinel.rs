@@ -30,17 +30,12 @@ static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(())
 async fn a_sentinel_failover_is_followed_and_each_rule_answers_its_policy_meanwhile() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let group = Sentinels::start(Duration::from_millis(500));
-    let sentinels: Vec<String> = group.urls().iter().map(|u| format!("\"{u}\"")).collect();
     let toml = format!(
         r#"
 [server]
 listen = "127.0.0.1:0"
 
-[store]
-kind = "redis-sentinel"
-sentinels = [{sentinels}]
-master_name = "{master}"
-deadline = "100ms"
+{store}
 
 [[limit]]
 name = "browse"
@@ -64,8 +59,7 @@ on_store_failure = "closed"
 # the wait.
 wait_for_replicas = 0
 "#,
-        sentinels = sentinels.join(", "),
-        master = Sentinels::MASTER,
+        store = store_section(&group, DEADLINE),
     );
     let server = common::start_at(&toml, 0).await;
     let check = |path: &str| format!(r#"{{"ip": "198.51.100.4", "path": "{path}"}}"#);
@@ -138,18 +132,13 @@ wait_for_replicas = 0
 /// replica), `pay` as a rule guarding money is (`closed`, which behind Sentinel waits for a
 /// replica by default).
 fn failover_config(group: &Sentinels) -> String {
-    let sentinels: Vec<String> = group.urls().iter().map(|u| format!("\"{u}\"")).collect();
     format!(
         r#"
 [server]
 listen = "127.0.0.1:0"
 admin = "127.0.0.1:0"
 
-[store]
-kind = "redis-sentinel"
-sentinels = [{sentinels}]
-master_name = "{master}"
-deadline = "200ms"
+{store}
 
 [[limit]]
 name = "browse"
@@ -168,8 +157,18 @@ limit = 5
 window = "1h"
 on_store_failure = "closed"
 "#,
-        sentinels = sentinels.join(", "),
-        master = Sentinels::MASTER,
+        store = store_section(group, Duration::from_millis(200)),
+    )
+}
+
+/// The `[store]` section for `group`'s Sentinels, with `deadline`.
+fn store_section(group: &Sentinels, deadline: Duration) -> String {
+    let sentinels: Vec<String> = group.urls().iter().map(|u| format!("\"{u}\"")).collect();
+    format!(
+        "[store]\nkind = \"redis-sentinel\"\nsentinels = [{}]\nmaster_name = \"{}\"\ndeadline = \"{}ms\"\n",
+        sentinels.join(", "),
+        Sentinels::MASTER,
+        deadline.as_millis(),
     )
 }
 
@@ -220,13 +219,8 @@ async fn failover_round(round: usize) {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("ratewarden.toml");
     std::fs::write(&path, failover_config(&group)).unwrap();
-    let args = [
-        std::ffi::OsStr::new("serve"),
-        "--config".as_ref(),
-        path.as_ref(),
-    ];
-    let first = Served::spawn(args).await;
-    let second = Served::spawn(args).await;
+    let first = Served::serve_config(&path).await;
+    let second = Served::serve_config(&path).await;
 
     let limited = "198.51.100.7";
     for path in ["/browse", "/pay"] {
