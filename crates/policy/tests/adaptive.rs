@@ -47,7 +47,8 @@ fn an_adaptive_rule_takes_its_strategy_and_parameters_with_published_defaults() 
         300
     );
 
-    // No strategy: Gradient2, Netflix's defaults but a tolerance of 1.
+    // No strategy: Gradient2, with defaults for any upstream: from 4, floor 1, ceiling
+    // 1,000, the headroom grown with the limit, tolerance 1.
     let config = parse("a.toml", RULE).unwrap();
     let Strategy::Gradient2(g) = config.rules[0].adaptive.clone().unwrap().strategy else {
         panic!()
@@ -62,7 +63,7 @@ fn an_adaptive_rule_takes_its_strategy_and_parameters_with_published_defaults() 
             g.long_window,
             g.tolerance_permille
         ),
-        (20, 20, 200, 200, 4, 600, 1000)
+        (4, 1, 1000, 200, None, 600, 1000)
     );
 }
 

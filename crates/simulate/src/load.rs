@@ -140,7 +140,7 @@ pub fn strategy(which: LoadStrategy, service_ns: u64) -> Strategy {
             min: 2,
             max: 200,
             tolerance_permille: 1200,
-            queue_size: 2,
+            queue_size: Some(2),
             ..Gradient2Config::default()
         }),
         LoadStrategy::Vegas => Strategy::Vegas(VegasConfig {

@@ -41,7 +41,7 @@ impl Default for AimdConfig {
 /// use ratewarden_core::adaptive::{Aggregate, Aimd, AimdConfig, WindowUpdate};
 ///
 /// let mut aimd = Aimd::new(AimdConfig { initial: 30, ..AimdConfig::default() });
-/// let busy = Aggregate { rtt_ns: 1_000_000, max_in_flight: 30, dropped: false };
+/// let busy = Aggregate { rtt_ns: 1_000_000, rtt_error_ns: 0, max_in_flight: 30, dropped: false };
 /// assert_eq!(aimd.update(busy), 31);
 /// assert_eq!(aimd.update(Aggregate { dropped: true, ..busy }), 27); // ⌊31 · 0.9⌋
 /// ```
@@ -89,6 +89,7 @@ mod tests {
 
     fn w(rtt_ns: u64, max_in_flight: u64, dropped: bool) -> Aggregate {
         Aggregate {
+            rtt_error_ns: 0,
             rtt_ns,
             max_in_flight,
             dropped,

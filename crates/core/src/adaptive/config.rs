@@ -5,8 +5,10 @@ use super::{
     VegasConfig, Windowed,
 };
 
-/// When a windowed controller updates (Netflix's `WindowedLimit` defaults: 10 samples, 1 s,
-/// RTTs under 100 µs ignored).
+/// When a windowed controller updates: 10 samples, 100 ms (Netflix's `WindowedLimit` takes
+/// 1 s, which holds a limit that must grow a hundredfold to a minute of overload), RTTs
+/// under 100 µs ignored. Gradient2's window also lasts at least the last one's average
+/// RTT ([`Windowed::round_trips`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct WindowConfig {
     /// Samples a window needs before it updates the limit.
@@ -21,7 +23,7 @@ impl Default for WindowConfig {
     fn default() -> Self {
         Self {
             min_samples: 10,
-            min_time_ns: 1_000_000_000,
+            min_time_ns: 100_000_000,
             min_rtt_ns: 100_000,
         }
     }
@@ -67,7 +69,9 @@ impl Strategy {
         match *self {
             Strategy::Aimd(c) => Box::new(Windowed::new(Aimd::new(c), window, now)),
             Strategy::Vegas(c) => Box::new(Windowed::new(Vegas::new(c, seed), window, now)),
-            Strategy::Gradient2(c) => Box::new(Windowed::new(Gradient2::new(c), window, now)),
+            Strategy::Gradient2(c) => {
+                Box::new(Windowed::new(Gradient2::new(c), window, now).round_trips())
+            }
             Strategy::Gradient(c) => Box::new(Gradient::new(c, window.min_rtt_ns, now, seed)),
         }
     }

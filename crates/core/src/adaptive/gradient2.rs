@@ -3,8 +3,13 @@
 
 use super::window::{Aggregate, WindowUpdate};
 
-/// Gradient2's parameters (Netflix's defaults, but for the tolerance: 20 initial, [20, 200],
-/// smoothing 0.2, queue 4, long window 600; tolerance 1, where Netflix's is 1.5).
+/// Gradient2's parameters. Netflix's controller with defaults that need no tuning to the
+/// upstream's size: a start of 4 and a floor of 1 (Netflix's 20 and 20 sit above a small
+/// upstream's workers, so the limit could never protect it), a ceiling of 1,000 (Netflix's
+/// 200 caps an upstream of 256 workers at 78 % of it), and the headroom grown with the limit
+/// (`queue_size` unset: about `√L / 2`), as Netflix's first gradient controller has it;
+/// smoothing 0.2, long window 600, tolerance 1 (Netflix's 1.5 keeps half the workers'
+/// worth queued).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Gradient2Config {
     /// The limit to start from.
@@ -15,8 +20,8 @@ pub struct Gradient2Config {
     pub max: u64,
     /// How much of the new limit is taken each window, in thousandths.
     pub smoothing_permille: u64,
-    /// The headroom added each window, in requests.
-    pub queue_size: u64,
+    /// The headroom added each window, in requests; `None`: [`auto_queue`] of the limit.
+    pub queue_size: Option<u64>,
     /// The long average's window, in windows (its weight is `2 / (long_window + 1)`).
     pub long_window: u64,
     /// How far the short RTT may run above the long one before the limit comes down, in
@@ -29,16 +34,46 @@ pub struct Gradient2Config {
 impl Default for Gradient2Config {
     fn default() -> Self {
         Self {
-            initial: 20,
-            min: 20,
-            max: 200,
+            initial: 4,
+            min: 1,
+            max: 1000,
             smoothing_permille: 200,
-            queue_size: 4,
+            queue_size: None,
             long_window: 600,
             tolerance_permille: 1000,
         }
     }
 }
+
+/// The headroom an unset `queue_size` gives at limit `limit`: `√L / 2` rounded, at least 1.
+///
+/// At rest the limit keeps this many requests standing at the upstream, to cover the time
+/// between a place given back and the next request let in. Grown with the limit, the
+/// share of the workers left queued shrinks as the upstream grows (1 on 4 workers, 8 on
+/// 256), while the headroom still outweighs the error of a reference RTT learnt from
+/// noisy windows: a fixed 4 is a whole small upstream's worth of queue, and a large one's
+/// limit settles below its workers once the reference is a few percent low.
+///
+/// ```
+/// use ratewarden_core::adaptive::auto_queue;
+/// assert_eq!((auto_queue(4), auto_queue(20), auto_queue(260)), (1, 2, 8));
+/// ```
+pub fn auto_queue(limit: u64) -> u64 {
+    ((limit as f64).sqrt() / 2.0).round().max(1.0) as u64
+}
+
+/// A slow-start window's gradient below this ends the slow start: the short RTT, less
+/// twice its standard error, rose by a ninth over the reference, so the upstream is
+/// queueing (a rise of a window's noise alone is not a queue).
+const SLOW_START_EXIT: f64 = 0.9;
+
+/// Windows in a row that used the limit with the short RTT at or under the reference
+/// (gradient 1) before the slow start begins again: the upstream has room the limit does
+/// not give it (it grew, or the slow start ended on noise), and the smoothed headroom alone
+/// would take minutes to find it. At rest the short RTT sits above the reference by the
+/// standing queue, so three such windows by chance alone are rare, and a doubling too far
+/// is taken back by the next window.
+const CALM_WINDOWS: u32 = 3;
 
 /// Windows averaged plainly before the long RTT becomes an exponential average (Netflix's
 /// warm-up).
@@ -48,22 +83,29 @@ const WARMUP: u64 = 10;
 ///
 /// Each window: `long` is the exponential average of the windows' RTTs (weight
 /// `2 / (long_window + 1)`, a plain average for the first ten, the first window taken as
-/// it is), except that a window's RTT above `long` is learnt only if the window did not
-/// use the limit (`in_flight < L / 2`) or the limit is at `min`: `long` is the upstream's
-/// no-load RTT, not one the limit's own queue shaped. If `long / short > 2` the
-/// average is cut by 5 % (the upstream recovered, and should not wait 600 windows to be
-/// believed). When the limit was used (`in_flight ≥ L / 2`):
-/// `gradient = clamp(tolerance · long / short, 0.5, 1)`, `new = L · gradient + queue`,
-/// `L = clamp(L · (1 − smoothing) + new · smoothing, min, max)`. The limit reported is
-/// `⌊L⌋`. At rest `L · (1 − tolerance · long / short) = queue`: with the default tolerance
-/// of 1, Little's law reads `L · (1 − long / short)` as the requests queued at the
-/// upstream, so the limit keeps `queue` of them standing (the upstream never starves) and
-/// no more, whatever the upstream's size.
+/// it is), except that a window the limit shaped (it used the limit, `in_flight ≥ L / 2`,
+/// above `min`, and outside a slow start that saw no queue) teaches no rise, and a fall
+/// only beyond twice its standard error: `long` is the upstream's no-load RTT, not one the
+/// limit's own queue shaped nor the luckiest of the windows' noise. If `long / short > 2`
+/// the average is cut by 5 % (the upstream recovered, and should not wait 600 windows to
+/// be believed).
+///
+/// The limit starts in slow start: while a used window's RTT, less twice its standard
+/// error, stays within a ninth of `long`, the limit doubles what the window used (the first
+/// window only sets `long`). The first window over that leaves it, the limit going at once
+/// to `in_flight · gradient + queue`, what Little's law says was being served plus the
+/// headroom; three used windows in a row at gradient 1 start it again. Outside it, when
+/// the limit was used: `gradient = clamp(tolerance · long / short, 0.5, 1)`,
+/// `new = L · gradient + queue`, `L = clamp(L · (1 − smoothing) + new · smoothing, min,
+/// max)`. The limit reported is `⌊L⌋`. At rest `L · (1 − tolerance · long / short) =
+/// queue`: with the default tolerance of 1, Little's law reads `L · (1 − long / short)` as
+/// the requests queued at the upstream, so the limit keeps `queue` of them standing (the
+/// upstream never starves) and no more, whatever the upstream's size.
 ///
 /// Netflix's version ignores drops; here a window with a drop takes the lowest gradient,
-/// 0.5, and no queue: a timed-out request's RTT is the timeout, the long average learns it,
-/// and under constant timeouts the limit would otherwise climb `+queue` per window to the
-/// max.
+/// 0.5, and no queue (and ends a slow start): a timed-out request's RTT is the timeout,
+/// the long average learns it, and under constant timeouts the limit would otherwise climb
+/// `+queue` per window to the max.
 ///
 /// # Examples
 ///
@@ -71,9 +113,11 @@ const WARMUP: u64 = 10;
 /// use ratewarden_core::adaptive::{Aggregate, Gradient2, Gradient2Config, WindowUpdate};
 ///
 /// let mut g = Gradient2::new(Gradient2Config::default());
-/// let w = Aggregate { rtt_ns: 10_000_000, max_in_flight: 20, dropped: false };
-/// // No queueing: gradient 1, new = 20 + 4, L = 0.8·20 + 0.2·24 = 20.8.
-/// assert_eq!(g.update(w), 20);
+/// let at = |in_flight| Aggregate { rtt_ns: 10_000_000, rtt_error_ns: 0, max_in_flight: in_flight, dropped: false };
+/// // The first window sets the reference; then, no queue: the slow start doubles.
+/// assert_eq!(g.update(at(4)), 4);
+/// assert_eq!(g.update(at(4)), 8);
+/// assert_eq!(g.update(at(8)), 16);
 /// ```
 #[derive(Debug, Clone)]
 pub struct Gradient2 {
@@ -81,6 +125,10 @@ pub struct Gradient2 {
     limit: f64,
     long: f64,
     windows: u64,
+    /// Until the first window that shows queueing (or a drop), a used limit doubles.
+    slow_start: bool,
+    /// Windows in a row at gradient 1 (see `CALM_WINDOWS`).
+    calm: u32,
 }
 
 impl Gradient2 {
@@ -91,6 +139,8 @@ impl Gradient2 {
             config,
             long: 0.0,
             windows: 0,
+            slow_start: true,
+            calm: 0,
         }
     }
 
@@ -117,14 +167,28 @@ impl WindowUpdate for Gradient2 {
         // the overload lasts (docs/adaptive.md has the figures). A window
         // that did not use the limit, or one at the lowest limit, shows the upstream's own
         // latency: a service slower for good is believed from those.
-        let unshaped = (w.max_in_flight as f64) < self.limit / 2.0 || self.limit <= c.min as f64;
+        // So does a window of the slow start that showed no queue: the limit doubles below
+        // the workers, each window's RTT the upstream's own, and a reference that took
+        // only their falls would be their lowest, not their mean (a few percent low, and a
+        // large upstream's limit then settles below its workers).
+        let tolerance = c.tolerance_permille as f64 / 1000.0;
+        let noise = 2.0 * w.rtt_error_ns as f64;
+        let rose = tolerance * self.long / (short - noise).max(1.0) < SLOW_START_EXIT;
+        let unqueued = self.windows > 1 && self.slow_start && !rose;
+        let unshaped = (w.max_in_flight as f64) < self.limit / 2.0
+            || self.limit <= c.min as f64
+            || unqueued;
         // The first window sets the reference; the warm-up then averages plainly, but like
         // every later window it learns a rise only from a window the limit did not shape:
         // an initial limit above the upstream's workers queues from the start, and a
-        // reference that learnt that queue would keep it standing for good.
+        // reference that learnt that queue would keep it standing for good. A shaped window
+        // teaches a fall only one beyond twice its standard error: taking every fall and no
+        // rise, the reference would sink through the windows' noise to their lowest, a
+        // large upstream's limit after it (on a tail of p99 2× the mean, at 64 workers:
+        // 8 % low, the limit at 37, goodput 0.56 of capacity).
         self.long = if self.windows == 1 {
             short
-        } else if short > self.long && !unshaped {
+        } else if !unshaped && (short > self.long || short + noise >= self.long) {
             self.long
         } else if self.windows <= WARMUP {
             self.long + (short - self.long) / self.windows as f64
@@ -137,15 +201,47 @@ impl WindowUpdate for Gradient2 {
             self.long *= 0.95;
         }
         let smoothing = c.smoothing_permille as f64 / 1000.0;
+        let queue = c.queue_size.unwrap_or_else(|| auto_queue(self.limit())) as f64;
         let new = if w.dropped {
+            self.slow_start = false;
+            self.calm = 0;
             self.limit * 0.5
         } else if (w.max_in_flight as f64) < self.limit / 2.0 {
             // Not using the limit: no evidence it could be higher.
             return self.limit();
         } else {
-            let tolerance = c.tolerance_permille as f64 / 1000.0;
             let gradient = (tolerance * long / short).clamp(0.5, 1.0);
-            self.limit * gradient + c.queue_size as f64
+            if self.windows == 1 {
+                // The window that set the reference says nothing against it.
+                return self.limit();
+            }
+            self.calm = if tolerance * long >= short {
+                self.calm + 1
+            } else {
+                0
+            };
+            if !self.slow_start && self.calm >= CALM_WINDOWS {
+                self.slow_start = true;
+                self.calm = 0;
+            }
+            if self.slow_start && !rose {
+                // No queue yet: double what the window used, as TCP's slow start does, so
+                // that a limit starting at 4 reaches an upstream of 256 in six windows
+                // rather than climbing by the smoothed headroom (0.8 a window) for minutes.
+                self.limit = (2.0 * w.max_in_flight as f64).clamp(self.limit, c.max as f64);
+                return self.limit();
+            }
+            if self.slow_start {
+                // The first queue: the window's gradient says by how much the last doubling
+                // overshot (Little's law: `in_flight · long / short` were being served), so
+                // the limit goes there at once, as TCP halves on leaving slow start, rather
+                // than coming down by a tenth a window for as many windows.
+                self.slow_start = false;
+                let at = (w.max_in_flight as f64).min(self.limit) * gradient + queue;
+                self.limit = at.clamp(c.min as f64, c.max as f64);
+                return self.limit();
+            }
+            self.limit * gradient + queue
         };
         let next = self.limit * (1.0 - smoothing) + new * smoothing;
         self.limit = next.clamp(c.min as f64, c.max as f64);
@@ -164,40 +260,95 @@ mod tests {
 
     fn w(ms: u64, max_in_flight: u64, dropped: bool) -> Aggregate {
         Aggregate {
+            rtt_error_ns: 0,
             rtt_ns: ms * 1_000_000,
             max_in_flight,
             dropped,
         }
     }
 
-    /// Worked by hand from the formula, with min 10, max 200, from 100.
+    /// Worked by hand from the formula, with min 10, max 200, a queue of 4, from 100.
     #[test]
     fn hand_worked_vector() {
         let mut g = Gradient2::new(Gradient2Config {
             initial: 100,
             min: 10,
+            max: 200,
+            queue_size: Some(4),
             ..Gradient2Config::default()
         });
-        // Window 1: long = 10 ms. gradient = clamp(10/10, ·, 1) = 1, new = 104,
-        // L = 80 + 20.8 = 100.8.
+        // Window 1 sets long = 10 ms and holds the limit.
         assert_eq!(g.update(w(10, 100, false)), 100);
-        assert!((g.estimate() - 100.8).abs() < 1e-9);
-        // Window 2: short 20 ms in a full window: a rise the limit shaped, so long stays
-        // 10 ms. gradient = 10/20 = 0.5: new = 50.4 + 4 = 54.4, L = 80.64 + 10.88 = 91.52.
-        assert_eq!(g.update(w(20, 100, false)), 91);
-        assert!((g.estimate() - 91.52).abs() < 1e-9);
-        // Window 3: short 8 ms, a fall, learnt by the warm-up's plain average: long = 10 +
-        // (8 − 10)/3 = 9.33 ms. gradient = 9.33/8 → 1: new = 95.52, L = 73.216 + 19.104
-        // = 92.32.
-        assert_eq!(g.update(w(8, 91, false)), 92);
-        assert!((g.estimate() - 92.32).abs() < 1e-9);
-        // Window 4, app-limited (40 < 92.32/2): long learns its rise, to 9.33 + (10 −
-        // 9.33)/4 = 9.5 ms; the limit does not move.
-        assert_eq!(g.update(w(10, 40, false)), 92);
+        // Window 2: no queue, slow start: twice what it used, 200.
+        assert_eq!(g.update(w(10, 100, false)), 200);
+        // Window 3: short 20 ms in a full window, a rise the limit shaped (long stays 10
+        // ms), gradient 0.5 < 0.9: the slow start ends at 200 · 0.5 + 4 = 104.
+        assert_eq!(g.update(w(20, 200, false)), 104);
+        // Window 4: short 8 ms, a fall beyond the (zero) noise, learnt by the warm-up's
+        // plain average: long = 10 + (8 − 10)/4 = 9.5 ms. gradient = 9.5/8 → 1: new = 108,
+        // L = 0.8 · 104 + 0.2 · 108 = 104.8.
+        assert_eq!(g.update(w(8, 104, false)), 104);
+        assert!((g.estimate() - 104.8).abs() < 1e-9);
         assert!((g.long_rtt() - 9_500_000.0).abs() < 1e-3);
-        // Window 5, a drop: new = 46.16, L = 73.856 + 9.232 = 83.088.
-        assert_eq!(g.update(w(10, 92, true)), 83);
-        assert!((g.estimate() - 83.088).abs() < 1e-9);
+        // Window 5, app-limited (40 < 104.8/2): long learns its rise, to 9.5 + (10 −
+        // 9.5)/5 = 9.6 ms; the limit does not move.
+        assert_eq!(g.update(w(10, 40, false)), 104);
+        assert!((g.long_rtt() - 9_600_000.0).abs() < 1e-3);
+        // Window 6, a drop: new = 52.4, L = 83.84 + 10.48 = 94.32.
+        assert_eq!(g.update(w(10, 104, true)), 94);
+        assert!((g.estimate() - 94.32).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_shaped_fall_within_the_windows_noise_leaves_the_reference() {
+        let mut g = Gradient2::new(Gradient2Config {
+            initial: 100,
+            min: 10,
+            max: 200,
+            queue_size: Some(4),
+            ..Gradient2Config::default()
+        });
+        g.update(w(10, 100, false));
+        g.update(w(10, 100, false));
+        g.update(w(20, 200, false));
+        // 9 ms with a standard error of 1 ms: within twice it of 10 ms, noise.
+        let noisy = Aggregate {
+            rtt_error_ns: 1_000_000,
+            ..w(9, 104, false)
+        };
+        g.update(noisy);
+        assert!((g.long_rtt() - 10_000_000.0).abs() < 1e-3);
+        // 7 ms with the same error: beyond it, learnt (10 + (7 − 10)/5 = 9.4 ms).
+        g.update(Aggregate {
+            rtt_ns: 7_000_000,
+            ..noisy
+        });
+        assert!((g.long_rtt() - 9_400_000.0).abs() < 1e-3);
+    }
+
+    #[test]
+    fn three_windows_at_gradient_one_start_the_doubling_again() {
+        let mut g = Gradient2::new(Gradient2Config {
+            initial: 50,
+            min: 10,
+            max: 1000,
+            queue_size: Some(4),
+            ..Gradient2Config::default()
+        });
+        g.update(w(10, 50, false));
+        // The slow start ends at once on a queue: 50 · 0.5 + 4 = 29.
+        assert_eq!(g.update(w(20, 50, false)), 29);
+        // Two calm windows grow the limit by the smoothed headroom only...
+        let calm = |g: &mut Gradient2| {
+            let l = g.limit();
+            g.update(w(10, l, false))
+        };
+        assert_eq!(calm(&mut g), 29);
+        assert_eq!(calm(&mut g), 30);
+        // ...the third starts the slow start, and the next doubles what it used.
+        calm(&mut g);
+        let used = g.limit();
+        assert_eq!(calm(&mut g), 2 * used);
     }
 
     #[test]

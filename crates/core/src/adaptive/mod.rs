@@ -38,7 +38,7 @@ pub use aimd::{Aimd, AimdConfig};
 pub use config::{Strategy, WindowConfig};
 pub use fair_queue::{FairQueue, FairQueueConfig, Refused};
 pub use gradient::{Gradient, GradientConfig};
-pub use gradient2::{Gradient2, Gradient2Config};
+pub use gradient2::{auto_queue, Gradient2, Gradient2Config};
 pub use limiter::{AdaptiveLimiter, Completion, Criticality, Shed, Ticket};
 pub use vegas::{Vegas, VegasConfig};
 pub use window::{Aggregate, WindowUpdate, Windowed};

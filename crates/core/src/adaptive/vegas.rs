@@ -45,7 +45,7 @@ impl Default for VegasConfig {
 /// use ratewarden_core::adaptive::{Aggregate, Vegas, VegasConfig, WindowUpdate};
 ///
 /// let mut vegas = Vegas::new(VegasConfig::default(), 1);
-/// let at = |rtt_ns| Aggregate { rtt_ns, max_in_flight: 20, dropped: false };
+/// let at = |rtt_ns| Aggregate { rtt_ns, rtt_error_ns: 0, max_in_flight: 20, dropped: false };
 /// assert_eq!(vegas.update(at(10_000_000)), 20); // the first window sets rtt_noload
 /// assert_eq!(vegas.update(at(10_000_000)), 26); // no queue: + β = 6
 /// ```
@@ -140,6 +140,7 @@ mod tests {
 
     fn w(ms: u64, max_in_flight: u64, dropped: bool) -> Aggregate {
         Aggregate {
+            rtt_error_ns: 0,
             rtt_ns: ms * 1_000_000,
             max_in_flight,
             dropped,
@@ -162,6 +163,7 @@ mod tests {
         // rtt 10.1 ms: queue = ⌈100 · 0.1/10.1⌉ = ⌈0.99⌉ = 1 ≤ 2: + β = 112.
         assert_eq!(
             v.update(Aggregate {
+                rtt_error_ns: 0,
                 rtt_ns: 10_100_000,
                 max_in_flight: 100,
                 dropped: false
@@ -171,6 +173,7 @@ mod tests {
         // L = 112, lg = 2. rtt 10.3 ms: queue = ⌈112 · 0.3/10.3⌉ = ⌈3.26⌉ = 4 < 6: + 2.
         assert_eq!(
             v.update(Aggregate {
+                rtt_error_ns: 0,
                 rtt_ns: 10_300_000,
                 max_in_flight: 112,
                 dropped: false

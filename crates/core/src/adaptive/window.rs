@@ -7,6 +7,10 @@ use super::{Controller, Sample};
 pub struct Aggregate {
     /// The average RTT of the window, in nanoseconds (rounded down).
     pub rtt_ns: u64,
+    /// The standard error of `rtt_ns` (the samples' standard deviation over the square
+    /// root of their count), in nanoseconds: how far the window's average may be from the
+    /// upstream's by chance alone.
+    pub rtt_error_ns: u64,
     /// The most requests in flight at any sample's start.
     pub max_in_flight: u64,
     /// Whether any sample was dropped.
@@ -25,6 +29,7 @@ pub trait WindowUpdate: std::fmt::Debug + Send {
 /// error page says nothing of the upstream's queue), and the controller is updated once a
 /// window holds at least `min_samples` samples and at least `min_time` has passed since the
 /// last update (or the start). One sample is noise; a window's average is a measurement.
+/// [`Windowed::round_trips`] also holds a window open for the last one's average RTT.
 #[derive(Debug)]
 pub struct Windowed<C> {
     inner: C,
@@ -33,8 +38,13 @@ pub struct Windowed<C> {
     start: u64,
     count: u64,
     sum: u128,
+    squares: u128,
     max_in_flight: u64,
     dropped: bool,
+    /// The last window's average RTT.
+    last_rtt_ns: u64,
+    /// Whether a window lasts at least `last_rtt_ns` (unless it saw a drop).
+    round_trips: bool,
 }
 
 impl<C: WindowUpdate> Windowed<C> {
@@ -46,8 +56,31 @@ impl<C: WindowUpdate> Windowed<C> {
             start: now,
             count: 0,
             sum: 0,
+            squares: 0,
             max_in_flight: 0,
             dropped: false,
+            last_rtt_ns: 0,
+            round_trips: false,
+        }
+    }
+
+    /// A window also lasts at least the last one's average RTT, unless it saw a drop: one
+    /// shorter than a round trip is answered by requests let in under the limit before the
+    /// last, and a controller that doubles its limit each window (Gradient2's slow start)
+    /// would run ahead of what it measures (on an upstream of 1 s, ten doublings in 100 ms
+    /// windows before the first is seen). A drop is news to act on at once.
+    #[must_use]
+    pub fn round_trips(mut self) -> Self {
+        self.round_trips = true;
+        self
+    }
+
+    /// How long this window lasts at least.
+    fn least_ns(&self) -> u64 {
+        if self.round_trips && !self.dropped {
+            self.config.min_time_ns.max(self.last_rtt_ns)
+        } else {
+            self.config.min_time_ns
         }
     }
 
@@ -65,21 +98,30 @@ impl<C: WindowUpdate> Controller for Windowed<C> {
         }
         self.count += 1;
         self.sum += u128::from(sample.rtt_ns);
+        self.squares = self
+            .squares
+            .saturating_add(u128::from(sample.rtt_ns) * u128::from(sample.rtt_ns));
         self.max_in_flight = self.max_in_flight.max(sample.in_flight);
         self.dropped |= sample.dropped;
         if self.count < u64::from(self.config.min_samples)
-            || now.saturating_sub(self.start) < self.config.min_time_ns
+            || now.saturating_sub(self.start) < self.least_ns()
         {
             return self.inner.limit();
         }
+        let n = self.count as f64;
+        let mean = self.sum as f64 / n;
+        let variance = (self.squares as f64 / n - mean * mean).max(0.0);
         let window = Aggregate {
             rtt_ns: u64::try_from(self.sum / u128::from(self.count)).unwrap_or(u64::MAX),
+            rtt_error_ns: (variance / n).sqrt() as u64,
             max_in_flight: self.max_in_flight,
             dropped: self.dropped,
         };
         self.start = now;
+        self.last_rtt_ns = window.rtt_ns;
         self.count = 0;
         self.sum = 0;
+        self.squares = 0;
         self.max_in_flight = 0;
         self.dropped = false;
         self.inner.update(window)

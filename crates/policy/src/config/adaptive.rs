@@ -181,7 +181,11 @@ pub(super) fn adaptive(
                 min: read.count("min", &params.min, d.min),
                 max: read.count("max", &params.max, d.max),
                 smoothing_permille: smoothing,
-                queue_size: read.whole("queue_size", &params.queue_size, d.queue_size),
+                // Unset: the headroom grows with the limit (`auto_queue`).
+                queue_size: params
+                    .queue_size
+                    .is_some()
+                    .then(|| read.whole("queue_size", &params.queue_size, 0)),
                 long_window: read.count("long_window", &params.long_window, d.long_window),
                 tolerance_permille: tolerance,
             })
