@@ -150,14 +150,15 @@ pub struct LoadArgs {
     #[arg(long, value_enum, default_value_t = LoadStrategy::Gradient2)]
     pub strategy: LoadStrategy,
 
-    /// Run the strategy with its published defaults (a window of 1 s, floors of 20)
-    /// instead of the parameters for a small upstream; give it `--workers 64` or so.
+    /// Run the strategy with the defaults a rule gets when it names no parameters
+    /// (Gradient2's fit 4 to 256 workers: a start of 4 doubled in a slow start, a floor of
+    /// 1, a headroom of √L/2) instead of the parameters for a small upstream.
     #[arg(long)]
     pub defaults: bool,
 
     /// How often the limit may move (the window's least time, its 10 answers aside),
-    /// instead of 100 ms (1 s with `--defaults`): `--defaults --window 100ms` is the
-    /// published defaults with the window that settles within seconds.
+    /// instead of 100 ms: `--defaults --window 1s` is the defaults with Netflix's window,
+    /// which a large upstream's limit needs a minute of overload to climb through.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     pub window: Option<Duration>,
 

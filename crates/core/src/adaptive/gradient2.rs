@@ -75,15 +75,23 @@ const SLOW_START_EXIT: f64 = 0.9;
 /// is taken back by the next window.
 const CALM_WINDOWS: u32 = 3;
 
-/// Windows averaged plainly before the long RTT becomes an exponential average (Netflix's
-/// warm-up).
+/// How much a window's RTT counts in the warm-up's average: the inverse of its variance
+/// (its standard error squared, and a microsecond squared so that windows without noise
+/// count alike).
+fn precision(rtt_error_ns: u64) -> f64 {
+    let e = rtt_error_ns as f64;
+    1.0 / (e * e + 1e6)
+}
+
+/// Windows averaged, each by its precision, before the long RTT becomes an exponential
+/// average (Netflix's warm-up averages them plainly).
 const WARMUP: u64 = 10;
 
 /// Gradient2.
 ///
 /// Each window: `long` is the exponential average of the windows' RTTs (weight
-/// `2 / (long_window + 1)`, a plain average for the first ten, the first window taken as
-/// it is), except that a window the limit shaped (it used the limit, `in_flight ≥ L / 2`,
+/// `2 / (long_window + 1)`; for the first ten, their average weighted by each one's
+/// precision, the inverse of its standard error squared), except that a window the limit shaped (it used the limit, `in_flight ≥ L / 2`,
 /// above `min`, and outside a slow start that saw no queue) teaches no rise, and a fall
 /// only beyond twice its standard error: `long` is the upstream's no-load RTT, not one the
 /// limit's own queue shaped nor the luckiest of the windows' noise. If `long / short > 2`
@@ -92,7 +100,7 @@ const WARMUP: u64 = 10;
 ///
 /// The limit starts in slow start: while a used window's RTT, less twice its standard
 /// error, stays within a ninth of `long`, the limit doubles what the window used (the first
-/// window only sets `long`). The first window over that leaves it, the limit going at once
+/// window too, as TCP's first round trip: it has only itself to compare). The first window over that leaves it, the limit going at once
 /// to `in_flight · gradient + queue`, what Little's law says was being served plus the
 /// headroom; three used windows in a row at gradient 1 start it again. Outside it, when
 /// the limit was used: `gradient = clamp(tolerance · long / short, 0.5, 1)`,
@@ -114,8 +122,7 @@ const WARMUP: u64 = 10;
 ///
 /// let mut g = Gradient2::new(Gradient2Config::default());
 /// let at = |in_flight| Aggregate { rtt_ns: 10_000_000, rtt_error_ns: 0, max_in_flight: in_flight, dropped: false };
-/// // The first window sets the reference; then, no queue: the slow start doubles.
-/// assert_eq!(g.update(at(4)), 4);
+/// // No queue: the slow start doubles what each window used.
 /// assert_eq!(g.update(at(4)), 8);
 /// assert_eq!(g.update(at(8)), 16);
 /// ```
@@ -125,6 +132,8 @@ pub struct Gradient2 {
     limit: f64,
     long: f64,
     windows: u64,
+    /// The warm-up's weights learnt so far (see `precision`).
+    weights: f64,
     /// Until the first window that shows queueing (or a drop), a used limit doubles.
     slow_start: bool,
     /// Windows in a row at gradient 1 (see `CALM_WINDOWS`).
@@ -139,6 +148,7 @@ impl Gradient2 {
             config,
             long: 0.0,
             windows: 0,
+            weights: 0.0,
             slow_start: true,
             calm: 0,
         }
@@ -173,11 +183,14 @@ impl WindowUpdate for Gradient2 {
         // large upstream's limit then settles below its workers).
         let tolerance = c.tolerance_permille as f64 / 1000.0;
         let noise = 2.0 * w.rtt_error_ns as f64;
-        let rose = tolerance * self.long / (short - noise).max(1.0) < SLOW_START_EXIT;
+        // The first window has only itself to compare.
+        let reference = if self.windows == 1 { short } else { self.long };
+        // Against the reference itself, not `tolerance` times it: the queue a tolerance
+        // allows is one the limit may keep, not one a doubling may overshoot into.
+        let rose = reference / (short - noise).max(1.0) < SLOW_START_EXIT;
         let unqueued = self.windows > 1 && self.slow_start && !rose;
-        let unshaped = (w.max_in_flight as f64) < self.limit / 2.0
-            || self.limit <= c.min as f64
-            || unqueued;
+        let unshaped =
+            (w.max_in_flight as f64) < self.limit / 2.0 || self.limit <= c.min as f64 || unqueued;
         // The first window sets the reference; the warm-up then averages plainly, but like
         // every later window it learns a rise only from a window the limit did not shape:
         // an initial limit above the upstream's workers queues from the start, and a
@@ -186,12 +199,18 @@ impl WindowUpdate for Gradient2 {
         // rise, the reference would sink through the windows' noise to their lowest, a
         // large upstream's limit after it (on a tail of p99 2× the mean, at 64 workers:
         // 8 % low, the limit at 37, goodput 0.56 of capacity).
-        self.long = if self.windows == 1 {
-            short
-        } else if !unshaped && (short > self.long || short + noise >= self.long) {
+        let learnt =
+            self.windows == 1 || unshaped || (short <= self.long && short + noise < self.long);
+        self.long = if !learnt {
             self.long
         } else if self.windows <= WARMUP {
-            self.long + (short - self.long) / self.windows as f64
+            // Weighted by each window's precision: a slow start's first windows hold few
+            // samples, and a plain average would give their noise the weight of a window
+            // of hundreds (on 256 workers of 1 s with a tail of p99 2x: a reference 3 %
+            // low, the limit 239).
+            let weight = precision(w.rtt_error_ns);
+            self.weights += weight;
+            self.long + (short - self.long) * weight / self.weights
         } else {
             let factor = 2.0 / (c.long_window as f64 + 1.0);
             self.long * (1.0 - factor) + short * factor
@@ -211,15 +230,10 @@ impl WindowUpdate for Gradient2 {
             return self.limit();
         } else {
             let gradient = (tolerance * long / short).clamp(0.5, 1.0);
-            if self.windows == 1 {
-                // The window that set the reference says nothing against it.
-                return self.limit();
-            }
-            self.calm = if tolerance * long >= short {
-                self.calm + 1
-            } else {
-                0
-            };
+            // No queue at all, whatever the tolerance allows: at rest with a tolerance of
+            // 1.2 the short RTT sits 20 % above the reference, and a calm read against
+            // 1.2 times it would start a doubling every few seconds.
+            self.calm = if long >= short { self.calm + 1 } else { 0 };
             if !self.slow_start && self.calm >= CALM_WINDOWS {
                 self.slow_start = true;
                 self.calm = 0;
@@ -277,24 +291,23 @@ mod tests {
             queue_size: Some(4),
             ..Gradient2Config::default()
         });
-        // Window 1 sets long = 10 ms and holds the limit.
-        assert_eq!(g.update(w(10, 100, false)), 100);
-        // Window 2: no queue, slow start: twice what it used, 200.
+        // Window 1 sets long = 10 ms; no queue against it, slow start: twice what it
+        // used, 200.
         assert_eq!(g.update(w(10, 100, false)), 200);
-        // Window 3: short 20 ms in a full window, a rise the limit shaped (long stays 10
+        // Window 2: short 20 ms in a full window, a rise the limit shaped (long stays 10
         // ms), gradient 0.5 < 0.9: the slow start ends at 200 · 0.5 + 4 = 104.
         assert_eq!(g.update(w(20, 200, false)), 104);
-        // Window 4: short 8 ms, a fall beyond the (zero) noise, learnt by the warm-up's
-        // plain average: long = 10 + (8 − 10)/4 = 9.5 ms. gradient = 9.5/8 → 1: new = 108,
-        // L = 0.8 · 104 + 0.2 · 108 = 104.8.
+        // Window 3: short 8 ms, a fall beyond the (zero) noise, learnt by the warm-up's
+        // average, the windows without noise weighing alike: long = (10 + 8) / 2 = 9 ms.
+        // gradient = 9/8 → 1: new = 108, L = 0.8 · 104 + 0.2 · 108 = 104.8.
         assert_eq!(g.update(w(8, 104, false)), 104);
         assert!((g.estimate() - 104.8).abs() < 1e-9);
-        assert!((g.long_rtt() - 9_500_000.0).abs() < 1e-3);
-        // Window 5, app-limited (40 < 104.8/2): long learns its rise, to 9.5 + (10 −
-        // 9.5)/5 = 9.6 ms; the limit does not move.
+        assert!((g.long_rtt() - 9_000_000.0).abs() < 1e-3);
+        // Window 4, app-limited (40 < 104.8/2): long learns its rise, to (10 + 8 + 10) / 3
+        // = 9.33 ms; the limit does not move.
         assert_eq!(g.update(w(10, 40, false)), 104);
-        assert!((g.long_rtt() - 9_600_000.0).abs() < 1e-3);
-        // Window 6, a drop: new = 52.4, L = 83.84 + 10.48 = 94.32.
+        assert!((g.long_rtt() - 28_000_000.0 / 3.0).abs() < 1e-3);
+        // Window 5, a drop: new = 52.4, L = 83.84 + 10.48 = 94.32.
         assert_eq!(g.update(w(10, 104, true)), 94);
         assert!((g.estimate() - 94.32).abs() < 1e-9);
     }
@@ -308,22 +321,19 @@ mod tests {
             queue_size: Some(4),
             ..Gradient2Config::default()
         });
-        g.update(w(10, 100, false));
-        g.update(w(10, 100, false));
-        g.update(w(20, 200, false));
-        // 9 ms with a standard error of 1 ms: within twice it of 10 ms, noise.
-        let noisy = Aggregate {
+        // Every window with a standard error of 1 ms.
+        let noisy = |ms, in_flight| Aggregate {
             rtt_error_ns: 1_000_000,
-            ..w(9, 104, false)
+            ..w(ms, in_flight, false)
         };
-        g.update(noisy);
+        g.update(noisy(10, 100));
+        g.update(noisy(20, 200));
+        // 9 ms: within twice the error of 10 ms, noise.
+        g.update(noisy(9, 104));
         assert!((g.long_rtt() - 10_000_000.0).abs() < 1e-3);
-        // 7 ms with the same error: beyond it, learnt (10 + (7 − 10)/5 = 9.4 ms).
-        g.update(Aggregate {
-            rtt_ns: 7_000_000,
-            ..noisy
-        });
-        assert!((g.long_rtt() - 9_400_000.0).abs() < 1e-3);
+        // 6 ms: beyond it, learnt, as precise as the first: (10 + 6) / 2 = 8 ms.
+        g.update(noisy(6, 104));
+        assert!((g.long_rtt() - 8_000_000.0).abs() < 1.0);
     }
 
     #[test]
@@ -335,16 +345,17 @@ mod tests {
             queue_size: Some(4),
             ..Gradient2Config::default()
         });
-        g.update(w(10, 50, false));
-        // The slow start ends at once on a queue: 50 · 0.5 + 4 = 29.
-        assert_eq!(g.update(w(20, 50, false)), 29);
+        // The first window doubles; the next ends the slow start on a queue: 100 · 0.5 +
+        // 4 = 54.
+        assert_eq!(g.update(w(10, 50, false)), 100);
+        assert_eq!(g.update(w(20, 100, false)), 54);
         // Two calm windows grow the limit by the smoothed headroom only...
         let calm = |g: &mut Gradient2| {
             let l = g.limit();
             g.update(w(10, l, false))
         };
-        assert_eq!(calm(&mut g), 29);
-        assert_eq!(calm(&mut g), 30);
+        assert_eq!(calm(&mut g), 54);
+        assert_eq!(calm(&mut g), 55);
         // ...the third starts the slow start, and the next doubles what it used.
         calm(&mut g);
         let used = g.limit();
