@@ -152,7 +152,7 @@ pub struct LoadArgs {
 
     /// Run the strategy with the defaults a rule gets when it names no parameters
     /// (Gradient2's fit 4 to 256 workers: a start of 4 doubled in a slow start, a floor of
-    /// 1, a headroom of √L/2) instead of the parameters for a small upstream.
+    /// 1, a headroom of sqrt(L)/2) instead of the parameters for a small upstream.
     #[arg(long)]
     pub defaults: bool,
 
