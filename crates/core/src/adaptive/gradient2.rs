@@ -242,7 +242,9 @@ impl WindowUpdate for Gradient2 {
                 // No queue yet: double what the window used, as TCP's slow start does, so
                 // that a limit starting at 4 reaches an upstream of 256 in six windows
                 // rather than climbing by the smoothed headroom (0.8 a window) for minutes.
-                self.limit = (2.0 * w.max_in_flight as f64).clamp(self.limit, c.max as f64);
+                self.limit = (2.0 * w.max_in_flight as f64)
+                    .max(self.limit)
+                    .min(c.max as f64);
                 return self.limit();
             }
             if self.slow_start {
