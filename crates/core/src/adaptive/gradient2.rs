@@ -7,7 +7,7 @@ use super::window::{Aggregate, WindowUpdate};
 /// upstream's size: a start of 4 and a floor of 1 (Netflix's 20 and 20 sit above a small
 /// upstream's workers, so the limit could never protect it), a ceiling of 1,000 (Netflix's
 /// 200 caps an upstream of 256 workers at 78 % of it), and the headroom grown with the limit
-/// (`queue_size` unset: about `√L / 2`), as Netflix's first gradient controller has it;
+/// (`queue_size` unset: about `√L / 2`; Netflix's first gradient controller grows it as `√L`);
 /// smoothing 0.2, long window 600, tolerance 1 (Netflix's 1.5 keeps half the workers'
 /// worth queued).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
