@@ -3,8 +3,9 @@
 
 use super::window::{Aggregate, WindowUpdate};
 
-/// Gradient2's parameters. Netflix's controller with defaults that need no tuning to the
-/// upstream's size: a start of 4 and a floor of 1 (Netflix's 20 and 20 sit above a small
+/// Gradient2's parameters. Netflix's controller with defaults meant to need no tuning to the
+/// upstream's size (held in the simulator from 4 to 256 workers; docs/adaptive.md has the
+/// figures over sockets): a start of 4 and a floor of 1 (Netflix's 20 and 20 sit above a small
 /// upstream's workers, so the limit could never protect it), a ceiling of 1,000 (Netflix's
 /// 200 caps an upstream of 256 workers at 78 % of it), and the headroom grown with the limit
 /// (`queue_size` unset: about `√L / 2`; Netflix's first gradient controller grows it as `√L`);
