@@ -65,6 +65,16 @@ fn an_adaptive_rule_takes_its_strategy_and_parameters_with_published_defaults() 
         ),
         (4, 1, 1000, 200, None, 600, 1000)
     );
+    // A `queue_size` named fixes the headroom, zero included.
+    let config = parse(
+        "a.toml",
+        &format!("{RULE}[limit.adaptive]\nqueue_size = 0\n"),
+    )
+    .unwrap();
+    let Strategy::Gradient2(g) = config.rules[0].adaptive.clone().unwrap().strategy else {
+        panic!()
+    };
+    assert_eq!(g.queue_size, Some(0));
 }
 
 #[test]

@@ -171,44 +171,28 @@ impl WindowUpdate for Gradient2 {
         let c = &self.config;
         let short = w.rtt_ns.max(1) as f64;
         self.windows += 1;
-        // Whether this window's RTT may raise the reference: only if the limit's own queue
-        // did not shape it. Under sustained overload every window is full, its RTT is the
-        // queue the limit lets build, and learning it drags the reference up, the limit
-        // after it (`tolerance` above a reference that follows), and so on for as long as
-        // the overload lasts (docs/adaptive.md has the figures). A window
-        // that did not use the limit, or one at the lowest limit, shows the upstream's own
-        // latency: a service slower for good is believed from those.
-        // So does a window of the slow start that showed no queue: the limit doubles below
-        // the workers, each window's RTT the upstream's own, and a reference that took
-        // only their falls would be their lowest, not their mean (a few percent low, and a
-        // large upstream's limit then settles below its workers).
         let tolerance = c.tolerance_permille as f64 / 1000.0;
         let noise = 2.0 * w.rtt_error_ns as f64;
-        // The first window has only itself to compare.
+        let used = w.max_in_flight as f64 >= self.limit / 2.0;
+        // The first window has only itself to compare. A doubling's queue is read against
+        // the reference itself, not `tolerance` times it: the queue a tolerance allows is
+        // one the limit may keep, not one a doubling may overshoot into.
         let reference = if self.windows == 1 { short } else { self.long };
-        // Against the reference itself, not `tolerance` times it: the queue a tolerance
-        // allows is one the limit may keep, not one a doubling may overshoot into.
         let rose = reference / (short - noise).max(1.0) < SLOW_START_EXIT;
-        let unqueued = self.windows > 1 && self.slow_start && !rose;
-        let unshaped =
-            (w.max_in_flight as f64) < self.limit / 2.0 || self.limit <= c.min as f64 || unqueued;
-        // The first window sets the reference; the warm-up then averages plainly, but like
-        // every later window it learns a rise only from a window the limit did not shape:
-        // an initial limit above the upstream's workers queues from the start, and a
-        // reference that learnt that queue would keep it standing for good. A shaped window
-        // teaches a fall only one beyond twice its standard error: taking every fall and no
-        // rise, the reference would sink through the windows' noise to their lowest, a
-        // large upstream's limit after it (on a tail of p99 2× the mean, at 64 workers:
-        // 8 % low, the limit at 37, goodput 0.56 of capacity).
-        let learnt =
-            self.windows == 1 || unshaped || (short <= self.long && short + noise < self.long);
+        // What the reference learns: the first window; any window the limit's own queue did
+        // not shape (one that did not use the limit, one at the floor, one of a slow start
+        // that saw no queue), whose RTT is the upstream's own; and from a shaped window only
+        // a fall beyond twice its standard error. A shaped window's rise is the queue the
+        // limit let build, and learning it would drag the limit up after it; taking its
+        // every fall would sink the reference through the windows' noise to their lowest.
+        let unshaped = !used || self.limit <= c.min as f64 || (self.slow_start && !rose);
+        let learnt = self.windows == 1 || unshaped || short + noise < self.long;
         self.long = if !learnt {
             self.long
         } else if self.windows <= WARMUP {
             // Weighted by each window's precision: a slow start's first windows hold few
             // samples, and a plain average would give their noise the weight of a window
-            // of hundreds (on 256 workers of 1 s with a tail of p99 2x: a reference 3 %
-            // low, the limit 239).
+            // of hundreds.
             let weight = precision(w.rtt_error_ns);
             self.weights += weight;
             self.long + (short - self.long) * weight / self.weights
@@ -226,33 +210,29 @@ impl WindowUpdate for Gradient2 {
             self.slow_start = false;
             self.calm = 0;
             self.limit * 0.5
-        } else if (w.max_in_flight as f64) < self.limit / 2.0 {
+        } else if !used {
             // Not using the limit: no evidence it could be higher.
             return self.limit();
         } else {
             let gradient = (tolerance * long / short).clamp(0.5, 1.0);
-            // No queue at all, whatever the tolerance allows: at rest with a tolerance of
-            // 1.2 the short RTT sits 20 % above the reference, and a calm read against
-            // 1.2 times it would start a doubling every few seconds.
+            // Calm is no queue at all, whatever the tolerance allows: at rest a tolerance
+            // keeps the short RTT above the reference by that share.
             self.calm = if long >= short { self.calm + 1 } else { 0 };
             if !self.slow_start && self.calm >= CALM_WINDOWS {
                 self.slow_start = true;
                 self.calm = 0;
             }
             if self.slow_start && !rose {
-                // No queue yet: double what the window used, as TCP's slow start does, so
-                // that a limit starting at 4 reaches an upstream of 256 in six windows
-                // rather than climbing by the smoothed headroom (0.8 a window) for minutes.
+                // No queue yet: double what the window used, as TCP's slow start does.
                 self.limit = (2.0 * w.max_in_flight as f64)
                     .max(self.limit)
                     .min(c.max as f64);
                 return self.limit();
             }
             if self.slow_start {
-                // The first queue: the window's gradient says by how much the last doubling
-                // overshot (Little's law: `in_flight · long / short` were being served), so
-                // the limit goes there at once, as TCP halves on leaving slow start, rather
-                // than coming down by a tenth a window for as many windows.
+                // The first queue: by Little's law `in_flight · long / short` were being
+                // served, and the limit goes there at once, as TCP halves on leaving slow
+                // start, rather than by a tenth a window.
                 self.slow_start = false;
                 let at = (w.max_in_flight as f64).min(self.limit) * gradient + queue;
                 self.limit = at.clamp(c.min as f64, c.max as f64);
@@ -284,16 +264,21 @@ mod tests {
         }
     }
 
+    /// A controller from `initial`, with min 10, a fixed queue of 4 and `max`.
+    fn from(initial: u64, max: u64) -> Gradient2 {
+        Gradient2::new(Gradient2Config {
+            initial,
+            min: 10,
+            max,
+            queue_size: Some(4),
+            ..Gradient2Config::default()
+        })
+    }
+
     /// Worked by hand from the formula, with min 10, max 200, a queue of 4, from 100.
     #[test]
     fn hand_worked_vector() {
-        let mut g = Gradient2::new(Gradient2Config {
-            initial: 100,
-            min: 10,
-            max: 200,
-            queue_size: Some(4),
-            ..Gradient2Config::default()
-        });
+        let mut g = from(100, 200);
         // Window 1 sets long = 10 ms; no queue against it, slow start: twice what it
         // used, 200.
         assert_eq!(g.update(w(10, 100, false)), 200);
@@ -317,13 +302,7 @@ mod tests {
 
     #[test]
     fn a_shaped_fall_within_the_windows_noise_leaves_the_reference() {
-        let mut g = Gradient2::new(Gradient2Config {
-            initial: 100,
-            min: 10,
-            max: 200,
-            queue_size: Some(4),
-            ..Gradient2Config::default()
-        });
+        let mut g = from(100, 200);
         // Every window with a standard error of 1 ms.
         let noisy = |ms, in_flight| Aggregate {
             rtt_error_ns: 1_000_000,
@@ -340,14 +319,27 @@ mod tests {
     }
 
     #[test]
+    fn the_warm_up_weighs_a_window_by_its_precision() {
+        let mut g = from(100, 200);
+        // Two windows that did not use the limit, so both are learnt: 10 ms to within
+        // 0.1 ms, then 20 ms to within 10 ms. Weighed alike the reference would be 15 ms;
+        // by precision (10^4 to 1) it stays within a microsecond and a half of 10 ms.
+        let idle = |ms, error_ns| Aggregate {
+            rtt_error_ns: error_ns,
+            ..w(ms, 1, false)
+        };
+        g.update(idle(10, 100_000));
+        g.update(idle(20, 10_000_000));
+        assert!(
+            (g.long_rtt() - 10_000_000.0).abs() < 1_500.0,
+            "{}",
+            g.long_rtt()
+        );
+    }
+
+    #[test]
     fn three_windows_at_gradient_one_start_the_doubling_again() {
-        let mut g = Gradient2::new(Gradient2Config {
-            initial: 50,
-            min: 10,
-            max: 1000,
-            queue_size: Some(4),
-            ..Gradient2Config::default()
-        });
+        let mut g = from(50, 1000);
         // The first window doubles; the next ends the slow start on a queue: 100 · 0.5 +
         // 4 = 54.
         assert_eq!(g.update(w(10, 50, false)), 100);

@@ -169,4 +169,32 @@ mod tests {
         // A fresh window starts.
         assert_eq!(w.sample(1_001, busy(500)), 11);
     }
+
+    #[test]
+    fn a_round_trip_window_lasts_the_last_windows_rtt_unless_it_sees_a_drop() {
+        let config = WindowConfig {
+            min_samples: 1,
+            min_time_ns: 10,
+            min_rtt_ns: 0,
+        };
+        let aimd = Aimd::new(AimdConfig {
+            initial: 10,
+            min: 1,
+            max: 100,
+            ..AimdConfig::default()
+        });
+        let mut w = Windowed::new(aimd, config, 0).round_trips();
+        let at = |rtt_ns, dropped| Sample {
+            rtt_ns,
+            in_flight: 10,
+            dropped,
+        };
+        // The first window: 10 ns, one sample of 1,000 ns RTT; +1.
+        assert_eq!(w.sample(10, at(1_000, false)), 11);
+        // The next lasts at least that RTT: not at 500 ns on, but at 1,010.
+        assert_eq!(w.sample(500, at(1_000, false)), 11);
+        assert_eq!(w.sample(1_010, at(1_000, false)), 12);
+        // A drop closes it after the least time alone: ×0.9.
+        assert_eq!(w.sample(1_020, at(1_000, true)), 10);
+    }
 }

@@ -203,9 +203,8 @@ fn the_command_prints_both_runs_and_draws_them() {
 #[test]
 fn the_published_defaults_follow_each_capacity_step_to_the_workers_and_their_headroom() {
     // From a start of 4 in front of 64 workers, then 32, then 64 again (10 s each): the
-    // slow start doubles to the workers, the standing queue is `√L / 2` (4 at 64). Before
-    // the defaults learnt the upstream's size (a start and floor of 20, headroom 4, a
-    // 1 s window), the limit was 27, 35 and 43: still climbing after 30 s.
+    // slow start doubles to the workers, the standing queue is `√L / 2` (4 at 64), and
+    // each step's limit sits between the workers and an eighth above them.
     let args = LoadArgs {
         defaults: true,
         workers: 64,
@@ -298,7 +297,6 @@ fn the_published_defaults_settle_within_2s_of_each_capacity_step() {
         .iter()
         .map(|s| s.settled_ns.unwrap_or(u64::MAX))
         .collect();
-    // Measured 1.4 s, 1.7 s and 0.8 s (with the old defaults' 1 s window: 12 s, 6 s, 12 s).
     assert!(settled.iter().all(|&ns| ns <= 2 * SEC), "{settled:?}");
 }
 
@@ -310,10 +308,8 @@ fn the_published_defaults_keep_95_percent_of_capacity_near_the_unloaded_p99_from
 ) {
     // The spike (0.5x, 1.4x, 3x, 0.5x), 20 s a step, at the defaults a rule gets when it
     // names no parameters, on every upstream of the range: at 3x, goodput at least 95 %
-    // of the capacity and p99 within 1.3x of the unloaded one (the 0.5x step's). Before
-    // the defaults learnt the upstream's size, a floor of 20 let 4 workers' p99 reach
-    // 3.8x, and a climb of 0.8 a second held 64 workers at 0.67-0.90 of capacity and 256
-    // at 0.14-0.23 (docs/adaptive.md has the table).
+    // of the capacity and p99 within 1.3x of the unloaded one (the 0.5x step's); the
+    // table is printed (docs/adaptive.md has it beside the old defaults').
     let mut rows = Vec::new();
     for workers in [4, 16, 64, 256] {
         for service in [10, 100, 1_000] {

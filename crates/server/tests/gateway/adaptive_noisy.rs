@@ -482,22 +482,18 @@ async fn at_defaults_on(points: &[Point]) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_its_defaults_a_rule_keeps_95_percent_of_4_workers_within_1_5x_their_unloaded_p99() {
     let _turn = SERIAL.lock().await;
-    // The small end of the range, where the old defaults' floor of 20 sat above the
-    // workers and let p99 reach about 4x the unloaded one. Measured 0.987-0.990 of
-    // capacity at 1.24x-1.25x in five runs.
+    // The small end of the range, where a floor above the workers would leave the upstream
+    // unprotected.
     let failures = at_defaults_on(&[(4, fast, Duration::from_millis(10), WARM)]).await;
     assert!(failures.is_empty(), "{failures:#?}");
 }
 
 /// The rest of the range over sockets: 64 workers of 100 ms (640/s) and 256 of 1 s (256/s;
-/// longer to warm, its slow start doubling once a round trip). The goal is not met there
-/// yet: in five runs 64 workers kept 0.73 to 0.98 of capacity and 256 kept 0.82 to 1.00, the
-/// limit settling a few requests under the workers, which the simulator does not show
-/// (`simulate_load.rs` holds the whole range at 0.97 or more). Run by hand
-/// (`cargo test -p ratewarden-server --test adaptive_noisy -- --ignored --nocapture`) until
-/// the cause is found; it fails today.
+/// longer to warm, its slow start doubling once a round trip). Not met yet: the limit can
+/// settle a few requests under the workers, which the simulator does not show
+/// (docs/adaptive.md has the figures). Run by hand with `--ignored`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "a known shortfall over sockets at 64 and 256 workers (issue 45, item 2)"]
+#[ignore = "a known shortfall: over sockets the limit settles under 64 or 256 workers"]
 async fn at_its_defaults_a_rule_keeps_95_percent_of_64_and_256_workers_within_1_5x_their_unloaded_p99(
 ) {
     let _turn = SERIAL.lock().await;
