@@ -673,7 +673,7 @@ fn error_extension() {
     );
     assert_eq!(
         errors("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5}\n    ratewarden: {algorithm: gcra, brst: 3}\n"),
-        ["t.yaml:5:35: limit `d.a`: unknown key `brst` in `ratewarden`; expected one of `algorithm`, `burst`, `timezone`; did you mean `burst`?"]
+        ["t.yaml:5:35: limit `d.a`: unknown key `brst` in `ratewarden`; expected one of `algorithm`, `burst`, `timezone`, `always_charge`; did you mean `burst`?"]
     );
     assert_eq!(
         errors("domain: d\ndescriptors:\n  - key: a\n    ratewarden: {algorithm: gcra}\n"),
@@ -687,6 +687,32 @@ fn error_extension() {
         errors("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: month, requests_per_unit: 5}\n    ratewarden: {algorithm: quota, timezone: Mars/Olympus}\n").len(),
         1
     );
+    assert_eq!(
+        errors("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5}\n    ratewarden: {algorithm: leaky-queue, always_charge: yes}\n"),
+        ["t.yaml:5:57: limit `d.a`: `always_charge` does not apply to `leaky-queue`: its units are queued per request, not spent"]
+    );
+    assert_eq!(
+        errors("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 5}\n    ratewarden: {always_charge: 1}\n"),
+        ["t.yaml:5:33: limit `d.a`: `always_charge` must be true or false, not `1`"]
+    );
+}
+
+/// `ratewarden: {always_charge: true}` alone keeps envoyproxy/ratelimit's fixed window and
+/// marks the rule; without it a rule charges refused calls nothing.
+#[test]
+fn extension_always_charge_keeps_the_fixed_window() {
+    let c = envoy::parse(
+        "t.yaml",
+        "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 5}\n    ratewarden: {always_charge: on}\n  - key: b\n    rate_limit: {unit: minute, requests_per_unit: 5}\n",
+    )
+    .unwrap();
+    let a = resolved(&c, "d", &[("a", "x")]);
+    assert!(a.always_charge);
+    assert_eq!(
+        a.limit.as_ref().map(Limit::kind),
+        Some(AlgorithmKind::FixedWindow)
+    );
+    assert!(!resolved(&c, "d", &[("b", "x")]).always_charge);
 }
 
 #[test]

@@ -10,7 +10,7 @@ use crate::hint::did_you_mean;
 pub(super) const RATE_LIMIT_KEYS: &[&str] =
     &["unit", "requests_per_unit", "unlimited", "name", "replaces"];
 pub(super) const REPLACES_KEYS: &[&str] = &["name"];
-pub(super) const EXTENSION_KEYS: &[&str] = &["algorithm", "burst", "timezone"];
+pub(super) const EXTENSION_KEYS: &[&str] = &["algorithm", "burst", "timezone", "always_charge"];
 
 /// A map's entries by key, after rejecting unknown and repeated keys. `what` names the map in
 /// messages ("a descriptor").

@@ -63,6 +63,10 @@
 //! | `token-bucket`, `leaky-bucket`, `leaky-queue`, `gcra` | that bucket at `requests_per_unit` per divider | `burst` (default `requests_per_unit`) |
 //! | `quota` | [`Quota`](ratewarden_core::Quota): a calendar second, minute, hour, day, ISO week, month or year | `timezone` (IANA name, default `UTC`) |
 //!
+//! Any of them may add `always_charge: true` (not `leaky-queue`): a refused call's hits are
+//! charged all the same, into debt, as envoyproxy/ratelimit's counters count past the limit;
+//! for calls that report what was spent, such as Envoy's `hits_addend` at a stream's end.
+//!
 //! The extension needs a `rate_limit` with a `unit` and a `requests_per_unit` above zero.
 //! `concurrency` is refused: it is not a rate. The counter key stays envoyproxy/ratelimit's.
 //!

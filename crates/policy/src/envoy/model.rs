@@ -24,6 +24,10 @@ pub struct EnvoyRule {
     /// What to decide with: `None` when `unlimited`, or when `requests_per_unit` is 0 (every
     /// request is over the limit).
     pub limit: Option<Limit>,
+    /// `ratewarden: {always_charge: true}`: a refused call's hits are counted all the same,
+    /// as envoyproxy/ratelimit counts past its limit (for reports of what was spent, such as
+    /// Envoy's `hits_addend` at a stream's end).
+    pub always_charge: bool,
 }
 
 /// One descriptor node of the file.
@@ -152,6 +156,8 @@ pub struct Resolved {
     /// What to decide with: `None` when `unlimited` (always OK) or when `requests_per_unit`
     /// is 0 (always over the limit, as `hits > 0` is).
     pub limit: Option<Limit>,
+    /// The rule's `always_charge` (see [`EnvoyRule::always_charge`]).
+    pub always_charge: bool,
     /// The counter key as envoyproxy/ratelimit builds it, without its prefix and window:
     /// `domain_` then `key_value_` for each entry, the wildcard pattern standing for the
     /// value where a matched node has `share_threshold` (`edge_path_/api/*_client_id_abc_`).

@@ -132,6 +132,7 @@ impl EnvoyConfig {
             detailed_metric: node.detailed_metric,
             value_to_metric: node.value_to_metric,
             limit: rule.limit.clone(),
+            always_charge: rule.always_charge,
             key,
             stats_key: stats,
             label: Some(label),
@@ -172,6 +173,7 @@ impl EnvoyConfig {
             detailed_metric: false,
             value_to_metric: false,
             limit: fixed_window(limit.requests_per_unit, limit.unit),
+            always_charge: false,
             key,
             stats_key: stats,
             // Its values come from the request: a label each would let callers grow the

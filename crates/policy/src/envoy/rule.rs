@@ -125,6 +125,7 @@ pub(super) fn rate_limit(
         unlimited,
         replaces,
         limit,
+        always_charge: false,
     })
 }
 
@@ -136,13 +137,14 @@ fn fields_of_replaces<'n>(
     fields(item, "a `replaces` entry", REPLACES_KEYS, rule, errors)
 }
 
-/// The `ratewarden` map: another algorithm for `rule` (which has a unit and requests).
+/// The `ratewarden` map: another algorithm for `rule` (which has a unit and requests), and
+/// whether refused calls are charged all the same.
 pub(super) fn extension(
     node: &Node,
     rule: &EnvoyRule,
     name: Option<&str>,
     errors: &mut Errors<'_>,
-) -> Option<Limit> {
+) -> Option<(Limit, bool)> {
     let failures = errors.found.len();
     let fields = fields(node, "`ratewarden`", EXTENSION_KEYS, name, errors)?;
     let unit = rule.unit?;
@@ -211,6 +213,17 @@ pub(super) fn extension(
         }
         string(t, "timezone", name, errors).map(|tz| (tz, t.at))
     });
+    let always_charge = fields.get("always_charge").is_some_and(|a| {
+        let given = boolean(a, "always_charge", name, errors);
+        if given && kind == AlgorithmKind::LeakyQueue {
+            errors.at(
+                a.at,
+                name,
+                format!("`always_charge` does not apply to `{kind}`: its units are queued per request, not spent"),
+            );
+        }
+        given
+    });
     if errors.found.len() > failures {
         return None;
     }
@@ -231,7 +244,7 @@ pub(super) fn extension(
         sub_windows: None,
     };
     match Limit::build(kind, &numbers) {
-        Ok(limit) => Some(limit),
+        Ok(limit) => Some((limit, always_charge)),
         Err(e @ ratewarden_core::Error::TimeZone { .. }) => {
             errors.at(tz_at, name, format!("`timezone`: {e}"));
             None

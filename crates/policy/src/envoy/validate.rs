@@ -156,8 +156,9 @@ fn descriptor(item: &Node, parent: &str, errors: &mut Errors<'_>) -> Option<Desc
     if let Some(ext) = fields.get("ratewarden") {
         match &mut rule {
             Some(rule) if rule.limit.is_some() => {
-                if let Some(limit) = extension(ext, rule, rule_name, errors) {
+                if let Some((limit, always_charge)) = extension(ext, rule, rule_name, errors) {
                     rule.limit = Some(limit);
+                    rule.always_charge = always_charge;
                 }
             }
             Some(rule) => {

@@ -1006,12 +1006,7 @@ async fn only_the_listed_clients_may_call_should_rate_limit() {
 async fn always_charge_counts_a_stream_done_report_past_the_limit() {
     for always in [true, false] {
         let toml = format!(
-            r#"
-[server]
-listen = "127.0.0.1:0"
-admin = "off"
-grpc = "127.0.0.1:0"
-
+            r#"{SERVER}
 [[limit]]
 name = "tokens"
 match = {{ domain = "ai", descriptor = "project" }}
@@ -1023,30 +1018,63 @@ always_charge = {always}
 "#
         );
         let (_running, mut client) = serve_grpc(&toml, Default::default(), None).await;
-        let call = |hits: u32| RateLimitRequest {
+        report_past_the_limit(&mut client, always, &[]).await;
+    }
+}
+
+/// The same through an envoyproxy/ratelimit YAML rule, whose `ratewarden` map says
+/// `always_charge`: alone in its call and beside another descriptor (which decides each
+/// rule on its own path).
+#[tokio::test]
+async fn a_yaml_rule_with_always_charge_counts_a_stream_done_report_past_the_limit() {
+    for always in [true, false] {
+        let yaml = format!(
+            "domain: ai\ndescriptors:\n  - key: project\n    rate_limit: {{unit: hour, requests_per_unit: 1000}}\n    ratewarden: {{always_charge: {always}}}\n  - key: model\n    rate_limit: {{unlimited: true}}\n"
+        );
+        for beside in [&[][..], &[("model", "m1")][..]] {
+            let envoy = ratewarden_policy::envoy::parse("ai.yaml", &yaml).unwrap();
+            let (_running, mut client) = serve_grpc(SERVER, envoy, None).await;
+            report_past_the_limit(&mut client, always, beside).await;
+        }
+    }
+}
+
+/// One hit asked, 5,000 reported over the 999 left, then one more asked: refused if the
+/// report was charged, allowed if it was not. `beside` adds a descriptor to each call.
+async fn report_past_the_limit(
+    client: &mut RateLimitServiceClient<Channel>,
+    always: bool,
+    beside: &[(&str, &str)],
+) {
+    let call = |hits: u32| {
+        let mut descriptors = vec![descriptor(&[("project", "p1")])];
+        if !beside.is_empty() {
+            descriptors.push(descriptor(beside));
+        }
+        RateLimitRequest {
             domain: "ai".to_owned(),
             hits_addend: hits,
-            ..request(vec![descriptor(&[("project", "p1")])])
-        };
-        // The request itself: one hit, allowed.
-        let asked = ask(&mut client, call(1)).await;
-        assert_eq!(asked.overall_code, Code::Ok as i32);
-        assert_eq!(asked.statuses[0].limit_remaining, 999);
-        // The stream's usage at its end: 5,000 tokens, over what is left.
-        let reported = ask(&mut client, call(5_000)).await;
-        assert_eq!(reported.overall_code, Code::OverLimit as i32);
-        // The next request: refused after the report was charged, allowed if it was not.
-        let next = ask(&mut client, call(1)).await;
-        if always {
-            assert_eq!(
-                next.overall_code,
-                Code::OverLimit as i32,
-                "5,001 of 1,000 spent"
-            );
-            assert_eq!(next.statuses[0].limit_remaining, 0);
-        } else {
-            assert_eq!(next.overall_code, Code::Ok as i32);
-            assert_eq!(next.statuses[0].limit_remaining, 998);
+            ..request(descriptors)
         }
+    };
+    // The request itself: one hit, allowed.
+    let asked = ask(client, call(1)).await;
+    assert_eq!(asked.overall_code, Code::Ok as i32);
+    assert_eq!(asked.statuses[0].limit_remaining, 999);
+    // The stream's usage at its end: 5,000 tokens, over what is left.
+    let reported = ask(client, call(5_000)).await;
+    assert_eq!(reported.overall_code, Code::OverLimit as i32);
+    // The next request: refused after the report was charged, allowed if it was not.
+    let next = ask(client, call(1)).await;
+    if always {
+        assert_eq!(
+            next.overall_code,
+            Code::OverLimit as i32,
+            "5,001 of 1,000 spent ({beside:?})"
+        );
+        assert_eq!(next.statuses[0].limit_remaining, 0);
+    } else {
+        assert_eq!(next.overall_code, Code::Ok as i32, "{beside:?}");
+        assert_eq!(next.statuses[0].limit_remaining, 998);
     }
 }

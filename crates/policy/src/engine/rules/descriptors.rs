@@ -136,7 +136,13 @@ impl RuleSet {
                                 .clone()
                                 .or_else(|| r.label.clone())
                                 .unwrap_or_else(|| format!("{domain}/descriptor-{i}"));
-                            Some(envoy_rule(name, domain, limit.clone(), r.shadow_mode))
+                            Some(envoy_rule(
+                                name,
+                                domain,
+                                limit.clone(),
+                                r.shadow_mode,
+                                r.always_charge,
+                            ))
                         }
                     };
                     let mut key = String::with_capacity(ENVOY_PREFIX.len() + r.key.len());
@@ -260,6 +266,7 @@ fn native(rule: &Rule) -> Resolved {
         detailed_metric: false,
         value_to_metric: false,
         limit: Some(rule.limit.clone()),
+        always_charge: rule.always_charge,
         key: String::new(),
         stats_key: String::new(),
         label: None,
@@ -309,8 +316,15 @@ pub(crate) fn native_key(prefix: &str, rule: &Rule, entries: &[(&str, &str)]) ->
 /// What a YAML rule's keys start with (a native rule's start with its name).
 const ENVOY_PREFIX: &str = "envoy:";
 
-/// A YAML rule as a rule: enforced or shadow, failing closed (Envoy decides then).
-pub(crate) fn envoy_rule(name: String, domain: &str, limit: Limit, shadow: bool) -> Rule {
+/// A YAML rule as a rule: enforced or shadow, failing closed (Envoy decides then), charging
+/// refused calls when its `ratewarden` map says `always_charge`.
+pub(crate) fn envoy_rule(
+    name: String,
+    domain: &str,
+    limit: Limit,
+    shadow: bool,
+    always_charge: bool,
+) -> Rule {
     Rule {
         name,
         matches: Match {
@@ -331,7 +345,7 @@ pub(crate) fn envoy_rule(name: String, domain: &str, limit: Limit, shadow: bool)
         wait_for_replicas: 0,
         sensitive: false,
         openai_headers: None,
-        always_charge: false,
+        always_charge,
         local_first: false,
         prefetch: None,
         adaptive: None,

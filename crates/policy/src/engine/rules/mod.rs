@@ -82,6 +82,7 @@ impl RuleSet {
                         rule.domain,
                         rule.limit.clone(),
                         rule.shadow_mode,
+                        rule.rule.always_charge,
                     );
                     let yaml = YamlRule {
                         counters: Arc::default(),
