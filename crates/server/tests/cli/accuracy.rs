@@ -21,6 +21,7 @@ fn args(sources: u32, seconds: u64, seed: u64) -> GenArgs {
         sigma: 1.0,
         abusive_rate: "20-50".to_owned(),
         seed,
+        shape: gen::Shape::Poisson,
     }
 }
 
