@@ -37,9 +37,18 @@ fn check(shape: Shape) {
     let (plain, _) = errors(&got, 0);
     let (refused, admitted) = errors(&got, 1);
     let name = shape.name();
-    assert!(plain > 0.003e-2, "{name}: the plain counter refused {plain:e}");
-    assert!(refused < 0.003e-2, "{name}: 10 sub-windows refused {refused:e} of the well-behaved");
-    assert!(admitted < 0.2e-2, "{name}: 10 sub-windows admitted {admitted:e} of the abusive");
+    assert!(
+        plain > 0.003e-2,
+        "{name}: the plain counter refused {plain:e}"
+    );
+    assert!(
+        refused < 0.003e-2,
+        "{name}: 10 sub-windows refused {refused:e} of the well-behaved"
+    );
+    assert!(
+        admitted < 0.2e-2,
+        "{name}: 10 sub-windows admitted {admitted:e} of the abusive"
+    );
 }
 
 #[test]
