@@ -335,6 +335,11 @@ fn subjects(kind: AlgorithmKind) -> Vec<Subject> {
                 (MAX, MAX, 60),
                 (MAX - 1, 2 * SEC, 60),
                 (4, MAX / 2 + 1, 13),
+                // Slots of about 1,000 ns, which the short steps land inside: slots of many
+                // charges, with the oldest one's first and last charges on either side of
+                // the window's start.
+                (40, 4_000, 4),
+                (25, 3_001, 3),
             ];
             windows
                 .iter()

@@ -36,6 +36,9 @@ Examples:
   ratewarden simulate trace --seed 1 > trace.csv
   ratewarden simulate accuracy --trace trace.csv
 
+  # Sources whose rate changes: bursts, a slow daily ramp, or on/off:
+  ratewarden simulate accuracy --shape bursts --sources 2000 --seconds 86
+
   # The small sample trace in the repository:
   ratewarden simulate accuracy --trace fixtures/accuracy-sample.csv
 
@@ -294,12 +297,13 @@ pub fn main(args: &AccuracyArgs) -> anyhow::Result<ExitCode> {
         None => (
             gen::generate(&args.gen)?,
             format!(
-                "generated: {} sources ({}% abusive at {}/s), log-normal rates (median {}/s, sigma {}), {} s, seed {}",
+                "generated: {} sources ({}% abusive at {}/s), log-normal rates (median {}/s, sigma {}), shape {}, {} s, seed {}",
                 args.gen.sources,
                 args.gen.abusive,
                 args.gen.abusive_rate,
                 args.gen.median,
                 args.gen.sigma,
+                args.gen.shape.name(),
                 args.gen.seconds,
                 args.gen.seed
             ),

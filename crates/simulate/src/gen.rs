@@ -4,13 +4,14 @@
 //! Each normal source sends at a rate drawn from a log-normal law (median `--median`, spread
 //! `--sigma` in natural log units); each abusive one at a rate drawn evenly from
 //! `--abusive-rate`. Arrivals of a source form a Poisson process (exponential gaps), so even a
-//! calm source now and then sends a burst. Times are whole microseconds. The same flags and
-//! seed give the same trace, byte for byte.
+//! calm source now and then sends a burst; `--shape` makes that rate change over time (bursts,
+//! a slow daily ramp, on/off), which is where a counter's estimate errs. Times are whole
+//! microseconds. The same flags and seed give the same trace, byte for byte.
 
 use std::io::{self, Write};
 
 use anyhow::bail;
-use clap::Args;
+use clap::{Args, ValueEnum};
 
 use super::trace::Arrival;
 
@@ -44,6 +45,41 @@ pub struct GenArgs {
     /// The seed: the same seed, the same trace.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub seed: u64,
+
+    /// How each source's rate changes over the trace.
+    #[arg(long, value_enum, default_value_t = Shape::Poisson)]
+    pub shape: Shape,
+}
+
+/// How a source's rate changes over time; each source keeps its drawn rate as the level.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum Shape {
+    /// A steady rate: a Poisson process.
+    #[default]
+    Poisson,
+    /// The rate times [`BURST_FACTOR`] for bursts of 1 s on average, one every 20 s on
+    /// average, steady between.
+    Bursts,
+    /// The rate ramps smoothly between 0.2 and 1.8 times the level, one cycle over the trace,
+    /// each source at its own phase.
+    Diurnal,
+    /// Sending at the rate for 5 s on average, then silent for 5 s on average.
+    OnOff,
+}
+
+/// How much faster a source of [`Shape::Bursts`] sends in a burst.
+pub const BURST_FACTOR: f64 = 4.0;
+
+impl Shape {
+    /// The flag's spelling (`on-off`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Shape::Poisson => "poisson",
+            Shape::Bursts => "bursts",
+            Shape::Diurnal => "diurnal",
+            Shape::OnOff => "on-off",
+        }
+    }
 }
 
 /// A source's class, the first part of its key (`normal-000042`, `abusive-0007`).
@@ -119,15 +155,9 @@ pub fn generate(args: &GenArgs) -> anyhow::Result<Vec<Arrival>> {
         };
         let class = if is_abusive { "abusive" } else { "normal" };
         keys.push(format!("{class}-{source:0width$}"));
-        let mut at = 0.0f64;
-        loop {
-            at += -rng.unit().ln() / rate;
-            let us = (at * 1e6) as u64;
-            if us >= end_us {
-                break;
-            }
-            all.push((us, source));
-        }
+        arrivals(&mut rng, args.shape, rate, end_us, |us| {
+            all.push((us, source))
+        });
     }
     all.sort_unstable();
     Ok(all
@@ -142,17 +172,100 @@ pub fn generate(args: &GenArgs) -> anyhow::Result<Vec<Arrival>> {
         .collect())
 }
 
+/// Calls `push` with each arrival time (microseconds, ascending, below `end_us`) of one source
+/// of level `rate` and `shape`.
+fn arrivals(rng: &mut SplitMix, shape: Shape, rate: f64, end_us: u64, mut push: impl FnMut(u64)) {
+    let end = end_us as f64 / 1e6;
+    let mut push = |at: f64| {
+        let us = (at * 1e6) as u64;
+        if us < end_us {
+            push(us);
+        }
+    };
+    // Periods of a steady rate: (length, rate) in turn from 0; the process is memoryless, so
+    // restarting the gaps at each period's start keeps it a Poisson process within each.
+    let mut steady = |rng: &mut SplitMix, periods: &mut dyn FnMut(&mut SplitMix) -> (f64, f64)| {
+        let mut start = 0.0f64;
+        while start < end {
+            let (length, r) = periods(rng);
+            let stop = (start + length).min(end);
+            let mut at = start;
+            if r > 0.0 {
+                loop {
+                    at += -rng.unit().ln() / r;
+                    if at >= stop {
+                        break;
+                    }
+                    push(at);
+                }
+            }
+            start = stop;
+        }
+    };
+    match shape {
+        Shape::Poisson => {
+            let mut at = 0.0f64;
+            loop {
+                at += -rng.unit().ln() / rate;
+                if (at * 1e6) as u64 >= end_us {
+                    break;
+                }
+                push(at);
+            }
+        }
+        Shape::Bursts => {
+            let mut calm = rng.unit() < 0.95;
+            steady(rng, &mut |rng| {
+                calm = !calm;
+                if calm {
+                    (-rng.unit().ln() * 20.0, rate)
+                } else {
+                    (-rng.unit().ln(), rate * BURST_FACTOR)
+                }
+            });
+        }
+        Shape::OnOff => {
+            let mut on = rng.unit() < 0.5;
+            steady(rng, &mut |rng| {
+                on = !on;
+                (-rng.unit().ln() * 5.0, if on { rate } else { 0.0 })
+            });
+        }
+        Shape::Diurnal => {
+            // Thinning: candidates at the peak rate, each kept with the rate's share of it.
+            let phase = std::f64::consts::TAU * rng.unit();
+            let peak = rate * 1.8;
+            let mut at = 0.0f64;
+            loop {
+                at += -rng.unit().ln() / peak;
+                if at >= end {
+                    break;
+                }
+                let level = 1.0 + 0.8 * (std::f64::consts::TAU * at / end + phase).sin();
+                if rng.unit() * 1.8 < level {
+                    push(at);
+                }
+            }
+        }
+    }
+}
+
 /// Writes `arrivals` as a trace file (`time_s,cost,key`), with a header naming how it was made.
 ///
 /// # Errors
 ///
 /// Any failure to write.
 pub fn write(out: &mut dyn Write, args: &GenArgs, arrivals: &[Arrival]) -> io::Result<()> {
-    writeln!(
+    write!(
         out,
         "# ratewarden simulate trace --sources {} --seconds {} --abusive {} --median {} --sigma {} --abusive-rate {} --seed {}",
         args.sources, args.seconds, args.abusive, args.median, args.sigma, args.abusive_rate, args.seed
     )?;
+    // The default is left out, so traces made before the flag read the same.
+    if args.shape != Shape::Poisson {
+        write!(out, " --shape {}", args.shape.name())?;
+    }
+    writeln!(out)?;
     for a in arrivals {
         writeln!(
             out,

@@ -36,7 +36,7 @@ pub use leaky_bucket::{LeakyBucket, LeakyBucketState};
 pub use leaky_queue::{LeakyQueue, LeakyQueueState};
 pub use quota::{CalendarUnit, Quota, QuotaState};
 pub use sliding_log::{SlidingLog, SlidingLogState};
-pub use sliding_window::{SlidingWindow, SlidingWindowState, MAX_SUB_WINDOWS};
+pub use sliding_window::{SlidingWindow, SlidingWindowState, SlotCount, MAX_SUB_WINDOWS};
 pub use token_bucket::{TokenBucket, TokenBucketState};
 
 use crate::Decision;

@@ -1,5 +1,6 @@
-//! The sliding window counter: counts of the last window's slots and Cloudflare's estimate of
-//! the rolling rate from them.
+//! The sliding window counter: counts of the last window's slots and an estimate of the
+//! rolling rate from them (Cloudflare's for two windows; from the oldest slot's first and last
+//! charges with sub-windows).
 
 use std::num::NonZeroU64;
 use std::time::Duration;
@@ -20,9 +21,15 @@ use crate::{Decision, Error, Outcome};
 ///
 /// With [`with_sub_windows`](SlidingWindow::with_sub_windows)`(N)` the window is split into `N`
 /// slots of `window / N`: the `N` slots the rolling window covers count whole, and only the
-/// oldest one, which it half leaves, is weighted as the previous window is above. The error
-/// shrinks with `N`, at `N + 1` counts a key. Slot boundaries are kept as `k · window / N`
-/// exactly, by scaling time by `N` rather than rounding the slot's length.
+/// oldest one, which it half leaves, is estimated. Each slot also keeps the times of its
+/// first and last charge, so the oldest one counts whole until its first charge leaves the
+/// window and nothing once its last one has, and between them one for the last charge and
+/// the rest spread evenly between the two. Spreading a slot's charges over the whole slot
+/// (as the two-window counter does) counts a source whose rate just fell as if it had not,
+/// and refuses it; the edges make the estimate exact for a slot of up to two charges and
+/// bound its error by the charges between them. A key holds `N + 1` slots of three numbers.
+/// Slot boundaries are kept as `k · window / N` exactly, by scaling time by `N` rather than
+/// rounding the slot's length.
 ///
 /// # Examples
 ///
@@ -72,8 +79,101 @@ pub enum SlidingWindowState {
         /// The index of the slot the last count is of (`now · N / window`).
         slot: u64,
         /// Units charged per slot, oldest first: slots `slot − N` to `slot`.
-        counts: Box<[u64]>,
+        counts: Box<[SlotCount]>,
     },
+}
+
+/// One sub-window's charges: units, and when the first and last of them came.
+///
+/// Times are into the slot in units of `1/N` ns (the scaled time of
+/// [`SlidingWindow::with_sub_windows`]), so below `window`. A slot with no units has both at 0.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct SlotCount {
+    /// Units charged in the slot.
+    pub count: u64,
+    /// When the first charge came, into the slot.
+    pub first: u64,
+    /// When the last charge came, into the slot.
+    pub last: u64,
+}
+
+impl SlotCount {
+    /// `units` more charged at `at` into the slot.
+    fn charge(&mut self, units: u64, at: u64) {
+        if units == 0 {
+            return;
+        }
+        if self.count == 0 {
+            (self.first, self.last) = (at, at);
+        } else {
+            self.first = self.first.min(at);
+            self.last = self.last.max(at);
+        }
+        self.count = self.count.saturating_add(units);
+    }
+
+    /// `delta` units charged (or given back) at `at`.
+    fn settle(&mut self, delta: i64, at: u64) {
+        if delta > 0 {
+            self.charge(delta.unsigned_abs(), at);
+            return;
+        }
+        self.count = self.count.saturating_add_signed(delta);
+        if self.count == 0 {
+            *self = SlotCount::default();
+        }
+    }
+
+    /// Whether the slot's estimate `e` into it (the part of it out of the rolling window) is
+    /// at most `room`.
+    ///
+    /// The charge at `first` is out of the window once `e ≥ first` (the window is
+    /// `(now − W, now]`), the one at `last` once `e ≥ last`. Between, the last charge counts
+    /// one and the `count − 2` others count `(last − e) / (last − first)` each.
+    fn fits(&self, e: u64, room: u64) -> bool {
+        if self.count <= room || e >= self.last {
+            return true;
+        }
+        if e < self.first || room == 0 {
+            return false;
+        }
+        let between = u128::from(self.count.saturating_sub(2));
+        between * u128::from(self.last - e)
+            <= u128::from(room - 1) * u128::from(self.last - self.first)
+    }
+
+    /// The estimate at `e` rounded up: the units of the slot the rolling window may hold.
+    fn ceil(&self, e: u64) -> u64 {
+        if self.count == 0 || e >= self.last {
+            0
+        } else if e < self.first {
+            self.count
+        } else {
+            let between = u128::from(self.count.saturating_sub(2)) * u128::from(self.last - e);
+            let spread = between.div_ceil(u128::from(self.last - self.first));
+            // At most `count − 2`: it fits.
+            self.count.min(1) + u64::try_from(spread).unwrap_or(u64::MAX)
+        }
+    }
+
+    /// The first `e` at which [`fits`](SlotCount::fits)`(e, room)` holds: the estimate only
+    /// falls with `e`, so this is a closed form rather than a search.
+    fn first_fit(&self, room: u64) -> u64 {
+        if self.count <= room {
+            return 0;
+        }
+        if room == 0 {
+            return self.last;
+        }
+        let span = self.last.saturating_sub(self.first);
+        // Smallest e with (count − 2) · (last − e) ≤ (room − 1) · span.
+        let reach = match self.count.saturating_sub(2) {
+            0 => u128::from(span),
+            between => (u128::from(room - 1) * u128::from(span) / u128::from(between))
+                .min(u128::from(span)),
+        };
+        self.last - u64::try_from(reach).unwrap_or(span)
+    }
 }
 
 impl Default for SlidingWindowState {
@@ -94,7 +194,7 @@ struct Rolled {
     elapsed: u64,
     /// The decision's reference time: `now`, or the slot's start if the clock went back.
     at: u64,
-    counts: [u64; MAX_SUB_WINDOWS as usize + 1],
+    counts: [SlotCount; MAX_SUB_WINDOWS as usize + 1],
 }
 
 impl SlidingWindow {
@@ -126,13 +226,13 @@ impl SlidingWindow {
     /// use ratewarden_core::{Algorithm, SlidingWindow};
     /// use std::time::Duration;
     ///
-    /// // 10 a second in ten slots of 100 ms: at 1.05 s, the slot of 0–100 ms is half out of
-    /// // the window, and its 10 count as 5.
+    /// // 10 a second in ten slots of 100 ms: the slot of 0–100 ms holds 10 charged at 50 ms,
+    /// // which count until they leave the window at 1.05 s.
     /// let sw = SlidingWindow::new(10, Duration::from_secs(1))?.with_sub_windows(10)?;
     /// let mut state = Default::default();
     /// assert!(sw.decide(&mut state, 50_000_000, 10).is_allowed());
-    /// assert!(!sw.decide(&mut state, 1_049_999_999, 5).is_allowed());
-    /// assert!(sw.decide(&mut state, 1_050_000_000, 5).is_allowed());
+    /// assert!(!sw.decide(&mut state, 1_049_999_999, 1).is_allowed());
+    /// assert!(sw.decide(&mut state, 1_050_000_000, 10).is_allowed());
     /// # Ok::<(), ratewarden_core::Error>(())
     /// ```
     pub fn with_sub_windows(mut self, n: u32) -> Result<Self, Error> {
@@ -172,10 +272,14 @@ impl SlidingWindow {
         self.sub_windows
     }
 
-    /// The bytes of counts and indices a key's state holds: `N + 1` counts and the current
-    /// slot's index, 8 bytes each (the store's own overhead aside).
+    /// The bytes of counts and indices a key's state holds, 8 bytes each (the store's own
+    /// overhead aside): the two windows' index and counts, or with sub-windows the current
+    /// slot's index and `N + 1` slots of a count and two times.
     pub fn state_bytes(&self) -> usize {
-        (self.sub_windows as usize + 2) * 8
+        match self.sub_windows {
+            1 => 3 * 8,
+            n => (3 * n as usize + 4) * 8,
+        }
     }
 
     /// The two-window state rolled forward to the window holding `now`.
@@ -309,7 +413,7 @@ impl SlidingWindow {
             slot: index,
             elapsed: 0,
             at: now,
-            counts: [0; MAX_SUB_WINDOWS as usize + 1],
+            counts: [SlotCount::default(); MAX_SUB_WINDOWS as usize + 1],
         };
         if let SlidingWindowState::Slots { slot, counts } = state {
             if counts.len() == n + 1 {
@@ -331,46 +435,37 @@ impl SlidingWindow {
         rolled
     }
 
-    /// `oldest · (W − e) + whole · W`: the estimate of the rolling window's units, times `W`.
-    fn weighted(&self, oldest: u64, whole: u64, elapsed: u64) -> u128 {
-        let w = self.window.get();
-        (u128::from(oldest) * u128::from(w - elapsed))
-            .saturating_add(u128::from(whole) * u128::from(w))
-    }
-
     /// The counts of the slots wholly inside the rolling window, `j` slots on from `r`'s.
     fn whole(r: &Rolled, n: usize, j: usize) -> u64 {
         r.counts
             .get(j + 1..=n)
             .unwrap_or(&[])
             .iter()
-            .fold(0u64, |sum, &c| sum.saturating_add(c))
+            .fold(0u64, |sum, c| sum.saturating_add(c.count))
     }
 
     /// Nanoseconds from `r.at` to the first time `cost` more would fit, nothing else charged.
     ///
-    /// The estimate falls steadily as time passes: within a slot the oldest one's weight
-    /// shrinks, and across a slot's end it is continuous (the oldest slot's weight reaches
-    /// zero as the next slot starts counting whole with its full weight). So the first slot
-    /// where it fits, at the first elapsed part where it does, is the answer, exactly.
+    /// The estimate never rises as time passes: within a slot the oldest one's estimate only
+    /// falls, and across a slot's end the oldest slot leaves (its last charge is out by then)
+    /// while the next one, counted whole until then, starts as the oldest at most whole. So
+    /// the first slot where it fits, at the first elapsed part where it does, is the answer,
+    /// exactly.
     fn slots_wait(&self, r: &Rolled, cost: u64) -> u64 {
         let n = self.n();
         let limit = self.limit.get();
         let w = self.window.get();
         for j in 0..=n + 1 {
-            let oldest = r.counts.get(j).filter(|_| j <= n).copied().unwrap_or(0);
+            let oldest = r
+                .counts
+                .get(j)
+                .filter(|_| j <= n)
+                .copied()
+                .unwrap_or_default();
             let Some(room) = limit.checked_sub(Self::whole(r, n, j).saturating_add(cost)) else {
                 continue;
             };
-            // Smallest e with oldest · (W − e) ≤ room · W.
-            let first = match oldest {
-                0 => 0,
-                _ => {
-                    let slack =
-                        (u128::from(room) * u128::from(w) / u128::from(oldest)).min(u128::from(w));
-                    u64::try_from(u128::from(w) - slack).unwrap_or(w)
-                }
-            };
+            let first = oldest.first_fit(room);
             let from = if j == 0 { r.elapsed } else { 0 };
             if first < w {
                 let at =
@@ -389,11 +484,10 @@ impl SlidingWindow {
         if cost > limit {
             return Outcome::CostTooHigh;
         }
-        let n = self.n();
-        let whole = Self::whole(r, n, 0).saturating_add(cost);
-        if self.weighted(r.counts[0], whole, r.elapsed)
-            <= u128::from(limit) * u128::from(self.window.get())
-        {
+        let fits = limit
+            .checked_sub(Self::whole(r, self.n(), 0).saturating_add(cost))
+            .is_some_and(|room| r.counts[0].fits(r.elapsed, room));
+        if fits {
             return Outcome::Allowed;
         }
         Outcome::Limited {
@@ -405,12 +499,11 @@ impl SlidingWindow {
         let n = self.n();
         let limit = self.limit.get();
         let w = self.window.get();
-        let used = self.weighted(r.counts[0], Self::whole(r, n, 0), r.elapsed);
-        let room = self
-            .window
-            .div((u128::from(limit) * u128::from(w)).saturating_sub(used));
+        let room = limit
+            .saturating_sub(Self::whole(r, n, 0))
+            .saturating_sub(r.counts[0].ceil(r.elapsed));
         // Fresh once the last slot holding a count is N + 1 slots behind.
-        let reset = match r.counts[..=n].iter().rposition(|&c| c > 0) {
+        let reset = match r.counts[..=n].iter().rposition(|c| c.count > 0) {
             Some(i) => {
                 let fresh = (u128::from(r.slot) + (i + 1) as u128) * u128::from(w);
                 let fresh = fresh.div_ceil(u128::from(self.sub_windows));
@@ -418,17 +511,17 @@ impl SlidingWindow {
             }
             None => 0,
         };
-        Decision::new(outcome, limit, u64::try_from(room).unwrap_or(0), reset)
+        Decision::new(outcome, limit, room, reset)
     }
 
     /// [`Algorithm::decide`] by the slots, whatever `N` (1 included, which tests compare with
-    /// the two-window counter).
+    /// the exact log).
     fn decide_slots(&self, state: &mut SlidingWindowState, now: u64, cost: u64) -> Decision {
         let mut rolled = self.roll_slots(state, now);
         let outcome = self.slots_evaluate(&rolled, cost);
         if outcome == Outcome::Allowed {
             let n = self.n();
-            rolled.counts[n] = rolled.counts[n].saturating_add(cost);
+            rolled.counts[n].charge(cost, rolled.elapsed);
             self.store_slots(state, &rolled);
         }
         self.slots_report(outcome, &rolled)
@@ -437,7 +530,7 @@ impl SlidingWindow {
     /// Writes `r` into `state`, freeing the counts when none is left.
     fn store_slots(&self, state: &mut SlidingWindowState, r: &Rolled) {
         let n = self.n();
-        if r.counts[..=n].iter().all(|&c| c == 0) {
+        if r.counts[..=n].iter().all(|c| c.count == 0) {
             *state = SlidingWindowState::default();
             return;
         }
@@ -476,7 +569,7 @@ impl Algorithm for SlidingWindow {
         if self.sub_windows > 1 {
             let mut rolled = self.roll_slots(state, now);
             let n = self.n();
-            rolled.counts[n] = rolled.counts[n].saturating_add_signed(delta);
+            rolled.counts[n].settle(delta, rolled.elapsed);
             self.store_slots(state, &rolled);
             return;
         }
@@ -488,7 +581,7 @@ impl Algorithm for SlidingWindow {
     fn is_fresh(&self, state: &SlidingWindowState, now: u64) -> bool {
         if self.sub_windows > 1 {
             let rolled = self.roll_slots(state, now);
-            return rolled.counts[..=self.n()].iter().all(|&c| c == 0);
+            return rolled.counts[..=self.n()].iter().all(|c| c.count == 0);
         }
         let rolled = self.rolled(&Two::of(state), now);
         rolled.previous == 0 && rolled.current == 0
@@ -545,48 +638,64 @@ mod tests {
         *x
     }
 
-    /// The slots' arithmetic with one slot is the two-window counter's, decision for
-    /// decision: the same outcome, retry, remaining and reset on random traces.
+    /// With at most two charges a slot the estimate is the exact count: on random traces
+    /// whose arrivals are at least half a slot apart, the counter decides as the sliding log,
+    /// whatever `N` (1 included) and whichever way the window divides.
     #[test]
-    fn one_slot_decides_as_the_two_window_counter() {
+    fn slots_of_two_charges_decide_as_the_log() {
+        use crate::SlidingLog;
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        for round in 0..200 {
-            let limit = 1 + next(&mut x) % 12;
-            let window = 1 + next(&mut x) % 3_000;
+        let mut refused = 0;
+        for round in 0..300 {
+            let n = 1 + (next(&mut x) % 12) as u32;
+            let window = u64::from(n) * 2 + next(&mut x) % 5_000;
+            // Below the 2N + 1 a window may hold, so the limit bites.
+            let limit = 1 + next(&mut x) % (2 * u64::from(n));
             let sw = SlidingWindow::new(limit, Duration::from_nanos(window)).unwrap();
-            let (mut two, mut slots) =
-                (SlidingWindowState::default(), SlidingWindowState::default());
+            let sw = sw.with_sub_windows(n).unwrap();
+            let log = SlidingLog::new(limit, Duration::from_nanos(window)).unwrap();
+            let (mut s, mut l) = (SlidingWindowState::default(), Default::default());
+            let gap = (window / u64::from(n)).div_ceil(2) + 1;
             let mut now = next(&mut x) % 10_000;
             for step in 0..300 {
-                // Now and then the clock goes back a little.
-                if next(&mut x) % 17 == 0 {
-                    now = now.saturating_sub(next(&mut x) % window);
-                } else {
-                    now += next(&mut x) % (window / 2 + 1);
-                }
-                let cost = next(&mut x) % (limit + 2);
-                let (before_two, before_slots) = (two.clone(), slots.clone());
-                let a = sw.decide(&mut two, now, cost);
-                // The slots forget a state with nothing counted; the two-window counter keeps
-                // its window, which only a clock going back would notice.
-                if matches!(
-                    two,
-                    SlidingWindowState::Windows {
-                        previous: 0,
-                        current: 0,
-                        ..
-                    }
-                ) {
-                    two = SlidingWindowState::default();
-                }
-                let b = sw.decide_slots(&mut slots, now, cost);
-                assert_eq!(a, b, "round {round} step {step}: limit {limit}, window {window} ns, at {now}, cost {cost}: {before_two:?} {before_slots:?}");
-                assert_eq!(sw.is_fresh(&two, now), {
-                    let r = sw.roll_slots(&slots, now);
-                    r.counts[..2].iter().all(|&c| c == 0)
-                });
+                now += gap + next(&mut x) % (3 * gap);
+                let a = sw.decide_slots(&mut s, now, 1);
+                let b = log.decide(&mut l, now, 1);
+                assert_eq!(
+                    a.is_allowed(),
+                    b.is_allowed(),
+                    "round {round} step {step}: N {n}, limit {limit}, window {window} ns, at {now}: {s:?}"
+                );
+                refused += u32::from(!b.is_allowed());
             }
         }
+        assert!(refused > 1_000, "{refused}");
+    }
+
+    /// A source that sent most of its window's worth early in a slot and little since: once
+    /// those early ones are out, the estimate no longer counts them (spreading them over the
+    /// slot counted half of them and refused the request the exact log allows).
+    #[test]
+    fn a_source_whose_rate_fell_is_not_refused() {
+        let sw = SlidingWindow::new(10, Duration::from_secs(1))
+            .unwrap()
+            .with_sub_windows(10)
+            .unwrap();
+        let mut s = SlidingWindowState::default();
+        for i in 0..6 {
+            assert!(sw.decide(&mut s, 10 * MS + i * MS, 1).is_allowed());
+        }
+        assert!(sw.decide(&mut s, 500 * MS, 3).is_allowed());
+        // At 1.015 s the last early one is still in the window (at 15 ms), the others out.
+        let d = sw.peek(&s, 1_015 * MS - 1, 6);
+        assert_eq!(d.retry_after(), Some(Duration::from_nanos(1)));
+        assert!(sw.peek(&s, 1_015 * MS, 7).is_allowed());
+        assert!(!sw.peek(&s, 1_015 * MS, 8).is_allowed());
+        // Between the first and last early charge, the last counts and the middle four are
+        // spread: at 1.0125 s, 1 + 4 · 2.5 / 5 = 3.
+        assert_eq!(sw.peek(&s, 1_012_500_000, 1).remaining, 10 - 3 - 3 - 1);
+        assert!(sw.peek(&s, 1_012_500_000, 4).is_allowed());
+        assert!(!sw.peek(&s, 1_012_500_000, 5).is_allowed());
     }
 
     /// With sub-windows, retry-after is exact: the same request passes at it and not a
@@ -662,7 +771,7 @@ mod tests {
         let ten = two.with_sub_windows(10).unwrap();
         let mut s = SlidingWindowState::default();
         assert!(ten.decide(&mut s, 0, 3).is_allowed());
-        assert_eq!(s.heap_bytes(), 11 * 8);
+        assert_eq!(s.heap_bytes(), 11 * 24);
         assert!(!ten.decide(&mut s, 0, 1).is_allowed());
         assert!(two.is_fresh(&s, 0));
         assert!(two.decide(&mut s, 0, 3).is_allowed());

@@ -71,7 +71,7 @@
 -- SET ... PX ceil(fresh_in_ns / 1e6) + 1 (plus an hour when the caller gives the time: its
 -- clock need not keep pace with Redis's), or deleted when the state is fresh. States:
 --   fixed-window   window,count          sliding-window  window,previous,current
---   sliding-window of N > 1 sub-windows  slot,count,... (N + 1 counts, the oldest slot's first)
+--   sliding-window of N > 1 sub-windows  slot;count,first,last;... (N + 1 slots, the oldest first)
 --   sliding-log    total;base;offset/cost,...  (an entry's time is base + offset)
 --   token-bucket, leaky-bucket  spent_ticks,last_ns
 --   gcra, leaky-queue  tat_ticks         quota  start,end,used
@@ -441,12 +441,49 @@ do
   end
 
   -- N slots of window / N each, time scaled by N (slot = floor(now * N / W)): the state is
-  -- {slot, counts}, counts[1] the oldest slot's (slot - N) and counts[N + 1] the current's.
+  -- {slot, counts}, counts[1] the oldest slot's (slot - N) and counts[N + 1] the current's,
+  -- each {c = units, f = first, l = last charge's time into the slot, in 1/N ns}.
   local S = {}
+  local function slot_zero() return {c = ZERO, f = ZERO, l = ZERO} end
   local function slots_default(p)
     local counts = {}
-    for i = 1, p.n + 1 do counts[i] = ZERO end
+    for i = 1, p.n + 1 do counts[i] = slot_zero() end
     return counts
+  end
+  local function copy(sl) return {c = sl.c, f = sl.f, l = sl.l} end
+  -- SlotCount::charge, ::settle, ::fits, ::ceil and ::first_fit.
+  local function charge(sl, units, at)
+    if is_zero(units) then return end
+    if is_zero(sl.c) then
+      sl.f, sl.l = at, at
+    else
+      sl.f, sl.l = bmin(sl.f, at), bmax(sl.l, at)
+    end
+    sl.c = sadd64(sl.c, units)
+  end
+  local function settle_slot(sl, mag, neg, at)
+    if not neg and not is_zero(mag) then return charge(sl, mag, at) end
+    sl.c = add_signed64(sl.c, mag, neg)
+    if is_zero(sl.c) then sl.f, sl.l = ZERO, ZERO end
+  end
+  local function fits(sl, e, room)
+    if cmp(sl.c, room) <= 0 or cmp(e, sl.l) >= 0 then return true end
+    if cmp(e, sl.f) < 0 or is_zero(room) then return false end
+    return cmp(mul(ssub(sl.c, TWO), sub(sl.l, e)), mul(sub(room, ONE), sub(sl.l, sl.f))) <= 0
+  end
+  local function ceil_at(sl, e)
+    if is_zero(sl.c) or cmp(e, sl.l) >= 0 then return ZERO end
+    if cmp(e, sl.f) < 0 then return sl.c end
+    return add(bmin(sl.c, ONE), div_ceil(mul(ssub(sl.c, TWO), sub(sl.l, e)), sub(sl.l, sl.f)))
+  end
+  local function first_fit(sl, room)
+    if cmp(sl.c, room) <= 0 then return ZERO end
+    if is_zero(room) then return sl.l end
+    local span = ssub(sl.l, sl.f)
+    local between = ssub(sl.c, TWO)
+    local reach = span
+    if not is_zero(between) then reach = bmin(div(mul(sub(room, ONE), span), between), span) end
+    return sub(sl.l, reach)
   end
   -- The state rolled to now: slot, counts, elapsed (in 1/N ns) and at (now, or the slot's
   -- start when the clock went back).
@@ -458,13 +495,13 @@ do
     local c = cmp(st.slot, index)
     if c > 0 then
       r.slot, r.elapsed = st.slot, ZERO
-      for i = 1, p.n + 1 do r.counts[i] = st.counts[i] end
+      for i = 1, p.n + 1 do r.counts[i] = copy(st.counts[i]) end
       r.at = sat64(div_ceil(mul(st.slot, p.w), p.nb))
     else
       local gap = sub(index, st.slot)
       if cmp(gap, p.nb) <= 0 then
         local g = gap[1] -- at most 60: one limb
-        for i = 1, p.n + 1 - g do r.counts[i] = st.counts[i + g] end
+        for i = 1, p.n + 1 - g do r.counts[i] = copy(st.counts[i + g]) end
       end
     end
     return r
@@ -472,22 +509,17 @@ do
   -- The counts of the slots wholly in the window, j slots on.
   local function whole(p, r, j)
     local sum = ZERO
-    for i = j + 2, p.n + 1 do sum = sadd64(sum, r.counts[i]) end
+    for i = j + 2, p.n + 1 do sum = sadd64(sum, r.counts[i].c) end
     return sum
-  end
-  local function weighted(p, oldest, wh, elapsed)
-    return BN.sadd128(mul(oldest, sub(p.w, elapsed)), mul(wh, p.w))
   end
   local function slots_wait(p, r, cost)
     local w = p.w
     for j = 0, p.n + 1 do
-      local oldest = ZERO
+      local oldest = slot_zero()
       if j <= p.n then oldest = r.counts[j + 1] end
       local s = sadd64(whole(p, r, j), cost)
       if cmp(s, p.limit) <= 0 then
-        local room = sub(p.limit, s)
-        local first = ZERO
-        if not is_zero(oldest) then first = sub(w, bmin(div(mul(room, w), oldest), w)) end
+        local first = first_fit(oldest, sub(p.limit, s))
         local from = ZERO
         if j == 0 then from = r.elapsed end
         if cmp(first, w) < 0 then
@@ -499,11 +531,10 @@ do
     return U64_MAX
   end
   local function slots_report(p, outcome, value, r)
-    local used = weighted(p, r.counts[1], whole(p, r, 0), r.elapsed)
-    local room = div(ssub(mul(p.limit, p.w), used), p.w)
+    local room = ssub(ssub(p.limit, whole(p, r, 0)), ceil_at(r.counts[1], r.elapsed))
     local reset = ZERO
     for i = p.n + 1, 1, -1 do
-      if not is_zero(r.counts[i]) then
+      if not is_zero(r.counts[i].c) then
         local fresh = mul(add(r.slot, BN.from_int(i)), p.w)
         reset = sat64(ssub(div_ceil(fresh, p.nb), r.at))
         break
@@ -514,27 +545,28 @@ do
   function S.decide(p, st, now, cost)
     local r = roll(p, st, now)
     local outcome, value = "allowed", ZERO
+    local s = sadd64(whole(p, r, 0), cost)
     if cmp(cost, p.limit) > 0 then
       outcome = "cost_too_high"
-    elseif cmp(weighted(p, r.counts[1], sadd64(whole(p, r, 0), cost), r.elapsed), mul(p.limit, p.w)) > 0 then
+    elseif cmp(s, p.limit) > 0 or not fits(r.counts[1], r.elapsed, sub(p.limit, s)) then
       outcome, value = "limited", slots_wait(p, r, cost)
     end
     local news = nil
     if outcome == "allowed" then
-      r.counts[p.n + 1] = sadd64(r.counts[p.n + 1], cost)
+      charge(r.counts[p.n + 1], cost, r.elapsed)
       news = {slot = r.slot, counts = r.counts}
     end
     return slots_report(p, outcome, value, r), news
   end
   function S.settle(p, st, now, mag, neg)
     local r = roll(p, st, now)
-    r.counts[p.n + 1] = add_signed64(r.counts[p.n + 1], mag, neg)
+    settle_slot(r.counts[p.n + 1], mag, neg, r.elapsed)
     return {slot = r.slot, counts = r.counts}
   end
   function S.fresh_in(p, st, now)
     local r = roll(p, st, now)
     for i = p.n + 1, 1, -1 do
-      if not is_zero(r.counts[i]) then
+      if not is_zero(r.counts[i].c) then
         return sat64(ssub(div_ceil(mul(add(r.slot, BN.from_int(i)), p.w), p.nb), now))
       end
     end
@@ -558,22 +590,33 @@ do
   end
   function SW.default() return A.default() end
   function SW.decode(s)
-    local f = split(s, ",")
-    if #f < 3 then corrupt("sliding-window") end
-    local v = {}
-    for i = 1, #f do v[i] = state_u(f[i], U64_MAX, "sliding-window") end
-    if #f == 3 then return {window = v[1], previous = v[2], current = v[3]} end
+    local slots = split(s, ";")
+    if #slots == 1 then
+      local f = split(s, ",")
+      if #f < 3 then corrupt("sliding-window") end
+      -- Slots of counts alone, without their charges' times: a key never seen, as a state
+      -- of another shape is.
+      if #f > 3 then return A.default() end
+      local v = {}
+      for i = 1, 3 do v[i] = state_u(f[i], U64_MAX, "sliding-window") end
+      return {window = v[1], previous = v[2], current = v[3]}
+    end
     local counts = {}
-    for i = 2, #f do counts[i - 1] = v[i] end
-    return {slot = v[1], counts = counts}
+    for i = 2, #slots do
+      local v = fields(slots[i], 3, {U64_MAX, U64_MAX, U64_MAX}, "sliding-window")
+      counts[i - 1] = {c = v[1], f = v[2], l = v[3]}
+    end
+    return {slot = state_u(slots[1], U64_MAX, "sliding-window"), counts = counts}
   end
   function SW.encode(st)
     if st.counts == nil then
       return dec(st.window) .. "," .. dec(st.previous) .. "," .. dec(st.current)
     end
     local parts = {dec(st.slot)}
-    for i, c in ipairs(st.counts) do parts[i + 1] = dec(c) end
-    return table.concat(parts, ",")
+    for i, sl in ipairs(st.counts) do
+      parts[i + 1] = dec(sl.c) .. "," .. dec(sl.f) .. "," .. dec(sl.l)
+    end
+    return table.concat(parts, ";")
   end
   -- The two-window state of st (a slots state is a key never seen).
   local function two(st)

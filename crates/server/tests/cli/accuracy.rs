@@ -21,6 +21,7 @@ fn args(sources: u32, seconds: u64, seed: u64) -> GenArgs {
         sigma: 1.0,
         abusive_rate: "20-50".to_owned(),
         seed,
+        shape: gen::Shape::Poisson,
     }
 }
 
@@ -99,9 +100,10 @@ fn the_error_falls_with_sub_windows() {
     // The log never refused these sources: the counter can only refuse them wrongly.
     assert!((0..4).all(|i| well(i).1 == 0));
     assert!(well(3).0 <= well(0).0, "{:?} {:?}", well(3), well(0));
-    // Bytes a key: the slot's index and N + 1 counts.
+    // Bytes a key: the two windows' index and counts, or the slot's index and N + 1 slots of
+    // a count and its first and last charge's times.
     let bytes: Vec<usize> = got.counters.iter().map(|c| c.state_bytes).collect();
-    assert_eq!(bytes, [24, 32, 96, 496]);
+    assert_eq!(bytes, [24, 80, 272, 1_472]);
     assert!(got.log_max_bytes >= 10 * 16);
 }
 
@@ -164,7 +166,7 @@ fn the_commands_print_a_table_a_trace_and_located_errors() {
     assert!(ok, "{err}");
     assert!(out.contains("5290 requests; limit 10 per 1s"), "{out}");
     assert!(
-        out.contains("| `sub_windows = 10` | 96 | well-behaved | "),
+        out.contains("| `sub_windows = 10` | 272 | well-behaved | "),
         "{out}"
     );
 
