@@ -14,6 +14,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::Value;
 
 /// The longest event kept for reading (its `data` lines joined). A longer event is relayed
@@ -133,8 +134,26 @@ impl UsagePath {
     /// The cost a whole JSON body holds at this path; `None` when the body is not JSON or
     /// the path is not there (see [`read`](Self::read)).
     pub fn read_json(&self, body: &[u8]) -> Option<u64> {
-        let value: Value = serde_json::from_slice(body).ok()?;
-        self.read(&value)
+        let head = self.head();
+        if !self.terms.iter().all(|t| t[0] == head) {
+            let value: Value = serde_json::from_slice(body).ok()?;
+            return self.read(&value);
+        }
+        // Every field under one key (`usage`): only its value is built; the rest of the
+        // body (an event's id, model, choices) is checked as JSON and skipped.
+        let mut json = serde_json::Deserializer::from_slice(body);
+        let under = TopLevelKey(head).deserialize(&mut json).ok()?;
+        json.end().ok()?;
+        let under = under?;
+        let mut sum: u64 = 0;
+        for term in &self.terms {
+            let mut at = &under;
+            for key in &term[1..] {
+                at = at.as_object()?.get(key)?;
+            }
+            sum = sum.saturating_add(at.as_u64()?);
+        }
+        Some(sum)
     }
 
     /// The first key of the path's first field (`usage`): an event that does not name it
@@ -144,6 +163,62 @@ impl UsagePath {
             .first()
             .and_then(|t| t.first())
             .map_or("", String::as_str)
+    }
+}
+
+/// The value of one key of a JSON object (the last, when given twice), the others read
+/// for their syntax only (`IgnoredAny`): a usage event's `usage` without building the
+/// values of everything else it carries.
+struct TopLevelKey<'k>(&'k str);
+
+impl<'de> DeserializeSeed<'de> for TopLevelKey<'_> {
+    type Value = Option<Value>;
+
+    fn deserialize<D: Deserializer<'de>>(self, json: D) -> Result<Self::Value, D::Error> {
+        json.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for TopLevelKey<'_> {
+    type Value = Option<Value>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(is_it) = map.next_key_seed(IsKey(self.0))? {
+            if is_it {
+                found = Some(map.next_value::<Value>()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// Whether an object's key is the one looked for, compared where it lies (no `String`).
+struct IsKey<'k>(&'k str);
+
+impl<'de> DeserializeSeed<'de> for IsKey<'_> {
+    type Value = bool;
+
+    fn deserialize<D: Deserializer<'de>>(self, json: D) -> Result<bool, D::Error> {
+        json.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for IsKey<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a key")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, key: &str) -> Result<bool, E> {
+        Ok(key == self.0)
     }
 }
 
@@ -380,11 +455,11 @@ pub fn last_usage(path: &UsagePath, tail: &[u8], whole: bool) -> LastUsage {
         }
     };
     let needle = format!("\"{}\"", path.head());
+    // As the event's data lines will be joined: the key, `:` and `{` may each begin
+    // another `data:` line.
     let names_an_object = |at: usize| {
-        let mut rest = tail[at + needle.len()..]
-            .iter()
-            .skip_while(|b| b.is_ascii_whitespace());
-        rest.next() == Some(&b':') && rest.find(|b| !b.is_ascii_whitespace()) == Some(&b'{')
+        let rest = joined_blank(&tail[at + needle.len()..]);
+        rest.first() == Some(&b':') && joined_blank(&rest[1..]).first() == Some(&b'{')
     };
     let Some(at) =
         memchr::memmem::rfind_iter(tail, needle.as_bytes()).find(|&at| names_an_object(at))
@@ -392,6 +467,14 @@ pub fn last_usage(path: &UsagePath, tail: &[u8], whole: bool) -> LastUsage {
         return LastUsage::None;
     };
     let start = event_start(tail, at);
+    // Most often the event is one `data:` line: read where it lies, as the stream reader
+    // would (which names the same event unreadable when its usage does not parse).
+    if let Some(data) = one_data_line(tail, start, at) {
+        return match path.read_json(data) {
+            Some(cost) => LastUsage::Read(cost),
+            None => LastUsage::Unreadable,
+        };
+    }
     let mut events = EventStream::new(path.clone());
     events.feed(&tail[start..]);
     events.feed(b"\n\n");
@@ -400,6 +483,55 @@ pub fn last_usage(path: &UsagePath, tail: &[u8], whole: bool) -> LastUsage {
         (None, 0) => LastUsage::None,
         (None, _) => LastUsage::Unreadable,
     }
+}
+
+/// `bytes` past the white space that begins them, where a line end followed by `data:`
+/// (the next line of the same event's data) counts as white space too.
+fn joined_blank(mut bytes: &[u8]) -> &[u8] {
+    loop {
+        let blank = bytes
+            .iter()
+            .position(|b| !b.is_ascii_whitespace())
+            .unwrap_or(bytes.len());
+        let skipped = &bytes[..blank];
+        // Line ends crossed, a CR LF counting one: two make a blank line, which ends the
+        // event.
+        let ends = skipped
+            .iter()
+            .enumerate()
+            .filter(|&(i, b)| *b == b'\r' || (*b == b'\n' && (i == 0 || skipped[i - 1] != b'\r')))
+            .count();
+        if ends > 1 {
+            return bytes;
+        }
+        bytes = &bytes[blank..];
+        match bytes.strip_prefix(b"data:") {
+            Some(next) if ends == 1 => bytes = next,
+            _ => return bytes,
+        }
+    }
+}
+
+/// The data of the event beginning at `start` when it is one `data:` line holding byte
+/// `at`, of at most [`MAX_EVENT`] bytes, that a blank line (or the tail's end) ends.
+fn one_data_line(tail: &[u8], start: usize, at: usize) -> Option<&[u8]> {
+    let rest = &tail[start..];
+    let end = memchr::memchr2(b'\n', b'\r', rest).unwrap_or(rest.len());
+    if start + end <= at || end > MAX_EVENT {
+        return None;
+    }
+    let data = rest[..end].strip_prefix(b"data:")?;
+    let after = &rest[end..];
+    // The line's end, then an empty line: LF LF, CR CR, CR LF CR (LF), CR LF LF; or nothing.
+    let blank = matches!(
+        after,
+        [] | [b'\n' | b'\r']
+            | [b'\r', b'\n']
+            | [b'\n', b'\n' | b'\r', ..]
+            | [b'\r', b'\r', ..]
+            | [b'\r', b'\n', b'\n' | b'\r', ..]
+    );
+    blank.then(|| data.strip_prefix(b" ").unwrap_or(data))
 }
 
 /// Where the event holding byte `at` of `tail` begins: after the blank line before it
@@ -584,5 +716,96 @@ mod tests {
             prop_assert_eq!(events.usage(), Some(42));
             prop_assert_eq!(events.unreadable(), 0);
         }
+
+        /// Reading only the head's value answers as reading the whole body as a `Value`
+        /// does: for bodies made of usage-like pieces, valid JSON or not, duplicate keys,
+        /// escaped keys and values of every type.
+        #[test]
+        fn reading_the_head_alone_answers_as_the_whole_value(
+            pieces in proptest::collection::vec(0..PIECES.len(), 0..6),
+            cut in 0usize..4,
+        ) {
+            let mut body = String::from("{");
+            for (i, p) in pieces.iter().enumerate() {
+                if i > 0 {
+                    body.push(',');
+                }
+                body.push_str(PIECES[*p]);
+            }
+            body.push('}');
+            // Some bodies cut short or with a tail: not JSON.
+            let body = match cut {
+                1 => body[..body.len() - 1].to_owned(),
+                2 => format!("{body} x"),
+                _ => body,
+            };
+            let sum: UsagePath = "usage.prompt_tokens + usage.completion_tokens".parse().unwrap();
+            for path in [total(), sum] {
+                let whole = serde_json::from_slice::<Value>(body.as_bytes())
+                    .ok()
+                    .and_then(|v| path.read(&v));
+                prop_assert_eq!(path.read_json(body.as_bytes()), whole, "{}", body);
+            }
+        }
     }
+
+    proptest! {
+        /// Read from the end, a whole stream's last usage is the one its events, read in
+        /// order, end with: for streams of usage events, nulls, multi-line and commented
+        /// events, `[DONE]`, with every kind of line end.
+        #[test]
+        fn the_last_usage_from_the_end_is_the_last_read_in_order(
+            events in proptest::collection::vec((0..EVENTS.len(), 0..ENDS.len()), 0..6),
+        ) {
+            let mut stream = String::new();
+            for (event, end) in events {
+                stream.push_str(&EVENTS[event].replace('|', ENDS[end]));
+                stream.push_str(ENDS[end]);
+                stream.push_str(ENDS[end]);
+            }
+            let mut reader = EventStream::new(total());
+            reader.feed(stream.as_bytes());
+            reader.feed(b"\n\n");
+            let in_order = match reader.usage() {
+                Some(cost) => LastUsage::Read(cost),
+                None if reader.unreadable() > 0 => LastUsage::Unreadable,
+                None => LastUsage::None,
+            };
+            let from_end = last_usage(&total(), stream.as_bytes(), true);
+            // The stream reader keeps the last readable usage; from the end, the last
+            // event naming a usage decides, readable or not.
+            match from_end {
+                LastUsage::Unreadable => prop_assert!(reader.unreadable() > 0, "{:?}", stream),
+                got => prop_assert_eq!(got, in_order, "{:?}", stream),
+            }
+        }
+    }
+
+    /// Events for the stream property; `|` is a line end inside the event.
+    const EVENTS: [&str; 10] = [
+        r#"data: {"id":"1","usage":"#,
+        r#"data: {"total_tokens":3}"#,
+        r#"data: {"choices":[{"delta":{"content":"a"}}],"usage":null}"#,
+        r#"data: {"choices":[],"usage":{"total_tokens":42}}"#,
+        r#"data:{"usage":{"total_tokens":7}}"#,
+        r#"event: message|data: {"usage":{"total_tokens":9}}"#,
+        r#"data: {"usage":|data: {"total_tokens":11}}"#,
+        r#": keep-alive"#,
+        r#"data: [DONE]"#,
+        r#"data: {"usage":{"total_tokens":"x"}}"#,
+    ];
+    const ENDS: [&str; 3] = ["\n", "\r\n", "\r"];
+
+    const PIECES: [&str; 10] = [
+        r#""usage":{"prompt_tokens":9,"completion_tokens":33,"total_tokens":42}"#,
+        r#""usage":null"#,
+        r#""usage":{"total_tokens":"7"}"#,
+        r#""usage":{"total_tokens":-1,"prompt_tokens":1,"completion_tokens":2}"#,
+        r#""us\u0061ge":{"total_tokens":5,"prompt_tokens":2,"completion_tokens":3}"#,
+        r#""id":"chatcmpl-1","object":"chat.completion.chunk""#,
+        r#""choices":[{"delta":{"content":"hi \"usage\""},"index":0}]"#,
+        r#""created":1700000000.5"#,
+        r#""usage":[1,2]"#,
+        r#""model":{"usage":{"total_tokens":3}}"#,
+    ];
 }

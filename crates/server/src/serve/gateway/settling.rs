@@ -30,11 +30,12 @@ use crate::serve::reply::BoxError;
 pub(crate) const MAX_JSON_ANSWER: usize = 4 * 1024 * 1024;
 
 /// A reservation the gateway settles from the answer: its id, the verdict that made it
-/// (the engine settles only for it), and where each rule's cost is read.
+/// (the engine settles only for it), and which of its rules read their cost from the
+/// answer (indices into `verdict.rules`: names and paths are read there, not copied).
 pub(crate) struct Settlement {
     id: GrantId,
     verdict: Arc<Verdict>,
-    rules: Vec<(String, SettleFrom)>,
+    rules: Vec<usize>,
 }
 
 impl Settlement {
@@ -42,15 +43,11 @@ impl Settlement {
     /// charged reads its cost from the answer.
     pub(crate) fn of(verdict: &Arc<Verdict>) -> Option<Self> {
         let id = verdict.reservation?;
-        let rules: Vec<(String, SettleFrom)> = verdict
+        let rules: Vec<usize> = verdict
             .outcomes
             .iter()
-            .filter_map(|o| {
-                let rule = &verdict.rules[o.rule];
-                rule.settle_from
-                    .clone()
-                    .map(|from| (rule.name.clone(), from))
-            })
+            .map(|o| o.rule)
+            .filter(|&r| verdict.rules[r].settle_from.is_some())
             .collect();
         (!rules.is_empty()).then(|| Settlement {
             id,
@@ -62,9 +59,15 @@ impl Settlement {
     /// Whether a rule reads the answer's body: the upstream is then asked for it
     /// uncompressed (a compressed body cannot be read on its way).
     pub(crate) fn reads_body(&self) -> bool {
+        self.froms()
+            .any(|from| matches!(from, SettleFrom::Usage(_)))
+    }
+
+    /// Where each rule reads its cost, in the order of `rules`.
+    fn froms(&self) -> impl Iterator<Item = &SettleFrom> {
         self.rules
             .iter()
-            .any(|(_, from)| matches!(from, SettleFrom::Usage(_)))
+            .filter_map(|&r| self.verdict.rules[r].settle_from.as_ref())
     }
 
     /// The answer's body, relayed as it comes and read for each rule's cost; `headers`
@@ -79,19 +82,14 @@ impl Settlement {
                     .is_some_and(|t| t.trim().eq_ignore_ascii_case("text/event-stream"))
             });
         let readers = self
-            .rules
-            .iter()
-            .map(|(_, from)| match from {
+            .froms()
+            .map(|from| match from {
                 SettleFrom::Header(name) => Reader::Header(header_cost(headers, name)),
-                SettleFrom::Usage(path) if events => Reader::Events(path.clone()),
-                SettleFrom::Usage(path) => Reader::Json(path.clone()),
+                SettleFrom::Usage(_) if events => Reader::Events,
+                SettleFrom::Usage(_) => Reader::Json,
             })
             .collect();
-        let json = self
-            .rules
-            .iter()
-            .any(|(_, from)| matches!(from, SettleFrom::Usage(_)))
-            && !events;
+        let json = self.reads_body() && !events;
         let tail = (events && self.reads_body()).then(Tail::default);
         Settling {
             inner: body,
@@ -127,10 +125,10 @@ fn header_cost(headers: &HeaderMap, name: &str) -> Result<Option<u64>, ()> {
 enum Reader {
     /// From the head, already read: a number, absent, or not one.
     Header(Result<Option<u64>, ()>),
-    /// From the JSON answer's bytes, read at its end.
-    Json(UsagePath),
+    /// From the JSON answer's bytes, read at its end (at the rule's usage path).
+    Json,
     /// From the event stream's last usage event, read from its tail at its end.
-    Events(UsagePath),
+    Events,
 }
 
 /// An event stream's last frames, kept by reference: at least [`MAX_EVENT`] bytes of them
@@ -202,18 +200,24 @@ fn joined(frames: &[Bytes]) -> std::borrow::Cow<'_, [u8]> {
 /// What came of one rule's settle, for `ratewarden_settled_total{result}`.
 fn read(
     reader: &Reader,
+    from: &SettleFrom,
     json: Option<&[u8]>,
     json_overflow: bool,
     tail: Option<&Tail>,
     complete: bool,
 ) -> Result<u64, &'static str> {
-    match reader {
-        Reader::Header(Ok(Some(cost))) => Ok(*cost),
-        Reader::Header(Ok(None)) => Err("absent"),
-        Reader::Header(Err(())) => Err("malformed"),
-        Reader::Json(_) if !complete => Err("cut"),
-        Reader::Json(_) if json_overflow => Err("malformed"),
-        Reader::Json(path) => {
+    let path = match from {
+        SettleFrom::Usage(path) => Some(path),
+        SettleFrom::Header(_) => None,
+    };
+    match (reader, path) {
+        (Reader::Header(Ok(Some(cost))), _) => Ok(*cost),
+        (Reader::Header(Ok(None)), _) => Err("absent"),
+        (Reader::Header(Err(())), _) => Err("malformed"),
+        (_, None) => Err("absent"),
+        (Reader::Json, _) if !complete => Err("cut"),
+        (Reader::Json, _) if json_overflow => Err("malformed"),
+        (Reader::Json, Some(path)) => {
             let body = json.unwrap_or_default();
             match serde_json::from_slice::<serde_json::Value>(body) {
                 Err(_) => Err("malformed"),
@@ -226,7 +230,7 @@ fn read(
         }
         // A usage read before the stream was cut is the stream's usage: OpenAI-compatible
         // servers send it once, at the end.
-        Reader::Events(path) => {
+        (Reader::Events, Some(path)) => {
             let usage = tail.map_or(LastUsage::None, |t| t.usage(path));
             match usage {
                 LastUsage::Read(cost) => Ok(cost),
@@ -292,18 +296,26 @@ impl<B> Settling<B> {
         let settlement = self.settlement.take()?;
         let json = self.json.as_deref();
         let tail = self.tail.as_ref();
-        let mut actuals: Vec<(String, u64)> = Vec::new();
-        let mut results: Vec<(String, &'static str)> = Vec::new();
-        for ((rule, _), reader) in settlement.rules.iter().zip(&self.readers) {
-            match read(reader, json, self.json_overflow, tail, complete) {
-                Ok(cost) => actuals.push((rule.clone(), cost)),
-                Err(why) => results.push((rule.clone(), why)),
+        // Each rule by its index in the verdict, which the settle holds: no name copied.
+        let mut actuals: Vec<(usize, u64)> = Vec::new();
+        let mut results: Vec<(usize, &'static str)> = Vec::new();
+        for (&rule, reader) in settlement.rules.iter().zip(&self.readers) {
+            let Some(from) = settlement.verdict.rules[rule].settle_from.as_ref() else {
+                continue;
+            };
+            match read(reader, from, json, self.json_overflow, tail, complete) {
+                Ok(cost) => actuals.push((rule, cost)),
+                Err(why) => results.push((rule, why)),
             }
         }
         let app = Arc::clone(&self.app);
         Some(std::sync::Mutex::new(Box::pin(async move {
             let now = app.clock.now();
-            let named: Vec<(&str, u64)> = actuals.iter().map(|(r, c)| (r.as_str(), *c)).collect();
+            let rules = &settlement.verdict.rules;
+            let named: Vec<(&str, u64)> = actuals
+                .iter()
+                .map(|&(r, c)| (rules[r].name.as_str(), c))
+                .collect();
             let owner = Owner::Verdict(&settlement.verdict);
             let settled = if named.is_empty() {
                 Ok(())
@@ -321,13 +333,51 @@ impl<B> Settling<B> {
                     "late"
                 }
             };
-            for (rule, _) in &actuals {
-                app.metrics.settled(rule, answered);
+            for &(rule, _) in &actuals {
+                app.metrics.settled(&rules[rule].name, answered);
             }
-            for (rule, why) in &results {
-                app.metrics.settled(rule, why);
+            for &(rule, why) in &results {
+                app.metrics.settled(&rules[rule].name, why);
             }
         })))
+    }
+}
+
+impl<B> Settling<B>
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    /// The answer ended, with `last` its last frame (or none): starts the settle, and hands
+    /// `last` on once it is done.
+    #[cold]
+    #[inline(never)]
+    fn end(
+        &mut self,
+        last: Option<Frame<Bytes>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.ended = true;
+        match self.settle(true) {
+            Some(future) => {
+                self.settling = Some((future, last));
+                self.poll_end(cx)
+            }
+            None => Poll::Ready(last.map(Ok)),
+        }
+    }
+
+    /// After the end: the settle on its way, then what it held back.
+    #[cold]
+    #[inline(never)]
+    fn poll_end(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        if let Some((future, _)) = &mut self.settling {
+            let future = future.get_mut().unwrap_or_else(PoisonError::into_inner);
+            ready!(future.as_mut().poll(cx));
+            let (_, held) = self.settling.take().expect("settling");
+            return Poll::Ready(held.map(Ok));
+        }
+        Poll::Ready(None)
     }
 }
 
@@ -356,43 +406,26 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        loop {
-            if let Some((future, _)) = &mut this.settling {
-                let future = future.get_mut().unwrap_or_else(PoisonError::into_inner);
-                ready!(future.as_mut().poll(cx));
-                let (_, held) = this.settling.take().expect("settling");
-                return Poll::Ready(held.map(Ok));
-            }
-            if this.ended {
-                return Poll::Ready(None);
-            }
-            match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
-                Some(Ok(frame)) => {
-                    if let Some(data) = frame.data_ref() {
-                        this.feed(data);
-                    }
-                    if !this.inner.is_end_stream() {
-                        return Poll::Ready(Some(Ok(frame)));
-                    }
-                    // The last frame: settled before it goes.
-                    this.ended = true;
-                    match this.settle(true) {
-                        Some(future) => this.settling = Some((future, Some(frame))),
-                        None => return Poll::Ready(Some(Ok(frame))),
-                    }
+        // The hot path, polled a few times for every frame of a stream: a frame passing
+        // through. The end (a settle to start or to wait for) is out of line, so that this
+        // stays a small function.
+        if this.settling.is_some() || this.ended {
+            return this.poll_end(cx);
+        }
+        match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    this.feed(data);
                 }
-                Some(Err(error)) => {
-                    // Cut: what was read settles as the body drops.
-                    return Poll::Ready(Some(Err(error.into())));
+                if !this.inner.is_end_stream() {
+                    return Poll::Ready(Some(Ok(frame)));
                 }
-                None => {
-                    this.ended = true;
-                    match this.settle(true) {
-                        Some(future) => this.settling = Some((future, None)),
-                        None => return Poll::Ready(None),
-                    }
-                }
+                // The last frame: settled before it goes.
+                this.end(Some(frame), cx)
             }
+            // Cut: what was read settles as the body drops.
+            Some(Err(error)) => Poll::Ready(Some(Err(error.into()))),
+            None => this.end(None, cx),
         }
     }
 
