@@ -33,28 +33,13 @@ const CALL_TOKENS: u64 = 100 + COMPLETION;
 
 /// 1,000 tokens per 10 s (four calls), charged the caller's estimate and settled from the
 /// answer's usage, beside 100 requests per 10 s; both in OpenAI's fields too.
-const RULES: &str = r#"
-[[limit]]
-name = "requests"
-match = { path = "/v1/chat/*" }
-key = ["header:authorization"]
-algorithm = "fixed-window"
-limit = 100
-window = "10s"
-openai_headers = "requests"
-
-[[limit]]
-name = "tokens"
-match = { path = "/v1/chat/*" }
-key = ["header:authorization"]
-algorithm = "fixed-window"
-limit = 1000
-window = "10s"
-cost = "header:x-estimated-tokens"
-max_cost = 100000
-settle_from = "usage.total_tokens"
-openai_headers = "tokens"
-"#;
+fn rules() -> String {
+    format!(
+        "{}{}openai_headers = \"tokens\"\n",
+        common::llm::requests(100, "10s"),
+        common::llm::tokens(1000, "10s")
+    )
+}
 
 /// Which of the answer's fields the client is shown.
 #[derive(Debug, Clone, Copy)]
@@ -63,16 +48,6 @@ enum Fields {
     OpenAi,
     /// Everything the gateway sends (the IETF `RateLimit` fields are read first).
     All,
-}
-
-async fn gateway(clock: Arc<ManualClock>) -> ratewarden_server::serve::Running {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let upstream = listener.local_addr().unwrap();
-    tokio::spawn(ratewarden_fake_openai::serve(listener));
-    let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"off\"\nupstream = \"http://{upstream}\"\n{RULES}"
-    );
-    common::start_on(&toml, clock).await
 }
 
 /// One chat completion whose cost the caller states: its status and the fields it is shown.
@@ -121,7 +96,7 @@ async fn call(
 async fn a_client_that_knows_its_prompt_waits_for_tokens_and_is_never_refused() {
     for fields in [Fields::OpenAi, Fields::All] {
         let clock = Arc::new(ManualClock::new(T0));
-        let server = gateway(Arc::clone(&clock)).await;
+        let server = common::llm::gateway(&rules(), clock.clone()).await;
         let origin = format!("http://{}", server.listen);
         let mut pacer = Pacer::default();
         let mut now = T0;
@@ -170,7 +145,7 @@ async fn a_client_that_knows_its_prompt_waits_for_tokens_and_is_never_refused() 
 
 #[tokio::test]
 async fn the_same_calls_unpaced_are_refused_at_the_fifth() {
-    let server = gateway(Arc::new(ManualClock::new(T0))).await;
+    let server = common::llm::gateway(&rules(), Arc::new(ManualClock::new(T0))).await;
     for i in 0..4 {
         assert_eq!(
             call(&server, Fields::OpenAi).await.0,

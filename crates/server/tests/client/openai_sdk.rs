@@ -10,7 +10,6 @@
 #[path = "../common/mod.rs"]
 mod common;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use ratewarden_core::{ManualClock, RealClock};
@@ -19,28 +18,14 @@ use serde_json::Value;
 /// 20 s into its minute and 800 s into its hour.
 const T0: u64 = 1_700_000_000_000_000_000;
 
-const EXACT: &str = r#"
-[[limit]]
-name = "requests"
-match = { path = "/v1/chat/*" }
-key = ["header:authorization"]
-algorithm = "fixed-window"
-limit = 2
-window = "1m"
-openai_headers = "requests"
-
-[[limit]]
-name = "tokens"
-match = { path = "/v1/chat/*" }
-key = ["header:authorization"]
-algorithm = "fixed-window"
-limit = 5000
-window = "1h"
-cost = "header:x-estimated-tokens"
-max_cost = 100000
-settle_from = "usage.total_tokens"
-openai_headers = "tokens"
-"#;
+/// Two requests a minute and 5,000 tokens an hour per key, both in OpenAI's fields.
+fn exact() -> String {
+    format!(
+        "{}{}openai_headers = \"tokens\"\n",
+        common::llm::requests(2, "1m"),
+        common::llm::tokens(5000, "1h")
+    )
+}
 
 /// One request every 2 s per key, on the real clock.
 const PACED: &str = r#"
@@ -52,19 +37,6 @@ rate = "1/2s"
 burst = 1
 "#;
 
-async fn gateway(
-    rules: &str,
-    clock: Arc<dyn ratewarden_core::Clock>,
-) -> ratewarden_server::serve::Running {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let upstream: SocketAddr = listener.local_addr().unwrap();
-    tokio::spawn(ratewarden_fake_openai::serve(listener));
-    let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"off\"\nupstream = \"http://{upstream}\"\n{rules}"
-    );
-    common::start_on(&toml, clock).await
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openais_python_sdk_reads_the_answers_the_fields_and_waits_out_retry_after() {
     let have = std::process::Command::new("python3")
@@ -75,8 +47,8 @@ async fn openais_python_sdk_reads_the_answers_the_fields_and_waits_out_retry_aft
         "this test needs python3 with `openai` and `durationpy`: scripts/test installs them \
          (python3 -m pip install openai durationpy)"
     );
-    let exact = gateway(EXACT, Arc::new(ManualClock::new(T0))).await;
-    let paced = gateway(PACED, Arc::new(RealClock::new())).await;
+    let exact = common::llm::gateway(&exact(), Arc::new(ManualClock::new(T0))).await;
+    let paced = common::llm::gateway(PACED, Arc::new(RealClock::new())).await;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/client/openai_sdk.py");
     let (a, b) = (
         format!("http://{}", exact.listen),

@@ -7,6 +7,7 @@
 pub mod answers;
 pub mod fleet;
 pub mod gated;
+pub mod llm;
 pub mod raw;
 pub mod workers;
 

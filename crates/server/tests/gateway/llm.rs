@@ -19,14 +19,6 @@ use serde_json::{json, Value};
 
 const T0: u64 = 1_700_000_000_000_000_000;
 
-/// The fake model, on a port of its own.
-async fn fake_openai() -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(ratewarden_fake_openai::serve(listener));
-    addr
-}
-
 /// A gateway in front of the fake model with `rules`, on the in-memory store.
 async fn gateway(rules: &str) -> ratewarden_server::serve::Running {
     gateway_on("", rules).await
@@ -34,7 +26,7 @@ async fn gateway(rules: &str) -> ratewarden_server::serve::Running {
 
 /// A gateway in front of the fake model with `rules` and `store` (a `[store]` section).
 async fn gateway_on(store: &str, rules: &str) -> ratewarden_server::serve::Running {
-    let upstream = fake_openai().await;
+    let upstream = common::llm::fake_openai().await;
     let toml = format!(
         r#"
 [server]
@@ -59,20 +51,7 @@ fn tokens(limit: u64) -> String {
 /// [`tokens`] over another window (Redis decides on its own clock: a day's window is not
 /// crossed during a test).
 fn tokens_per(limit: u64, window: &str) -> String {
-    format!(
-        r#"
-[[limit]]
-name = "tokens"
-match = {{ path = "/v1/chat/*" }}
-key = ["header:authorization"]
-algorithm = "fixed-window"
-limit = {limit}
-window = "{window}"
-cost = "header:x-estimated-tokens"
-max_cost = 100000
-settle_from = "usage.total_tokens"
-"#
-    )
+    common::llm::tokens(limit, window)
 }
 
 /// What came back: the status, the `RateLimit` remaining of the rule named, and the
@@ -544,17 +523,8 @@ settle_from = "usage.total_tokens"
 #[tokio::test]
 async fn openai_rate_limit_headers_carry_the_requests_and_tokens_rules() {
     let rules = format!(
-        r#"
-[[limit]]
-name = "requests"
-match = {{ path = "/v1/chat/*" }}
-key = ["header:authorization"]
-algorithm = "fixed-window"
-limit = 2
-window = "1m"
-openai_headers = "requests"
-{}openai_headers = "tokens"
-"#,
+        "{}{}openai_headers = \"tokens\"\n",
+        common::llm::requests(2, "1m"),
         tokens(5_000)
     );
     let server = gateway(&rules).await;
