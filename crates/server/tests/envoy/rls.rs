@@ -1018,23 +1018,31 @@ always_charge = {always}
 "#
         );
         let (_running, mut client) = serve_grpc(&toml, Default::default(), None).await;
-        report_past_the_limit(&mut client, always, &[]).await;
+        report_past_the_limit(&mut client, always, &[], "p1").await;
     }
 }
 
 /// The same through an envoyproxy/ratelimit YAML rule, whose `ratewarden` map says
 /// `always_charge`: alone in its call and beside another descriptor (which decides each
-/// rule on its own path).
+/// rule on its own path), in memory and on a real redis-server (a day's window, which
+/// Redis's own clock does not cross during the test).
 #[tokio::test]
 async fn a_yaml_rule_with_always_charge_counts_a_stream_done_report_past_the_limit() {
-    for always in [true, false] {
-        let yaml = format!(
-            "domain: ai\ndescriptors:\n  - key: project\n    rate_limit: {{unit: hour, requests_per_unit: 1000}}\n    ratewarden: {{always_charge: {always}}}\n  - key: model\n    rate_limit: {{unlimited: true}}\n"
-        );
-        for beside in [&[][..], &[("model", "m1")][..]] {
-            let envoy = ratewarden_policy::envoy::parse("ai.yaml", &yaml).unwrap();
-            let (_running, mut client) = serve_grpc(SERVER, envoy, None).await;
-            report_past_the_limit(&mut client, always, beside).await;
+    let redis = ratewarden_redis::testing::Server::start();
+    let on_redis = format!("[store]\nkind = \"redis\"\nurl = \"{}\"\n", redis.url());
+    for store in ["", on_redis.as_str()] {
+        for always in [true, false] {
+            let yaml = format!(
+                "domain: ai\ndescriptors:\n  - key: project\n    rate_limit: {{unit: day, requests_per_unit: 1000}}\n    ratewarden: {{always_charge: {always}}}\n  - key: model\n    rate_limit: {{unlimited: true}}\n"
+            );
+            for beside in [&[][..], &[("model", "m1")][..]] {
+                let envoy = ratewarden_policy::envoy::parse("ai.yaml", &yaml).unwrap();
+                let (_running, mut client) =
+                    serve_grpc(&format!("{SERVER}{store}"), envoy, None).await;
+                // A project of its own for each run: Redis keeps the counts between them.
+                let project = format!("p-{}-{always}-{}", store.len(), beside.len());
+                report_past_the_limit(&mut client, always, beside, &project).await;
+            }
         }
     }
 }
@@ -1045,9 +1053,10 @@ async fn report_past_the_limit(
     client: &mut RateLimitServiceClient<Channel>,
     always: bool,
     beside: &[(&str, &str)],
+    project: &str,
 ) {
     let call = |hits: u32| {
-        let mut descriptors = vec![descriptor(&[("project", "p1")])];
+        let mut descriptors = vec![descriptor(&[("project", project)])];
         if !beside.is_empty() {
             descriptors.push(descriptor(beside));
         }
