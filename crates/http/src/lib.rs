@@ -16,6 +16,7 @@
 
 mod contract;
 mod fields;
+pub mod grpc;
 mod openai;
 mod rendered;
 

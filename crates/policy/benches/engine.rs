@@ -106,6 +106,7 @@ fn main() {
                 api_key: None,
                 tenant: None,
                 body: None,
+                client_cert: None,
             };
             black_box(now_or_panic(engine.decide(&request, clock.now())).map(|v| v.allowed))
         })
@@ -146,6 +147,7 @@ fn main() {
                 api_key: None,
                 tenant: None,
                 body: None,
+                client_cert: None,
             };
             black_box(now_or_panic(limited.decide(&request, clock.now())).map(|v| v.allowed))
         })

@@ -424,7 +424,7 @@ critical = [{ method = "POST", path = "/payments*" }]
     );
     assert_eq!(
         wrong("[server]\nupstream = \"https://api.internal\"\n"),
-        "s.toml:2:12: `[server]`: `upstream`: must start with `http://` (TLS to the upstream is not supported), not `https://api.internal`"
+        "s.toml:2:12: `[server]`: `upstream`: must start with `http://` (HTTP/1.1) or `h2c://` (HTTP/2, such as a gRPC service) (TLS to the upstream is not supported yet), not `https://api.internal`"
     );
     assert!(wrong("[server]\nupstream = \"http://a/b\"\n").contains("without a path"));
     assert_eq!(

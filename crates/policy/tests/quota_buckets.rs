@@ -186,6 +186,7 @@ fn explain_names_a_bucket_rule_for_what_it_takes() {
         api_key: None,
         tenant: None,
         body: None,
+        client_cert: None,
     };
     let explained = now_or_panic(engine.explain(&request, NOW));
     let said = format!("{:?}", explained.rules);

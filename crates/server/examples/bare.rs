@@ -622,6 +622,7 @@ async fn lean_connection(
                 api_key: None,
                 tenant: None,
                 body: None,
+                client_cert: None,
             };
             let verdict = engine
                 .decide(&request, clock.now())

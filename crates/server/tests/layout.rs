@@ -271,8 +271,8 @@ fn the_check_sees_what_it_must_refuse() {
 
 /// The folders the end-to-end tests are grouped in, one per door or part they drive; the
 /// harness they share is in `common/` (and the clients' in `client_common/`).
-const TEST_GROUPS: [&str; 9] = [
-    "admin", "api", "cli", "client", "deploy", "doors", "envoy", "gateway", "store",
+const TEST_GROUPS: [&str; 10] = [
+    "admin", "api", "cli", "client", "deploy", "doors", "edge", "envoy", "gateway", "store",
 ];
 
 /// What is wrong with the test files' layout: a test at the top of `tests/` (other than

@@ -103,6 +103,7 @@ impl<St: AsyncStore + 'static> EngineLimits<St> {
             api_key: None,
             tenant: None,
             body: None,
+            client_cert: None,
         };
         // A layer holds the request as the gateway does: it may wait in a rule's queue.
         self.engine

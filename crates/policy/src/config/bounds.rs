@@ -72,6 +72,15 @@ pub struct Bounds {
     /// proxy) may hold open on one listener of one worker; more are closed at once. Read at
     /// start.
     pub max_connections_per_client: usize,
+    /// The most streams one HTTP/2 client may have open at once on a connection (the
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS` we announce); a stream past it is refused with
+    /// `REFUSED_STREAM`. Read at start.
+    pub http2_max_streams: u32,
+    /// How long an upgraded connection through the gateway (a WebSocket) may go without a
+    /// byte either way before it is closed.
+    pub upgraded_idle_timeout: Duration,
+    /// The longest an upgraded connection through the gateway stays open, however busy.
+    pub upgraded_max_duration: Duration,
 }
 
 /// The smallest `max_header_bytes` hyper's HTTP/1 parser takes (its read buffer's floor).
@@ -101,6 +110,13 @@ impl Default for Bounds {
             upstream_idle_timeout: Duration::from_secs(30),
             upstream_pool_idle: Duration::from_secs(60),
             max_connections_per_client: 256,
+            // nginx's `http2_max_concurrent_streams` is 128, hyper's 200: a hundred is what
+            // browsers and gRPC clients are used to (RFC 9113 asks for no fewer).
+            http2_max_streams: 100,
+            // Above the 30-60 s ping interval of WebSocket libraries and load balancers, so
+            // that only a connection nobody uses is closed.
+            upgraded_idle_timeout: Duration::from_secs(300),
+            upgraded_max_duration: Duration::from_secs(24 * 3600),
         }
     }
 }
@@ -137,6 +153,10 @@ impl Bounds {
             (
                 "[server] max_connections_per_client",
                 self.max_connections_per_client != next.max_connections_per_client,
+            ),
+            (
+                "[server] http2_max_streams",
+                self.http2_max_streams != next.http2_max_streams,
             ),
         ]
         .into_iter()

@@ -62,6 +62,11 @@ impl Errors<'_> {
         });
     }
 
+    /// The 1-based line and column of byte `offset` of the file.
+    pub(super) fn position(&self, offset: usize) -> (usize, usize) {
+        line_column(self.text, offset)
+    }
+
     /// The one check of a count: a whole number above zero (or zero too, when `zero_ok`)
     /// that fits `T`; `None` after recording what was wrong. `what` names the field as the
     /// message shows it (``"`burst`"``, ``"`[server]`: `max_body`"``).

@@ -90,6 +90,7 @@ pub(super) fn key_part(text: &str, grouping: IpGrouping) -> Option<KeyPart> {
         "global" => Some(KeyPart::Global),
         "descriptor" => Some(KeyPart::Descriptor),
         "bucket" => Some(KeyPart::Bucket),
+        "client_cert" => Some(KeyPart::ClientCert),
         _ => match text.split_once(':') {
             Some(("header", name)) if !name.trim().is_empty() => {
                 Some(KeyPart::Header(name.trim().to_ascii_lowercase()))

@@ -35,6 +35,7 @@ mod rule;
 mod server;
 mod settings;
 mod store;
+mod tls;
 mod validate;
 
 pub use adaptive::{Adaptive, ADAPTIVE_CONCURRENCY};
@@ -52,4 +53,5 @@ pub use rule::SETTLE_FROM_WITHIN;
 pub use settings::{
     Config, KeySources, MethodOverride, ServerSettings, StoreKind, StoreSettings, MIN_STORE_BYTES,
 };
+pub use tls::{CertificateFiles, NamedFile, Tls, TlsListeners};
 pub use validate::{load, parse};

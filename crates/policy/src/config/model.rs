@@ -34,6 +34,10 @@ pub enum KeyPart {
     /// A string or number at a path of the request's JSON body (`json:model`: a budget per
     /// LLM model), when the door read the body (the gateway, for a rule that asks).
     Json(crate::usage::UsagePath),
+    /// The subject of the client's TLS certificate (`CN=dashboard,O=ops`), on a listener
+    /// that requires one (`[tls.*] client_ca`): the certificate was verified against that
+    /// CA in the handshake, so the client cannot choose it.
+    ClientCert,
 }
 
 impl fmt::Display for KeyPart {
@@ -49,6 +53,7 @@ impl fmt::Display for KeyPart {
             KeyPart::Bucket => f.write_str("bucket"),
             KeyPart::Literal(text) => write!(f, "literal:{text}"),
             KeyPart::Json(path) => write!(f, "json:{path}"),
+            KeyPart::ClientCert => f.write_str("client_cert"),
         }
     }
 }

@@ -11,6 +11,7 @@ pub(super) struct RawConfig {
     pub(super) store: Option<RawStore>,
     pub(super) keys: Option<RawKeys>,
     pub(super) envoy: Option<RawEnvoy>,
+    pub(super) tls: Option<RawTlsListeners>,
     #[serde(default)]
     pub(super) limit: Vec<Spanned<RawLimit>>,
 }
@@ -55,6 +56,9 @@ pub(super) struct RawServer {
     pub(super) upstream_idle_timeout: Option<Spanned<String>>,
     pub(super) upstream_pool_idle: Option<Spanned<String>>,
     pub(super) max_connections_per_client: Option<Spanned<i64>>,
+    pub(super) http2_max_streams: Option<Spanned<i64>>,
+    pub(super) upgraded_idle_timeout: Option<Spanned<String>>,
+    pub(super) upgraded_max_duration: Option<Spanned<String>>,
     pub(super) method_override: Option<Spanned<String>>,
     pub(super) method_override_scan: Option<Spanned<i64>>,
 }
@@ -80,6 +84,36 @@ pub(super) struct RawStore {
     pub(super) master_password: Option<Spanned<String>>,
     pub(super) master_tls: Option<Spanned<bool>>,
     pub(super) wait_for_replicas: Option<Spanned<i64>>,
+}
+
+/// `[tls.listen]`, `[tls.api]`, `[tls.admin]`, `[tls.grpc]`: TLS on the listener of that
+/// `[server]` field.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTlsListeners {
+    pub(super) listen: Option<Spanned<RawTls>>,
+    pub(super) api: Option<Spanned<RawTls>>,
+    pub(super) admin: Option<Spanned<RawTls>>,
+    pub(super) grpc: Option<Spanned<RawTls>>,
+}
+
+/// One listener's TLS: a certificate (`cert` and `key`), or several (`certificates`),
+/// and the CA its clients' certificates must be signed by.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTls {
+    pub(super) cert: Option<Spanned<String>>,
+    pub(super) key: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(super) certificates: Vec<Spanned<RawCertificate>>,
+    pub(super) client_ca: Option<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawCertificate {
+    pub(super) cert: Option<Spanned<String>>,
+    pub(super) key: Option<Spanned<String>>,
 }
 
 /// `[envoy]`: what one call to Envoy's front doors may carry, and who may call.

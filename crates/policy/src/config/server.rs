@@ -179,6 +179,7 @@ pub(super) fn server_settings(raw: RawServer, errors: &mut Errors<'_>) -> Server
         envoy: defaults.envoy,
         method_override,
         method_override_scan,
+        tls: defaults.tls,
     }
 }
 
@@ -234,6 +235,16 @@ fn bounds(raw: &RawServer, errors: &mut Errors<'_>) -> Bounds {
         &raw.upstream_pool_idle,
         d.upstream_pool_idle,
     );
+    let upgraded_idle_timeout = duration(
+        "upgraded_idle_timeout",
+        &raw.upgraded_idle_timeout,
+        d.upgraded_idle_timeout,
+    );
+    let upgraded_max_duration = duration(
+        "upgraded_max_duration",
+        &raw.upgraded_max_duration,
+        d.upgraded_max_duration,
+    );
     let what = |field: &str| format!("`[server]`: `{field}`");
     let body_min_rate = raw
         .body_min_rate
@@ -264,6 +275,11 @@ fn bounds(raw: &RawServer, errors: &mut Errors<'_>) -> Bounds {
         Some(n) => n,
         None => d.max_header_bytes,
     };
+    let http2_max_streams = raw
+        .http2_max_streams
+        .as_ref()
+        .and_then(|v| errors.whole(v, &what("http2_max_streams"), None, false))
+        .unwrap_or(d.http2_max_streams);
     Bounds {
         header_read_timeout,
         idle_timeout,
@@ -278,20 +294,34 @@ fn bounds(raw: &RawServer, errors: &mut Errors<'_>) -> Bounds {
         upstream_idle_timeout,
         upstream_pool_idle,
         max_connections_per_client,
+        http2_max_streams,
+        upgraded_idle_timeout,
+        upgraded_max_duration,
     }
 }
 
-/// `http://host:port`, the only kind of upstream the gateway speaks to (TLS ends in front).
+/// `http://host:port` (HTTP/1.1) or `h2c://host:port` (HTTP/2 without TLS, by prior
+/// knowledge: a gRPC service): the kinds of upstream the gateway speaks to.
 fn parse_upstream(text: &str) -> Result<String, String> {
     let text = text.trim().trim_end_matches('/');
-    let Some(authority) = text.strip_prefix("http://") else {
+    let Some((scheme, authority)) = text
+        .strip_prefix("http://")
+        .map(|a| ("http", a))
+        .or_else(|| text.strip_prefix("h2c://").map(|a| ("h2c", a)))
+    else {
+        let hint = if text.starts_with("https://") {
+            " (TLS to the upstream is not supported yet)"
+        } else {
+            ""
+        };
         return Err(format!(
-            "must start with `http://` (TLS to the upstream is not supported), not `{text}`"
+            "must start with `http://` (HTTP/1.1) or `h2c://` (HTTP/2, such as a gRPC \
+             service){hint}, not `{text}`"
         ));
     };
     if authority.is_empty() || authority.contains(['/', '?', '#', ' ', '@']) {
         return Err(format!(
-            "must be `http://host[:port]`, without a path, query or credentials, not `{text}`"
+            "must be `{scheme}://host[:port]`, without a path, query or credentials, not `{text}`"
         ));
     }
     Ok(text.to_owned())

@@ -206,6 +206,8 @@ pub struct ServerSettings {
     /// before deciding; past them the body streams on, still read, and is cut if it names
     /// another method.
     pub method_override_scan: usize,
+    /// TLS on the listeners that have it (`[tls.listen]`, `[tls.api]`, ...).
+    pub tls: super::TlsListeners,
 }
 
 /// What the gateway does with a request that asks the upstream, by a header
@@ -242,6 +244,7 @@ impl Default for ServerSettings {
             envoy: CallBounds::default(),
             method_override: MethodOverride::Refuse,
             method_override_scan: 64 * 1024,
+            tls: super::TlsListeners::default(),
         }
     }
 }
@@ -300,6 +303,7 @@ impl ServerSettings {
         .filter_map(|(field, differs)| differs.then_some(field))
         .collect();
         changed.extend(self.bounds.needing_restart(&next.bounds));
+        changed.extend(self.tls.needing_restart(&next.tls));
         if self.envoy.max_message_bytes != next.envoy.max_message_bytes {
             // Set on the gRPC listener when it starts.
             changed.push("[envoy] max_message_bytes");

@@ -85,6 +85,15 @@ pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
     if let Some(raw) = raw.envoy {
         server.envoy = call_bounds(raw, &mut errors);
     }
+    if let Some(raw) = raw.tls {
+        let on = [
+            true,
+            server.api.is_some(),
+            server.admin.is_some(),
+            server.grpc.is_some(),
+        ];
+        server.tls = super::tls::tls_listeners(raw, on, &mut errors);
+    }
     let trusted_proxies =
         trusted_proxies(proxies, &mut errors).with_header(client_ip_header(header, &mut errors));
     let rules = rules(raw.limit, &store, &mut errors);

@@ -287,6 +287,7 @@ fn missing_part(rule: &Rule, sources: &KeySources, request: &Request<'_>) -> Str
                     && empty(request.single_header(&sources.tenant_header).ok().flatten())
             }
             KeyPart::Descriptor | KeyPart::Bucket => true,
+            KeyPart::ClientCert => empty(request.client_cert),
             KeyPart::Json(path) => crate::engine::request::json_part(path, request).is_none(),
             KeyPart::Ip(_) | KeyPart::Route | KeyPart::Global | KeyPart::Literal(_) => false,
         };
@@ -394,6 +395,7 @@ burst = 1
                                 api_key: None,
                                 tenant: None,
                                 body: None,
+                                client_cert: None,
                             };
                             let matched = rule.matches.matches(&request);
                             assert_eq!(

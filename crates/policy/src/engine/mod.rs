@@ -443,6 +443,7 @@ impl<S: AsyncStore> Engine<S> {
     ///     api_key: None,
     ///     tenant: None,
     ///     body: None,
+    ///     client_cert: None,
     /// };
     /// let explained = now_or_panic(engine.explain(&request, 0));
     /// assert!(matches!(
@@ -638,6 +639,7 @@ local_first = true
                 api_key: None,
                 tenant: None,
                 body: None,
+                client_cert: None,
             };
             let verdict = ratewarden_core::now_or_panic(engine.decide(&request, 1));
             assert!(verdict.expect("decided").allowed);

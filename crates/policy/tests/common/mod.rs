@@ -35,6 +35,7 @@ pub fn request<'a>(peer: &str, path: &'a str, headers: &'a [(&'a str, &'a str)])
         api_key: None,
         tenant: None,
         body: None,
+        client_cert: None,
     }
 }
 

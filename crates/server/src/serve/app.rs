@@ -41,6 +41,8 @@ pub(crate) struct App {
     /// our 403 into an answer of its own (nginx's `error_page 403`), so the log is where
     /// its operator learns why.
     pub(crate) untrusted: Throttle,
+    /// Each listener's TLS, when it has it: its certificates are read again on reload.
+    pub(crate) tls: crate::serve::conn::tls::Listeners,
 }
 
 /// A reload put in force.
@@ -74,7 +76,9 @@ impl App {
             listeners.push("admin");
         }
         let metrics = Metrics::new(Arc::clone(&engine), Arc::clone(&clock), &listeners);
+        let tls = crate::serve::conn::tls::Listeners::new(&settings.tls)?;
         Ok(Self {
+            tls,
             engine,
             clock,
             shedder: Arc::new(Shedder::new(
@@ -213,6 +217,17 @@ impl App {
                 return Err(errors);
             }
             Some(config) => {
+                // Every certificate read before anything changes: one that cannot be used
+                // rejects the reload, and the old ones stay with the old rules.
+                let tls = match self.tls.prepare(&config.server.tls) {
+                    Ok(tls) => tls,
+                    Err(errors) => {
+                        tracing::warn!(%errors, "reload rejected; the old {} stay", self.what());
+                        self.metrics.reloaded(false);
+                        return Err(errors);
+                    }
+                };
+                crate::serve::conn::tls::Listeners::put(tls);
                 // Against the settings started with, not the last reload's: a field that
                 // still differs still is not in force.
                 needing_restart = self.started.0.needing_restart(&config.server);

@@ -81,13 +81,13 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
     } else {
         Role::Api
     };
-    let mut listeners = vec![(conn::bind(settings.listen, "listen")?, main_role)];
+    let mut listeners = vec![(conn::bind(settings.listen, "listen")?, main_role, "listen")];
     let listen_addr = listeners[0].0.local_addr()?;
     let mut api_addr = None;
     if let Some(addr) = settings.api {
         let api = conn::bind(addr, "api")?;
         api_addr = Some(api.local_addr()?);
-        listeners.push((api, Role::Api));
+        listeners.push((api, Role::Api, "api"));
     }
     let mut grpc_addr = None;
     let grpc = match settings.grpc {
@@ -102,7 +102,7 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
     if let Some(addr) = settings.admin {
         let admin = conn::bind(addr, "admin")?;
         admin_addr = Some(admin.local_addr()?);
-        listeners.push((admin, Role::Admin));
+        listeners.push((admin, Role::Admin, "admin"));
     }
     let grace = settings.shutdown_grace;
     // Workers past the first: a thread each, with a single-threaded runtime accepting on
@@ -110,10 +110,11 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
     // threads (what nginx gets from worker processes).
     for worker in 1..options.workers.max(1) {
         let mut clones = Vec::new();
-        for (listener, role) in &listeners {
+        for (listener, role, field) in &listeners {
             clones.push((
                 listener.try_clone().context("cannot share a listener")?,
                 *role,
+                *field,
             ));
         }
         let (app, stopped) = (Arc::clone(&app), stopped.clone());

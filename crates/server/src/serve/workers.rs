@@ -37,7 +37,7 @@ impl Role {
 /// One worker thread: its own single-threaded runtime serving every HTTP listener until
 /// stopped.
 pub(super) fn run(
-    listeners: Vec<(std::net::TcpListener, Role)>,
+    listeners: Vec<(std::net::TcpListener, Role, &'static str)>,
     app: Arc<App>,
     upstream: Option<String>,
     stopped: watch::Receiver<bool>,
@@ -69,32 +69,53 @@ pub(super) fn run(
     let _ = done.send(());
 }
 
-/// Serves the HTTP `listeners` on the current runtime, a task each in `tasks`, until
-/// `stopped`: what every worker runs, the first included.
+/// Serves the HTTP `listeners` (each with the `[server]` field that names it) on the
+/// current runtime, a task each in `tasks`, until `stopped`: what every worker runs, the
+/// first included.
 ///
 /// # Errors
 ///
 /// A listener the runtime cannot take (the tasks of those before it keep serving).
 pub(super) fn spawn(
     tasks: &mut JoinSet<()>,
-    listeners: Vec<(std::net::TcpListener, Role)>,
+    listeners: Vec<(std::net::TcpListener, Role, &'static str)>,
     app: &Arc<App>,
     local: &Arc<Local>,
     stopped: &watch::Receiver<bool>,
     grace: std::time::Duration,
 ) -> std::io::Result<()> {
-    for (listener, role) in listeners {
+    for (listener, role, field) in listeners {
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let (app, stopped) = (Arc::clone(app), stopped.clone());
+        let tls = match field {
+            "listen" => app.tls.listen.clone(),
+            "api" => app.tls.api.clone(),
+            "admin" => app.tls.admin.clone(),
+            _ => None,
+        };
         match role {
             Role::Gateway => {
                 let gateway = Arc::new(Gateway {
                     local: Arc::clone(local),
                 });
-                tasks.spawn(conn::serve(listener, gateway, app, stopped, grace))
+                tasks.spawn(conn::serve(listener, gateway, app, stopped, grace, tls))
             }
-            Role::Api => tasks.spawn(conn::serve(listener, Arc::new(Api), app, stopped, grace)),
-            Role::Admin => tasks.spawn(conn::serve(listener, Arc::new(Admin), app, stopped, grace)),
+            Role::Api => tasks.spawn(conn::serve(
+                listener,
+                Arc::new(Api),
+                app,
+                stopped,
+                grace,
+                tls,
+            )),
+            Role::Admin => tasks.spawn(conn::serve(
+                listener,
+                Arc::new(Admin),
+                app,
+                stopped,
+                grace,
+                tls,
+            )),
         };
     }
     Ok(())

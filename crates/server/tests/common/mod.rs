@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod answers;
+pub mod edge;
 pub mod fleet;
 pub mod gated;
 pub mod llm;

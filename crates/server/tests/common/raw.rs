@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 
 use serde_json::Value;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 /// A response read off a raw socket.
@@ -37,7 +37,7 @@ impl Raw {
 }
 
 /// Reads one response (head, then a `Content-Length` body) off `stream`.
-pub async fn read_response(stream: &mut TcpStream) -> Raw {
+pub async fn read_response<S: AsyncRead + Unpin>(stream: &mut S) -> Raw {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
     let head_end = loop {

@@ -1,5 +1,6 @@
 //! Every front door, one logical request: the same client asking about `GET /orders` four
-//! times through the gateway (its lean path and hyper's), the decision API (both paths),
+//! times through the gateway (its lean path and hyper's, HTTP/2 by prior knowledge, and
+//! over TLS in HTTP/1.1 and HTTP/2), the decision API (both paths, and HTTP/2 over TLS),
 //! forward-auth (all three flavours), Envoy's `ext_authz`, and Envoy's rate limit service
 //! (gRPC and `POST /json`, the same limit on a descriptor). Each door must give the same
 //! verdicts with the same RateLimit numbers, count the same decisions in `/metrics`, and
@@ -36,7 +37,17 @@ const CLIENT: &str = "203.0.113.7";
 /// watched by a shadow rule of one a minute (a descriptor of its own on `edge`: Envoy's
 /// protocol decides one rule per descriptor). At most two requests in flight, one of them
 /// kept for `/critical`, and no waiting for a place.
-fn config(upstream: SocketAddr) -> String {
+fn config(upstream: SocketAddr, tls: bool) -> String {
+    // The TLS doors' server: TLS on the gateway and on the decision API's listener.
+    let tls = if tls {
+        format!(
+            "{}\n{}",
+            common::edge::section("listen"),
+            common::edge::section("api")
+        )
+    } else {
+        String::new()
+    };
     format!(
         r#"
 [server]
@@ -84,6 +95,8 @@ key = ["descriptor"]
 algorithm = "fixed-window"
 limit = 1
 window = "1m"
+
+{tls}
 "#
     )
 }
@@ -102,8 +115,12 @@ struct Seen {
 enum Door {
     GatewayLean,
     GatewayHyper,
+    GatewayH2c,
+    GatewayTls,
+    GatewayTlsH2,
     ApiLean,
     ApiHyper,
+    ApiTlsH2,
     ForwardAuth,
     ForwardAuthNginx,
     ForwardAuthEnvoy,
@@ -112,11 +129,15 @@ enum Door {
     RlsJson,
 }
 
-const DOORS: [Door; 10] = [
+const DOORS: [Door; 14] = [
     Door::GatewayLean,
     Door::GatewayHyper,
+    Door::GatewayH2c,
+    Door::GatewayTls,
+    Door::GatewayTlsH2,
     Door::ApiLean,
     Door::ApiHyper,
+    Door::ApiTlsH2,
     Door::ForwardAuth,
     Door::ForwardAuthNginx,
     Door::ForwardAuthEnvoy,
@@ -129,6 +150,23 @@ impl Door {
     /// Whether the door asks by descriptors (its rules are the `-edge` ones).
     fn descriptors(self) -> bool {
         matches!(self, Door::Rls | Door::RlsJson)
+    }
+
+    /// Whether the door's server speaks TLS (on its gateway and API listeners).
+    fn tls(self) -> bool {
+        matches!(self, Door::GatewayTls | Door::GatewayTlsH2 | Door::ApiTlsH2)
+    }
+
+    /// Whether the door is the gateway's, and which of its paths serves it: the lean one
+    /// (clear-text HTTP/1.1 it reads itself) or hyper's.
+    fn gateway(self) -> Option<bool> {
+        match self {
+            Door::GatewayLean => Some(true),
+            Door::GatewayHyper | Door::GatewayH2c | Door::GatewayTls | Door::GatewayTlsH2 => {
+                Some(false)
+            }
+            _ => None,
+        }
     }
 
     /// Asks about `path` for the client, and reads the answer.
@@ -154,6 +192,55 @@ impl Door {
                 )
                 .await,
             ),
+            Door::GatewayH2c => {
+                let tcp = tokio::net::TcpStream::connect(listen).await.unwrap();
+                seen_reply(&h2_get(common::edge::h2(tcp).await, path).await)
+            }
+            Door::GatewayTls => {
+                let config = common::edge::client_config(&["http/1.1"], None);
+                let mut tls = common::edge::connect(listen, "gateway.test", config)
+                    .await
+                    .unwrap();
+                seen_raw(
+                    common::edge::raw_on(
+                        &mut tls,
+                        &format!("GET {path} HTTP/1.1\nHost: shop.example\n{xff}\n\n"),
+                    )
+                    .await,
+                )
+            }
+            Door::GatewayTlsH2 => {
+                let config = common::edge::client_config(&["h2"], None);
+                let tls = common::edge::connect(listen, "gateway.test", config)
+                    .await
+                    .unwrap();
+                assert_eq!(common::edge::alpn(&tls).as_deref(), Some(&b"h2"[..]));
+                seen_reply(&h2_get(common::edge::h2(tls).await, path).await)
+            }
+            Door::ApiTlsH2 => {
+                let config = common::edge::client_config(&["h2", "http/1.1"], None);
+                let tls = common::edge::connect(api, "localhost", config)
+                    .await
+                    .unwrap();
+                let mut sender = common::edge::h2(tls).await;
+                let body = format!(r#"{{"ip":"{CLIENT}","method":"GET","path":"{path}"}}"#);
+                let request = http::Request::post("https://localhost/v1/check")
+                    .header("content-type", "application/json")
+                    .body(Full::new(Bytes::from(body)))
+                    .unwrap();
+                let answer = common::edge::h2_send(&mut sender, request).await;
+                let head = answer
+                    .headers
+                    .iter()
+                    .map(|(n, v)| format!("{n}: {}\r\n", v.to_str().unwrap()))
+                    .collect();
+                let decision = Raw {
+                    status: answer.status.as_u16(),
+                    head,
+                    body: answer.body,
+                };
+                seen_decision(self, decision)
+            }
             Door::ApiLean | Door::ApiHyper => {
                 let body = format!(r#"{{"ip":"{CLIENT}","method":"GET","path":"{path}"}}"#);
                 let request = if self == Door::ApiLean {
@@ -168,32 +255,7 @@ impl Door {
                         body.len()
                     )
                 };
-                let answer = raw(api, &request).await;
-                if answer.status == 503 {
-                    return seen_raw(answer);
-                }
-                assert_eq!(answer.status, 200, "{self:?}: {}", answer.body);
-                let d = answer.json();
-                // The headers the caller should send, as `[name, value]` pairs.
-                let header = |name: &str| {
-                    d["headers"].as_array().and_then(|hs| {
-                        hs.iter()
-                            .find(|h| h[0].as_str().unwrap().eq_ignore_ascii_case(name))
-                            .map(|h| h[1].as_str().unwrap().to_owned())
-                    })
-                };
-                Seen {
-                    status: match d["status"].as_u64().unwrap() {
-                        // The API says what the caller should answer.
-                        s if d["allowed"] == true => {
-                            assert_eq!(s, 200);
-                            200
-                        }
-                        s => s as u16,
-                    },
-                    ratelimit: header("ratelimit"),
-                    retry_after: header("retry-after"),
-                }
+                seen_decision(self, raw(api, &request).await)
             }
             Door::ForwardAuth => seen_raw(
                 raw(
@@ -322,6 +384,55 @@ impl Door {
     }
 }
 
+/// The decision API's answer, in the terms every door shares.
+fn seen_decision(door: Door, answer: Raw) -> Seen {
+    if answer.status == 503 {
+        return seen_raw(answer);
+    }
+    assert_eq!(answer.status, 200, "{door:?}: {}", answer.body);
+    let d = answer.json();
+    // The headers the caller should send, as `[name, value]` pairs.
+    let header = |name: &str| {
+        d["headers"].as_array().and_then(|hs| {
+            hs.iter()
+                .find(|h| h[0].as_str().unwrap().eq_ignore_ascii_case(name))
+                .map(|h| h[1].as_str().unwrap().to_owned())
+        })
+    };
+    Seen {
+        status: match d["status"].as_u64().unwrap() {
+            // The API says what the caller should answer.
+            s if d["allowed"] == true => {
+                assert_eq!(s, 200);
+                200
+            }
+            s => s as u16,
+        },
+        ratelimit: header("ratelimit"),
+        retry_after: header("retry-after"),
+    }
+}
+
+/// `GET path` for the client on an HTTP/2 connection to the gateway.
+async fn h2_get(
+    mut sender: hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+    path: &str,
+) -> common::Reply {
+    let request = http::Request::get(format!("https://shop.example{path}"))
+        .header("x-forwarded-for", CLIENT)
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    common::edge::h2_send(&mut sender, request).await
+}
+
+fn seen_reply(answer: &common::Reply) -> Seen {
+    Seen {
+        status: answer.status.as_u16(),
+        ratelimit: answer.header("ratelimit").map(str::to_owned),
+        retry_after: answer.header("retry-after").map(str::to_owned),
+    }
+}
+
 fn seen_raw(answer: Raw) -> Seen {
     Seen {
         status: answer.status,
@@ -397,9 +508,23 @@ async fn upstream(release: Arc<Notify>) -> SocketAddr {
     .await
 }
 
-async fn start(release: &Arc<Notify>) -> Running {
-    let toml = config(upstream(Arc::clone(release)).await);
+async fn start(release: &Arc<Notify>, door: Door) -> Running {
+    let toml = config(upstream(Arc::clone(release)).await, door.tls());
     common::start_at(&toml, T0).await
+}
+
+/// A request held at the upstream (`/slow`), sent as `door`'s server takes it.
+async fn hold(server: &Running, door: Door) -> Raw {
+    let request = format!("GET /slow HTTP/1.1\nHost: shop.example\nX-Forwarded-For: {CLIENT}\n\n");
+    if door.tls() {
+        let config = common::edge::client_config(&["http/1.1"], None);
+        let mut tls = common::edge::connect(server.listen, "gateway.test", config)
+            .await
+            .unwrap();
+        common::edge::raw_on(&mut tls, &request).await
+    } else {
+        raw(server.listen, &request).await
+    }
 }
 
 /// `/metrics` series and their values.
@@ -445,7 +570,7 @@ async fn every_door_gives_the_same_verdicts_numbers_and_counts() {
     let mut first: Option<(Vec<Seen>, Counts)> = None;
     for door in DOORS {
         let release = Arc::new(Notify::new());
-        let server = start(&release).await;
+        let server = start(&release, door).await;
         let mut seen = Vec::new();
         for _ in 0..4 {
             seen.push(door.ask(&server, "/orders").await);
@@ -461,13 +586,9 @@ async fn every_door_gives_the_same_verdicts_numbers_and_counts() {
         );
         assert!(seen[3].retry_after.is_some(), "{door:?}: {seen:?}");
         let counted = counts(&server, door.descriptors()).await;
-        if door == Door::GatewayLean || door == Door::GatewayHyper {
+        if let Some(lean_path) = door.gateway() {
             let (lean, hyper) = common::gateway_paths(&server).await;
-            let expected = if door == Door::GatewayLean {
-                (4, 0)
-            } else {
-                (0, 4)
-            };
+            let expected = if lean_path { (4, 0) } else { (0, 4) };
             assert_eq!(
                 (lean, hyper),
                 expected,
@@ -509,15 +630,11 @@ async fn every_door_gives_the_same_verdicts_numbers_and_counts() {
 async fn every_door_sheds_alike_with_every_place_taken_but_the_critical_one() {
     for door in DOORS {
         let release = Arc::new(Notify::new());
-        let server = start(&release).await;
+        let server = Arc::new(start(&release, door).await);
         // One request held at the upstream takes the one place others may take.
-        let listen = server.listen;
-        let held = tokio::spawn(async move {
-            raw(
-                listen,
-                &format!("GET /slow HTTP/1.1\nHost: shop.example\nX-Forwarded-For: {CLIENT}\n\n"),
-            )
-            .await
+        let held = tokio::spawn({
+            let server = Arc::clone(&server);
+            async move { hold(&server, door).await }
         });
         let admin = server.admin.unwrap();
         assert!(

@@ -35,6 +35,7 @@ use crate::engine::verdict::{GrantId, Verdict};
 ///     api_key: None,
 ///     tenant: None,
 ///     body: None,
+///     client_cert: None,
 /// };
 /// // What the decision API's settle and release build from their body.
 /// let owner = Owner::Request(&request);

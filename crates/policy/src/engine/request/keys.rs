@@ -75,6 +75,9 @@ pub(crate) fn part_words(part: &KeyPart, sources: &KeySources) -> String {
         KeyPart::Tenant => format!("tenant (the `{}` header)", sources.tenant_header),
         KeyPart::Descriptor => "descriptor (only Envoy descriptors carry one)".to_owned(),
         KeyPart::Bucket => "bucket (only Envoy quota buckets carry one)".to_owned(),
+        KeyPart::ClientCert => "client_cert (a TLS client certificate, on a listener whose \
+             `[tls.*]` section has a `client_ca`)"
+            .to_owned(),
         other => other.to_string(),
     }
 }
@@ -133,6 +136,12 @@ pub(crate) fn push_part(
             }
         }
         KeyPart::Global => key.push('*'),
+        KeyPart::ClientCert => {
+            let Some(subject) = request.client_cert.filter(|s| !s.is_empty()) else {
+                return Ok(false);
+            };
+            key.push_str(&bounded_part(subject));
+        }
         // Descriptors and quota buckets come over Envoy's protocols, never with an HTTP
         // request.
         KeyPart::Descriptor | KeyPart::Bucket => return Ok(false),

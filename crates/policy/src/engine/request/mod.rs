@@ -55,6 +55,9 @@ pub struct Request<'a> {
     /// body when a rule's cost is an estimate from it, [`Cost::Body`](crate::Cost::Body));
     /// `None` otherwise, and such a rule charges its `max_cost`.
     pub body: Option<&'a [u8]>,
+    /// The subject of the client's TLS certificate, verified in the handshake (the
+    /// `client_cert` key part); `None` without one.
+    pub client_cert: Option<&'a str>,
 }
 
 impl<'a> Request<'a> {

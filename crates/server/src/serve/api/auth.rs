@@ -130,6 +130,7 @@ pub(crate) async fn handle(
         api_key: None,
         tenant: None,
         body: None,
+        client_cert: None,
     };
     let settings = app.settings();
     let ask = Ask::Request(&engine_request);

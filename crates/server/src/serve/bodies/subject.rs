@@ -115,6 +115,7 @@ impl Resolved<'_> {
             api_key: self.api_key,
             tenant: self.tenant,
             body: None,
+            client_cert: None,
         }
     }
 }

@@ -17,6 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Waker};
 
+use hyper::rt::{Read, Write};
+use hyper::server::conn::{http1, http2};
 use hyper_util::server::graceful::GracefulConnection;
 use tokio::sync::watch;
 
@@ -67,7 +69,7 @@ impl Ticket {
         connection: C,
     ) -> impl Future<Output = Result<(), C::Error>> + Send + 'static
     where
-        C: GracefulConnection + Send + 'static,
+        C: Graceful + Send + 'static,
     {
         watched(connection, self.stopping, self.rx)
     }
@@ -125,7 +127,47 @@ impl<'a> Stop<'a> {
     }
 }
 
-async fn watched<C: GracefulConnection>(
+/// A connection that can be asked to finish what it serves and close: hyper-util's
+/// [`GracefulConnection`] connections, and an HTTP/1.1 connection that may be upgraded
+/// (which hyper-util's trait leaves out).
+pub(crate) trait Graceful: Future<Output = Result<(), Self::Error>> {
+    type Error: std::error::Error + Send + Sync + 'static;
+
+    fn graceful_shutdown(self: Pin<&mut Self>);
+}
+
+impl<I, B, S> Graceful for http1::UpgradeableConnection<I, S>
+where
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: Read + Write + Unpin + Send + 'static,
+    B: hyper::body::Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    type Error = hyper::Error;
+
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        http1::UpgradeableConnection::graceful_shutdown(self);
+    }
+}
+
+impl<I, B, S, E> Graceful for http2::Connection<I, S, E>
+where
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    I: Read + Write + Unpin + 'static,
+    B: hyper::body::Body + 'static,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    E: hyper::rt::bounds::Http2ServerConnExec<S::Future, B>,
+{
+    type Error = hyper::Error;
+
+    fn graceful_shutdown(self: Pin<&mut Self>) {
+        GracefulConnection::graceful_shutdown(self);
+    }
+}
+
+async fn watched<C: Graceful>(
     connection: C,
     stopping: Arc<AtomicBool>,
     mut rx: watch::Receiver<()>,

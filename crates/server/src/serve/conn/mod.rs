@@ -12,6 +12,7 @@ mod listen;
 pub(crate) mod pacing;
 pub(crate) mod rewind;
 pub(crate) mod send;
+pub(crate) mod tls;
 
 pub(crate) use door::Door;
 pub(crate) use listen::{bind, serve};

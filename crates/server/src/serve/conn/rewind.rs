@@ -27,6 +27,28 @@ impl<S> Rewind<S> {
     }
 }
 
+impl<S> Rewind<S> {
+    /// The bytes still to be read before the stream's.
+    pub(crate) fn prefix(&self) -> &[u8] {
+        &self.prefix[self.at..]
+    }
+}
+
+impl<S: AsyncRead + Unpin> Rewind<S> {
+    /// Reads what the stream has next onto the end of the prefix (to look at a
+    /// connection's first bytes before choosing who serves it); 0 at its end.
+    pub(crate) async fn read_more(&mut self) -> io::Result<usize> {
+        use tokio::io::AsyncReadExt;
+        self.prefix.drain(..self.at);
+        self.at = 0;
+        let had = self.prefix.len();
+        self.prefix.resize(had + 1024, 0);
+        let read = self.inner.read(&mut self.prefix[had..]).await;
+        self.prefix.truncate(had + *read.as_ref().unwrap_or(&0));
+        read
+    }
+}
+
 impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,

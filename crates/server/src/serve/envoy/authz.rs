@@ -117,6 +117,7 @@ async fn check(app: &Arc<App>, request: &CheckRequest) -> Result<CheckResponse, 
         api_key: None,
         tenant: None,
         body: None,
+        client_cert: None,
     };
     let settings = app.settings();
     let ask = Ask::Request(&engine_request);

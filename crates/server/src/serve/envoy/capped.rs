@@ -1,6 +1,8 @@
 //! The gRPC listener's connections, each client held to `[server] max_connections_per_client`
 //! as the HTTP listeners hold theirs: one HTTP/2 connection carries many streams, each up to
-//! `[envoy] max_message_bytes`, so connections are what bounds a stranger's share.
+//! `[envoy] max_message_bytes`, so connections are what bounds a stranger's share. With
+//! `[tls.grpc]`, each connection's handshake runs as a task of its own ([`handshakes`]), so
+//! a client slow to finish one holds up no one else's.
 
 use std::io;
 use std::pin::Pin;
@@ -9,11 +11,65 @@ use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
-use tonic::codegen::tokio_stream::Stream;
+use tokio::sync::mpsc;
+use tokio_rustls::server::TlsStream;
+use tonic::codegen::tokio_stream::{Stream, StreamExt};
 use tonic::transport::server::{Connected, TcpConnectInfo, TcpIncoming};
 
 use crate::serve::app::App;
 use crate::serve::conn::clients::{Clients, Open};
+use crate::serve::conn::tls::Tls;
+
+/// Connections whose TLS handshake is done, in the order they finish: `capped`'s
+/// connections, each shaken hands with in a task of its own (for as long as
+/// `header_read_timeout`, as on the HTTP listeners).
+pub(super) fn handshakes(capped: Capped, tls: Arc<Tls>) -> Handshaken {
+    let (tx, rx) = mpsc::channel(64);
+    let app = Arc::clone(&capped.app);
+    tokio::spawn(async move {
+        let mut capped = capped;
+        let timeout = app.started().bounds.header_read_timeout;
+        while let Some(accepted) = capped.next().await {
+            let Ok(counted) = accepted else { continue };
+            let Io::Plain(stream) = counted.stream else {
+                continue;
+            };
+            let (tx, app, tls) = (tx.clone(), Arc::clone(&app), Arc::clone(&tls));
+            let open = counted._open;
+            tokio::spawn(async move {
+                match tokio::time::timeout(timeout, tls.acceptor().accept(stream)).await {
+                    Ok(Ok(stream)) => {
+                        let _ = tx
+                            .send(Counted {
+                                stream: Io::Tls(Box::new(stream)),
+                                _open: open,
+                            })
+                            .await;
+                    }
+                    Ok(Err(error)) => {
+                        tracing::debug!(%error, "TLS handshake failed on the gRPC listener");
+                        app.metrics.tls_handshake_failed("grpc");
+                    }
+                    Err(_) => app.metrics.tls_handshake_failed("grpc"),
+                }
+            });
+        }
+    });
+    Handshaken { rx }
+}
+
+/// The connections [`handshakes`] finished.
+pub(super) struct Handshaken {
+    rx: mpsc::Receiver<Counted>,
+}
+
+impl Stream for Handshaken {
+    type Item = io::Result<Counted>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.get_mut().rx.poll_recv(cx).map(|c| c.map(Ok))
+    }
+}
 
 /// The accepted connections of `inner`, less those of a client that has its share open
 /// already: those are closed at once.
@@ -44,7 +100,7 @@ impl Stream for Capped {
             {
                 Some(open) => {
                     return Poll::Ready(Some(Ok(Counted {
-                        stream,
+                        stream: Io::Plain(stream),
                         _open: open,
                     })))
                 }
@@ -56,17 +112,36 @@ impl Stream for Capped {
 
 /// An accepted connection, counted against its client until it closes.
 pub(super) struct Counted {
-    stream: TcpStream,
+    stream: Io,
     /// Uncounts the connection when dropped; `None` for a trusted proxy's.
     _open: Option<Open>,
+}
+
+/// A connection in clear text or over TLS.
+enum Io {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
 }
 
 impl Connected for Counted {
     type ConnectInfo = TcpConnectInfo;
 
     fn connect_info(&self) -> TcpConnectInfo {
-        self.stream.connect_info()
+        match &self.stream {
+            Io::Plain(stream) => stream.connect_info(),
+            Io::Tls(stream) => stream.get_ref().0.connect_info(),
+        }
     }
+}
+
+/// `$method` of whichever stream `$io` holds.
+macro_rules! either {
+    ($io:expr, $s:ident => $call:expr) => {
+        match $io {
+            Io::Plain($s) => $call,
+            Io::Tls($s) => $call,
+        }
+    };
 }
 
 impl AsyncRead for Counted {
@@ -75,7 +150,7 @@ impl AsyncRead for Counted {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+        either!(&mut self.get_mut().stream, s => Pin::new(s).poll_read(cx, buf))
     }
 }
 
@@ -85,15 +160,15 @@ impl AsyncWrite for Counted {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+        either!(&mut self.get_mut().stream, s => Pin::new(s).poll_write(cx, buf))
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+        either!(&mut self.get_mut().stream, s => Pin::new(s).poll_flush(cx))
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+        either!(&mut self.get_mut().stream, s => Pin::new(s).poll_shutdown(cx))
     }
 
     fn poll_write_vectored(
@@ -101,10 +176,10 @@ impl AsyncWrite for Counted {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+        either!(&mut self.get_mut().stream, s => Pin::new(s).poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
+        either!(&self.stream, s => s.is_write_vectored())
     }
 }

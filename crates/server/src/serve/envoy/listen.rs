@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use super::authz::Authz;
 use super::bound::NamedBound;
-use super::capped::Capped;
+use super::capped::{handshakes, Capped};
 use super::grpc::Rls;
 use super::rlqs::Rlqs;
 use crate::serve::app::App;
@@ -53,17 +53,20 @@ pub(crate) async fn serve(
         }))
         .add_service(rls)
         .add_service(authz)
-        .add_service(rlqs)
-        .serve_with_incoming_shutdown(
-            Capped {
-                inner: tonic::transport::server::TcpIncoming::from(listener)
-                    .with_nodelay(Some(true)),
-                clients,
-                app: capped_app,
-            },
-            shutdown,
-        )
-        .await;
+        .add_service(rlqs);
+    let capped = Capped {
+        inner: tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
+        clients,
+        app: Arc::clone(&capped_app),
+    };
+    let served = match capped_app.tls.grpc.clone() {
+        Some(tls) => {
+            served
+                .serve_with_incoming_shutdown(handshakes(capped, tls), shutdown)
+                .await
+        }
+        None => served.serve_with_incoming_shutdown(capped, shutdown).await,
+    };
     if let Err(error) = served {
         tracing::error!(%error, "the gRPC listener failed");
     }

@@ -4,15 +4,19 @@
 //! Two HTTP/1.1 paths serve it: the lean one (`lean/`, the codec's own, for plain `GET` and
 //! `HEAD`) and hyper's (`proxy`, everything the lean path hands over). Both admit a request
 //! the one way (`passage`), write the client's forwarding headers the one way
-//! (`forwarding`) and reach the upstream through the worker's `upstream`.
+//! (`forwarding`) and reach the upstream through the worker's `upstream`. HTTP/2 and TLS
+//! connections are hyper's too, and a gRPC call's own answers are written as gRPC
+//! expects them (`grpc`).
 
 mod forwarding;
+mod grpc;
 mod lean;
 mod overrides;
 mod passage;
 mod proxy;
 mod sent_body;
 mod settling;
+mod tunnel;
 pub(crate) mod upstream;
 
 pub(crate) use upstream::Local;

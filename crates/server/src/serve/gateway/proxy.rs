@@ -16,13 +16,16 @@ use ratewarden_core::DisplayDuration;
 use ratewarden_policy::{Bounds, Identity};
 
 use super::forwarding::forwarding_headers;
+use super::grpc;
 use super::overrides::{self, Scanned};
 use super::passage::{pass, Passage};
 use super::sent_body::{Fault, Watched};
 use super::settling::Settlement;
+use super::tunnel;
 use super::upstream::{Local, Upstream};
 use crate::serve::app::App;
 use crate::serve::conn::pacing::Paced;
+use crate::serve::conn::tls::ClientCert;
 use crate::serve::guard;
 use crate::serve::reply::{self, Body, Holding};
 
@@ -31,6 +34,23 @@ pub(super) async fn handle(
     local: &Local,
     peer: SocketAddr,
     request: Request<Incoming>,
+) -> Response<Body> {
+    // A gRPC call is answered in gRPC's terms when the gateway answers it itself.
+    let call = grpc::is_call(request.headers());
+    let response = relay(app, local, peer, request, call).await;
+    if call {
+        grpc::answer(response)
+    } else {
+        response
+    }
+}
+
+async fn relay(
+    app: &Arc<App>,
+    local: &Local,
+    peer: SocketAddr,
+    mut request: Request<Incoming>,
+    call: bool,
 ) -> Response<Body> {
     app.metrics.gateway_path(false);
     let Some(upstream) = &local.upstream else {
@@ -49,6 +69,10 @@ pub(super) async fn handle(
         Ok(path) => path.into_owned(),
         Err(error) => return reply::problem(StatusCode::BAD_REQUEST, error.to_string()),
     };
+    // An upgrade (WebSocket) is forwarded as asked, to an HTTP/1.1 upstream; the client's
+    // side of it is taken now, before the request is taken apart.
+    let upgrade = tunnel::asks(&request).filter(|_| !upstream.http2);
+    let client_upgrade = upgrade.is_some().then(|| hyper::upgrade::on(&mut request));
     let (parts, body) = request.into_parts();
     // A client body that stalls or trickles is cut, and its request with it: it does not
     // hold a connection, or an in-flight slot, for as long as it likes.
@@ -74,6 +98,11 @@ pub(super) async fn handle(
     // Without a host (HTTP/1.0 in origin-form), the upstream is told its own authority:
     // that is what it routes on, so that is what is decided on.
     let host = ratewarden_policy::parts::host(&parts).or(Some(upstream.authority.as_str()));
+    // Verified in the TLS handshake, on a listener that asks for client certificates.
+    let client_cert = parts
+        .extensions
+        .get::<ClientCert>()
+        .map(|cert| Arc::clone(&cert.0));
     let engine_request = ratewarden_policy::Request {
         peer: peer.ip(),
         method: method.as_str(),
@@ -84,9 +113,11 @@ pub(super) async fn handle(
         api_key: None,
         tenant: None,
         body: body.whole(),
+        client_cert: client_cert.as_deref(),
     };
     let (headers, mut permit, slot, settlement) = match pass(app, &engine_request, &settings).await
     {
+        Passage::Refused(plain) if call => return grpc::refusal(plain),
         Passage::Refused(plain) => return plain.response(),
         Passage::Admitted {
             fields,
@@ -101,7 +132,16 @@ pub(super) async fn handle(
         parts.headers.remove(header::ACCEPT_ENCODING);
     }
     let sent = app.clock.now();
-    let forwarded = forward(upstream, &identity, &bounds, peer, &path, (parts, body)).await;
+    let forwarded = forward(
+        upstream,
+        &identity,
+        &bounds,
+        peer,
+        &path,
+        (parts, body),
+        upgrade,
+    )
+    .await;
     // The round trip is to the response head, as the upstream's own latency; a 5xx, a
     // timeout or a failed connection is a drop: the upstream is failing, which is what an
     // adaptive limit must back off from. A body the client broke (malformed, too slow,
@@ -109,9 +149,12 @@ pub(super) async fn handle(
     let rtt_ns = Some(app.clock.now().saturating_sub(sent));
     if let Some(permit) = &mut permit {
         permit.completion = match &forwarded {
+            // A gRPC service answers its failures in a 200: its `grpc-status` says (when it
+            // comes in the head; a status in the trailers is the service's, after the fact).
             Ok(response) => Some(Completion {
                 rtt_ns,
-                dropped: response.status().is_server_error(),
+                dropped: response.status().is_server_error()
+                    || (call && grpc::failed(response.headers())),
             }),
             Err(Failed::Body(_)) => None,
             Err(_) => Some(Completion {
@@ -154,6 +197,24 @@ pub(super) async fn handle(
             );
         }
     };
+    let mut response = response;
+    if let (Some(client), StatusCode::SWITCHING_PROTOCOLS) = (client_upgrade, response.status()) {
+        // Switched: the two connections are joined once hyper hands them over, holding the
+        // permit until they close; the place in flight goes with this answer.
+        let upstream = hyper::upgrade::on(&mut response);
+        tokio::spawn(tunnel::join(
+            client,
+            upstream,
+            permit,
+            bounds.upgraded_idle_timeout,
+            bounds.upgraded_max_duration,
+        ));
+        let (parts, _) = response.into_parts();
+        let mut response = Response::from_parts(parts, reply::full(bytes::Bytes::new()));
+        reply::append_headers(&mut response, headers);
+        drop(slot);
+        return response;
+    }
     let (mut parts, body) = response.into_parts();
     // Hyper writes the response's version: ours (RFC 9110 §6.2), not an HTTP/1.0
     // upstream's, which would tell an HTTP/1.1 client it may not keep its connection.
@@ -208,6 +269,7 @@ async fn forward(
     peer: SocketAddr,
     path: &str,
     (mut parts, body): (Parts, Scanned<Paced<Incoming>>),
+    upgrade: Option<HeaderValue>,
 ) -> Result<Response<Incoming>, Failed> {
     // The host decided on: the target's authority wins over `Host` (`guard::host`), and the
     // upstream must not be told another one, nor its own address for want of a `Host`.
@@ -229,8 +291,33 @@ async fn forward(
     if let Ok(built) = std::mem::take(&mut uri).build() {
         parts.uri = built;
     }
+    // `te: trailers` is the one TE an HTTP/2 peer may send, and a gRPC server may ask for
+    // it: kept for an HTTP/2 upstream, as hop-by-hop as the rest for an HTTP/1.1 one.
+    let trailers = upstream.http2
+        && parts.headers.get_all(header::TE).iter().any(|v| {
+            v.to_str().is_ok_and(|v| {
+                v.split(',')
+                    .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
+            })
+        });
     strip_hop_by_hop(&mut parts.headers);
     forwarding_headers(&mut parts.headers, identity, peer);
+    if trailers {
+        parts
+            .headers
+            .insert(header::TE, HeaderValue::from_static("trailers"));
+    }
+    if let Some(upgrade) = upgrade {
+        tunnel::restore(&mut parts.headers, upgrade);
+    }
+    // The upstream is spoken to in its own protocol, whatever the client spoke to us (an
+    // HTTP/2 request's authority is its `Host`, set above, which an HTTP/2 upstream is
+    // sent too).
+    if upstream.http2 {
+        parts.version = http::Version::HTTP_2;
+    } else {
+        parts.version = http::Version::HTTP_11;
+    }
     let (body, progress) = Watched::new(body);
     let sent = upstream
         .client()

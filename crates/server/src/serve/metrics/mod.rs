@@ -56,6 +56,11 @@ struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ListenerLabels {
+    listener: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ActionLabels {
     action: &'static str,
 }
@@ -185,6 +190,7 @@ pub(crate) struct Metrics {
     shed: Family<ReasonLabels, Counter>,
     reloads: Family<ResultLabels, Counter>,
     responses: Family<StatusLabels, Counter>,
+    tls_failed: Family<ListenerLabels, Counter>,
     /// Each listener's counter of 200s (gateway, api, admin), taken from `responses` once:
     /// nearly every response is one, and the family's lookup hashes the labels with
     /// SipHash under a lock. The listeners the server starts with take theirs at start,
@@ -345,6 +351,14 @@ impl Metrics {
             "Responses by listener and status code",
             responses.clone(),
         );
+        let tls_failed = Family::<ListenerLabels, Counter>::default();
+        registry.register(
+            "tls_handshakes_failed",
+            "TLS handshakes that failed or timed out (`header_read_timeout`), by listener: \
+             clients without a certificate the listener requires, with only old protocol \
+             versions, or that are not speaking TLS",
+            tls_failed.clone(),
+        );
         let paths = Family::<PathLabels, Counter>::default();
         registry.register(
             "gateway_path",
@@ -393,6 +407,7 @@ impl Metrics {
             shed,
             reloads,
             responses,
+            tls_failed,
             ok: Default::default(),
             gateway_path,
             quota_streams,
@@ -472,6 +487,12 @@ impl Metrics {
     pub(crate) fn reloaded(&self, ok: bool) {
         let result = if ok { "ok" } else { "error" };
         self.reloads.get_or_create(&ResultLabels { result }).inc();
+    }
+
+    pub(crate) fn tls_handshake_failed(&self, listener: &'static str) {
+        self.tls_failed
+            .get_or_create(&ListenerLabels { listener })
+            .inc();
     }
 
     pub(crate) fn responded(&self, listener: &'static str, code: u16) {

@@ -84,7 +84,8 @@ pub(crate) async fn serve(
     bounds: Bounds,
     stop: &mut Stop<'_>,
 ) -> Option<Rewind<TcpStream>> {
-    let Some(upstream) = local.upstream.as_ref() else {
+    // The lean path speaks HTTP/1.1 to the upstream: an HTTP/2 one is hyper's.
+    let Some(upstream) = local.upstream.as_ref().filter(|u| !u.http2) else {
         return Some(Rewind::new(Vec::new(), stream));
     };
     let mut conn = Conn::new(stream, bounds);
@@ -188,6 +189,7 @@ async fn decide(
         api_key: None,
         tenant: None,
         body: None,
+        client_cert: None,
     };
     let settings = app.settings();
     let (fields, permit, slot) = match pass(app, &request, &settings).await {

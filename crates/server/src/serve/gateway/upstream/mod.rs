@@ -18,6 +18,9 @@ use ratewarden_policy::Bounds;
 /// The service behind the gateway, and a pool of connections to it.
 pub(crate) struct Upstream {
     pub(crate) authority: Authority,
+    /// Spoken to in HTTP/2 by prior knowledge (`h2c://`: a gRPC service), every request
+    /// by hyper's client; otherwise HTTP/1.1.
+    pub(crate) http2: bool,
     client: Client<HttpConnector, Body>,
     /// The connections of the gateway's lean path (`lean/`, `pool`), kept apart from
     /// hyper-util's pool.
@@ -35,6 +38,7 @@ impl Upstream {
             .authority()
             .cloned()
             .with_context(|| format!("`[server] upstream` `{url}` has no host"))?;
+        let http2 = uri.scheme_str() == Some("h2c");
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         // An upstream that does not take the connection fails fast, a 504.
@@ -42,10 +46,13 @@ impl Upstream {
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(bounds.upstream_pool_idle)
+            .http2_only(http2)
+            .timer(TokioTimer::new())
             .build(connector);
         let lean = pool::Pool::new(&authority);
         Ok(Self {
             authority,
+            http2,
             client,
             lean,
         })
