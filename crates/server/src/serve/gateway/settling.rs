@@ -429,7 +429,8 @@ where
         // The hot path, polled three times for every frame of a stream, twice to hear "not
         // yet": the inner body's answer is handed on as it is. A frame is read out of line,
         // and the end (a settle to start or to wait for) too, so that this stays small.
-        if this.settling.is_some() || this.ended {
+        // `ended` is set before a settle starts: the one flag stands for both.
+        if this.ended {
             return this.poll_end(cx);
         }
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
