@@ -268,7 +268,7 @@ pub(crate) struct Settling<B> {
     /// Taken when the settle starts.
     settlement: Option<Settlement>,
     readers: Vec<Reader>,
-    /// An event stream's last frames, when a rule reads one.
+    /// An event stream's last bytes, when a rule reads one.
     tail: Option<Tail>,
     /// A JSON answer's bytes so far, when a rule reads one.
     json: Option<Vec<u8>>,
