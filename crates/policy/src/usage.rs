@@ -46,6 +46,8 @@ pub const MAX_DEPTH: usize = 8;
 pub struct UsagePath {
     /// The fields added up, each a list of keys from the top.
     terms: Vec<Vec<String>>,
+    /// The first key in quotes (`"usage"`), as an event that names it holds it: built once.
+    quoted_head: String,
 }
 
 /// A [`UsagePath`] that cannot be read, and why.
@@ -86,7 +88,8 @@ impl FromStr for UsagePath {
         if terms.len() > MAX_TERMS {
             return Err(error("more than 8 fields added up"));
         }
-        Ok(UsagePath { terms })
+        let quoted_head = format!("\"{}\"", terms[0][0]);
+        Ok(UsagePath { terms, quoted_head })
     }
 }
 
@@ -268,8 +271,7 @@ pub struct EventStream {
 impl EventStream {
     /// A stream whose events are read at `path`.
     pub fn new(path: UsagePath) -> Self {
-        let needle = format!("\"{}\"", path.head()).into_bytes();
-        let needle = memchr::memmem::Finder::new(&needle).into_owned();
+        let needle = memchr::memmem::Finder::new(path.quoted_head.as_bytes()).into_owned();
         EventStream {
             path,
             needle,
@@ -454,7 +456,7 @@ pub fn last_usage(path: &UsagePath, tail: &[u8], whole: bool) -> LastUsage {
             None => return LastUsage::None,
         }
     };
-    let needle = format!("\"{}\"", path.head());
+    let needle = &path.quoted_head;
     // As the event's data lines will be joined: the key, `:` and `{` may each begin
     // another `data:` line.
     let names_an_object = |at: usize| {

@@ -152,19 +152,23 @@ pub(crate) fn json_bytes(status: StatusCode, bytes: Vec<u8>) -> Response<Body> {
 }
 
 /// A body that keeps something alive (a concurrency permit, a place in flight) until the
-/// body is done with: streamed to the end, or dropped when the client goes away.
-pub(crate) struct Holding<T> {
-    inner: Body,
+/// body is done with: streamed to the end, or dropped when the client goes away. Generic
+/// over the body it holds, so that a proxied answer is boxed once, with this around it.
+pub(crate) struct Holding<B, T> {
+    inner: B,
     _held: T,
 }
 
-impl<T> Holding<T> {
-    pub(crate) fn new(inner: Body, held: T) -> Self {
+impl<B, T> Holding<B, T> {
+    pub(crate) fn new(inner: B, held: T) -> Self {
         Self { inner, _held: held }
     }
 }
 
-impl<T: Unpin> HttpBody for Holding<T> {
+impl<B, T: Unpin> HttpBody for Holding<B, T>
+where
+    B: HttpBody<Data = Bytes, Error = BoxError> + Unpin,
+{
     type Data = Bytes;
     type Error = BoxError;
 

@@ -228,12 +228,12 @@ async fn relay(
         0,
         Duration::ZERO,
     );
+    let held = (permit, slot);
     let body = match settlement {
-        Some(settlement) => settlement.watch(app, &parts.headers, body).boxed(),
-        None => body.boxed(),
+        Some(settlement) => Holding::new(settlement.watch(app, &parts.headers, body), held).boxed(),
+        None => Holding::new(body, held).boxed(),
     };
-    let body = Holding::new(body, (permit, slot));
-    let mut response = Response::from_parts(parts, body.boxed());
+    let mut response = Response::from_parts(parts, body);
     reply::append_headers(&mut response, headers);
     response
 }

@@ -4,12 +4,14 @@
 //! reaches the client.
 //!
 //! Nothing is held back on the way: every frame goes on as it comes, a JSON answer's bytes
-//! are copied aside (up to [`MAX_JSON_ANSWER`]), and of an event stream only its last
-//! frames are kept (at least [`MAX_EVENT`] bytes, by reference: no copy), read once at its
-//! end ([`last_usage`]): a stream's usage comes last, and reading every event on its way
-//! cost a sixth more than relaying it (`scripts/bench-llm`). An answer that ends without a
-//! readable cost, or a stream cut before it, leaves the estimate standing (never zero),
-//! and `ratewarden_settled_total{rule, result}` says which.
+//! are copied aside (up to [`MAX_JSON_ANSWER`]), and of an event stream only its last bytes
+//! are (at least [`MAX_EVENT`], at most twice that, in one buffer allocated at its first
+//! frame), read once at its end ([`last_usage`]): a stream's usage comes last, and reading
+//! every event on its way cost a sixth more than relaying it (`scripts/bench-llm`). Copying
+//! a token event of a few hundred bytes costs less than keeping its `Bytes` (a count taken
+//! and given back, a place in a list), and leaves the tail in one piece to read. An answer
+//! that ends without a readable cost, or a stream cut before it, leaves the estimate
+//! standing (never zero), and `ratewarden_settled_total{rule, result}` says which.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -131,69 +133,74 @@ enum Reader {
     Events,
 }
 
-/// An event stream's last frames, kept by reference: at least [`MAX_EVENT`] bytes of them
-/// (or all, for a shorter stream).
+/// An event stream's last bytes, copied as they pass: at least [`MAX_EVENT`] of them (all,
+/// for a shorter stream), at most [`TAIL_BYTES`].
 #[derive(Default)]
 struct Tail {
-    /// The frames; those before `start` are let go (dropped in batches, not one by one).
-    frames: Vec<Bytes>,
-    start: usize,
-    /// The bytes `frames[start..]` hold.
-    held: usize,
-    /// Frames were let go from the front: the tail is not the whole stream.
+    /// The bytes kept, allocated to [`TAIL_BYTES`] at the first frame (never grown).
+    bytes: Vec<u8>,
+    /// Bytes were let go from the front: the tail is not the whole stream.
     dropped: bool,
 }
+
+/// The most of a stream's end a [`Tail`] keeps. Twice [`MAX_EVENT`], so that the front is
+/// let go (a copy of [`MAX_EVENT`] bytes within the buffer) once for every [`MAX_EVENT`]
+/// bytes or more that pass.
+const TAIL_BYTES: usize = 2 * MAX_EVENT;
 
 /// How much of a stream's end is read first for its usage: its last event and `[DONE]`,
 /// most often in its last frame or two. The whole tail is read only when this finds none.
 const SHORT_TAIL: usize = 4096;
 
 impl Tail {
-    fn push(&mut self, data: &Bytes) {
-        self.frames.push(data.clone());
-        self.held += data.len();
-        while self.held - self.frames[self.start].len() >= MAX_EVENT {
-            self.held -= self.frames[self.start].len();
-            self.start += 1;
-            self.dropped = true;
+    /// The next frame's bytes, appended.
+    fn push(&mut self, data: &[u8]) {
+        if self.bytes.len() + data.len() <= self.bytes.capacity() {
+            self.bytes.extend_from_slice(data);
+        } else {
+            self.push_past_capacity(data);
         }
-        // Let go of the frames before `start` once they are as many as those kept.
-        if self.start > 64 && self.start * 2 > self.frames.len() {
-            self.frames.drain(..self.start);
-            self.start = 0;
+    }
+
+    /// The first frame, or one that does not fit: the buffer is allocated, or its front
+    /// let go so that the last [`MAX_EVENT`] bytes of the stream are kept.
+    #[cold]
+    #[inline(never)]
+    fn push_past_capacity(&mut self, data: &[u8]) {
+        if self.bytes.capacity() < TAIL_BYTES {
+            self.bytes.reserve_exact(TAIL_BYTES - self.bytes.len());
         }
+        if self.bytes.len() + data.len() <= TAIL_BYTES {
+            self.bytes.extend_from_slice(data);
+            return;
+        }
+        self.dropped = true;
+        if data.len() >= MAX_EVENT {
+            self.bytes.clear();
+            self.bytes
+                .extend_from_slice(&data[data.len() - MAX_EVENT..]);
+            return;
+        }
+        // With `data` (shorter than MAX_EVENT) the bytes kept pass TAIL_BYTES, so they are
+        // more than `keep`: their last `keep` move to the front, and `data` follows.
+        let keep = MAX_EVENT - data.len();
+        let from = self.bytes.len() - keep;
+        self.bytes.copy_within(from.., 0);
+        self.bytes.truncate(keep);
+        self.bytes.extend_from_slice(data);
     }
 
     /// The last usage at `path`: read from the last [`SHORT_TAIL`] bytes first, then, when
     /// they hold none, from everything kept.
     fn usage(&self, path: &UsagePath) -> LastUsage {
-        let kept = &self.frames[self.start..];
-        let mut from = kept.len();
-        let mut bytes = 0;
-        while from > 0 && bytes < SHORT_TAIL {
-            from -= 1;
-            bytes += kept[from].len();
-        }
-        let whole = from == 0 && !self.dropped;
-        let got = last_usage(path, &joined(&kept[from..]), whole);
-        if whole || matches!(got, LastUsage::Read(_)) {
-            return got;
-        }
-        last_usage(path, &joined(kept), !self.dropped)
-    }
-}
-
-/// `frames` in one piece: borrowed when there is one.
-fn joined(frames: &[Bytes]) -> std::borrow::Cow<'_, [u8]> {
-    match frames {
-        [one] => std::borrow::Cow::Borrowed(&one[..]),
-        _ => {
-            let mut all = Vec::with_capacity(frames.iter().map(Bytes::len).sum());
-            for frame in frames {
-                all.extend_from_slice(frame);
+        let kept = &self.bytes[..];
+        if kept.len() > SHORT_TAIL {
+            let got = last_usage(path, &kept[kept.len() - SHORT_TAIL..], false);
+            if matches!(got, LastUsage::Read(_)) {
+                return got;
             }
-            std::borrow::Cow::Owned(all)
         }
+        last_usage(path, kept, !self.dropped)
     }
 }
 
@@ -261,7 +268,7 @@ pub(crate) struct Settling<B> {
     /// Taken when the settle starts.
     settlement: Option<Settlement>,
     readers: Vec<Reader>,
-    /// An event stream's last frames, when a rule reads one.
+    /// An event stream's last bytes, when a rule reads one.
     tail: Option<Tail>,
     /// A JSON answer's bytes so far, when a rule reads one.
     json: Option<Vec<u8>>,
@@ -345,18 +352,31 @@ impl<B> Settling<B> {
 
 impl<B> Settling<B>
 where
-    B: HttpBody<Data = Bytes> + Unpin,
-    B::Error: Into<BoxError>,
+    B: HttpBody<Data = Bytes, Error = BoxError> + Unpin,
 {
-    /// The answer ended, with `last` its last frame (or none): starts the settle, and hands
-    /// `last` on once it is done.
+    /// A frame that came: read, and told whether the answer ends with it. Out of line, so
+    /// that the polls that hear "not yet" (two of three) run a small function.
+    #[inline(never)]
+    fn passed(&mut self, frame: &Frame<Bytes>) -> bool {
+        if let Some(data) = frame.data_ref() {
+            self.feed(data);
+        }
+        self.inner.is_end_stream()
+    }
+
+    /// The answer ended with `polled`, its last frame or its end: starts the settle, and
+    /// hands the frame on once it is done.
     #[cold]
     #[inline(never)]
     fn end(
         &mut self,
-        last: Option<Frame<Bytes>>,
+        polled: Poll<Option<Result<Frame<Bytes>, BoxError>>>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let last = match polled {
+            Poll::Ready(Some(Ok(frame))) => Some(frame),
+            _ => None,
+        };
         self.ended = true;
         match self.settle(true) {
             Some(future) => {
@@ -395,38 +415,38 @@ impl<B> Drop for Settling<B> {
 
 impl<B> HttpBody for Settling<B>
 where
-    B: HttpBody<Data = Bytes> + Unpin,
-    B::Error: Into<BoxError>,
+    B: HttpBody<Data = Bytes, Error = BoxError> + Unpin,
 {
     type Data = Bytes;
     type Error = BoxError;
 
+    #[inline]
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = self.get_mut();
-        // The hot path, polled a few times for every frame of a stream: a frame passing
-        // through. The end (a settle to start or to wait for) is out of line, so that this
-        // stays a small function.
-        if this.settling.is_some() || this.ended {
+        // The hot path, polled three times for every frame of a stream, twice to hear "not
+        // yet": the inner body's answer is handed on as it is. A frame is read out of line,
+        // and the end (a settle to start or to wait for) too, so that this stays small.
+        // `ended` is set before a settle starts: the one flag stands for both.
+        if this.ended {
             return this.poll_end(cx);
         }
-        match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
-            Some(Ok(frame)) => {
-                if let Some(data) = frame.data_ref() {
-                    this.feed(data);
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        match &polled {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Some(Err(_))) => {}
+            // The last frame settles before it goes.
+            Poll::Ready(Some(Ok(frame))) => {
+                if this.passed(frame) {
+                    return this.end(polled, cx);
                 }
-                if !this.inner.is_end_stream() {
-                    return Poll::Ready(Some(Ok(frame)));
-                }
-                // The last frame: settled before it goes.
-                this.end(Some(frame), cx)
             }
-            // Cut: what was read settles as the body drops.
-            Some(Err(error)) => Poll::Ready(Some(Err(error.into()))),
-            None => this.end(None, cx),
+            Poll::Ready(None) => return this.end(polled, cx),
         }
+        // Cut (an error): what was read settles as the body drops.
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
@@ -435,5 +455,74 @@ where
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STREAM: &[u8] =
+        b"data: {\"usage\":null}\n\ndata: {\"usage\":{\"total_tokens\":42}}\n\ndata: [DONE]\n\n";
+
+    /// A stream of `events` token events (with `"usage":null`, 61 bytes each), then the
+    /// usage event and `[DONE]`.
+    fn stream(events: usize) -> Vec<u8> {
+        let mut all = Vec::new();
+        for _ in 0..events {
+            all.extend_from_slice(
+                b"data: {\"choices\":[{\"delta\":\"tok\"}],\"usage\":null,\"pad\":\"..\"}\n\n",
+            );
+        }
+        all.extend_from_slice(&STREAM[22..]);
+        all
+    }
+
+    fn tail_of(stream: &[u8], frame: usize) -> Tail {
+        let mut tail = Tail::default();
+        for piece in stream.chunks(frame) {
+            tail.push(piece);
+        }
+        tail
+    }
+
+    #[test]
+    fn a_tail_keeps_the_streams_last_bytes_at_least_an_event_and_at_most_twice_that() {
+        let path: UsagePath = "usage.total_tokens".parse().unwrap();
+        for (events, frame) in [
+            (0, 7),
+            (10, 1),
+            (500, 64),
+            (3000, 100),
+            (5000, 7),
+            (3000, 200_000),
+        ] {
+            let all = stream(events);
+            let tail = tail_of(&all, frame);
+            let kept = tail.bytes.len();
+            assert!(
+                all.ends_with(&tail.bytes),
+                "{events} events, frames of {frame}"
+            );
+            assert!(kept <= TAIL_BYTES, "{kept} kept of {}", all.len());
+            assert!(
+                kept >= MAX_EVENT.min(all.len()),
+                "{kept} kept of {}",
+                all.len()
+            );
+            assert_eq!(tail.dropped, kept < all.len());
+            assert_eq!(tail.usage(&path), LastUsage::Read(42), "{events} events");
+        }
+    }
+
+    #[test]
+    fn a_stream_without_a_usage_reads_none_and_a_cut_usage_is_not_read() {
+        let path: UsagePath = "usage.total_tokens".parse().unwrap();
+        let all = stream(3000);
+        let no_usage = &all[..all.len() - STREAM.len() + 22];
+        assert_eq!(tail_of(no_usage, 100).usage(&path), LastUsage::None);
+        // Cut in the usage event: its start is kept, its end never came.
+        let cut = &all[..all.len() - 30];
+        assert_eq!(tail_of(cut, 100).usage(&path), LastUsage::Unreadable);
     }
 }
