@@ -41,6 +41,15 @@ pub fn main(path: &Path) -> anyhow::Result<ExitCode> {
         eprintln!("error: 1 problem(s) in {}", path.display());
         return Ok(ExitCode::from(1));
     }
+    // Every certificate, key and CA the `[tls.*]` sections name, read and checked as `serve`
+    // reads them at start and on reload.
+    if let Err(errors) = crate::serve::check_tls(&config.server.tls) {
+        for e in &errors.0 {
+            eprintln!("error: {e}");
+        }
+        eprintln!("error: {} problem(s) in {}", errors.0.len(), path.display());
+        return Ok(ExitCode::from(1));
+    }
     if let Some(upstream) = config.server.upstream.as_deref() {
         if let Err(why) = reach(upstream, config.server.bounds.upstream_connect_timeout) {
             // Not an error: the upstream may start after us, and `serve` starts without it.
@@ -84,6 +93,25 @@ pub fn main(path: &Path) -> anyhow::Result<ExitCode> {
         writeln!(out, "{row}")?;
     }
     writeln!(out, "[server] admin: {}", admin_protection(&config.server))?;
+    for (name, tls) in [
+        ("listen", &config.server.tls.listen),
+        ("api", &config.server.tls.api),
+        ("admin", &config.server.tls.admin),
+        ("grpc", &config.server.tls.grpc),
+    ] {
+        if let Some(tls) = tls {
+            writeln!(
+                out,
+                "[tls.{name}]: {} certificate(s){}",
+                tls.certificates.len(),
+                if tls.client_ca.is_some() {
+                    ", client certificates required"
+                } else {
+                    ""
+                }
+            )?;
+        }
+    }
     writeln!(out)?;
     for row in call_bounds(&config.server.envoy, &config.trusted_proxies) {
         writeln!(out, "{row}")?;
@@ -97,11 +125,14 @@ pub fn main(path: &Path) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Whether a TCP connection to `upstream` (`http://host[:port]`) opens within `timeout`, as
+/// Whether a TCP connection to `upstream` (`http://` or `h2c://host[:port]`) opens within `timeout`, as
 /// the gateway's first request would open it.
 fn reach(upstream: &str, timeout: std::time::Duration) -> Result<(), String> {
     use std::net::ToSocketAddrs;
-    let authority = upstream.strip_prefix("http://").unwrap_or(upstream);
+    let authority = upstream
+        .strip_prefix("http://")
+        .or_else(|| upstream.strip_prefix("h2c://"))
+        .unwrap_or(upstream);
     // A bracketed IPv6 address keeps its colons; a port after the last one, else 80.
     let with_port = match authority.rsplit_once(':') {
         Some((_, port)) if !port.contains(']') => authority.to_owned(),

@@ -40,3 +40,15 @@ pub(crate) use bodies::CheckBody;
 pub use ratewarden_core::TokioClock;
 pub use running::Running;
 pub use start::{start, Options};
+
+/// Reads every certificate, key and CA the `[tls.*]` sections name, as `serve` does at
+/// start (for `check-config`).
+///
+/// # Errors
+///
+/// Each file that cannot be read or used, at the config line naming it.
+pub(crate) fn check_tls(
+    files: &ratewarden_policy::config::TlsListeners,
+) -> Result<(), ratewarden_policy::ConfigErrors> {
+    conn::tls::Listeners::new(files).map(drop)
+}

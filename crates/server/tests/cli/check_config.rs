@@ -449,3 +449,40 @@ wait_for_replicas = 2
         "{table}"
     );
 }
+
+/// A certificate `serve` could not use fails the check at the line naming it; good ones
+/// are listed with their listener.
+#[test]
+fn tls_files_are_read_as_serve_reads_them() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let tls = format!("{}/../../fixtures/tls", env!("CARGO_MANIFEST_DIR"));
+    let path = dir.join("tls-mismatched.toml");
+    std::fs::write(
+        &path,
+        format!("[tls.listen]\ncert = \"{tls}/gateway.pem\"\nkey = \"{tls}/other.key\"\n"),
+    )
+    .unwrap();
+    let out = check(path.to_str().unwrap());
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("{}:3:7: `[tls.listen]`: `key`", path.display())),
+        "{err}"
+    );
+    assert!(err.contains("is not the key of `cert`"), "{err}");
+    let path = dir.join("tls-good.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[tls.listen]\ncert = \"{tls}/gateway-chain.pem\"\nkey = \"{tls}/gateway.key\"\nclient_ca = \"{tls}/client-ca.pem\"\n"
+        ),
+    )
+    .unwrap();
+    let out = check(path.to_str().unwrap());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(
+        stdout.contains("[tls.listen]: 1 certificate(s), client certificates required"),
+        "{stdout}"
+    );
+}
