@@ -120,6 +120,7 @@ enum Door {
     GatewayTlsH2,
     ApiLean,
     ApiHyper,
+    ApiTls,
     ApiTlsH2,
     ForwardAuth,
     ForwardAuthNginx,
@@ -129,7 +130,7 @@ enum Door {
     RlsJson,
 }
 
-const DOORS: [Door; 14] = [
+const DOORS: [Door; 15] = [
     Door::GatewayLean,
     Door::GatewayHyper,
     Door::GatewayH2c,
@@ -137,6 +138,7 @@ const DOORS: [Door; 14] = [
     Door::GatewayTlsH2,
     Door::ApiLean,
     Door::ApiHyper,
+    Door::ApiTls,
     Door::ApiTlsH2,
     Door::ForwardAuth,
     Door::ForwardAuthNginx,
@@ -154,17 +156,18 @@ impl Door {
 
     /// Whether the door's server speaks TLS (on its gateway and API listeners).
     fn tls(self) -> bool {
-        matches!(self, Door::GatewayTls | Door::GatewayTlsH2 | Door::ApiTlsH2)
+        matches!(
+            self,
+            Door::GatewayTls | Door::GatewayTlsH2 | Door::ApiTls | Door::ApiTlsH2
+        )
     }
 
     /// Whether the door is the gateway's, and which of its paths serves it: the lean one
-    /// (clear-text HTTP/1.1 it reads itself) or hyper's.
+    /// (HTTP/1.1 it reads itself, in clear text or over TLS) or hyper's.
     fn gateway(self) -> Option<bool> {
         match self {
-            Door::GatewayLean => Some(true),
-            Door::GatewayHyper | Door::GatewayH2c | Door::GatewayTls | Door::GatewayTlsH2 => {
-                Some(false)
-            }
+            Door::GatewayLean | Door::GatewayTls => Some(true),
+            Door::GatewayHyper | Door::GatewayH2c | Door::GatewayTlsH2 => Some(false),
             _ => None,
         }
     }
@@ -241,9 +244,9 @@ impl Door {
                 };
                 seen_decision(self, decision)
             }
-            Door::ApiLean | Door::ApiHyper => {
+            Door::ApiLean | Door::ApiHyper | Door::ApiTls => {
                 let body = format!(r#"{{"ip":"{CLIENT}","method":"GET","path":"{path}"}}"#);
-                let request = if self == Door::ApiLean {
+                let request = if self != Door::ApiHyper {
                     format!(
                         "POST /v1/check HTTP/1.1\nHost: a\nContent-Type: application/json\nContent-Length: {}\n\n{body}",
                         body.len()
@@ -255,6 +258,13 @@ impl Door {
                         body.len()
                     )
                 };
+                if self == Door::ApiTls {
+                    let config = common::edge::client_config(&["http/1.1"], None);
+                    let mut tls = common::edge::connect(api, "localhost", config)
+                        .await
+                        .unwrap();
+                    return seen_decision(self, common::edge::raw_on(&mut tls, &request).await);
+                }
                 seen_decision(self, raw(api, &request).await)
             }
             Door::ForwardAuth => seen_raw(

@@ -18,13 +18,18 @@ use common::edge::{alpn, client_config, connect, fixture, raw_on};
 
 const T0: u64 = 1_000_000_000_000;
 
+/// An upstream answering `ok` to every request.
+async fn ok_upstream() -> std::net::SocketAddr {
+    common::upstream(|_| async {
+        http::Response::new(http_body_util::Full::new(bytes::Bytes::from_static(b"ok")))
+    })
+    .await
+}
+
 /// A gateway in front of an upstream answering `ok`, with two requests a minute per client
 /// on `/orders`, and `tls` (its `[tls.*]` sections).
 async fn config(tls: &str) -> String {
-    let upstream = common::upstream(|_| async {
-        http::Response::new(http_body_util::Full::new(bytes::Bytes::from_static(b"ok")))
-    })
-    .await;
+    let upstream = ok_upstream().await;
     format!(
         r#"
 [server]
@@ -477,10 +482,7 @@ async fn envoys_rate_limit_service_is_served_over_tls_to_clients_with_a_certific
 
 #[tokio::test]
 async fn the_client_certificate_subject_keys_a_budget_of_its_own() {
-    let upstream = common::upstream(|_| async {
-        http::Response::new(http_body_util::Full::new(bytes::Bytes::from_static(b"ok")))
-    })
-    .await;
+    let upstream = ok_upstream().await;
     let toml = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"off\"\nupstream = \"http://{upstream}\"\n\n\
          [[limit]]\nname = \"per-service\"\nmatch = {{ path = \"/orders\" }}\n\
@@ -538,10 +540,7 @@ async fn the_client_certificate_subject_keys_a_budget_of_its_own() {
 async fn without_a_client_certificate_the_client_cert_part_is_missing_and_named() {
     // `client_ca` absent: no certificate is asked for, the part is missing, and the rule
     // does what `when_key_missing` says (here: refuse, naming the part).
-    let upstream = common::upstream(|_| async {
-        http::Response::new(http_body_util::Full::new(bytes::Bytes::from_static(b"ok")))
-    })
-    .await;
+    let upstream = ok_upstream().await;
     let toml = format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"off\"\nupstream = \"http://{upstream}\"\n\n\
          [[limit]]\nname = \"per-service\"\nmatch = {{ path = \"/orders\" }}\n\
@@ -556,5 +555,58 @@ async fn without_a_client_certificate_the_client_cert_part_is_missing_and_named(
     let refused = raw_on(&mut stream, GET).await;
     assert!(refused.is_problem(400), "{} {}", refused.head, refused.body);
     assert!(refused.body.contains("client_cert"), "{}", refused.body);
+    server.shutdown();
+}
+
+#[tokio::test]
+async fn http1_over_tls_takes_the_lean_path_and_every_path_forwards_it_as_https() {
+    // The upstream answers with what it was told of the client's protocol.
+    let upstream = common::upstream(|request: http::Request<hyper::body::Incoming>| async move {
+        let seen = |name: &str| {
+            let value = request.headers().get(name).map(|v| v.to_str().unwrap());
+            value.unwrap_or("-").to_owned()
+        };
+        let told = format!("{} | {}", seen("x-forwarded-proto"), seen("forwarded"));
+        http::Response::new(http_body_util::Full::new(bytes::Bytes::from(told)))
+    })
+    .await;
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin = \"127.0.0.1:0\"\nupstream = \"http://{upstream}\"\n\n\
+         [[limit]]\nname = \"per-client\"\nkey = [\"ip\"]\nalgorithm = \"fixed-window\"\n\
+         limit = 100\nwindow = \"1m\"\n\n{}",
+        common::edge::section("listen"),
+    );
+    let server = common::start_at(&toml, T0).await;
+    let https = "https | for=127.0.0.1;proto=https";
+    let mut one = connect(
+        server.listen,
+        "localhost",
+        client_config(&["http/1.1"], None),
+    )
+    .await
+    .unwrap();
+    // Two plain GETs on one connection: the gateway's own path, kept alive.
+    for _ in 0..2 {
+        let answer = raw_on(&mut one, GET).await;
+        assert_eq!(answer.status, 200, "{}", answer.head);
+        assert_eq!(answer.body, https);
+        assert!(answer.header("ratelimit").is_some(), "{}", answer.head);
+    }
+    assert_eq!(common::gateway_paths(&server).await, (2, 0));
+    // A request with a body is hyper's, on the same connection, and told the same.
+    let post = "POST /orders HTTP/1.1\nHost: shop.example\nContent-Length: 2\n\nhi";
+    let answer = raw_on(&mut one, post).await;
+    assert_eq!((answer.status, answer.body.as_str()), (200, https));
+    assert_eq!(common::gateway_paths(&server).await, (2, 1));
+    // HTTP/2 over TLS too.
+    let stream = connect(server.listen, "localhost", client_config(&["h2"], None))
+        .await
+        .unwrap();
+    let mut h2 = common::edge::h2(stream).await;
+    let request = http::Request::get("https://localhost/orders")
+        .body(http_body_util::Full::new(bytes::Bytes::new()))
+        .unwrap();
+    let answer = common::edge::h2_send(&mut h2, request).await;
+    assert_eq!((answer.status.as_u16(), answer.body.as_str()), (200, https));
     server.shutdown();
 }

@@ -18,12 +18,11 @@ use serde_json::json;
 
 use self::endpoints as operator;
 use ratewarden_policy::Bounds;
-use tokio::net::TcpStream;
 
 use crate::serve::app::App;
 use crate::serve::conn::graceful::Stop;
 use crate::serve::conn::rewind::Rewind;
-use crate::serve::conn::Door;
+use crate::serve::conn::{Door, Wire};
 use crate::serve::reply::{self, Body};
 
 /// The admin listener as a door: hyper serves all of it, with no path of its own.
@@ -32,14 +31,14 @@ pub(crate) struct Admin;
 impl Door for Admin {
     const NAME: &'static str = "admin";
 
-    async fn lean(
+    async fn lean<S: Wire>(
         &self,
-        stream: TcpStream,
+        stream: S,
         _app: &Arc<App>,
         _peer: SocketAddr,
         _bounds: Bounds,
         _stop: &mut Stop<'_>,
-    ) -> Option<Rewind<TcpStream>> {
+    ) -> Option<Rewind<S>> {
         Some(Rewind::new(Vec::new(), stream))
     }
 

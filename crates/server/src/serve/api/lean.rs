@@ -27,7 +27,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use ratewarden_policy::config::Bounds;
-use tokio::net::TcpStream;
 
 use crate::serve::api;
 use crate::serve::api::lean_head::{self, Head};
@@ -35,16 +34,17 @@ use crate::serve::app::App;
 use crate::serve::conn::graceful::Stop;
 use crate::serve::conn::lean::{Conn, Filled, MoreHead, Wait, FLUSH_AT};
 use crate::serve::conn::rewind::Rewind;
+use crate::serve::conn::Wire;
 
 /// Serves `stream` (an API listener's connection, just accepted) until it closes; or hands
 /// it back, with what was read of it, for hyper to serve the rest.
-pub(crate) async fn serve(
-    stream: TcpStream,
+pub(crate) async fn serve<S: Wire>(
+    stream: S,
     app: &Arc<App>,
     peer: SocketAddr,
     bounds: Bounds,
     stop: &mut Stop<'_>,
-) -> Option<Rewind<TcpStream>> {
+) -> Option<Rewind<S>> {
     let mut conn = Conn::new(stream, bounds);
     loop {
         let check = match lean_head::read(&conn.buf[conn.start..conn.end]) {

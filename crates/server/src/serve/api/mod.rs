@@ -21,12 +21,11 @@ use http::{Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 
 use ratewarden_policy::Bounds;
-use tokio::net::TcpStream;
 
 use crate::serve::app::App;
 use crate::serve::conn::graceful::Stop;
 use crate::serve::conn::rewind::Rewind;
-use crate::serve::conn::Door;
+use crate::serve::conn::{Door, Wire};
 use crate::serve::reply::{self, Body};
 
 use crate::serve::bodies::parse;
@@ -43,14 +42,14 @@ pub(crate) struct Api;
 impl Door for Api {
     const NAME: &'static str = "api";
 
-    async fn lean(
+    async fn lean<S: Wire>(
         &self,
-        stream: TcpStream,
+        stream: S,
         app: &Arc<App>,
         peer: SocketAddr,
         bounds: Bounds,
         stop: &mut Stop<'_>,
-    ) -> Option<Rewind<TcpStream>> {
+    ) -> Option<Rewind<S>> {
         lean::serve(stream, app, peer, bounds, stop).await
     }
 

@@ -10,29 +10,47 @@ use std::sync::Arc;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use ratewarden_policy::Bounds;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
 
 use crate::serve::app::App;
 use crate::serve::conn::graceful::Stop;
 use crate::serve::conn::rewind::Rewind;
 use crate::serve::reply::Body;
 
-/// A front door served over HTTP/1.1.
+/// A client's connection as a lean path reads and writes it: a TCP stream, or the TLS
+/// stream over one.
+pub(crate) trait Wire: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// Over TLS: what the gateway tells the upstream of how the client came.
+    const TLS: bool;
+}
+
+impl Wire for TcpStream {
+    const TLS: bool = false;
+}
+
+impl Wire for TlsStream<TcpStream> {
+    const TLS: bool = true;
+}
+
+/// A front door served over HTTP/1.1 (and HTTP/2, by hyper).
 pub(crate) trait Door: Send + Sync + 'static {
     /// The listener's name in logs and in `ratewarden_responses_total{listener}`.
     const NAME: &'static str;
 
     /// Serves a just-accepted connection on the door's own HTTP/1.1 path, if it has one,
     /// until it closes; or hands it back, with what was read of it, for hyper to serve the
-    /// rest. A door without one hands it back at once.
-    fn lean(
+    /// rest. A door without one hands it back at once. Over TLS, `stream` is the
+    /// handshaken stream of a client that chose HTTP/1.1.
+    fn lean<S: Wire>(
         &self,
-        stream: TcpStream,
+        stream: S,
         app: &Arc<App>,
         peer: SocketAddr,
         bounds: Bounds,
         stop: &mut Stop<'_>,
-    ) -> impl Future<Output = Option<Rewind<TcpStream>>> + Send;
+    ) -> impl Future<Output = Option<Rewind<S>>> + Send;
 
     /// The answer to one request hyper read.
     fn handle(

@@ -9,11 +9,11 @@ use std::pin::Pin;
 use std::task::Poll;
 
 use ratewarden_policy::config::Bounds;
-use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncWriteExt, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 use crate::serve::app::App;
+use crate::serve::conn::door::Wire;
 use crate::serve::conn::graceful::Stop;
 use crate::serve::conn::rewind::Rewind;
 use crate::serve::conn::send::Sending;
@@ -108,9 +108,9 @@ fn write_plain(out: &mut Vec<u8>, plain: &Plain, close: bool) {
     answer::write(out, &answer, close);
 }
 
-/// One connection's state.
-pub(crate) struct Conn {
-    pub(crate) stream: TcpStream,
+/// One connection's state, over TCP or TLS.
+pub(crate) struct Conn<S> {
+    pub(crate) stream: S,
     /// Bytes read; the unserved ones are `buf[start..end]`.
     pub(crate) buf: Vec<u8>,
     pub(crate) start: usize,
@@ -125,9 +125,9 @@ pub(crate) struct Conn {
     pub(crate) bounds: Bounds,
 }
 
-impl Conn {
+impl<S: Wire> Conn<S> {
     /// `stream`, just accepted: its first head is timed from now.
-    pub(crate) fn new(stream: TcpStream, bounds: Bounds) -> Self {
+    pub(crate) fn new(stream: S, bounds: Bounds) -> Self {
         let deadline = Instant::now() + bounds.header_read_timeout;
         Self {
             stream,
@@ -292,7 +292,8 @@ impl Conn {
         // Within `send_timeout` of each write that moves bytes: a client that stops
         // reading does not hold the connection (and what its answer holds) for ever.
         let mut sending = Sending::new(&mut self.stream, self.bounds.send_timeout);
-        let written = sending.write_all(&self.out).await.is_ok();
+        // Flushed too: a TLS stream may keep records it could not write yet.
+        let written = sending.write_all(&self.out).await.is_ok() && sending.flush().await.is_ok();
         self.out.clear();
         // Many pipelined answers grew it: not kept for the connection's life.
         if self.out.capacity() > SHRINK_OVER {
@@ -311,7 +312,7 @@ impl Conn {
     /// The connection for hyper, the bytes not served first.
     /// Ends the connection as a head that is still not whole says (`more_head`, anything
     /// but [`MoreHead::Read`]): handed to hyper, closed, or gone. Both lean paths end so.
-    pub(crate) async fn end(self, more: MoreHead) -> Option<Rewind<TcpStream>> {
+    pub(crate) async fn end(self, more: MoreHead) -> Option<Rewind<S>> {
         match more {
             // Not an end: the caller reads the head again. Were it ever passed, the head
             // is hyper's to read, which is what a lean path does with what it cannot.
@@ -324,7 +325,7 @@ impl Conn {
         }
     }
 
-    pub(crate) async fn hand_off(mut self) -> Option<Rewind<TcpStream>> {
+    pub(crate) async fn hand_off(mut self) -> Option<Rewind<S>> {
         // Answers to earlier pipelined requests go first.
         if !self.flush().await {
             return None;

@@ -25,7 +25,7 @@ use crate::serve::conn::door::Door;
 use crate::serve::conn::graceful::{Shutdown, Stop, Ticket};
 use crate::serve::conn::idle;
 use crate::serve::conn::rewind::Rewind;
-use crate::serve::conn::tls::{self, ClientCert, Tls};
+use crate::serve::conn::tls::{self, Tls, ViaTls};
 
 /// What a client's first bytes are when it speaks HTTP/2 without TLS, by prior knowledge
 /// (RFC 9113 §3.3): the start of the connection preface.
@@ -46,12 +46,12 @@ pub(crate) const H2_MAX_ERROR_RESETS: usize = 1024;
 /// within [`H2_PING_TIMEOUT`].
 pub(crate) const H2_PING_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// A connection ready for hyper: its stream, the protocol it speaks, and the subject of
-/// its client certificate when it presented one.
+/// A connection ready for hyper: its stream, the protocol it speaks, and, over TLS, what
+/// its requests are told of that.
 struct Accepted<S> {
     stream: S,
     protocol: Protocol,
-    cert: Option<ClientCert>,
+    tls: Option<ViaTls>,
 }
 
 /// The protocol a connection speaks, by ALPN or by its first bytes.
@@ -155,11 +155,29 @@ pub(crate) async fn serve<D: Door>(
                     Some(b"h2") => Protocol::Http2,
                     _ => Protocol::Http1,
                 };
-                let cert = tls::client_subject(stream.get_ref().1).map(ClientCert);
+                let via = ViaTls {
+                    client_subject: tls::client_subject(stream.get_ref().1),
+                };
+                // HTTP/1.1 over TLS on the door's own path too, as in clear text; a client
+                // with a certificate is hyper's, whose requests carry its subject.
+                let stream = if protocol == Protocol::Http1 && via.client_subject.is_none() {
+                    let rest = {
+                        let (stopping, rx) = ticket.parts();
+                        let changed = pin!(rx.changed());
+                        let mut stop = Stop::new(stopping, changed);
+                        door.lean(stream, &app, peer, bounds, &mut stop).await
+                    };
+                    match rest {
+                        Some(rest) => rest,
+                        None => return,
+                    }
+                } else {
+                    Rewind::new(Vec::new(), stream)
+                };
                 let accepted = Accepted {
                     stream,
                     protocol,
-                    cert,
+                    tls: Some(via),
                 };
                 served(builders, accepted, app, door, peer, ticket).await;
                 return;
@@ -177,7 +195,7 @@ pub(crate) async fn serve<D: Door>(
                 let accepted = Accepted {
                     stream: rest,
                     protocol,
-                    cert: None,
+                    tls: None,
                 };
                 served(builders, accepted, app, door, peer, ticket).await;
             }
@@ -228,7 +246,7 @@ fn served<S, D: Door>(
     Accepted {
         stream,
         protocol,
-        cert,
+        tls,
     }: Accepted<S>,
     app: Arc<App>,
     door: Arc<D>,
@@ -241,8 +259,8 @@ where
     let bounds = app.started().bounds;
     let service = service_fn(move |mut request: Request<Incoming>| {
         let (app, door) = (Arc::clone(&app), Arc::clone(&door));
-        if let Some(cert) = &cert {
-            request.extensions_mut().insert(cert.clone());
+        if let Some(tls) = &tls {
+            request.extensions_mut().insert(tls.clone());
         }
         async move {
             let response = door.handle(&app, peer, request).await;

@@ -14,5 +14,5 @@ pub(crate) mod rewind;
 pub(crate) mod send;
 pub(crate) mod tls;
 
-pub(crate) use door::Door;
+pub(crate) use door::{Door, Wire};
 pub(crate) use listen::{bind, serve};

@@ -342,10 +342,13 @@ impl Listeners {
     }
 }
 
-/// A request's client certificate subject ([`client_subject`]), in its extensions: set
-/// by the listener for every request of a connection that presented one.
+/// In a request's extensions when it came over TLS (set by the listener for every request
+/// hyper serves of such a connection): with its client certificate's subject
+/// ([`client_subject`]) when the client presented one.
 #[derive(Debug, Clone)]
-pub(crate) struct ClientCert(pub(crate) Arc<str>);
+pub(crate) struct ViaTls {
+    pub(crate) client_subject: Option<Arc<str>>,
+}
 
 /// The subject of a connection's client certificate (verified in the handshake against
 /// `client_ca`), as RFC 4514 writes a name (`CN=dashboard,O=ops`): what the

@@ -14,7 +14,13 @@ use ratewarden_policy::{ClientIpHeader, Identity};
 /// header, are written anew as the client and our hop; any other header naming the client
 /// (`X-Real-IP`, `True-Client-IP`, ...) is replaced by the client. An upstream must not take
 /// a client's word for its address in a header our proxy passed through untouched.
-pub(super) fn forwarding_headers(headers: &mut HeaderMap, identity: &Identity, peer: SocketAddr) {
+/// `proto` is how the client reached us ([`proto`]).
+pub(super) fn forwarding_headers(
+    headers: &mut HeaderMap,
+    identity: &Identity,
+    peer: SocketAddr,
+    proto: &'static str,
+) {
     let ip = peer.ip();
     let trusted = identity.trusted();
     let mut forwarded_for = String::with_capacity(48);
@@ -47,8 +53,8 @@ pub(super) fn forwarding_headers(headers: &mut HeaderMap, identity: &Identity, p
         ip,
         who,
         (sent.0.as_deref(), sent.1.as_deref()),
-        &mut forwarded_for,
-        &mut forwarded,
+        (&mut forwarded_for, &mut forwarded),
+        proto,
     );
     for (name, value) in [(X_FORWARDED_FOR, forwarded_for), (FORWARDED, forwarded)] {
         // Every line the client sent under the name goes: replaced by ours, or (were ours
@@ -82,7 +88,7 @@ pub(super) fn forwarding_headers(headers: &mut HeaderMap, identity: &Identity, p
         }
     }
     if !headers.contains_key(&X_FORWARDED_PROTO) {
-        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(PROTO));
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static(proto));
     }
 }
 
@@ -101,14 +107,14 @@ pub(crate) const CLIENT_HEADERS: [HeaderName; 6] = [
 /// peer being `peer`, written into `forwarded_for` and `forwarded` (cleared first). `sent`
 /// is the list a trusted proxy sent in the one of the two headers it writes the client in
 /// (its lines joined), the other `None`: our hop is added to that list, and the other header
-/// is written anew as the client and our hop. Both gateway paths write their lines from this
-/// one function.
+/// is written anew as the client and our hop, with `proto` when we begin it. Both gateway
+/// paths write their lines from this one function.
 pub(crate) fn forwarding_values(
     peer: std::net::IpAddr,
     client: std::net::IpAddr,
     (sent_for, sent_forwarded): (Option<&str>, Option<&str>),
-    forwarded_for: &mut String,
-    forwarded: &mut String,
+    (forwarded_for, forwarded): (&mut String, &mut String),
+    proto: &'static str,
 ) {
     // The client is named apart from our hop only when it is not our peer.
     let before = (client != peer).then_some(client);
@@ -141,13 +147,19 @@ pub(crate) fn forwarding_values(
     // A proxy's own list says how its hops came; a list we begin says how ours did.
     if sent_forwarded.is_none() {
         forwarded.push_str(";proto=");
-        forwarded.push_str(PROTO);
+        forwarded.push_str(proto);
     }
 }
 
-/// How the client reached us: the `X-Forwarded-Proto` we add when none is forwarded, and
-/// the `proto=` of a `Forwarded` list we begin (the gateway listens in plain HTTP).
-pub(crate) const PROTO: &str = "http";
+/// How a client reached us, over TLS or not: the `X-Forwarded-Proto` we add when none is
+/// forwarded, and the `proto=` of a `Forwarded` list we begin.
+pub(crate) fn proto(tls: bool) -> &'static str {
+    if tls {
+        "https"
+    } else {
+        "http"
+    }
+}
 
 /// The forwarding headers, as names made once: a name given as text is parsed and
 /// lowercased on every lookup.

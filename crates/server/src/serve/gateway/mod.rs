@@ -1,11 +1,12 @@
 //! The gateway: decide each request, then forward the allowed ones to the upstream,
 //! streaming both ways, and add the RateLimit fields to what comes back.
 //!
-//! Two HTTP/1.1 paths serve it: the lean one (`lean/`, the codec's own, for plain `GET` and
-//! `HEAD`) and hyper's (`proxy`, everything the lean path hands over). Both admit a request
+//! Two HTTP/1.1 paths serve it, in clear text or over TLS: the lean one (`lean/`, the
+//! codec's own, for plain `GET` and `HEAD`) and hyper's (`proxy`, everything the lean path
+//! hands over). Both admit a request
 //! the one way (`passage`), write the client's forwarding headers the one way
-//! (`forwarding`) and reach the upstream through the worker's `upstream`. HTTP/2 and TLS
-//! connections are hyper's too, and a gRPC call's own answers are written as gRPC
+//! (`forwarding`) and reach the upstream through the worker's `upstream`. HTTP/2 connections
+//! are hyper's too, and a gRPC call's own answers are written as gRPC
 //! expects them (`grpc`).
 
 mod forwarding;
@@ -27,12 +28,11 @@ use std::sync::Arc;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use ratewarden_policy::Bounds;
-use tokio::net::TcpStream;
 
 use crate::serve::app::App;
 use crate::serve::conn::graceful::Stop;
 use crate::serve::conn::rewind::Rewind;
-use crate::serve::conn::Door;
+use crate::serve::conn::{Door, Wire};
 use crate::serve::reply::Body;
 
 /// The gateway as a listener's door, with the worker's connections to the upstream.
@@ -43,14 +43,14 @@ pub(crate) struct Gateway {
 impl Door for Gateway {
     const NAME: &'static str = "gateway";
 
-    async fn lean(
+    async fn lean<S: Wire>(
         &self,
-        stream: TcpStream,
+        stream: S,
         app: &Arc<App>,
         peer: SocketAddr,
         bounds: Bounds,
         stop: &mut Stop<'_>,
-    ) -> Option<Rewind<TcpStream>> {
+    ) -> Option<Rewind<S>> {
         lean::serve(stream, app, &self.local, peer, bounds, stop).await
     }
 

@@ -15,7 +15,7 @@ use ratewarden_core::adaptive::Completion;
 use ratewarden_core::DisplayDuration;
 use ratewarden_policy::{Bounds, Identity};
 
-use super::forwarding::forwarding_headers;
+use super::forwarding::{self, forwarding_headers};
 use super::grpc;
 use super::overrides::{self, Scanned};
 use super::passage::{pass, Passage};
@@ -25,7 +25,7 @@ use super::tunnel;
 use super::upstream::{Local, Upstream};
 use crate::serve::app::App;
 use crate::serve::conn::pacing::Paced;
-use crate::serve::conn::tls::ClientCert;
+use crate::serve::conn::tls::ViaTls;
 use crate::serve::guard;
 use crate::serve::reply::{self, Body, Holding};
 
@@ -101,8 +101,8 @@ async fn relay(
     // Verified in the TLS handshake, on a listener that asks for client certificates.
     let client_cert = parts
         .extensions
-        .get::<ClientCert>()
-        .map(|cert| Arc::clone(&cert.0));
+        .get::<ViaTls>()
+        .and_then(|tls| tls.client_subject.clone());
     let engine_request = ratewarden_policy::Request {
         peer: peer.ip(),
         method: method.as_str(),
@@ -301,7 +301,8 @@ async fn forward(
             })
         });
     strip_hop_by_hop(&mut parts.headers);
-    forwarding_headers(&mut parts.headers, identity, peer);
+    let proto = forwarding::proto(parts.extensions.get::<ViaTls>().is_some());
+    forwarding_headers(&mut parts.headers, identity, peer, proto);
     if trailers {
         parts
             .headers

@@ -8,8 +8,9 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::relay::{race, Raced, Relay, Sending};
+use crate::serve::conn::Wire;
 
-impl Relay<'_> {
+impl<S: Wire> Relay<'_, S> {
     /// Relays the body that starts at `bufs.answer[sending.head]` (read up to `filled`),
     /// each further read of `stream` within `idle` of the last: `None` when the client's
     /// answer could not be finished (its connection is to be dropped), `Some(ended)` when it

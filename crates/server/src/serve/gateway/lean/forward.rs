@@ -22,27 +22,37 @@ pub(super) struct Forwarding {
     /// the connection).
     forwarded_for: String,
     forwarded: String,
+    /// How the client reached us (`forwarding::proto`).
+    proto: &'static str,
 }
 
 impl Forwarding {
-    /// For the requests of a connection from `peer`.
-    pub(super) fn new(peer: SocketAddr) -> Self {
+    /// For the requests of a connection from `peer`, over TLS or not.
+    pub(super) fn new(peer: SocketAddr, tls: bool) -> Self {
         let ip = peer.ip();
+        let proto = forwarding::proto(tls);
         let mut forwarded_for = String::with_capacity(48);
         let mut forwarded = String::with_capacity(64);
-        forwarding::forwarding_values(ip, ip, (None, None), &mut forwarded_for, &mut forwarded);
+        forwarding::forwarding_values(
+            ip,
+            ip,
+            (None, None),
+            (&mut forwarded_for, &mut forwarded),
+            proto,
+        );
         let mut plain = Vec::with_capacity(128);
         tail(
             &mut plain,
             Some(forwarded_for.as_bytes()),
             forwarded.as_bytes(),
-            true,
+            Some(proto),
         );
         Self {
             ip,
             plain,
             forwarded_for,
             forwarded,
+            proto,
         }
     }
 
@@ -82,8 +92,8 @@ impl Forwarding {
                 self.ip,
                 client,
                 (sent, None),
-                &mut self.forwarded_for,
-                &mut self.forwarded,
+                (&mut self.forwarded_for, &mut self.forwarded),
+                self.proto,
             );
         }
         let connection = get
@@ -116,21 +126,21 @@ impl Forwarding {
                 .is_none()
                 .then_some(self.forwarded_for.as_bytes()),
             self.forwarded.as_bytes(),
-            !get.forwarded_proto,
+            (!get.forwarded_proto).then_some(self.proto),
         );
     }
 }
 
 /// Our forwarding lines the head did not have, in the order `forwarding_headers` inserts
 /// them (`X-Forwarded-For` unless the head's own line took our hop, `Forwarded`, and
-/// `X-Forwarded-Proto` unless the head has one), then the head's end.
-fn tail(out: &mut Vec<u8>, forwarded_for: Option<&[u8]>, forwarded: &[u8], proto: bool) {
+/// `X-Forwarded-Proto`, `proto`, unless the head has one), then the head's end.
+fn tail(out: &mut Vec<u8>, forwarded_for: Option<&[u8]>, forwarded: &[u8], proto: Option<&str>) {
     if let Some(forwarded_for) = forwarded_for {
         write_line(out, b"x-forwarded-for", forwarded_for);
     }
     write_line(out, b"forwarded", forwarded);
-    if proto {
-        write_line(out, b"x-forwarded-proto", forwarding::PROTO.as_bytes());
+    if let Some(proto) = proto {
+        write_line(out, b"x-forwarded-proto", proto.as_bytes());
     }
     out.extend_from_slice(b"\r\n");
 }

@@ -25,12 +25,12 @@ use http::header::{HeaderName, HeaderValue};
 use ratewarden_core::AlgorithmKind;
 use ratewarden_policy::config::Bounds;
 use ratewarden_policy::{Identity, PermitGuard};
-use tokio::net::TcpStream;
 
 use crate::serve::app::App;
 use crate::serve::conn::graceful::Stop;
 use crate::serve::conn::lean::{Conn, MoreHead, FLUSH_AT, SHRINK_OVER};
 use crate::serve::conn::rewind::Rewind;
+use crate::serve::conn::Wire;
 use crate::serve::gateway::passage::{pass, Passage};
 use crate::serve::gateway::upstream::Local;
 use crate::serve::h1::request;
@@ -76,14 +76,14 @@ struct Allowed {
 
 /// Serves `stream` (a gateway listener's connection, just accepted) until it closes; or
 /// hands it back, with what was read of it, for hyper to serve the rest.
-pub(crate) async fn serve(
-    stream: TcpStream,
+pub(crate) async fn serve<S: Wire>(
+    stream: S,
     app: &Arc<App>,
     local: &Local,
     peer: SocketAddr,
     bounds: Bounds,
     stop: &mut Stop<'_>,
-) -> Option<Rewind<TcpStream>> {
+) -> Option<Rewind<S>> {
     // The lean path speaks HTTP/1.1 to the upstream: an HTTP/2 one is hyper's.
     let Some(upstream) = local.upstream.as_ref().filter(|u| !u.http2) else {
         return Some(Rewind::new(Vec::new(), stream));
@@ -91,7 +91,7 @@ pub(crate) async fn serve(
     let mut conn = Conn::new(stream, bounds);
     // The forwarded head, and the upstream's answer: one of each per connection.
     let mut forwarded = Vec::with_capacity(1024);
-    let mut forwarding = Forwarding::new(peer);
+    let mut forwarding = Forwarding::new(peer, S::TLS);
     let mut bufs = Buffers::default();
     loop {
         let step = {
