@@ -262,11 +262,14 @@ where
         if let Some(tls) = &tls {
             request.extensions_mut().insert(tls.clone());
         }
-        async move {
+        // Boxed: the gateway's answer is a future of some 5 KiB, which hyper would
+        // otherwise copy into place for each request (and HTTP/2 into each stream's task,
+        // twice); one allocation costs less than the copies.
+        Box::pin(async move {
             let response = door.handle(&app, peer, request).await;
             app.metrics.responded(D::NAME, response.status().as_u16());
             Ok::<_, Infallible>(response)
-        }
+        })
     });
     // A write that waits `send_timeout` without progress ends the connection (`send.rs`).
     let stream = crate::serve::conn::send::Sending::new(stream, bounds.send_timeout);

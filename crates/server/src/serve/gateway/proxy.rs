@@ -84,10 +84,11 @@ async fn relay(
         bounds.body_rate_grace,
     );
     // Decided as the method the upstream will serve it as, or refused.
+    // The rules shared, not the config cloned (its rules, its TLS files' names) for each
+    // request.
     let for_rules = app
         .engine
-        .config()
-        .rules
+        .rule_list()
         .iter()
         .any(ratewarden_policy::Rule::reads_body);
     let (method, body) = match overrides::read(&parts, body, &settings, for_rules).await {

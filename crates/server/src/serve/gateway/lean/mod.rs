@@ -238,7 +238,7 @@ fn eligible(app: &App, identity: &Arc<Identity>) -> bool {
                 return *eligible;
             }
         }
-        let eligible = app.engine.config().rules.iter().all(|rule| {
+        let eligible = app.engine.rule_list().iter().all(|rule| {
             // A rule settled from the answer reads the answer as it is relayed: hyper's path.
             rule.adaptive.is_none()
                 && rule.settle_from.is_none()
