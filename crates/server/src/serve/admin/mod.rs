@@ -31,14 +31,14 @@ pub(crate) struct Admin;
 impl Door for Admin {
     const NAME: &'static str = "admin";
 
-    async fn lean<S: Wire>(
+    async fn lean(
         &self,
-        stream: S,
+        stream: Wire,
         _app: &Arc<App>,
         _peer: SocketAddr,
         _bounds: Bounds,
         _stop: &mut Stop<'_>,
-    ) -> Option<Rewind<S>> {
+    ) -> Option<Rewind<Wire>> {
         Some(Rewind::new(Vec::new(), stream))
     }
 

@@ -38,13 +38,13 @@ use crate::serve::conn::Wire;
 
 /// Serves `stream` (an API listener's connection, just accepted) until it closes; or hands
 /// it back, with what was read of it, for hyper to serve the rest.
-pub(crate) async fn serve<S: Wire>(
-    stream: S,
+pub(crate) async fn serve(
+    stream: Wire,
     app: &Arc<App>,
     peer: SocketAddr,
     bounds: Bounds,
     stop: &mut Stop<'_>,
-) -> Option<Rewind<S>> {
+) -> Option<Rewind<Wire>> {
     let mut conn = Conn::new(stream, bounds);
     loop {
         let check = match lean_head::read(&conn.buf[conn.start..conn.end]) {

@@ -42,14 +42,14 @@ pub(crate) struct Api;
 impl Door for Api {
     const NAME: &'static str = "api";
 
-    async fn lean<S: Wire>(
+    async fn lean(
         &self,
-        stream: S,
+        stream: Wire,
         app: &Arc<App>,
         peer: SocketAddr,
         bounds: Bounds,
         stop: &mut Stop<'_>,
-    ) -> Option<Rewind<S>> {
+    ) -> Option<Rewind<Wire>> {
         lean::serve(stream, app, peer, bounds, stop).await
     }
 

@@ -10,29 +10,12 @@ use std::sync::Arc;
 use http::{Request, Response};
 use hyper::body::Incoming;
 use ratewarden_policy::Bounds;
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
-use tokio_rustls::server::TlsStream;
 
 use crate::serve::app::App;
 use crate::serve::conn::graceful::Stop;
 use crate::serve::conn::rewind::Rewind;
+use crate::serve::conn::wire::Wire;
 use crate::serve::reply::Body;
-
-/// A client's connection as a lean path reads and writes it: a TCP stream, or the TLS
-/// stream over one.
-pub(crate) trait Wire: AsyncRead + AsyncWrite + Unpin + Send + 'static {
-    /// Over TLS: what the gateway tells the upstream of how the client came.
-    const TLS: bool;
-}
-
-impl Wire for TcpStream {
-    const TLS: bool = false;
-}
-
-impl Wire for TlsStream<TcpStream> {
-    const TLS: bool = true;
-}
 
 /// A front door served over HTTP/1.1 (and HTTP/2, by hyper).
 pub(crate) trait Door: Send + Sync + 'static {
@@ -43,14 +26,14 @@ pub(crate) trait Door: Send + Sync + 'static {
     /// until it closes; or hands it back, with what was read of it, for hyper to serve the
     /// rest. A door without one hands it back at once. Over TLS, `stream` is the
     /// handshaken stream of a client that chose HTTP/1.1.
-    fn lean<S: Wire>(
+    fn lean(
         &self,
-        stream: S,
+        stream: Wire,
         app: &Arc<App>,
         peer: SocketAddr,
         bounds: Bounds,
         stop: &mut Stop<'_>,
-    ) -> impl Future<Output = Option<Rewind<S>>> + Send;
+    ) -> impl Future<Output = Option<Rewind<Wire>>> + Send;
 
     /// The answer to one request hyper read.
     fn handle(

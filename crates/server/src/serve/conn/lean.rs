@@ -9,14 +9,14 @@ use std::pin::Pin;
 use std::task::Poll;
 
 use ratewarden_policy::config::Bounds;
-use tokio::io::{AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWriteExt, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
 use crate::serve::app::App;
-use crate::serve::conn::door::Wire;
 use crate::serve::conn::graceful::Stop;
 use crate::serve::conn::rewind::Rewind;
 use crate::serve::conn::send::Sending;
+use crate::serve::conn::wire::Wire;
 use crate::serve::h1::answer::{self, Answer};
 use crate::serve::reply::Plain;
 
@@ -109,8 +109,8 @@ fn write_plain(out: &mut Vec<u8>, plain: &Plain, close: bool) {
 }
 
 /// One connection's state, over TCP or TLS.
-pub(crate) struct Conn<S> {
-    pub(crate) stream: S,
+pub(crate) struct Conn {
+    pub(crate) stream: Wire,
     /// Bytes read; the unserved ones are `buf[start..end]`.
     pub(crate) buf: Vec<u8>,
     pub(crate) start: usize,
@@ -125,9 +125,9 @@ pub(crate) struct Conn<S> {
     pub(crate) bounds: Bounds,
 }
 
-impl<S: Wire> Conn<S> {
+impl Conn {
     /// `stream`, just accepted: its first head is timed from now.
-    pub(crate) fn new(stream: S, bounds: Bounds) -> Self {
+    pub(crate) fn new(stream: Wire, bounds: Bounds) -> Self {
         let deadline = Instant::now() + bounds.header_read_timeout;
         Self {
             stream,
@@ -312,7 +312,7 @@ impl<S: Wire> Conn<S> {
     /// The connection for hyper, the bytes not served first.
     /// Ends the connection as a head that is still not whole says (`more_head`, anything
     /// but [`MoreHead::Read`]): handed to hyper, closed, or gone. Both lean paths end so.
-    pub(crate) async fn end(self, more: MoreHead) -> Option<Rewind<S>> {
+    pub(crate) async fn end(self, more: MoreHead) -> Option<Rewind<Wire>> {
         match more {
             // Not an end: the caller reads the head again. Were it ever passed, the head
             // is hyper's to read, which is what a lean path does with what it cannot.
@@ -325,7 +325,7 @@ impl<S: Wire> Conn<S> {
         }
     }
 
-    pub(crate) async fn hand_off(mut self) -> Option<Rewind<S>> {
+    pub(crate) async fn hand_off(mut self) -> Option<Rewind<Wire>> {
         // Answers to earlier pipelined requests go first.
         if !self.flush().await {
             return None;

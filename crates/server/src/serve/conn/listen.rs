@@ -26,6 +26,7 @@ use crate::serve::conn::graceful::{Shutdown, Stop, Ticket};
 use crate::serve::conn::idle;
 use crate::serve::conn::rewind::Rewind;
 use crate::serve::conn::tls::{self, Tls, ViaTls};
+use crate::serve::conn::wire::Wire;
 
 /// What a client's first bytes are when it speaks HTTP/2 without TLS, by prior knowledge
 /// (RFC 9113 §3.3): the start of the connection preface.
@@ -132,73 +133,73 @@ pub(crate) async fn serve<D: Door>(
         // `GET` and `HEAD`), anything else handed to hyper with the bytes read so far.
         tokio::spawn(async move {
             let _open = open;
-            if let Some(tls) = tls {
-                // A client that does not finish its handshake is a client that does not
-                // finish its head: it has as long.
-                let accepted =
-                    tokio::time::timeout(bounds.header_read_timeout, tls.acceptor().accept(stream))
-                        .await;
-                let stream = match accepted {
-                    Ok(Ok(stream)) => stream,
-                    Ok(Err(error)) => {
-                        tracing::debug!(%error, %peer, role = D::NAME, "TLS handshake failed");
-                        app.metrics.tls_handshake_failed(D::NAME);
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::debug!(%peer, role = D::NAME, "TLS handshake timed out");
-                        app.metrics.tls_handshake_failed(D::NAME);
-                        return;
-                    }
-                };
-                let protocol = match stream.get_ref().1.alpn_protocol() {
-                    Some(b"h2") => Protocol::Http2,
-                    _ => Protocol::Http1,
-                };
-                let via = ViaTls {
-                    client_subject: tls::client_subject(stream.get_ref().1),
-                };
-                // HTTP/1.1 over TLS on the door's own path too, as in clear text; a client
-                // with a certificate is hyper's, whose requests carry its subject.
-                let stream = if protocol == Protocol::Http1 && via.client_subject.is_none() {
-                    let rest = {
-                        let (stopping, rx) = ticket.parts();
-                        let changed = pin!(rx.changed());
-                        let mut stop = Stop::new(stopping, changed);
-                        door.lean(stream, &app, peer, bounds, &mut stop).await
+            // Over TLS, the protocol ALPN chose and what the requests are told of it.
+            let (wire, known, via) = match tls {
+                None => (Wire::Tcp(stream), None, None),
+                Some(tls) => {
+                    // A client that does not finish its handshake is a client that does not
+                    // finish its head: it has as long.
+                    let accepted = tokio::time::timeout(
+                        bounds.header_read_timeout,
+                        tls.acceptor().accept(stream),
+                    )
+                    .await;
+                    let stream = match accepted {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(error)) => {
+                            tracing::debug!(%error, %peer, role = D::NAME, "TLS handshake failed");
+                            app.metrics.tls_handshake_failed(D::NAME);
+                            return;
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, role = D::NAME, "TLS handshake timed out");
+                            app.metrics.tls_handshake_failed(D::NAME);
+                            return;
+                        }
                     };
-                    match rest {
-                        Some(rest) => rest,
-                        None => return,
-                    }
-                } else {
-                    Rewind::new(Vec::new(), stream)
-                };
-                let accepted = Accepted {
-                    stream,
-                    protocol,
-                    tls: Some(via),
-                };
-                served(builders, accepted, app, door, peer, ticket).await;
-                return;
-            }
-            let rest = {
+                    let protocol = match stream.get_ref().1.alpn_protocol() {
+                        Some(b"h2") => Protocol::Http2,
+                        _ => Protocol::Http1,
+                    };
+                    let via = ViaTls {
+                        client_subject: tls::client_subject(stream.get_ref().1),
+                    };
+                    (Wire::Tls(Box::new(stream)), Some(protocol), Some(via))
+                }
+            };
+            // HTTP/1.1 over TLS on the door's own path too, as in clear text; HTTP/2 and a
+            // client with a certificate (whose subject the requests carry) are hyper's.
+            let lean = match (&known, &via) {
+                (None, _) => true,
+                (Some(protocol), Some(via)) => {
+                    *protocol == Protocol::Http1 && via.client_subject.is_none()
+                }
+                (Some(_), None) => false,
+            };
+            let mut rest = if lean {
                 let (stopping, rx) = ticket.parts();
                 let changed = pin!(rx.changed());
                 let mut stop = Stop::new(stopping, changed);
-                door.lean(stream, &app, peer, bounds, &mut stop).await
+                match door.lean(wire, &app, peer, bounds, &mut stop).await {
+                    Some(rest) => rest,
+                    None => return,
+                }
+            } else {
+                Rewind::new(Vec::new(), wire)
             };
-            if let Some(mut rest) = rest {
-                let Some(protocol) = sniffed(&mut rest, bounds.header_read_timeout).await else {
-                    return;
-                };
-                let accepted = Accepted {
-                    stream: rest,
-                    protocol,
-                    tls: None,
-                };
-                served(builders, accepted, app, door, peer, ticket).await;
-            }
+            let protocol = match known {
+                Some(protocol) => protocol,
+                None => match sniffed(&mut rest, bounds.header_read_timeout).await {
+                    Some(protocol) => protocol,
+                    None => return,
+                },
+            };
+            let accepted = Accepted {
+                stream: rest,
+                protocol,
+                tls: via,
+            };
+            served(builders, accepted, app, door, peer, ticket).await;
         });
     }
     drop(listener);
@@ -218,7 +219,7 @@ pub(crate) async fn serve<D: Door>(
 /// is looked at first; only a connection it handed over unread (or with less than the
 /// preface's first line) is read further, for as long as a head may take. `None` when the
 /// client sent nothing in that time.
-async fn sniffed(rest: &mut Rewind<tokio::net::TcpStream>, within: Duration) -> Option<Protocol> {
+async fn sniffed(rest: &mut Rewind<Wire>, within: Duration) -> Option<Protocol> {
     let deadline = tokio::time::Instant::now() + within;
     loop {
         let prefix = rest.prefix();

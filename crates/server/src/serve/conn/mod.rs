@@ -13,6 +13,8 @@ pub(crate) mod pacing;
 pub(crate) mod rewind;
 pub(crate) mod send;
 pub(crate) mod tls;
+mod wire;
 
-pub(crate) use door::{Door, Wire};
+pub(crate) use door::Door;
 pub(crate) use listen::{bind, serve};
+pub(crate) use wire::Wire;

@@ -43,14 +43,14 @@ pub(crate) struct Gateway {
 impl Door for Gateway {
     const NAME: &'static str = "gateway";
 
-    async fn lean<S: Wire>(
+    async fn lean(
         &self,
-        stream: S,
+        stream: Wire,
         app: &Arc<App>,
         peer: SocketAddr,
         bounds: Bounds,
         stop: &mut Stop<'_>,
-    ) -> Option<Rewind<S>> {
+    ) -> Option<Rewind<Wire>> {
         lean::serve(stream, app, &self.local, peer, bounds, stop).await
     }
 

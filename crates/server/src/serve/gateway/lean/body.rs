@@ -8,9 +8,8 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::relay::{race, Raced, Relay, Sending};
-use crate::serve::conn::Wire;
 
-impl<S: Wire> Relay<'_, S> {
+impl Relay<'_> {
     /// Relays the body that starts at `bufs.answer[sending.head]` (read up to `filled`),
     /// each further read of `stream` within `idle` of the last: `None` when the client's
     /// answer could not be finished (its connection is to be dropped), `Some(ended)` when it

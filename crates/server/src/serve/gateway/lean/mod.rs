@@ -76,22 +76,23 @@ struct Allowed {
 
 /// Serves `stream` (a gateway listener's connection, just accepted) until it closes; or
 /// hands it back, with what was read of it, for hyper to serve the rest.
-pub(crate) async fn serve<S: Wire>(
-    stream: S,
+pub(crate) async fn serve(
+    stream: Wire,
     app: &Arc<App>,
     local: &Local,
     peer: SocketAddr,
     bounds: Bounds,
     stop: &mut Stop<'_>,
-) -> Option<Rewind<S>> {
+) -> Option<Rewind<Wire>> {
     // The lean path speaks HTTP/1.1 to the upstream: an HTTP/2 one is hyper's.
     let Some(upstream) = local.upstream.as_ref().filter(|u| !u.http2) else {
         return Some(Rewind::new(Vec::new(), stream));
     };
+    let tls = stream.tls();
     let mut conn = Conn::new(stream, bounds);
     // The forwarded head, and the upstream's answer: one of each per connection.
     let mut forwarded = Vec::with_capacity(1024);
-    let mut forwarding = Forwarding::new(peer, S::TLS);
+    let mut forwarding = Forwarding::new(peer, tls);
     let mut bufs = Buffers::default();
     loop {
         let step = {

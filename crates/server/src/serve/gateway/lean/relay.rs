@@ -20,7 +20,6 @@ use super::{Allowed, ROLE};
 use crate::serve::app::App;
 use crate::serve::conn::graceful::Stop;
 use crate::serve::conn::lean::Conn;
-use crate::serve::conn::Wire;
 use crate::serve::gateway::upstream::pool::{Answered, Failed};
 use crate::serve::gateway::upstream::Upstream;
 use crate::serve::h1::answer::date;
@@ -53,10 +52,10 @@ pub(super) struct Buffers {
 
 /// An exchange's parts: the client's connection, its upstream, and the buffers kept for
 /// the connection.
-pub(super) struct Relay<'r, S> {
+pub(super) struct Relay<'r> {
     pub(super) app: &'r Arc<App>,
     pub(super) upstream: &'r Upstream,
-    pub(super) conn: &'r mut Conn<S>,
+    pub(super) conn: &'r mut Conn,
     pub(super) bufs: &'r mut Buffers,
 }
 
@@ -109,7 +108,7 @@ pub(super) struct Sending {
     reusable: bool,
 }
 
-impl<S: Wire> Relay<'_, S> {
+impl Relay<'_> {
     /// Forwards the head in `forwarded` and relays the answer into the client's write
     /// buffer.
     pub(super) async fn run(
@@ -361,8 +360,8 @@ pub(super) enum Raced<T> {
 
 /// Runs `work` until it is done, the client goes away (`Conn::poll_gone`), or the deadline
 /// `at` gives passes (read only once `work` waits), on the connection's one timer entry.
-pub(super) async fn race<S: Wire, F: Future>(
-    conn: &mut Conn<S>,
+pub(super) async fn race<F: Future>(
+    conn: &mut Conn,
     at: impl FnOnce() -> Instant,
     work: F,
 ) -> Raced<F::Output> {
