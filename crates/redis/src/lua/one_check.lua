@@ -132,7 +132,7 @@ do
         if sec == nil then return nil end
         s, us = "", ""
       else
-        local t = call("TIME")
+        local t = TIME.read()
         s, us = t[1], t[2]
         if k and s == c_s then
           sec, index = c_sec, c_index
@@ -203,7 +203,7 @@ do
       local nh, nl = caller_now(given)
       return nh, nl, "", ""
     end
-    local t = call("TIME")
+    local t = TIME.read()
     local s, us = t[1], t[2]
     if s ~= last_s then last_s, last_sec = s, tonumber(s) end
     return last_sec, tonumber(us) * 1000, s, us
