@@ -422,3 +422,31 @@ async fn a_batch_cut_by_a_dropped_connection_fails_each_call_and_is_never_applie
     assert_eq!(next.expect("reconnected").remaining, 90);
     assert!(server.cli(&["GET", "rw:cut|{k}"]).ends_with(",10"));
 }
+
+/// On Redis's clock, the calls of one batch see each other in order at one `TIME`: of ten
+/// calls on one key under a burst of five (and a rate too slow to refill within the test),
+/// the first five are admitted and the last five refused.
+#[tokio::test]
+async fn on_redis_time_a_batch_decides_in_order_at_one_time() {
+    let server = Server::start();
+    let redis = store(config(Target::Single(server.url()), TimeSource::Redis));
+    let five = Limit::from(Gcra::new(Rate::new(1, Duration::from_secs(3600)).unwrap(), 5).unwrap());
+    redis.peek(&five, "warm|k", T0, 0).await.unwrap();
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    let got = together(
+        (0..10)
+            .map(|_| {
+                Box::pin(redis.decide(&five, "order|k", T0, 1))
+                    as Pin<Box<dyn Future<Output = Result<Decision, RedisError>>>>
+            })
+            .collect(),
+    )
+    .await;
+    let admitted: Vec<bool> = got.into_iter().map(|d| d.unwrap().is_allowed()).collect();
+    assert_eq!(
+        admitted,
+        [true, true, true, true, true, false, false, false, false, false]
+    );
+    // The first alone, the nine after it in one batch.
+    assert_eq!(fcalls(&[&server]), 2);
+}

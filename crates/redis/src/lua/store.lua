@@ -1053,17 +1053,30 @@ local function batch(KEYS, ARGV)
   local k, a = 0, 2
   TIME.batch, TIME.held = true, nil
   for i = 1, #shape, 2 do
-    local keys, args = {}, {}
-    for j = 1, shape[i] do keys[j] = KEYS[k + j] end
-    for j = 1, shape[i + 1] do args[j] = ARGV[a + j] end
-    k, a = k + shape[i], a + shape[i + 1]
-    local first = args[1]
-    local ok, reply
-    if first == "batch" then
-      ok, reply = false, PREFIX .. "mode batch: an entry may not be a batch"
-    else
-      ok, reply = pcall(run, keys, args)
+    local nk, na = shape[i], shape[i + 1]
+    local first = ARGV[a + 1]
+    local ok, reply, answered = false, nil, false
+    -- The one-check call whose closure is made (the common entry): run as `run` runs it,
+    -- without the tables of the entry's keys and arguments; declined (nil, nothing
+    -- written), it goes the general way below, as in `run`.
+    local one_check = nk == 1 and na <= 2 and ONE_CHECK.specs[first]
+    if one_check and one_check[1] then
+      local now = nil
+      if na == 2 then now = ARGV[a + 2] end
+      ok, reply = pcall(one_check[1], KEYS[k + 1], now)
+      answered = not ok or reply ~= nil
     end
+    if not answered then
+      local keys, args = {}, {}
+      for j = 1, nk do keys[j] = KEYS[k + j] end
+      for j = 1, na do args[j] = ARGV[a + j] end
+      if first == "batch" then
+        ok, reply = false, PREFIX .. "mode batch: an entry may not be a batch"
+      else
+        ok, reply = pcall(run, keys, args)
+      end
+    end
+    k, a = k + nk, a + na
     if not ok then
       -- A status reply, which no entry answers otherwise: an error within an array makes
       -- clients fail the whole reply.
