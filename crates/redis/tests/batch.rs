@@ -450,3 +450,71 @@ async fn on_redis_time_a_batch_decides_in_order_at_one_time() {
     // The first alone, the nine after it in one batch.
     assert_eq!(fcalls(&[&server]), 2);
 }
+
+/// Permits and leased shares coalesce as decisions do, each answered as alone in order:
+/// of six permits asked together under a limit of three, the first three are granted; of
+/// six releases together, the three held are given back; six members' asks for a share of
+/// one budget together are granted as the in-memory store grants them one at a time.
+#[tokio::test]
+async fn permits_and_leases_in_a_batch_are_answered_in_order() {
+    use ratewarden_core::lease::Ask;
+    let server = Server::start();
+    let redis = store(config(Target::Single(server.url()), TimeSource::Caller));
+    let three = Limit::from(Concurrency::new(3, Duration::from_secs(10)).unwrap());
+    redis.peek(&three, "warm|k", T0, 0).await.unwrap();
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    let ids: Vec<u64> = (1..=6).collect();
+    let acquired = together(
+        ids.iter()
+            .map(|&id| {
+                Box::pin(redis.acquire(&three, "permits|k", T0, 1, id))
+                    as Pin<Box<dyn Future<Output = Result<Result<(), Decision>, RedisError>>>>
+            })
+            .collect(),
+    )
+    .await;
+    let granted: Vec<bool> = acquired.into_iter().map(|a| a.unwrap().is_ok()).collect();
+    assert_eq!(granted, [true, true, true, false, false, false]);
+    let released = together(
+        ids.iter()
+            .rev()
+            .map(|&id| {
+                Box::pin(redis.release(&three, "permits|k", T0, id))
+                    as Pin<Box<dyn Future<Output = Result<bool, RedisError>>>>
+            })
+            .collect(),
+    )
+    .await;
+    let released: Vec<bool> = released.into_iter().map(Result::unwrap).collect();
+    assert_eq!(released, [false, false, false, true, true, true]);
+    assert_eq!(fcalls(&[&server]), 4, "each group: one alone, one batch");
+
+    let memory: MemoryStore = MemoryStore::new(StoreConfig::default());
+    let members = ["a", "b", "c", "d", "e", "f"];
+    let asks: Vec<Ask<'_>> = members
+        .iter()
+        .enumerate()
+        .map(|(i, member)| Ask {
+            member,
+            want: 50 + 40 * i as u64,
+            weight: 1 + i as u64 % 3,
+            capacity: 600,
+            ttl_ms: 1_000,
+        })
+        .collect();
+    let got = together(
+        asks.iter()
+            .map(|ask| {
+                Box::pin(redis.lease("api|budget", *ask, T0))
+                    as Pin<Box<dyn Future<Output = Result<u64, RedisError>>>>
+            })
+            .collect(),
+    )
+    .await;
+    for (ask, got) in asks.iter().zip(got) {
+        let want = AsyncStore::lease(&memory, "api|budget", *ask, T0)
+            .await
+            .unwrap();
+        assert_eq!(got.unwrap(), want, "{ask:?}");
+    }
+}
