@@ -31,7 +31,9 @@
 //! (`wait_for_replicas`), for measuring what that costs (`scripts/bench-wait`).
 //!
 //! `--batch-calls N` bounds the store's batches of coalesced calls (`batch_calls`; 1 sends
-//! every decision in a call of its own, as the store did before it coalesced). `--peer` runs
+//! every decision in a call of its own, as the store did before it coalesced), and
+//! `--batch-in-flight N` sets how many calls are in flight before the next ones wait to be
+//! batched (`batch_in_flight`). `--peer` runs
 //! the same callers and keys through the peer's fixed-window storage path instead of the
 //! store (limitador's Redis storage: `MGET` of the counter, then its `INCRBY` script,
 //! [`PEER_UPDATE`]) on a bare redis-rs connection manager.
@@ -65,6 +67,7 @@ struct Args {
     print_floor: bool,
     wait_for_replicas: u32,
     batch_calls: Option<usize>,
+    batch_in_flight: Option<usize>,
     peer: bool,
 }
 
@@ -147,6 +150,7 @@ fn parse() -> Result<Args, String> {
         print_floor: false,
         wait_for_replicas: 0,
         batch_calls: None,
+        batch_in_flight: None,
         peer: false,
     };
     let mut it = std::env::args().skip(1);
@@ -182,6 +186,12 @@ fn parse() -> Result<Args, String> {
             "--floor" => args.floor = true,
             "--print-floor" => args.print_floor = true,
             "--peer" => args.peer = true,
+            "--batch-in-flight" => {
+                let n = number(value("--batch-in-flight")?, "--batch-in-flight")?;
+                args.batch_in_flight = Some(
+                    usize::try_from(n).map_err(|_| format!("--batch-in-flight: too many: {n}"))?,
+                );
+            }
             "--batch-calls" => {
                 let n = number(value("--batch-calls")?, "--batch-calls")?;
                 args.batch_calls =
@@ -256,7 +266,7 @@ async fn main() -> ExitCode {
         Ok(args) => args,
         Err(e) => {
             eprintln!("{e}
-usage: bench --url URL --callers N --seconds S [--naive] [--rate R [--pacer timer|thread]] [--keys K] [--floor] [--print-command [--general | --compact]] [--print-floor] [--wait-for-replicas N] [--batch-calls N] [--peer]");
+usage: bench --url URL --callers N --seconds S [--naive] [--rate R [--pacer timer|thread]] [--keys K] [--floor] [--print-command [--general | --compact]] [--print-floor] [--wait-for-replicas N] [--batch-calls N] [--batch-in-flight N] [--peer]");
             return ExitCode::from(2);
         }
     };
@@ -269,6 +279,9 @@ usage: bench --url URL --callers N --seconds S [--naive] [--rate R [--pacer time
         batch_calls: args
             .batch_calls
             .unwrap_or(RedisConfig::default().batch_calls),
+        batch_in_flight: args
+            .batch_in_flight
+            .unwrap_or(RedisConfig::default().batch_in_flight),
         ..RedisConfig::default()
     }) {
         Ok(store) => Arc::new(store),

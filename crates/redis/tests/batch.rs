@@ -299,6 +299,15 @@ async fn a_batch_at_its_bound_of_calls_splits() {
     assert_eq!(fcalls(&[&server]), 4);
     // Each batch read TIME once, as each call alone does.
     assert_eq!(calls_of(&server, "time"), 4);
+    // Two in flight before calls wait: the first two alone, then the eight that waited.
+    let two = store(RedisConfig {
+        batch_in_flight: 2,
+        ..config(Target::Single(server.url()), TimeSource::Redis)
+    });
+    two.peek(&limit, "warm|k", T0, 0).await.unwrap();
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    decide_together(&two, &limit, 10).await;
+    assert_eq!(fcalls(&[&server]), 3);
 }
 
 #[tokio::test]

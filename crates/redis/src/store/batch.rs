@@ -1,9 +1,9 @@
-//! Coalescing: while a call is in flight to Redis (to its slot, on a Cluster), the calls
-//! that arrive for the same place wait, and go together when it returns, in one `FCALL` of
+//! Coalescing: while calls are in flight to Redis (to their slot, on a Cluster), the calls
+//! that arrive for the same place wait, and go together when one returns, in one `FCALL` of
 //! mode `batch` that runs each in order on one reading of `TIME` and answers each.
 //!
-//! A call that finds nothing in flight is sent at once, as it is: no wait at low load. A
-//! batch holds at most [`RedisConfig::batch_calls`](super::RedisConfig::batch_calls) calls
+//! A call that finds fewer than [`RedisConfig::batch_in_flight`](super::RedisConfig::batch_in_flight)
+//! calls in flight is sent at once, as it is: no wait at low load. A batch holds at most [`RedisConfig::batch_calls`](super::RedisConfig::batch_calls) calls
 //! and [`RedisConfig::batch_bytes`](super::RedisConfig::batch_bytes) bytes of arguments;
 //! the rest wait for the next. A batch whose reply is lost (its connection dropped, its
 //! wait ran out) is never sent again, as no call is: whether it ran is unknown, so each of
@@ -22,6 +22,8 @@ use crate::slot;
 
 /// The queues of calls waiting for the call in flight, by slot (one, slot 0, on a server).
 pub(super) struct Batching {
+    /// Calls (or batches) in flight to one place before the next ones wait.
+    in_flight: usize,
     calls: usize,
     bytes: usize,
     /// The longest a batch waits on its reply: as long as any of its callers may wait.
@@ -34,8 +36,8 @@ pub(super) struct Batching {
 
 #[derive(Default)]
 struct Queue {
-    /// A call (or a batch) is in flight.
-    busy: bool,
+    /// Calls and batches in flight.
+    in_flight: usize,
     waiting: VecDeque<Waiting>,
 }
 
@@ -47,9 +49,10 @@ struct Waiting {
 }
 
 impl Batching {
-    /// Batches of at most `calls` calls and `bytes` bytes of arguments; `None` (each call
-    /// its own `FCALL`) when `calls` is below two.
+    /// Batches of at most `calls` calls and `bytes` bytes of arguments, sent while fewer than
+    /// `in_flight` calls are; `None` (each call its own `FCALL`) when `calls` is below two.
     pub(super) fn new(
+        in_flight: usize,
         calls: usize,
         bytes: usize,
         wait: Duration,
@@ -58,6 +61,7 @@ impl Batching {
     ) -> Option<Arc<Self>> {
         (calls >= 2).then(|| {
             Arc::new(Self {
+                in_flight: in_flight.max(1),
                 calls,
                 bytes,
                 wait,
@@ -84,13 +88,9 @@ impl Batching {
         }
     }
 
-    /// The next batch of `slot`'s queue, skipping the calls whose callers gave up (never sent,
-    /// so never charged); when none waits, the queue is idle again.
-    fn next(&self, slot: u16) -> Vec<Waiting> {
-        let mut queues = self.queues();
-        let Some(queue) = queues.get_mut(&slot) else {
-            return Vec::new();
-        };
+    /// The next batch of `queue`, skipping the calls whose callers gave up (never sent, so
+    /// never charged).
+    fn next(&self, queue: &mut Queue) -> Vec<Waiting> {
         let mut batch: Vec<Waiting> = Vec::new();
         let mut bytes = 0;
         while let Some(first) = queue.waiting.front() {
@@ -105,51 +105,53 @@ impl Batching {
             bytes += first.bytes;
             batch.extend(queue.waiting.pop_front());
         }
-        if batch.is_empty() {
-            queue.busy = false;
-            if self.by_slot {
-                queues.remove(&slot);
-            }
-        }
         batch
     }
 
-    /// After the call in flight on `slot` returned (or its caller gave up on it): the queue
-    /// is idle, or its waiting calls go on a task of their own, batch after batch.
+    /// After a call or a batch in flight on `slot` returned (or its caller gave up on it):
+    /// the calls waiting go, batch after batch, each on a task of its own, while fewer than
+    /// `in_flight` are in flight.
     fn hand_on(self: &Arc<Self>, slot: u16, connection: Option<Connection>) {
         let mut queues = self.queues();
         let Some(queue) = queues.get_mut(&slot) else {
             return;
         };
-        if queue.waiting.is_empty() {
-            queue.busy = false;
-            if self.by_slot {
-                queues.remove(&slot);
-            }
-            return;
-        }
-        let (Some(connection), Ok(runtime)) = (connection, tokio::runtime::Handle::try_current())
-        else {
+        queue.in_flight = queue.in_flight.saturating_sub(1);
+        let runtime = tokio::runtime::Handle::try_current();
+        let (Some(connection), Ok(runtime)) = (connection, runtime) else {
             // No runtime to send them on: each waiting call fails (its answer dropped).
             queue.waiting.clear();
-            queue.busy = false;
             return;
         };
-        drop(queues);
-        runtime.spawn(Arc::clone(self).drive(slot, connection));
-    }
-
-    /// Sends `slot`'s waiting calls, batch after batch, until none waits.
-    async fn drive(self: Arc<Self>, slot: u16, mut connection: Connection) {
-        loop {
-            let batch = self.next(slot);
+        let mut batches = Vec::new();
+        while queue.in_flight < self.in_flight {
+            let batch = self.next(queue);
             if batch.is_empty() {
-                return;
+                break;
             }
-            let reply = tokio::time::timeout(self.wait, self.send(&mut connection, &batch))
-                .await
-                .unwrap_or(Err(RedisError::Timeout(self.wait)));
-            answer(batch, reply);
+            queue.in_flight += 1;
+            batches.push(batch);
+        }
+        if queue.in_flight == 0 && self.by_slot {
+            queues.remove(&slot);
+        }
+        drop(queues);
+        for batch in batches {
+            let batching = Arc::clone(self);
+            let connection = connection.clone();
+            runtime.spawn(async move {
+                let mut sent = connection.clone();
+                // Handed on however this task ends.
+                let _turn = BatchTurn {
+                    batching: Arc::clone(&batching),
+                    slot,
+                    connection: Some(connection),
+                };
+                let reply = tokio::time::timeout(batching.wait, batching.send(&mut sent, &batch))
+                    .await
+                    .unwrap_or(Err(RedisError::Timeout(batching.wait)));
+                answer(batch, reply);
+            });
         }
     }
 
@@ -276,6 +278,20 @@ fn size(fcall: &redis::Cmd) -> usize {
         .sum()
 }
 
+/// A batch in flight, on its own task: when it is answered (or the task ends), the calls
+/// waiting go on.
+struct BatchTurn {
+    batching: Arc<Batching>,
+    slot: u16,
+    connection: Option<Connection>,
+}
+
+impl Drop for BatchTurn {
+    fn drop(&mut self) {
+        self.batching.hand_on(self.slot, self.connection.take());
+    }
+}
+
 /// The call in flight, sent by its own caller: when it returns, or when its caller gives up
 /// on it, the calls that waited for it go on.
 struct Turn<'a> {
@@ -306,7 +322,7 @@ impl RedisStore {
         let answered = {
             let mut queues = batching.queues();
             let queue = queues.entry(slot).or_default();
-            if queue.busy {
+            if queue.in_flight >= batching.in_flight {
                 let (answer, answered) = oneshot::channel();
                 queue.waiting.push_back(Waiting {
                     fcall: fcall.clone(),
@@ -315,7 +331,7 @@ impl RedisStore {
                 });
                 Some(answered)
             } else {
-                queue.busy = true;
+                queue.in_flight += 1;
                 None
             }
         };

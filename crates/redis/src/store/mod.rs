@@ -74,6 +74,7 @@ impl RedisStore {
         ));
         let client = Client::new(&config, &breaker)?;
         let batching = Batching::new(
+            config.batch_in_flight,
             if config.pipeline {
                 config.batch_calls
             } else {
