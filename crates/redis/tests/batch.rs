@@ -527,3 +527,65 @@ async fn permits_and_leases_in_a_batch_are_answered_in_order() {
         assert_eq!(got.unwrap(), want, "{ask:?}");
     }
 }
+
+/// A batch the script cannot read is refused whole, saying why, before any entry runs; an
+/// entry that is itself a batch fails alone.
+#[tokio::test]
+async fn a_malformed_batch_is_refused_with_a_clear_error() {
+    let server = Server::start();
+    let redis = store(config(Target::Single(server.url()), TimeSource::Redis));
+    let limit = roomy();
+    redis.peek(&limit, "warm|k", T0, 0).await.unwrap();
+    let (function, _) = RedisStore::script();
+    let (_, args) = redis.one_check_command(&limit, "bad|k", 1, T0);
+    let spec = args[0].as_str();
+    let mut con = redis::Client::open(server.url())
+        .and_then(|c| c.get_connection())
+        .expect("connecting");
+    let fcall = |keys: &[&str], args: &[&str]| {
+        redis::cmd("FCALL")
+            .arg(function)
+            .arg(keys.len())
+            .arg(keys)
+            .arg("batch")
+            .arg(args)
+            .clone()
+    };
+    for (keys, args, says) in [
+        (&["rw:m|{a}"][..], &[""][..], "two counts per entry"),
+        (&["rw:m|{a}"], &["1", spec], "two counts per entry"),
+        (&["rw:m|{a}"], &["1 x", spec], "holds 'x', not a count"),
+        (&["rw:m|{a}"], &["0 1", spec], "without keys or arguments"),
+        (
+            &["rw:m|{a}"],
+            &["1 2", spec],
+            "names 1 keys and 2 arguments",
+        ),
+        (
+            &["rw:m|{a}", "rw:m|{b}"],
+            &["1 1", spec],
+            "the call has 2 and 1",
+        ),
+    ] {
+        let got: redis::RedisResult<redis::Value> = fcall(keys, args).query(&mut con);
+        let e = got.expect_err("refused");
+        assert!(e.to_string().contains(says), "{args:?}: {e}");
+    }
+    // Nothing ran: no key was written.
+    assert_eq!(server.cli(&["EXISTS", "rw:m|{a}"]), "0");
+    // A batch within a batch: that entry fails (a status of its error), the next decides.
+    let got: Vec<redis::Value> = fcall(
+        &["rw:m|{a}", "rw:m|{b}"],
+        &["1 2 1 1", "batch", "1 1", spec],
+    )
+    .query(&mut con)
+    .expect("answered");
+    assert!(
+        matches!(&got[0], redis::Value::SimpleString(e) if e.contains("may not be a batch")),
+        "{got:?}"
+    );
+    assert!(
+        matches!(&got[1], redis::Value::BulkString(reply) if reply.starts_with(b"+")),
+        "{got:?}"
+    );
+}

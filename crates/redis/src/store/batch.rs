@@ -2,10 +2,10 @@
 //! that arrive for the same place wait, and go together when one returns, in one `FCALL` of
 //! mode `batch` that runs each in order on one reading of `TIME` and answers each.
 //!
-//! A call that finds fewer than [`RedisConfig::batch_in_flight`](super::RedisConfig::batch_in_flight)
-//! calls in flight is sent at once, as it is: no wait at low load. A batch holds at most [`RedisConfig::batch_calls`](super::RedisConfig::batch_calls) calls
-//! and [`RedisConfig::batch_bytes`](super::RedisConfig::batch_bytes) bytes of arguments;
-//! the rest wait for the next. A batch whose reply is lost (its connection dropped, its
+//! A call that finds fewer than `batch_in_flight` calls in flight (one, by default) is sent
+//! at once, as it is: no wait at low load. A batch holds at most `batch_calls` calls and
+//! `batch_bytes` bytes of arguments (see [`RedisConfig`](super::RedisConfig)); the rest wait
+//! for the next. A batch whose reply is lost (its connection dropped, its
 //! wait ran out) is never sent again, as no call is: whether it ran is unknown, so each of
 //! its calls fails and each rule's failure policy answers.
 
@@ -20,7 +20,7 @@ use super::connection::Connection;
 use super::{RedisError, RedisStore};
 use crate::slot;
 
-/// The queues of calls waiting for the call in flight, by slot (one, slot 0, on a server).
+/// The queues of calls waiting for a call in flight, by slot (one, slot 0, on a server).
 pub(super) struct Batching {
     /// Calls (or batches) in flight to one place before the next ones wait.
     in_flight: usize,
@@ -111,14 +111,22 @@ impl Batching {
     /// After a call or a batch in flight on `slot` returned (or its caller gave up on it):
     /// the calls waiting go, batch after batch, each on a task of its own, while fewer than
     /// `in_flight` are in flight.
-    fn hand_on(self: &Arc<Self>, slot: u16, connection: Option<Connection>) {
+    /// `connection` is asked for only when a batch goes (the common return, with nothing
+    /// waiting, costs a lock and a look-up).
+    fn hand_on(self: &Arc<Self>, slot: u16, connection: impl FnOnce() -> Option<Connection>) {
         let mut queues = self.queues();
         let Some(queue) = queues.get_mut(&slot) else {
             return;
         };
         queue.in_flight = queue.in_flight.saturating_sub(1);
+        if queue.waiting.is_empty() {
+            if queue.in_flight == 0 && self.by_slot {
+                queues.remove(&slot);
+            }
+            return;
+        }
         let runtime = tokio::runtime::Handle::try_current();
-        let (Some(connection), Ok(runtime)) = (connection, runtime) else {
+        let (Some(connection), Ok(runtime)) = (connection(), runtime) else {
             // No runtime to send them on: each waiting call fails (its answer dropped).
             queue.waiting.clear();
             return;
@@ -288,7 +296,8 @@ struct BatchTurn {
 
 impl Drop for BatchTurn {
     fn drop(&mut self) {
-        self.batching.hand_on(self.slot, self.connection.take());
+        let connection = self.connection.take();
+        self.batching.hand_on(self.slot, || connection);
     }
 }
 
@@ -302,8 +311,9 @@ struct Turn<'a> {
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
+        let store = self.store;
         self.batching
-            .hand_on(self.slot, self.store.connection.get().cloned());
+            .hand_on(self.slot, || store.connection.get().cloned());
     }
 }
 
