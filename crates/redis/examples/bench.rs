@@ -29,6 +29,14 @@
 //!
 //! `--wait-for-replicas N` makes every decision wait for N replicas to acknowledge it
 //! (`wait_for_replicas`), for measuring what that costs (`scripts/bench-wait`).
+//!
+//! `--batch-calls N` bounds the store's batches of coalesced calls (`batch_calls`; 1 sends
+//! every decision in a call of its own, as the store did before it coalesced), and
+//! `--batch-in-flight N` sets how many calls are in flight before the next ones wait to be
+//! batched (`batch_in_flight`). `--peer` runs
+//! the same callers and keys through the peer's fixed-window storage path instead of the
+//! store (limitador's Redis storage: `MGET` of the counter, then its `INCRBY` script,
+//! [`PEER_UPDATE`]) on a bare redis-rs connection manager.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -58,12 +66,32 @@ struct Args {
     floor: bool,
     print_floor: bool,
     wait_for_replicas: u32,
+    batch_calls: Option<usize>,
+    batch_in_flight: Option<usize>,
+    peer: bool,
 }
 
-/// Who the callers call: the store deciding, or the bare baseline.
+/// The peer's update, as limitador's Redis storage runs it after reading the counter with
+/// `MGET`: adds the cost with `INCRBY` and, when that made the counter (a window's first unit),
+/// sets its expiry to the window and adds it to the limit's set of counters. Not exact: two
+/// callers can both read a count under the limit and both add. (`scripts/bench-redis` sends
+/// the same script through redis-benchmark.)
+const PEER_UPDATE: &str = "local n = redis.call('INCRBY', KEYS[1], ARGV[2])
+if n == tonumber(ARGV[2]) then
+  redis.call('EXPIRE', KEYS[1], ARGV[1])
+  redis.call('SADD', KEYS[2], KEYS[1])
+end
+return n";
+
+/// The peer's limit in the benchmark: never reached during a run.
+const PEER_LIMIT: u64 = 1_000_000_000;
+
+/// Who the callers call: the store deciding, the bare baseline, or the peer's path.
 enum Target {
     Store(Arc<RedisStore>, Limit),
     Floor(ConnectionManager),
+    /// The connection and the update script's SHA-1.
+    Peer(ConnectionManager, String),
 }
 
 impl Target {
@@ -76,6 +104,31 @@ impl Target {
                 .map(drop)
                 .map_err(drop),
             Target::Floor(connection) => testing::floor_call(connection, key).await.map_err(drop),
+            Target::Peer(connection, sha) => {
+                let mut connection = connection.clone();
+                let key = format!("peer:{key}");
+                // The check: the counter's value against the limit (over it: refused, and
+                // nothing written).
+                let counts: Vec<Option<u64>> = redis::cmd("MGET")
+                    .arg(&key)
+                    .query_async(&mut connection)
+                    .await
+                    .map_err(drop)?;
+                if counts.first().copied().flatten().unwrap_or(0) + 1 > PEER_LIMIT {
+                    return Ok(());
+                }
+                let _: u64 = redis::cmd("EVALSHA")
+                    .arg(sha)
+                    .arg(2)
+                    .arg(&key)
+                    .arg("peer-counters")
+                    .arg(1)
+                    .arg(1)
+                    .query_async(&mut connection)
+                    .await
+                    .map_err(drop)?;
+                Ok(())
+            }
         }
     }
 }
@@ -96,6 +149,9 @@ fn parse() -> Result<Args, String> {
         floor: false,
         print_floor: false,
         wait_for_replicas: 0,
+        batch_calls: None,
+        batch_in_flight: None,
+        peer: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -129,6 +185,18 @@ fn parse() -> Result<Args, String> {
             "--compact" => args.compact = true,
             "--floor" => args.floor = true,
             "--print-floor" => args.print_floor = true,
+            "--peer" => args.peer = true,
+            "--batch-in-flight" => {
+                let n = number(value("--batch-in-flight")?, "--batch-in-flight")?;
+                args.batch_in_flight = Some(
+                    usize::try_from(n).map_err(|_| format!("--batch-in-flight: too many: {n}"))?,
+                );
+            }
+            "--batch-calls" => {
+                let n = number(value("--batch-calls")?, "--batch-calls")?;
+                args.batch_calls =
+                    Some(usize::try_from(n).map_err(|_| format!("--batch-calls: too many: {n}"))?);
+            }
             "--wait-for-replicas" => {
                 let n = number(value("--wait-for-replicas")?, "--wait-for-replicas")?;
                 args.wait_for_replicas =
@@ -198,7 +266,7 @@ async fn main() -> ExitCode {
         Ok(args) => args,
         Err(e) => {
             eprintln!("{e}
-usage: bench --url URL --callers N --seconds S [--naive] [--rate R [--pacer timer|thread]] [--keys K] [--floor] [--print-command [--general | --compact]] [--print-floor] [--wait-for-replicas N]");
+usage: bench --url URL --callers N --seconds S [--naive] [--rate R [--pacer timer|thread]] [--keys K] [--floor] [--print-command [--general | --compact]] [--print-floor] [--wait-for-replicas N] [--batch-calls N] [--batch-in-flight N] [--peer]");
             return ExitCode::from(2);
         }
     };
@@ -208,6 +276,12 @@ usage: bench --url URL --callers N --seconds S [--naive] [--rate R [--pacer time
         time: TimeSource::Redis,
         pipeline: !args.naive,
         wait_for_replicas: args.wait_for_replicas,
+        batch_calls: args
+            .batch_calls
+            .unwrap_or(RedisConfig::default().batch_calls),
+        batch_in_flight: args
+            .batch_in_flight
+            .unwrap_or(RedisConfig::default().batch_in_flight),
         ..RedisConfig::default()
     }) {
         Ok(store) => Arc::new(store),
@@ -243,7 +317,24 @@ usage: bench --url URL --callers N --seconds S [--naive] [--rate R [--pacer time
     }
     // Redis's clock decides; the caller's is only the hint a quota's periods are built from.
     let clock = RealClock::new();
-    let target = if args.floor {
+    let target = if args.peer {
+        let made = async {
+            let mut connection = testing::floor(&args.url).await?;
+            let sha: String = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(PEER_UPDATE)
+                .query_async(&mut connection)
+                .await?;
+            Ok::<_, redis::RedisError>(Target::Peer(connection, sha))
+        };
+        match made.await {
+            Ok(target) => target,
+            Err(e) => {
+                eprintln!("error: the peer's connection: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else if args.floor {
         match testing::floor(&args.url).await {
             Ok(connection) => Target::Floor(connection),
             Err(e) => {
@@ -350,11 +441,12 @@ usage: bench --url URL --callers N --seconds S [--naive] [--rate R [--pacer time
     let pct = |p: f64| at(&all, p);
     println!(
         "{{\"mode\":\"{}\",\"callers\":{},\"rate\":{},\"decisions\":{},\"errors\":{},\"per_second\":{:.0},\"p50_us\":{},\"p90_us\":{},\"p99_us\":{},\"p99_due_us\":{},\"late_p50_us\":{},\"late_p99_us\":{}}}",
-        match (args.floor, args.naive, args.wait_for_replicas) {
-            (true, _, _) => "floor",
-            (false, true, _) => "naive",
-            (false, false, 0) => "ours",
-            (false, false, _) => "waited",
+        match (args.peer, args.floor, args.naive, args.wait_for_replicas) {
+            (true, _, _, _) => "peer",
+            (_, true, _, _) => "floor",
+            (_, false, true, _) => "naive",
+            (_, false, false, 0) => "ours",
+            (_, false, false, _) => "waited",
         },
         args.callers,
         args.rate.map_or("null".to_owned(), |r| r.to_string()),

@@ -370,6 +370,82 @@ fn relay(
     let _ = from.shutdown(std::net::Shutdown::Both);
 }
 
+/// A TCP relay in front of a server that drops the first connection carrying a batch
+/// (a store's coalesced calls, `FCALL ... batch ...`) once the server has run it: the
+/// server's reply is read and thrown away, and both sides are closed, as a connection lost
+/// between a command's execution and its reply is. Later connections are relayed as they are.
+pub struct Cut {
+    /// Its port on 127.0.0.1, in front of the server's.
+    pub port: u16,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Cut {
+    /// Relays connections on a free port to `target`'s port.
+    pub fn start(target: u16) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a free port for the relay");
+        let port = listener.local_addr().expect("its address").port();
+        let done = Arc::new(AtomicBool::new(false));
+        let cut_done = Arc::clone(&done);
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let (Ok(client_reader), Ok(server_reader), Ok(client_end), Ok(server_end)) = (
+                    client.try_clone(),
+                    server.try_clone(),
+                    client.try_clone(),
+                    server.try_clone(),
+                ) else {
+                    continue;
+                };
+                // Armed when this connection carried a batch to the server, before the server
+                // can have answered it.
+                let armed = Arc::new(AtomicBool::new(false));
+                let (arm, done) = (Arc::clone(&armed), Arc::clone(&cut_done));
+                let mut to_server = server;
+                std::thread::spawn(move || {
+                    relay(client_reader, &mut to_server, |bytes| {
+                        let batch = bytes.windows(11).any(|w| w == b"$5\r\nbatch\r\n");
+                        if batch && !done.load(Ordering::Acquire) {
+                            arm.store(true, Ordering::Release);
+                        }
+                        true
+                    });
+                });
+                let done = Arc::clone(&cut_done);
+                let mut to_client = client;
+                std::thread::spawn(move || {
+                    relay(server_reader, &mut to_client, |_| {
+                        if !armed.load(Ordering::Acquire) || done.swap(true, Ordering::AcqRel) {
+                            return true;
+                        }
+                        // The batch's reply: lost, and the connection with it.
+                        let _ = client_end.shutdown(std::net::Shutdown::Both);
+                        let _ = server_end.shutdown(std::net::Shutdown::Both);
+                        false
+                    });
+                });
+            }
+        });
+        Self { port, done }
+    }
+
+    /// `redis://127.0.0.1:PORT` of the relay.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Whether a batch's connection was cut.
+    pub fn cut(&self) -> bool {
+        self.done.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
 impl Sentinels {
     /// The name the Sentinels monitor the master under.
     pub const MASTER: &'static str = "mymaster";

@@ -482,7 +482,7 @@ do
       if digits and byte(given, 1) == 48 and #given > 1 then given = dec_wide(nh, nl) end
       return nh, nl, true, given
     end
-    local t = redis.call("TIME")
+    local t = TIME.read()
     local s, us = t[1], t[2]
     if not digits then return tonumber(s), tonumber(us) * 1000, false end
     -- Seconds, then the microseconds in 6 digits, then 000 (Redis TIME: 0 <= us < 10^6).

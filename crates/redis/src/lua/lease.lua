@@ -68,7 +68,7 @@ do
     local want, weight, capacity, ttl = num(ARGV[4]), num(ARGV[5]), num(ARGV[6]), num(ARGV[7])
     local now
     if ARGV[2] == "" then
-      local t = redis.call("TIME")
+      local t = TIME.read()
       now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
     else
       -- Nanoseconds as a decimal: their milliseconds, without passing through a double.

@@ -85,6 +85,8 @@ do
 
   -- TIME's seconds as a number, converted once a second.
   local last_s, last_sec = nil, 0
+  -- TIME's microseconds, and as nanoseconds.
+  local last_us, last_ns = nil, 0
   -- The caller's now (a decimal u64) as seconds and nanoseconds, or nil.
   local function caller_now(given)
     local n = #given
@@ -132,7 +134,7 @@ do
         if sec == nil then return nil end
         s, us = "", ""
       else
-        local t = call("TIME")
+        local t = TIME.read()
         s, us = t[1], t[2]
         if k and s == c_s then
           sec, index = c_sec, c_index
@@ -203,10 +205,12 @@ do
       local nh, nl = caller_now(given)
       return nh, nl, "", ""
     end
-    local t = call("TIME")
+    local t = TIME.read()
     local s, us = t[1], t[2]
     if s ~= last_s then last_s, last_sec = s, tonumber(s) end
-    return last_sec, tonumber(us) * 1000, s, us
+    -- The nanoseconds converted once per reading (a batch's entries share one).
+    if us ~= last_us then last_us, last_ns = us, tonumber(us) * 1000 end
+    return last_sec, last_ns, s, us
   end
 
   -- Virtual scheduling (schedule.rs), of gcra and leaky-queue: state "<kind>:<tat ticks>".

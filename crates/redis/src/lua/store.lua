@@ -47,6 +47,12 @@
 --            decision of charging what was granted (or, when nothing was, the refusal of a
 --            cost-1 request, with its retry-after), then the units granted.
 --   share    a member's leased share of a budget (lease.lua, which says its arguments).
+--   batch    many calls in one (the store coalesces the calls that arrive while one is in
+--            flight): KEYS are the entries' keys in order; ARGV[2] the shape, each entry's
+--            number of keys and of arguments ("1 1 1 2 3 9"), then the entries' arguments in
+--            order, each exactly its own call's. Each entry runs in order as its own call
+--            would, all on one reading of TIME; the reply is the array of the entries'
+--            replies, an entry that failed as a status reply of its error (it wrote nothing).
 --   decide:limbs, peek:limbs, decide:fast, peek:fast  (for tests) decide or peek by the limb
 --            path only, or by the fast path only (an error when it declines).
 --   "d <cost> <kind> <parameters...>", "p ..."  the one-check call (one_check.lua): its
@@ -995,8 +1001,98 @@ end
 -- path runs in.
 local COMPACT = {decide1 = "decide:limbs", peek1 = "peek:limbs"}
 
-local function run(KEYS, ARGV)
+-- The error of a call (or of one entry of a batch) that raised `result`.
+local function failure(result)
+  if ours(result) then return result end
+  if type(result) == "table" and result.err then result = result.err end
+  return PREFIX .. "internal error: " .. tostring(result)
+end
+
+local run
+
+-- A batch's shape (ARGV[2]: each entry's number of keys and of arguments, all separated by
+-- spaces) as a flat list of numbers, remembered (at most 256): under a steady load the same
+-- shapes come again and again.
+local SHAPES, shapes = {}, 0
+local function shape_of(s)
+  local got = SHAPES[s]
+  if got then return got end
+  got = {}
+  if type(s) ~= "string" or #s > 65536 then fail("mode batch: a shape of decimal counts, separated by spaces") end
+  for n in string.gmatch(s, "[^ ]+") do
+    if string.find(n, "^%d+$") == nil or #n > 6 then
+      fail("mode batch: the shape holds '" .. n .. "', not a count")
+    end
+    got[#got + 1] = tonumber(n)
+  end
+  if #got == 0 or #got % 2 ~= 0 then fail("mode batch: the shape must hold two counts per entry") end
+  if shapes >= 256 then SHAPES, shapes = {}, 0 end
+  SHAPES[s], shapes = got, shapes + 1
+  return got
+end
+
+-- Mode batch: many calls in one. KEYS are the entries' keys, one entry after the other;
+-- ARGV[2] the shape (see shape_of), then the entries' arguments, one entry after the other,
+-- each exactly what the entry would send as a call of its own. Each entry runs in order as
+-- that call would (atomic and all or nothing as it is; an entry sees what earlier ones
+-- wrote), on one reading of TIME; the reply holds each entry's own reply in order, an
+-- entry that failed as a status reply of its error (having written nothing), the others
+-- unaffected.
+local function batch(KEYS, ARGV)
+  local shape = shape_of(ARGV[2])
+  local nk, na = 0, 0
+  for i = 1, #shape, 2 do
+    if shape[i] == 0 or shape[i + 1] == 0 then fail("mode batch: an entry without keys or arguments") end
+    nk, na = nk + shape[i], na + shape[i + 1]
+  end
+  if nk ~= #KEYS or na ~= #ARGV - 2 then
+    fail("mode batch: the shape names " .. nk .. " keys and " .. na .. " arguments, the call has "
+      .. #KEYS .. " and " .. (#ARGV - 2))
+  end
+  local replies = {}
+  local k, a = 0, 2
+  TIME.batch, TIME.held = true, nil
+  for i = 1, #shape, 2 do
+    local nk, na = shape[i], shape[i + 1]
+    local first = ARGV[a + 1]
+    local ok, reply, answered = false, nil, false
+    -- The one-check call whose closure is made (the common entry): run as `run` runs it,
+    -- without the tables of the entry's keys and arguments; declined (nil, nothing
+    -- written), it goes the general way below, as in `run`.
+    local one_check = nk == 1 and na <= 2 and ONE_CHECK.specs[first]
+    if one_check and one_check[1] then
+      local now = nil
+      if na == 2 then now = ARGV[a + 2] end
+      ok, reply = pcall(one_check[1], KEYS[k + 1], now)
+      answered = not ok or reply ~= nil
+    end
+    if not answered then
+      local keys, args = {}, {}
+      for j = 1, nk do keys[j] = KEYS[k + j] end
+      for j = 1, na do args[j] = ARGV[a + j] end
+      if first == "batch" then
+        ok, reply = false, PREFIX .. "mode batch: an entry may not be a batch"
+      else
+        ok, reply = pcall(run, keys, args)
+      end
+    end
+    k, a = k + nk, a + na
+    if not ok then
+      -- A status reply, which no entry answers otherwise: an error within an array makes
+      -- clients fail the whole reply.
+      reply = redis.status_reply(failure(reply))
+    elseif reply == nil then
+      reply = false
+    end
+    replies[#replies + 1] = reply
+  end
+  TIME.batch, TIME.held = false, nil
+  return replies
+end
+
+function run(KEYS, ARGV)
   local mode = ARGV[1]
+  if mode == "batch" then return batch(KEYS, ARGV) end
   -- The one-check call first (one_check.lua): the store's common call, looked up before
   -- anything else.
   local one_check = ONE_CHECK.specs[mode]
@@ -1048,7 +1144,7 @@ local function run(KEYS, ARGV)
   local callers_time = ARGV[2] ~= ""
   if not callers_time then
     -- seconds * 10^9 + microseconds * 10^3, as (seconds * 10^3) * 10^6 + microseconds * 10^3.
-    local t = redis.call("TIME")
+    local t = TIME.read()
     now = add(mul1(BN.from_int(tonumber(t[1]) * 1000), 1000000), BN.from_int(tonumber(t[2]) * 1000))
   else
     now = u64(ARGV[2], "now")
@@ -1242,8 +1338,8 @@ end
 -- call after FUNCTION LOAD, and registers a function calling what it returns.
 return function(keys, argv)
   local ok, result = pcall(run, keys, argv)
+  -- A batch that failed as a whole leaves no reading of TIME held for the next call.
+  TIME.batch, TIME.held = false, nil
   if ok then return result end
-  if ours(result) then return redis.error_reply(result) end
-  if type(result) == "table" and result.err then result = result.err end
-  return redis.error_reply(PREFIX .. "internal error: " .. tostring(result))
+  return redis.error_reply(failure(result))
 end

@@ -76,6 +76,20 @@ pub struct RedisConfig {
     /// acknowledged in time fails, and the rule's failure policy answers. One server or
     /// Sentinel only (a Cluster refuses it).
     pub wait_for_replicas: u32,
+    /// The most calls one batch holds. While `batch_in_flight` calls are in flight to Redis
+    /// (to their slot, on a Cluster), the calls that arrive for the same place wait for one
+    /// and then go together in one script call, which pays Redis's cost of a call (and reads
+    /// `TIME`) once for them all; a call that finds fewer in flight goes at once. 0 or 1:
+    /// every call its own.
+    /// Calls that wait for replicas, and calls with `pipeline` off, are never batched.
+    pub batch_calls: usize,
+    /// The most bytes of arguments one batch holds (a call larger than this goes alone).
+    pub batch_bytes: usize,
+    /// Calls (or batches) in flight to one place before the next ones wait to be batched
+    /// (at least 1). One makes the largest batches, hence the least work for Redis; two
+    /// keep Redis busy while the client turns the last reply around, for more decisions a
+    /// second where the client, not Redis, is the limit.
+    pub batch_in_flight: usize,
 }
 
 impl Default for RedisConfig {
@@ -90,6 +104,9 @@ impl Default for RedisConfig {
             tls_ca: None,
             pipeline: true,
             wait_for_replicas: 0,
+            batch_calls: 128,
+            batch_bytes: 64 * 1024,
+            batch_in_flight: 1,
         }
     }
 }

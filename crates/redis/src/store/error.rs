@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 /// Why a call to Redis failed.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum RedisError {
     /// No answer within the deadline.
     #[error("redis did not answer within {0:?}")]

@@ -9,9 +9,12 @@ use redis::cluster_async::ClusterConnection;
 use super::connection::Connection;
 use super::{RedisError, RedisStore};
 
-/// The code: the big-integer library, the fast path in doubles, the one-check call, the fleet's
-/// leased shares, then the transitions (whose last statement returns the entry point).
+/// The code: Redis's clock as a batch holds it, the big-integer library, the fast path in
+/// doubles, the one-check call, the fleet's leased shares, then the transitions (whose last
+/// statement returns the entry point).
 const SCRIPT: &str = concat!(
+    include_str!("../lua/time.lua"),
+    "\n",
     include_str!("../lua/bigint.lua"),
     "\n",
     include_str!("../lua/fast.lua"),
@@ -136,7 +139,7 @@ impl RedisStore {
     ) -> Result<T, RedisError> {
         let wanted = self.config.wait_for_replicas.max(replicas);
         if wanted == 0 {
-            return Self::query(connection, fcall).await;
+            return self.coalesced(connection, fcall).await;
         }
         // WAIT's timeout is in whole milliseconds, and 0 would wait for ever: half the
         // deadline, at least 1 ms, so that replicas late to acknowledge answer "not
@@ -177,7 +180,7 @@ impl RedisStore {
     }
 
     /// Whether `FCALL` failed because this server does not have the library.
-    fn function_missing(e: &redis::RedisError) -> bool {
+    pub(super) fn function_missing(e: &redis::RedisError) -> bool {
         e.detail()
             .is_some_and(|d| d.starts_with("Function not found"))
             // Within a pipeline (`wait_for_replicas`) the error is the pipeline's, which

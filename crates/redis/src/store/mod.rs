@@ -4,10 +4,11 @@
 //! One concept a file: what the store is told (`config`) and how it fails (`error`); the
 //! client and its connection (`connection`); the master behind Sentinel (`sentinel`); a
 //! Cluster call's resending (`cluster`); the Lua library (`library`); the script calls
-//! and the Cluster's reserve-then-refund (`call`); the breaker and the deadline (`guard`);
+//! and the Cluster's reserve-then-refund (`call`); calls coalesced into batches (`batch`); the breaker and the deadline (`guard`);
 //! permits (`permit`); and the `AsyncStore` interface (`as_store`).
 
 mod as_store;
+mod batch;
 mod call;
 mod cluster;
 mod config;
@@ -32,6 +33,7 @@ use tokio::task::JoinHandle;
 
 use crate::breaker::{Breaker, BreakerState};
 use crate::encode;
+use batch::Batching;
 use call::Mode;
 use connection::{Client, Connection};
 use library::LIBRARY;
@@ -54,6 +56,8 @@ pub struct RedisStore {
     one_at_a_time: tokio::sync::Mutex<()>,
     /// Whether a task follows a Cluster failover (see `cluster::follow_promotion`).
     following_promotion: Arc<AtomicBool>,
+    /// Calls coalesced while one is in flight (`batch.rs`); none when batching is off.
+    batching: Option<Arc<Batching>>,
 }
 
 impl RedisStore {
@@ -69,7 +73,20 @@ impl RedisStore {
             config.breaker_cool_down,
         ));
         let client = Client::new(&config, &breaker)?;
+        let batching = Batching::new(
+            config.batch_in_flight,
+            if config.pipeline {
+                config.batch_calls
+            } else {
+                0
+            },
+            config.batch_bytes,
+            crate::deadline::longest_wait(config.deadline),
+            matches!(config.target, Target::Cluster(_)),
+            LIBRARY.function.as_str(),
+        );
         Ok(Self {
+            batching,
             breaker,
             config,
             client,

@@ -1375,6 +1375,109 @@ local_divide_by = 3
     }
 }
 
+/// The store coalesces the calls that arrive while one is in flight into one batch. A batch
+/// whose connection drops after Redis ran it, before its reply came (a relay in front of
+/// Redis drops the first one so), fails each of its decisions alike: each rule's
+/// `on_store_failure` answers its own (`open` allowed, `closed` 503), counted as such.
+#[tokio::test]
+async fn a_batch_cut_by_a_dropped_connection_is_answered_by_each_rules_failure_policy() {
+    let redis = ratewarden_redis::testing::Server::start();
+    let relay = ratewarden_redis::testing::Cut::start(redis.port);
+    let toml = format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+admin = "127.0.0.1:0"
+
+[store]
+kind = "redis"
+url = "{url}"
+deadline = "2s"
+breaker_failures = 1000
+
+[[limit]]
+name = "browse"
+match = {{ path = "/browse" }}
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 100000
+window = "1m"
+on_store_failure = "open"
+
+[[limit]]
+name = "pay"
+match = {{ path = "/pay" }}
+key = ["ip"]
+algorithm = "fixed-window"
+limit = 100000
+window = "1m"
+on_store_failure = "closed"
+"#,
+        url = relay.url()
+    );
+    let server = start(&toml, Arc::new(ManualClock::new(T0))).await;
+    let check = |path: &str| format!(r#"{{"ip": "198.51.100.4", "path": "{path}"}}"#);
+    let d = post(server.listen, "/v1/check", &check("/pay"))
+        .await
+        .json();
+    assert_eq!(d["allowed"], true, "Redis up: {d}");
+    // Rounds of requests at once, until one round's calls went as a batch and it was cut.
+    let (mut open, mut closed) = (0, 0);
+    for _ in 0..50 {
+        let mut round = tokio::task::JoinSet::new();
+        for i in 0..16 {
+            let path = if i % 2 == 0 { "/browse" } else { "/pay" };
+            let (listen, body) = (server.listen, check(path));
+            round.spawn(async move { (path, post(listen, "/v1/check", &body).await.json()) });
+        }
+        while let Some(answer) = round.join_next().await {
+            let (path, d) = answer.unwrap();
+            if d["policies"][0]["store_failed"] != true {
+                assert_eq!(d["allowed"], true, "{path}: {d}");
+                continue;
+            }
+            match path {
+                "/browse" => {
+                    assert_eq!(d["allowed"], true, "open: allowed: {d}");
+                    open += 1;
+                }
+                _ => {
+                    assert_eq!(d["allowed"], false, "closed: refused: {d}");
+                    assert_eq!(d["status"], 503, "{d}");
+                    closed += 1;
+                }
+            }
+        }
+        if relay.cut() {
+            break;
+        }
+    }
+    assert!(relay.cut(), "no round's calls went as a batch");
+    assert!(open + closed > 0, "the cut batch's decisions failed");
+    let metrics = get(server.admin.unwrap(), "/metrics", &[]).await.body;
+    for (rule, outcome, n) in [
+        ("browse", "failed_open", open),
+        ("pay", "failed_closed", closed),
+    ] {
+        if n > 0 {
+            let line =
+                format!(r#"ratewarden_decisions_total{{rule="{rule}",outcome="{outcome}"}} {n}"#);
+            assert!(metrics.contains(&line), "missing `{line}` in:\n{metrics}");
+        }
+    }
+    // Redis is reached again, on a new connection (the first call may find the old one gone).
+    let mut d = Value::Null;
+    for _ in 0..10 {
+        d = post(server.listen, "/v1/check", &check("/pay"))
+            .await
+            .json();
+        if d["allowed"] == true {
+            break;
+        }
+    }
+    assert_eq!(d["allowed"], true, "Redis up again: {d}");
+}
+
 // ---------------------------------------------------------------------------------------
 // The admin listener's credential
 
