@@ -169,13 +169,9 @@ pub(crate) async fn serve<D: Door>(
             };
             // HTTP/1.1 over TLS on the door's own path too, as in clear text; HTTP/2 and a
             // client with a certificate (whose subject the requests carry) are hyper's.
-            let lean = match (&known, &via) {
-                (None, _) => true,
-                (Some(protocol), Some(via)) => {
-                    *protocol == Protocol::Http1 && via.client_subject.is_none()
-                }
-                (Some(_), None) => false,
-            };
+            let lean = via
+                .as_ref()
+                .is_none_or(|via| known == Some(Protocol::Http1) && via.client_subject.is_none());
             let mut rest = if lean {
                 let (stopping, rx) = ticket.parts();
                 let changed = pin!(rx.changed());
@@ -263,9 +259,9 @@ where
         if let Some(tls) = &tls {
             request.extensions_mut().insert(tls.clone());
         }
-        // Boxed: the gateway's answer is a future of some 5 KiB, which hyper would
-        // otherwise copy into place for each request (and HTTP/2 into each stream's task,
-        // twice); one allocation costs less than the copies.
+        // Boxed: the gateway's answer is a large future, which hyper would otherwise copy
+        // into place for each request (HTTP/2 into and out of each stream's task); one
+        // allocation costs less than the copies.
         Box::pin(async move {
             let response = door.handle(&app, peer, request).await;
             app.metrics.responded(D::NAME, response.status().as_u16());

@@ -1,7 +1,7 @@
-//! A client's connection as the listeners serve it: a TCP stream, or the TLS stream over
-//! one. One type, not a type parameter: the lean paths and hyper's connections are built
-//! once for both, and the clear-text path keeps the code (and the inlining) it had before
-//! TLS came, at the cost of a branch on each read and write.
+//! A client's connection as every listener serves it (the HTTP ones and gRPC's): a TCP
+//! stream, or the TLS stream over one. One type, not a type parameter: the lean paths and
+//! hyper's connections are built once for both, at the cost of a branch on each read and
+//! write.
 
 use std::io;
 use std::pin::Pin;

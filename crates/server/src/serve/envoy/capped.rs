@@ -10,15 +10,14 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
-use tokio_rustls::server::TlsStream;
 use tonic::codegen::tokio_stream::{Stream, StreamExt};
 use tonic::transport::server::{Connected, TcpConnectInfo, TcpIncoming};
 
 use crate::serve::app::App;
 use crate::serve::conn::clients::{Clients, Open};
 use crate::serve::conn::tls::Tls;
+use crate::serve::conn::Wire;
 
 /// Connections whose TLS handshake is done, in the order they finish: `capped`'s
 /// connections, each shaken hands with in a task of its own (for as long as
@@ -31,7 +30,7 @@ pub(super) fn handshakes(capped: Capped, tls: Arc<Tls>) -> Handshaken {
         let timeout = app.started().bounds.header_read_timeout;
         while let Some(accepted) = capped.next().await {
             let Ok(counted) = accepted else { continue };
-            let Io::Plain(stream) = counted.stream else {
+            let Wire::Tcp(stream) = counted.stream else {
                 continue;
             };
             let (tx, app, tls) = (tx.clone(), Arc::clone(&app), Arc::clone(&tls));
@@ -41,7 +40,7 @@ pub(super) fn handshakes(capped: Capped, tls: Arc<Tls>) -> Handshaken {
                     Ok(Ok(stream)) => {
                         let _ = tx
                             .send(Counted {
-                                stream: Io::Tls(Box::new(stream)),
+                                stream: Wire::Tls(Box::new(stream)),
                                 _open: open,
                             })
                             .await;
@@ -100,7 +99,7 @@ impl Stream for Capped {
             {
                 Some(open) => {
                     return Poll::Ready(Some(Ok(Counted {
-                        stream: Io::Plain(stream),
+                        stream: Wire::Tcp(stream),
                         _open: open,
                     })))
                 }
@@ -112,15 +111,9 @@ impl Stream for Capped {
 
 /// An accepted connection, counted against its client until it closes.
 pub(super) struct Counted {
-    stream: Io,
+    stream: Wire,
     /// Uncounts the connection when dropped; `None` for a trusted proxy's.
     _open: Option<Open>,
-}
-
-/// A connection in clear text or over TLS.
-enum Io {
-    Plain(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
 }
 
 impl Connected for Counted {
@@ -128,20 +121,10 @@ impl Connected for Counted {
 
     fn connect_info(&self) -> TcpConnectInfo {
         match &self.stream {
-            Io::Plain(stream) => stream.connect_info(),
-            Io::Tls(stream) => stream.get_ref().0.connect_info(),
+            Wire::Tcp(stream) => stream.connect_info(),
+            Wire::Tls(stream) => stream.get_ref().0.connect_info(),
         }
     }
-}
-
-/// `$method` of whichever stream `$io` holds.
-macro_rules! either {
-    ($io:expr, $s:ident => $call:expr) => {
-        match $io {
-            Io::Plain($s) => $call,
-            Io::Tls($s) => $call,
-        }
-    };
 }
 
 impl AsyncRead for Counted {
@@ -150,7 +133,7 @@ impl AsyncRead for Counted {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        either!(&mut self.get_mut().stream, s => Pin::new(s).poll_read(cx, buf))
+        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
     }
 }
 
@@ -160,15 +143,15 @@ impl AsyncWrite for Counted {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        either!(&mut self.get_mut().stream, s => Pin::new(s).poll_write(cx, buf))
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        either!(&mut self.get_mut().stream, s => Pin::new(s).poll_flush(cx))
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        either!(&mut self.get_mut().stream, s => Pin::new(s).poll_shutdown(cx))
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
     }
 
     fn poll_write_vectored(
@@ -176,10 +159,10 @@ impl AsyncWrite for Counted {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        either!(&mut self.get_mut().stream, s => Pin::new(s).poll_write_vectored(cx, bufs))
+        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
-        either!(&self.stream, s => s.is_write_vectored())
+        self.stream.is_write_vectored()
     }
 }

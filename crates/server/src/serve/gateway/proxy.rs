@@ -84,8 +84,7 @@ async fn relay(
         bounds.body_rate_grace,
     );
     // Decided as the method the upstream will serve it as, or refused.
-    // The rules shared, not the config cloned (its rules, its TLS files' names) for each
-    // request.
+    // The shared rule list: cloning the config for each request would copy every rule.
     let for_rules = app
         .engine
         .rule_list()
