@@ -29,8 +29,8 @@ pub mod usage;
 pub use config::{
     Adaptive, AdminAccess, AdminToken, BodyTerm, Bounds, BucketMatch, Config, ConfigError,
     ConfigErrors, Cost, KeyPart, KeySources, Match, MethodOverride, Mode, OnStoreFailure, Queue,
-    Rule, ServerSettings, SettleFrom, StoreKind, StoreSettings, WhenKeyMissing, ADMIN_TOKEN_ENV,
-    MAX_WEIGHT, MIN_HEADER_BYTES, MIN_STORE_BYTES,
+    Regions, Rule, ServerSettings, SettleFrom, StoreKind, StoreSettings, WhenKeyMissing,
+    ADMIN_TOKEN_ENV, GLOBAL_HORIZON, MAX_WEIGHT, MIN_HEADER_BYTES, MIN_STORE_BYTES,
 };
 pub use engine::{
     api_key_digest, fingerprint, rollout_bucket, AdaptiveState, Answer, DescriptorStatus,

@@ -1,5 +1,7 @@
 //! The config file: what it accepts, and every error, with its message asserted.
 
+use std::time::Duration;
+
 use ratewarden_core::AlgorithmKind;
 use ratewarden_policy::config::parse;
 use ratewarden_policy::{ClientIpHeader, KeyPart, Mode, OnStoreFailure, StoreKind};
@@ -1077,4 +1079,72 @@ fn always_charge_is_refused_where_units_are_held() {
     .unwrap()
     .rules;
     assert!(rules[0].always_charge);
+}
+
+/// `[regions]` and `scope = "global"`: the home store parsed as `[store]` is, and every
+/// misuse refused where it is written.
+#[test]
+fn regions_and_global_rules_are_validated_where_written() {
+    let home = "[regions]\nname = \"eu\"\nhorizon = \"2s\"\n[regions.home]\nkind = \"redis\"\nurl = \"redis://home:6379\"\ndeadline = \"300ms\"\n";
+    let rule = |extra: &str| {
+        format!("[[limit]]\nname = \"g\"\nkey = [\"api_key\"]\nalgorithm = \"fixed-window\"\nlimit = 10\nwindow = \"1m\"\n{extra}\n")
+    };
+    let config = parse("r.toml", &format!("{home}{}", rule("scope = \"global\""))).unwrap();
+    let regions = config.regions.as_ref().expect("regions");
+    assert_eq!(regions.name, "eu");
+    assert_eq!(regions.horizon, Duration::from_secs(2));
+    assert_eq!(regions.home.deadline, Duration::from_millis(300));
+    assert!(config.rules[0].global);
+    assert_eq!(config.rules[0].prefetch, Some(Duration::from_secs(2)));
+    // A rule's own `prefetch` is its horizon; `scope = "region"` is the default.
+    let config = parse(
+        "r.toml",
+        &format!("{home}{}", rule("scope = \"global\"\nprefetch = \"300ms\"")),
+    )
+    .unwrap();
+    assert_eq!(config.rules[0].prefetch, Some(Duration::from_millis(300)));
+    let config = parse("r.toml", &format!("{home}{}", rule("scope = \"region\""))).unwrap();
+    assert!(!config.rules[0].global);
+    assert_eq!(config.rules[0].prefetch, None);
+
+    let refused = |text: &str| match parse("r.toml", text) {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e) => e.to_string(),
+    };
+    let e = refused(&rule("scope = \"global\""));
+    assert!(
+        e.starts_with("r.toml:7:9: limit `g`: `scope = \"global\"` needs a `[regions]` section"),
+        "{e}"
+    );
+    let e = refused(&format!("{home}{}", rule("scope = \"everywhere\"")));
+    assert!(e.contains(":14:9: limit `g`: `scope` is `region`"), "{e}");
+    let e = refused(&format!(
+        "{home}{}",
+        rule("scope = \"global\"\nsettle = \"1m\"")
+    ));
+    assert!(
+        e.contains("`scope = \"global\"` and `settle` are both given"),
+        "{e}"
+    );
+    let e = refused(&format!(
+        "{home}[[limit]]\nname = \"c\"\nkey = [\"ip\"]\nalgorithm = \"concurrency\"\nlimit = 3\nscope = \"global\"\n"
+    ));
+    assert!(e.contains("does not apply to `concurrency`"), "{e}");
+    let e = refused("[regions]\nname = \"eu\"\n[regions.home]\nkind = \"memory\"\n");
+    assert!(
+        e.starts_with("r.toml:3:1: `[regions.home]`: the home store is shared"),
+        "{e}"
+    );
+    let e = refused("[regions]\nname = \"eu\"\n[regions.home]\nkind = \"redis\"\n");
+    assert!(
+        e.contains("`[regions.home]`: `kind = \"redis\"` needs `url`"),
+        "{e}"
+    );
+    let e = refused("[regions]\n[regions.home]\nkind = \"redis\"\nurl = \"redis://h\"\n");
+    assert!(e.contains("`[regions]` needs `name`"), "{e}");
+    let e = refused("[regions]\nname = \"eu\"\n");
+    assert!(
+        e.contains("`[regions]` needs a `[regions.home]` table"),
+        "{e}"
+    );
 }

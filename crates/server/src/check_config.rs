@@ -36,7 +36,14 @@ pub fn main(path: &Path) -> anyhow::Result<ExitCode> {
     };
     // What `serve` refuses beyond the file's own checks: a Redis URL the client cannot use,
     // a CA file it cannot read. Built as `serve` builds it; nothing is connected.
-    if let Err(e) = shared_store(&config.store) {
+    let home = config
+        .regions
+        .as_ref()
+        .map(|regions| crate::serve::store::AnyStore::home(&regions.home).map(drop));
+    if let Err(e) = shared_store(&config.store)
+        .map(drop)
+        .and(home.unwrap_or(Ok(())))
+    {
         eprintln!("error: {}: {e:#}", path.display());
         eprintln!("error: 1 problem(s) in {}", path.display());
         return Ok(ExitCode::from(1));

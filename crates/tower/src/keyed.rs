@@ -179,6 +179,7 @@ impl KeyedLimit {
             always_charge: false,
             local_first: false,
             prefetch: None,
+            global: false,
             adaptive: None,
             rendered: Default::default(),
         }

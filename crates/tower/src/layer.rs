@@ -231,6 +231,7 @@ impl Builder {
             trusted_proxies: Default::default(),
             keys: KeySources::default(),
             store: StoreSettings::default(),
+            regions: None,
             server: ServerSettings::default(),
             rules: self.limits.iter().map(KeyedLimit::rule).collect(),
         };

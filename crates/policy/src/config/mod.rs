@@ -31,6 +31,7 @@ mod limit;
 mod model;
 mod queue;
 mod raw;
+mod regions;
 mod rule;
 mod server;
 mod settings;
@@ -51,7 +52,8 @@ pub use model::{
 pub use queue::{Queue, MAX_WEIGHT};
 pub use rule::SETTLE_FROM_WITHIN;
 pub use settings::{
-    Config, KeySources, MethodOverride, ServerSettings, StoreKind, StoreSettings, MIN_STORE_BYTES,
+    Config, KeySources, MethodOverride, Regions, ServerSettings, StoreKind, StoreSettings,
+    GLOBAL_HORIZON, MIN_STORE_BYTES,
 };
 pub use tls::{CertificateFiles, NamedFile, Tls, TlsListeners};
 pub use validate::{load, parse};

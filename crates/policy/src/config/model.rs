@@ -303,6 +303,9 @@ pub struct Rule {
     /// On a shared store: how far ahead this process takes units of a key from the store
     /// (an allowance charged before it is spent) and decides locally from them.
     pub prefetch: Option<Duration>,
+    /// `scope = "global"`: counted for every region in `[regions.home]`, its units taken
+    /// ahead from there (then `prefetch` is the horizon) and spent in this process.
+    pub global: bool,
     /// For `algorithm = "adaptive-concurrency"`: the controller that learns the limit (then
     /// `limit` is a concurrency limit at its ceiling, and the rule is decided in this
     /// process, never in the store).

@@ -12,6 +12,7 @@ pub(super) struct RawConfig {
     pub(super) keys: Option<RawKeys>,
     pub(super) envoy: Option<RawEnvoy>,
     pub(super) tls: Option<RawTlsListeners>,
+    pub(super) regions: Option<Spanned<RawRegions>>,
     #[serde(default)]
     pub(super) limit: Vec<Spanned<RawLimit>>,
 }
@@ -61,6 +62,14 @@ pub(super) struct RawServer {
     pub(super) upgraded_max_duration: Option<Spanned<String>>,
     pub(super) method_override: Option<Spanned<String>>,
     pub(super) method_override_scan: Option<Spanned<i64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRegions {
+    pub(super) name: Option<Spanned<String>>,
+    pub(super) horizon: Option<Spanned<String>>,
+    pub(super) home: Option<Spanned<RawStore>>,
 }
 
 #[derive(Deserialize)]
@@ -166,6 +175,7 @@ pub(super) struct RawLimit {
     pub(super) key: Vec<Spanned<String>>,
     pub(super) when_key_missing: Option<Spanned<String>>,
     pub(super) algorithm: Option<Spanned<String>>,
+    pub(super) scope: Option<Spanned<String>>,
     pub(super) rate: Option<Spanned<String>>,
     pub(super) burst: Option<Spanned<i64>>,
     pub(super) limit: Option<Spanned<i64>>,

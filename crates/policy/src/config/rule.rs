@@ -12,7 +12,7 @@ use super::key::key;
 use super::limit::{divided, limit};
 use super::raw::{RawCost, RawLimit, RawMatch};
 use super::{
-    BodyTerm, Cost, KeyPart, Match, Mode, OnStoreFailure, Rule, SettleFrom, StoreKind,
+    BodyTerm, Cost, KeyPart, Match, Mode, OnStoreFailure, Regions, Rule, SettleFrom, StoreKind,
     StoreSettings,
 };
 
@@ -27,6 +27,7 @@ pub(super) fn rule(
     raw: RawLimit,
     span: Range<usize>,
     store: &StoreSettings,
+    regions: Option<&Regions>,
     errors: &mut Errors<'_>,
 ) -> Option<Rule> {
     let failures = errors.found.len();
@@ -93,6 +94,13 @@ pub(super) fn rule(
         (_, within) => within,
     };
     let prefetch = prefetch(&raw, rule, errors);
+    let global = scope(&raw, regions, rule, errors);
+    // A global rule is an allowance taken from the home store: its own `prefetch`, if it
+    // gives one, says how far ahead.
+    let prefetch = match global {
+        Some(horizon) => Some(prefetch.unwrap_or(horizon)),
+        None => prefetch,
+    };
     let mode = mode(&raw, rule, errors);
     let on_store_failure = on_store_failure(&raw, rule, errors);
     // Decided by one store call each, which can wait: not an allowance taken ahead, not
@@ -180,6 +188,7 @@ pub(super) fn rule(
         openai_headers,
         local_first: raw.local_first.unwrap_or(false),
         prefetch,
+        global: global.is_some(),
         adaptive,
         rendered: Default::default(),
     })
@@ -400,6 +409,65 @@ fn prefetch(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>) -> Opti
         return None;
     }
     Some(horizon)
+}
+
+/// `scope`: `"region"` (the default: counted in `[store]`) or `"global"` (counted for
+/// every region in `[regions.home]`, as an allowance taken ahead): the horizon of a global
+/// rule's allowance, `None` for a regional rule.
+fn scope(
+    raw: &RawLimit,
+    regions: Option<&Regions>,
+    rule: Option<&str>,
+    errors: &mut Errors<'_>,
+) -> Option<Duration> {
+    let given = raw.scope.as_ref()?;
+    match given.get_ref().trim() {
+        "region" => return None,
+        "global" => {}
+        other => {
+            let message = format!(
+                "`scope` is `region` (counted in `[store]`) or `global` (counted across regions in `[regions.home]`), not `{}`",
+                other.escape_debug()
+            );
+            errors.at(Some(given.span()), rule, message);
+            return None;
+        }
+    }
+    let Some(regions) = regions else {
+        let message = "`scope = \"global\"` needs a `[regions]` section: this server's region and the home store (`[regions.home]`) that counts the rule for every region";
+        errors.at(Some(given.span()), rule, message.to_owned());
+        return None;
+    };
+    let algorithm = raw.algorithm.as_ref().map_or("", |a| a.get_ref().trim());
+    let refused = match algorithm {
+        "sliding-log" => Some("its entries are times, and units taken ahead would be stamped when taken, not when spent"),
+        "concurrency" | "leaky-queue" | ADAPTIVE_CONCURRENCY => Some("its units are held and released (or queued) per request, not spent"),
+        _ => None,
+    };
+    if let Some(why) = refused {
+        let message = format!("`scope = \"global\"` does not apply to `{algorithm}`: a global rule's units are taken ahead from the home store, and {why}");
+        errors.at(Some(given.span()), rule, message);
+        return None;
+    }
+    if raw.local_first == Some(true) {
+        let message = "`scope = \"global\"` and `local_first` are both given: a global rule already decides in this process, from units taken ahead";
+        errors.at(Some(given.span()), rule, message.to_owned());
+        return None;
+    }
+    let corrected = [
+        ("settle", raw.settle.is_some()),
+        ("settle_from", raw.settle_from.is_some()),
+        (
+            "always_charge",
+            raw.always_charge.as_ref().is_some_and(|a| *a.get_ref()),
+        ),
+    ];
+    if let Some((field, _)) = corrected.iter().find(|(_, given)| *given) {
+        let message = format!("`scope = \"global\"` and `{field}` are both given: a global rule charges each request from units taken ahead, and correcting a charge afterwards is not offered across regions (a regional rule beside it can settle)");
+        errors.at(Some(given.span()), rule, message);
+        return None;
+    }
+    Some(regions.horizon)
 }
 
 fn mode(raw: &RawLimit, rule: Option<&str>, errors: &mut Errors<'_>) -> Mode {

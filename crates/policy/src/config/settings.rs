@@ -155,6 +155,24 @@ impl Default for StoreSettings {
     }
 }
 
+/// The `[regions]` section, validated: this server's region, and the home store that
+/// counts the `scope = "global"` rules for every region.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Regions {
+    /// This server's region (logs and metrics name it).
+    pub name: String,
+    /// How far ahead a `global` rule's units are taken from the home store, by default
+    /// [`GLOBAL_HORIZON`] (a rule's own `prefetch` sets its own).
+    pub horizon: Duration,
+    /// The store every region's servers take `global` rules' units from (`[regions.home]`,
+    /// as `[store]` is written): a Redis, a Cluster or a Sentinel-watched master.
+    pub home: StoreSettings,
+}
+
+/// How far ahead a `global` rule's units are taken by default: long enough that a top-up
+/// lands (a round trip over the WAN) before the units in hand are spent.
+pub const GLOBAL_HORIZON: Duration = Duration::from_secs(1);
+
 /// The smallest `[store] max_bytes`: 1 KiB for each of the in-memory store's 64 shards
 /// (each holds its share), room for a few keys each. Less would refuse nearly every key.
 pub const MIN_STORE_BYTES: usize = 64 * 1024;
@@ -259,6 +277,8 @@ pub struct Config {
     pub keys: KeySources,
     /// Where counters live.
     pub store: StoreSettings,
+    /// Where `scope = "global"` rules are counted for every region (`[regions]`).
+    pub regions: Option<Regions>,
     /// Listeners, the upstream, the response contract and load shedding.
     pub server: ServerSettings,
     /// The rules, in file order.

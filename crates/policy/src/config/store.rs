@@ -6,7 +6,12 @@ use super::error::Errors;
 use super::raw::RawStore;
 use super::{StoreKind, StoreSettings, MIN_STORE_BYTES};
 
-pub(super) fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSettings {
+/// `raw` validated; `section` names it in errors (`` `[store]` ``, or `` `[regions.home]` ``).
+pub(super) fn store_settings(
+    raw: RawStore,
+    section: &str,
+    errors: &mut Errors<'_>,
+) -> StoreSettings {
     let defaults = StoreSettings::default();
     let kind_name = raw.kind.as_ref().map_or("memory", |k| k.get_ref().as_str());
     // A connection field of another kind of store would be ignored: the file would say one
@@ -73,7 +78,7 @@ pub(super) fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSet
             errors.at(
                 Some(at),
                 None,
-                format!("`[store]`: `{field}` applies only to {applies_to} (the store is `{kind_name}`)"),
+                format!("{section}: `{field}` applies only to {applies_to} (the store is `{kind_name}`)"),
             );
         }
     }
@@ -88,8 +93,7 @@ pub(super) fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSet
                 errors.at(
                     Some(at),
                     None,
-                    "`[store]`: `kind = \"redis\"` needs `url`, such as \"redis://127.0.0.1:6379\""
-                        .to_owned(),
+                    format!("{section}: `kind = \"redis\"` needs `url`, such as \"redis://127.0.0.1:6379\""),
                 );
                 StoreKind::Memory
             }
@@ -99,8 +103,9 @@ pub(super) fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSet
                 errors.at(
                     Some(at),
                     None,
-                    "`[store]`: `kind = \"redis-cluster\"` needs `nodes`, the seed node URLs"
-                        .to_owned(),
+                    format!(
+                        "{section}: `kind = \"redis-cluster\"` needs `nodes`, the seed node URLs"
+                    ),
                 );
             }
             StoreKind::RedisCluster { nodes }
@@ -111,8 +116,7 @@ pub(super) fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSet
                 errors.at(
                     Some(at.clone()),
                     None,
-                    "`[store]`: `kind = \"redis-sentinel\"` needs `sentinels`, the Sentinels' URLs, such as [\"redis://10.0.0.1:26379\"]"
-                        .to_owned(),
+                    format!("{section}: `kind = \"redis-sentinel\"` needs `sentinels`, the Sentinels' URLs, such as [\"redis://10.0.0.1:26379\"]"),
                 );
             }
             let master_name = match raw.master_name {
@@ -121,8 +125,7 @@ pub(super) fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSet
                     errors.at(
                         Some(at),
                         None,
-                        "`[store]`: `kind = \"redis-sentinel\"` needs `master_name`, the name the Sentinels monitor the master under"
-                            .to_owned(),
+                        format!("{section}: `kind = \"redis-sentinel\"` needs `master_name`, the name the Sentinels monitor the master under"),
                     );
                     String::new()
                 }
@@ -139,7 +142,7 @@ pub(super) fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSet
             errors.at(
                 Some(at),
                 None,
-                format!("`[store]`: `kind` is `memory`, `redis`, `redis-cluster` or `redis-sentinel`, not `{other}`"),
+                format!("{section}: `kind` is `memory`, `redis`, `redis-cluster` or `redis-sentinel`, not `{other}`"),
             );
             StoreKind::Memory
         }
@@ -155,19 +158,19 @@ pub(super) fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSet
             errors.at(
                 Some(at),
                 None,
-                format!("`[store]`: `when_full` is `evict` or `reject`, not `{other}`"),
+                format!("{section}: `when_full` is `evict` or `reject`, not `{other}`"),
             );
             true
         }
     };
-    let max_keys = count(errors, "max_keys", &raw.max_keys).unwrap_or(defaults.max_keys);
-    let max_bytes = match count::<usize>(errors, "max_bytes", &raw.max_bytes) {
+    let max_keys = count(errors, section, "max_keys", &raw.max_keys).unwrap_or(defaults.max_keys);
+    let max_bytes = match count::<usize>(errors, section, "max_bytes", &raw.max_bytes) {
         Some(n) if n < MIN_STORE_BYTES => {
             errors.at(
                 raw.max_bytes.as_ref().map(Spanned::span),
                 None,
                 format!(
-                    "`[store]`: `max_bytes` must be at least {MIN_STORE_BYTES} (64 KiB: the store holds its keys in 64 shards, each its share), not {n}"
+                    "{section}: `max_bytes` must be at least {MIN_STORE_BYTES} (64 KiB: the store holds its keys in 64 shards, each its share), not {n}"
                 ),
             );
             defaults.max_bytes
@@ -175,17 +178,17 @@ pub(super) fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSet
         Some(n) => n,
         None => defaults.max_bytes,
     };
-    let breaker_failures = count(errors, "breaker_failures", &raw.breaker_failures)
+    let breaker_failures = count(errors, section, "breaker_failures", &raw.breaker_failures)
         .unwrap_or(defaults.breaker_failures);
     let wait_for_replicas = raw
         .wait_for_replicas
         .as_ref()
-        .and_then(|n| errors.whole(n, "`[store]`: `wait_for_replicas`", None, true))
+        .and_then(|n| errors.whole(n, &format!("{section}: `wait_for_replicas`"), None, true))
         .unwrap_or(defaults.wait_for_replicas);
     let mut duration = |field: &str, value: &Option<Spanned<String>>| {
         errors.duration(
             value.as_ref(),
-            &format!("`[store]`: `{field}`"),
+            &format!("{section}: `{field}`"),
             None,
             false,
         )
@@ -211,12 +214,13 @@ pub(super) fn store_settings(raw: RawStore, errors: &mut Errors<'_>) -> StoreSet
 
 fn count<T: TryFrom<i64>>(
     errors: &mut Errors<'_>,
+    section: &str,
     field: &str,
     value: &Option<Spanned<i64>>,
 ) -> Option<T> {
     errors.whole(
         value.as_ref()?,
-        &format!("`[store]`: `{field}`"),
+        &format!("{section}: `{field}`"),
         None,
         false,
     )

@@ -12,7 +12,9 @@ use super::raw::RawConfig;
 use super::rule::rule;
 use super::server::server_settings;
 use super::store::store_settings;
-use super::{Config, ConfigError, ConfigErrors, KeySources, Rule, ServerSettings, StoreSettings};
+use super::{
+    Config, ConfigError, ConfigErrors, KeySources, Regions, Rule, ServerSettings, StoreSettings,
+};
 use crate::hint::nearest;
 use crate::ip::{ClientIpHeader, TrustedProxies};
 
@@ -71,8 +73,11 @@ pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
         }
     };
     let store = raw.store.map_or_else(StoreSettings::default, |raw| {
-        store_settings(raw, &mut errors)
+        store_settings(raw, "`[store]`", &mut errors)
     });
+    let regions = raw
+        .regions
+        .and_then(|raw| super::regions::regions(raw, &mut errors));
     let (server, proxies, header) = match raw.server {
         Some(mut raw) => {
             let proxies = std::mem::take(&mut raw.trusted_proxies);
@@ -96,7 +101,7 @@ pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
     }
     let trusted_proxies =
         trusted_proxies(proxies, &mut errors).with_header(client_ip_header(header, &mut errors));
-    let rules = rules(raw.limit, &store, &mut errors);
+    let rules = rules(raw.limit, &store, regions.as_ref(), &mut errors);
     let keys = raw.keys.map_or_else(KeySources::default, |k| KeySources {
         api_key_header: k.api_key_header.map(|h| h.trim().to_ascii_lowercase()),
         tenant_header: k.tenant_header.map_or_else(
@@ -115,6 +120,7 @@ pub fn parse(file: &str, text: &str) -> Result<Config, ConfigErrors> {
         trusted_proxies,
         keys,
         store,
+        regions,
         server,
         rules,
     })
@@ -151,6 +157,7 @@ fn client_ip_header(header: Option<Spanned<String>>, errors: &mut Errors<'_>) ->
 fn rules(
     tables: Vec<Spanned<super::raw::RawLimit>>,
     store: &StoreSettings,
+    regions: Option<&Regions>,
     errors: &mut Errors<'_>,
 ) -> Vec<Rule> {
     let mut rules: Vec<Rule> = Vec::new();
@@ -162,7 +169,7 @@ fn rules(
             .limit
             .as_ref()
             .map_or(span.clone(), Spanned::span);
-        if let Some(rule) = rule(raw.into_inner(), span, store, errors) {
+        if let Some(rule) = rule(raw.into_inner(), span, store, regions, errors) {
             if rules.iter().any(|r| r.name == rule.name) {
                 let message = "the name is used by another limit; names must be unique";
                 errors.at(name_span, Some(&rule.name), message.to_owned());

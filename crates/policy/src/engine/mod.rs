@@ -98,14 +98,47 @@ impl<S> Engine<S> {
         self
     }
 
+    /// The engine counting its `scope = "global"` rules in `home`, the store every
+    /// region's servers share (`[regions.home]`), rather than in its own store.
+    #[must_use]
+    pub fn with_home(mut self, home: S) -> Self {
+        self.charger.home = Some(home);
+        self
+    }
+
+    /// Whether `global` rules are counted in a home store of their own
+    /// ([`with_home`](Engine::with_home)).
+    pub fn has_home(&self) -> bool {
+        self.charger.home.is_some()
+    }
+
     /// The store the rules decide on.
     pub fn store(&self) -> &S {
         &self.charger.store
     }
 
+    /// The store `global` rules are counted in: the home store, or the rules' own store
+    /// when there is none.
+    pub fn home(&self) -> &S {
+        self.charger.home()
+    }
+
     /// What the `prefetch` rules' allowances did since the engine started.
     pub fn prefetch_stats(&self) -> PrefetchStats {
         self.charger.prefetch_stats()
+    }
+
+    /// What the `global` rules' allowances did since the engine started: units taken from
+    /// the home store, and decisions made here from them.
+    pub fn global_stats(&self) -> PrefetchStats {
+        self.charger.global_stats()
+    }
+
+    /// The keys of `global` rules whose allowance is running low, at most `most`: each
+    /// wants a [`top_up_global`](Engine::top_up_global), which a server runs off the
+    /// request path (the home store is a WAN away).
+    pub fn global_due(&self, most: usize) -> Vec<String> {
+        self.charger.global_due(most)
     }
 
     /// The rules in force, shared (cheap to take per request).
@@ -591,6 +624,16 @@ impl<S: AsyncStore> Engine<S> {
     /// units given back.
     pub async fn sweep_allowances(&self, now: u64) -> u64 {
         self.charger.sweep_allowances(now, false).await
+    }
+
+    /// Takes `key`'s next `global` allowance from the home store ahead of demand (a key
+    /// [`global_due`](Engine::global_due) named); whether one was taken.
+    ///
+    /// # Errors
+    ///
+    /// The home store's: the units in hand are still spent, and the key stays due.
+    pub async fn top_up_global(&self, key: &str, now: u64) -> Result<bool, S::Error> {
+        self.charger.top_up_global(key, now).await
     }
 
     /// Gives back the unspent units of every `prefetch` allowance, lapsed or not: what a

@@ -227,11 +227,33 @@ impl App {
                         return Err(errors);
                     }
                 };
+                if config.regions.is_some() && !self.engine.has_home() {
+                    // The home store is built at start: global rules would be counted in
+                    // this region's store alone until then, each region its own limit.
+                    let errors = ConfigErrors(vec![ConfigError {
+                        file: self
+                            .config_path
+                            .as_ref()
+                            .map_or_else(|| "(reload)".to_owned(), |p| p.display().to_string()),
+                        position: None,
+                        rule: None,
+                        message: "`[regions]` was added, and the home store is connected at \
+                                  start only: restart to count `scope = \"global\"` rules \
+                                  across regions"
+                            .to_owned(),
+                    }]);
+                    tracing::warn!(%errors, "reload rejected; the old {} stay", self.what());
+                    self.metrics.reloaded(false);
+                    return Err(errors);
+                }
                 crate::serve::conn::tls::Listeners::put(tls);
                 // Against the settings started with, not the last reload's: a field that
                 // still differs still is not in force.
                 needing_restart = self.started.0.needing_restart(&config.server);
                 needing_restart.extend(self.started.1.needing_restart(&config.store));
+                if self.engine.config().regions != config.regions {
+                    needing_restart.push("[regions]");
+                }
                 if !needing_restart.is_empty() {
                     tracing::warn!(
                         fields = needing_restart.join(", "),

@@ -61,10 +61,18 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
         );
     }
     let store = AnyStore::from_settings(&config.store)?;
+    let home = match &config.regions {
+        Some(regions) => Some(AnyStore::home(&regions.home)?),
+        None => None,
+    };
     let no_trusted_proxies = config.trusted_proxies.is_empty();
     let settings = config.server.clone();
     let store_settings = config.store.clone();
-    let engine = Arc::new(Engine::with_envoy(config, options.envoy, store));
+    let engine = Engine::with_envoy(config, options.envoy, store);
+    let engine = Arc::new(match home {
+        Some(home) => engine.with_home(home),
+        None => engine,
+    });
     let app = Arc::new(App::new(
         engine,
         settings.clone(),

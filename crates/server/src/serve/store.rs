@@ -97,6 +97,16 @@ impl AnyStore {
         })
     }
 
+    /// The home store of `[regions.home]` (a shared store: the file's validation refuses
+    /// `memory` there), where `scope = "global"` rules are counted for every region.
+    pub(crate) fn home(settings: &StoreSettings) -> anyhow::Result<Self> {
+        let config = redis_config(settings)
+            .context("`[regions.home]`")?
+            .context("`[regions.home]`: the home store is a Redis, not `memory`")?;
+        let redis = RedisStore::new(config).context("`[regions.home]`")?;
+        Ok(AnyStore::Redis(Box::new(redis)))
+    }
+
     /// What the in-memory store holds and had to do (keys, bytes, evictions); one pass
     /// over its shards, for a scrape.
     pub(crate) fn memory_stats(&self) -> Option<StoreStats> {

@@ -41,6 +41,12 @@ pub(crate) struct Charger<S> {
     permits: Ledger,
     /// The allowances of `prefetch` rules, by key.
     allowances: Allowances,
+    /// Where `scope = "global"` rules are counted for every region (`[regions.home]`);
+    /// `None` counts them in `store` (a server of one region).
+    pub(crate) home: Option<S>,
+    /// The allowances of `global` rules, taken from `home` and topped up off the request
+    /// path.
+    global: Allowances,
 }
 
 /// What the path decided.
@@ -115,7 +121,24 @@ impl<S> Charger<S> {
             reservations: Ledger::new(MAX_LIVE),
             permits: Ledger::new(MAX_LIVE),
             allowances: Allowances::default(),
+            home: None,
+            global: Allowances::background(),
         }
+    }
+
+    /// The store `global` rules are counted in: the home store, or this one.
+    pub(crate) fn home(&self) -> &S {
+        self.home.as_ref().unwrap_or(&self.store)
+    }
+
+    /// The keys of `global` rules whose allowance runs low, at most `most`.
+    pub(crate) fn global_due(&self, most: usize) -> Vec<String> {
+        self.global.due(most)
+    }
+
+    /// What the `global` rules' allowances did since the start.
+    pub(crate) fn global_stats(&self) -> PrefetchStats {
+        self.global.stats()
     }
 
     /// What the `prefetch` rules' allowances did since the start.
@@ -222,7 +245,7 @@ impl<S: AsyncStore> Charger<S> {
             .await;
         if spent.outcomes.iter().any(|o| !o.decision.is_allowed()) {
             // All or nothing: what the others took from their allowances goes back.
-            self.put_back(&spent.taken);
+            self.put_back(rules, &spent.taken);
             let unavailable = spent.unavailable;
             return self.finish(
                 issuer,
@@ -242,7 +265,7 @@ impl<S: AsyncStore> Charger<S> {
         let mut outcomes = decided.outcomes;
         let allowed = outcomes.iter().all(|o| o.decision.is_allowed());
         if !allowed {
-            self.put_back(&spent.taken);
+            self.put_back(rules, &spent.taken);
         }
         outcomes.extend(spent.outcomes);
         if allowed {
@@ -292,9 +315,12 @@ impl<S: AsyncStore> Charger<S> {
         *enforced = without;
         for a in with {
             let rule = &rules[a.rule];
-            let spend = self
-                .allowances
-                .spend(&self.store, rule, &a.key, a.cost, now);
+            let spend = if rule.global {
+                self.global.spend(self.home(), rule, &a.key, a.cost, now)
+            } else {
+                self.allowances
+                    .spend(&self.store, rule, &a.key, a.cost, now)
+            };
             let (decision, store_failed) = match spend.await {
                 Ok(decision) => (decision, false),
                 Err(error) => {
@@ -321,10 +347,14 @@ impl<S: AsyncStore> Charger<S> {
         spent
     }
 
-    /// Gives back to their allowances what `taken` took.
-    fn put_back(&self, taken: &[&Applying]) {
+    /// Gives back to their allowances what `taken` (of `rules`) took.
+    fn put_back(&self, rules: &[Rule], taken: &[&Applying]) {
         for a in taken {
-            self.allowances.put_back(&a.key, a.cost);
+            if rules[a.rule].global {
+                self.global.put_back(&a.key, a.cost);
+            } else {
+                self.allowances.put_back(&a.key, a.cost);
+            }
         }
     }
 

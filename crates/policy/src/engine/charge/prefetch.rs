@@ -30,6 +30,10 @@ pub(crate) struct Allowances {
     /// Seeds the jitter of the wait before asking a contested store again (random per
     /// process, so that processes do not lock into one order of asking).
     jitter: RandomState,
+    /// Top-ups are left to [`top_up`](Allowances::top_up), called off the request path
+    /// (a `global` rule's store is a WAN away): a request that finds units running low
+    /// marks its key due instead of waiting for the next allowance.
+    background: bool,
 }
 
 #[derive(Default)]
@@ -61,6 +65,8 @@ pub struct PrefetchStats {
 /// One key's allowance.
 struct Allowance {
     limit: Limit,
+    /// How far ahead its units are taken, in nanoseconds.
+    horizon: u64,
     held: Mutex<Held>,
     /// Held while a fetch for this key is on its way: requests that find the allowance
     /// empty wait for it rather than each asking the store.
@@ -83,6 +89,8 @@ struct Held {
     retry_at: u64,
     /// Whether the last fetch was granted less than asked.
     contested: bool,
+    /// A top-up is wanted and left to [`Allowances::top_up`] (background allowances).
+    due: bool,
     /// Demand (units asked, allowed or not) in the current horizon-long period and the one
     /// before, for sizing the next fetch.
     period: u64,
@@ -137,6 +145,15 @@ impl Held {
 }
 
 impl Allowances {
+    /// Allowances whose top-ups are left to [`top_up`](Allowances::top_up), off the
+    /// request path: for a store a WAN away.
+    pub(crate) fn background() -> Self {
+        Self {
+            background: true,
+            ..Self::default()
+        }
+    }
+
     /// Decides `cost` units of `key` under `rule` from its allowance, fetching one from
     /// `store` when it runs low. A refusal charges nothing; its retry time is the store's
     /// (or, while this process waits before asking a contested store again, that wait).
@@ -160,7 +177,7 @@ impl Allowances {
         let horizon = rule.prefetch.map_or(1, |h| {
             u64::try_from(h.as_nanos()).unwrap_or(u64::MAX).max(1)
         });
-        let Some(allowance) = self.allowance(key, &rule.limit) else {
+        let Some(allowance) = self.allowance(key, &rule.limit, horizon) else {
             Counts::bump(&self.stats.remote);
             return store.decide(&rule.limit, key, now, cost).await;
         };
@@ -172,7 +189,10 @@ impl Allowances {
             // Fetch the next allowance before this one is gone: at half the usual ask.
             let refill =
                 taken.is_some() && now >= held.quiet_until && held.units < held.want(1, size) / 2;
-            (taken, refill, lapsed)
+            if refill && self.background {
+                held.due = true;
+            }
+            (taken, refill && !self.background, lapsed)
         };
         self.give_back(store, &allowance.limit, key, lapsed, now)
             .await;
@@ -228,6 +248,45 @@ impl Allowances {
             .await?;
         let mut held = lock(&allowance.held);
         Ok(take(&mut held, cost, size).unwrap_or_else(|| refused(size, retry_after_ns)))
+    }
+
+    /// The keys whose allowance a request found running low, for [`top_up`](Self::top_up)
+    /// (background allowances only), at most `most` of them.
+    pub(crate) fn due(&self, most: usize) -> Vec<String> {
+        let keys = lock(&self.keys);
+        keys.iter()
+            .filter(|(_, a)| lock(&a.held).due)
+            .take(most)
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+
+    /// Takes `key`'s next allowance from `store` ahead of demand, unless a fetch for it is
+    /// on its way. Returns whether one was taken.
+    ///
+    /// # Errors
+    ///
+    /// The store's: the units in hand are still good, and the key stays due.
+    pub(crate) async fn top_up<S: AsyncStore>(
+        &self,
+        store: &S,
+        key: &str,
+        now: u64,
+    ) -> Result<bool, S::Error> {
+        let Some(allowance) = lock(&self.keys).get(key).map(Arc::clone) else {
+            return Ok(false);
+        };
+        let Ok(_turn) = allowance.fetch.try_lock() else {
+            return Ok(false);
+        };
+        if now < lock(&allowance.held).quiet_until {
+            return Ok(false);
+        }
+        let size = ratewarden_core::Algorithm::limit(&allowance.limit);
+        self.fetch(store, &allowance, key, 0, size, allowance.horizon, now)
+            .await?;
+        lock(&allowance.held).due = false;
+        Ok(true)
     }
 
     /// Puts back `cost` units spent from `key`'s allowance by a request another rule
@@ -289,7 +348,7 @@ impl Allowances {
     }
 
     /// `key`'s allowance, made on first use; `None` when the map is full.
-    fn allowance(&self, key: &str, limit: &Limit) -> Option<Arc<Allowance>> {
+    fn allowance(&self, key: &str, limit: &Limit, horizon: u64) -> Option<Arc<Allowance>> {
         let mut keys = lock(&self.keys);
         if let Some(a) = keys.get(key) {
             // A reload changes a rule's numbers and so its keys' fingerprints: a key's
@@ -301,6 +360,7 @@ impl Allowances {
         }
         let a = Arc::new(Allowance {
             limit: limit.clone(),
+            horizon,
             held: Mutex::new(Held::default()),
             fetch: tokio::sync::Mutex::new(()),
         });
@@ -461,9 +521,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl<S: AsyncStore> super::Charger<S> {
-    /// Gives back the unspent units of the `prefetch` allowances that have lapsed at `now`
-    /// (every one with `all`), forgetting idle keys. Returns the units given back.
+    /// Gives back the unspent units of the `prefetch` and `global` allowances that have
+    /// lapsed at `now` (every one with `all`), forgetting idle keys. Returns the units
+    /// given back.
     pub(crate) async fn sweep_allowances(&self, now: u64, all: bool) -> u64 {
-        self.allowances.sweep(&self.store, now, all).await
+        let regional = self.allowances.sweep(&self.store, now, all).await;
+        regional + self.global.sweep(self.home(), now, all).await
+    }
+
+    /// Tops up `key`'s `global` allowance from the home store ahead of demand.
+    pub(crate) async fn top_up_global(&self, key: &str, now: u64) -> Result<bool, S::Error> {
+        self.global.top_up(self.home(), key, now).await
     }
 }

@@ -348,6 +348,7 @@ pub(crate) fn envoy_rule(
         always_charge,
         local_first: false,
         prefetch: None,
+        global: false,
         adaptive: None,
         rendered: Default::default(),
     }
