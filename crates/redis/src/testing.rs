@@ -446,6 +446,132 @@ impl Cut {
     }
 }
 
+/// A wide-area link to a server: a TCP relay that delivers every byte a fixed time after it
+/// was sent, each way (so a round trip takes twice `one_way`, and throughput is not
+/// limited), and that can be partitioned: while it is, whatever is sent either way is
+/// lost, and a new connection is accepted but reaches nothing. A connection that lived
+/// through a partition is closed when the partition heals (its stream lost bytes).
+pub struct Wan {
+    /// Its port on 127.0.0.1, in front of the server's.
+    pub port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Wan {
+    /// Relays connections on a free port to `target`'s port, `one_way` late each way.
+    pub fn start(target: u16, one_way: Duration) -> Self {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Arc;
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a free port for the relay");
+        let port = listener.local_addr().expect("its address").port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let shared = Arc::clone(&cut);
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                let _ = client.set_nodelay(true);
+                if shared.load(Ordering::Acquire) {
+                    // Reaches nothing: held open until the partition heals, then closed.
+                    let cut = Arc::clone(&shared);
+                    std::thread::spawn(move || {
+                        while cut.load(Ordering::Acquire) {
+                            std::thread::sleep(Duration::from_millis(5));
+                        }
+                        let _ = client.shutdown(std::net::Shutdown::Both);
+                    });
+                    continue;
+                }
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let _ = server.set_nodelay(true);
+                let (Ok(client_reader), Ok(server_reader)) =
+                    (client.try_clone(), server.try_clone())
+                else {
+                    continue;
+                };
+                let lived_through = Arc::new(AtomicBool::new(false));
+                for (from, to) in [(client_reader, server), (server_reader, client)] {
+                    let (cut, tainted) = (Arc::clone(&shared), Arc::clone(&lived_through));
+                    std::thread::spawn(move || late(from, to, one_way, &cut, &tainted));
+                }
+            }
+        });
+        Self { port, cut }
+    }
+
+    /// `redis://127.0.0.1:PORT` of the relay.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Partitions the link (`true`) or heals it (`false`).
+    pub fn partition(&self, cut: bool) {
+        self.cut.store(cut, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// Copies `from` to `to`, each read written `one_way` after it was read, and lost while
+/// `cut` is set; once a connection has lost bytes (`tainted`), it is closed when the cut
+/// heals.
+fn late(
+    mut from: std::net::TcpStream,
+    to: std::net::TcpStream,
+    one_way: Duration,
+    cut: &std::sync::atomic::AtomicBool,
+    tainted: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    let (queue, due) = std::sync::mpsc::channel::<(std::time::Instant, Vec<u8>)>();
+    let mut writer = to.try_clone().expect("a second handle");
+    let sender = std::thread::spawn(move || {
+        for (at, bytes) in due {
+            if let Some(wait) = at.checked_duration_since(std::time::Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            if writer.write_all(&bytes).is_err() {
+                break;
+            }
+        }
+        let _ = writer.shutdown(std::net::Shutdown::Both);
+    });
+    // Reads wake now and then, so that a healed cut closes a tainted connection that is
+    // quiet.
+    let _ = from.set_read_timeout(Some(Duration::from_millis(20)));
+    let mut buffer = [0u8; 16 * 1024];
+    loop {
+        if cut.load(Ordering::Acquire) {
+            tainted.store(true, Ordering::Release);
+        } else if tainted.load(Ordering::Acquire) {
+            break;
+        }
+        match from.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => {
+                if cut.load(Ordering::Acquire) {
+                    tainted.store(true, Ordering::Release);
+                    continue;
+                }
+                let at = std::time::Instant::now() + one_way;
+                if queue.send((at, buffer[..n].to_vec())).is_err() {
+                    break;
+                }
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break,
+        }
+    }
+    drop(queue);
+    let _ = sender.join();
+    let _ = to.shutdown(std::net::Shutdown::Both);
+    let _ = from.shutdown(std::net::Shutdown::Both);
+}
+
 impl Sentinels {
     /// The name the Sentinels monitor the master under.
     pub const MASTER: &'static str = "mymaster";

@@ -170,8 +170,10 @@ pub struct Regions {
 }
 
 /// How far ahead a `global` rule's units are taken by default: long enough that a top-up
-/// lands (a round trip over the WAN) before the units in hand are spent.
-pub const GLOBAL_HORIZON: Duration = Duration::from_secs(1);
+/// lands (a round trip over the WAN, topped up while a horizon's demand is still in hand)
+/// before the units in hand are spent, and short enough that what one region asks at a
+/// window's start leaves the others theirs.
+pub const GLOBAL_HORIZON: Duration = Duration::from_millis(500);
 
 /// The smallest `[store] max_bytes`: 1 KiB for each of the in-memory store's 64 shards
 /// (each holds its share), room for a few keys each. Less would refuse nearly every key.

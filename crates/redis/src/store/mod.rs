@@ -175,6 +175,18 @@ impl RedisStore {
         }
     }
 
+    /// Connects and loads the library now, rather than on the first call: for a store a
+    /// WAN away, whose handshake (several round trips) would outlast the first calls'
+    /// deadline. Waits for the handshake however long it takes; a call made meanwhile
+    /// waits on the same handshake, up to its own deadline.
+    ///
+    /// # Errors
+    ///
+    /// Why the handshake failed (the next call begins another).
+    pub async fn connect(&self) -> Result<(), RedisError> {
+        self.connection().await.map(drop)
+    }
+
     /// Where the circuit breaker stands.
     pub fn breaker(&self) -> BreakerState {
         self.breaker.state()

@@ -157,6 +157,12 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
     let local = Arc::new(Local::new(settings.upstream.as_deref(), &settings.bounds)?);
     workers::spawn(&mut tasks, listeners, &app, &local, &stopped, grace)?;
     tasks.spawn(app::sample(Arc::clone(&app), stopped.clone()));
+    if app.engine.has_home() {
+        // The home is a WAN away: its handshake's round trips would outlast the first
+        // decisions' deadline, and they would fall to `on_store_failure`.
+        let app = Arc::clone(&app);
+        tokio::spawn(async move { app.engine.home().connect().await });
+    }
     tasks.spawn(prefetch::upkeep(Arc::clone(&app), stopped.clone()));
     tasks.spawn(app::sweep(Arc::clone(&app), stopped));
     let off = |addr: Option<std::net::SocketAddr>| {

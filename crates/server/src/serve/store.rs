@@ -107,6 +107,16 @@ impl AnyStore {
         Ok(AnyStore::Redis(Box::new(redis)))
     }
 
+    /// Connects a shared store now (see [`RedisStore::connect`]); nothing for the
+    /// in-memory one.
+    pub(crate) async fn connect(&self) {
+        if let AnyStore::Redis(redis) = self {
+            if let Err(error) = redis.connect().await {
+                tracing::warn!(%error, "could not connect to the store yet; the first calls will try again");
+            }
+        }
+    }
+
     /// What the in-memory store holds and had to do (keys, bytes, evictions); one pass
     /// over its shards, for a scrape.
     pub(crate) fn memory_stats(&self) -> Option<StoreStats> {

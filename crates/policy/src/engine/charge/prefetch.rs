@@ -91,6 +91,9 @@ struct Held {
     contested: bool,
     /// A top-up is wanted and left to [`Allowances::top_up`] (background allowances).
     due: bool,
+    /// Lapsed units the next sweep gives back (background allowances: a request does not
+    /// wait for the give-back's round trip).
+    to_return: u64,
     /// Demand (units asked, allowed or not) in the current horizon-long period and the one
     /// before, for sizing the next fetch.
     period: u64,
@@ -184,11 +187,17 @@ impl Allowances {
         let (taken, refill, lapsed) = {
             let mut held = lock(&allowance.held);
             held.ask(now, horizon, cost);
-            let lapsed = held.lapse(now);
+            let mut lapsed = held.lapse(now);
+            if self.background {
+                held.to_return += std::mem::take(&mut lapsed);
+            }
             let taken = take(&mut held, cost, size);
-            // Fetch the next allowance before this one is gone: at half the usual ask.
-            let refill =
-                taken.is_some() && now >= held.quiet_until && held.units < held.want(1, size) / 2;
+            // Fetch the next allowance before this one is gone: at half the usual ask, or
+            // in the background at a whole one (the top-up is a round trip away, a WAN's,
+            // and the requests meanwhile spend what is left).
+            let want = held.want(1, size);
+            let low = if self.background { want } else { want / 2 };
+            let refill = taken.is_some() && now >= held.quiet_until && held.units < low;
             if refill && self.background {
                 held.due = true;
             }
@@ -307,12 +316,10 @@ impl Allowances {
             let mut due = Vec::new();
             keys.retain(|key, allowance| {
                 let mut held = lock(&allowance.held);
-                let units = if all {
+                if all {
                     held.lapses = 0;
-                    held.lapse(now)
-                } else {
-                    held.lapse(now)
-                };
+                }
+                let units = held.lapse(now) + std::mem::take(&mut held.to_return);
                 if units > 0 {
                     due.push((key.clone(), Arc::clone(allowance), units));
                 }
@@ -416,6 +423,12 @@ impl Allowances {
             // always finding the units just taken, and never get its share.
             let spread = self.jitter.hash_one((key, now)) % quiet.max(1);
             held.quiet_until = now.saturating_add(quiet / 2).saturating_add(spread);
+            if accrual_ns(&allowance.limit) == u64::MAX && retry_after_ns > 0 {
+                // A spent window opens afresh at its end, all at once: asked no later
+                // than then, or the processes that ask first take the new window's units
+                // while this one still waits, window after window.
+                held.quiet_until = held.quiet_until.min(now.saturating_add(retry_after_ns));
+            }
         } else {
             held.quiet_until = now;
         }
