@@ -148,7 +148,7 @@ impl Fleet {
     fn tick(&self, now: u64) {
         for engine in &self.engines {
             for key in engine.global_due(64) {
-                let _ = now_or_panic(engine.top_up_global(&key, now));
+                let _ = now_or_panic(engine.top_up_global(&key, || now));
             }
             now_or_panic(engine.sweep_allowances(now));
         }
@@ -288,7 +288,7 @@ fn a_partitioned_region_falls_to_its_share_and_the_bound_holds() {
         if step % 20 == 0 {
             for engine in engines {
                 for key in engine.global_due(64) {
-                    let _ = now_or_panic(engine.top_up_global(&key, now));
+                    let _ = now_or_panic(engine.top_up_global(&key, || now));
                 }
                 now_or_panic(engine.sweep_allowances(now));
             }

@@ -475,6 +475,8 @@ impl Wan {
                     let cut = Arc::clone(&shared);
                     std::thread::spawn(move || {
                         while cut.load(Ordering::Acquire) {
+                            // Waits on the test's switch, not on a refill.
+                            #[allow(clippy::disallowed_methods)]
                             std::thread::sleep(Duration::from_millis(5));
                         }
                         let _ = client.shutdown(std::net::Shutdown::Both);
@@ -513,7 +515,9 @@ impl Wan {
 
 /// Copies `from` to `to`, each read written `one_way` after it was read, and lost while
 /// `cut` is set; once a connection has lost bytes (`tainted`), it is closed when the cut
-/// heals.
+/// heals. The delay is the network's, on the wall clock: what it delays is real sockets
+/// between real processes, whose own clocks are the wall's.
+#[allow(clippy::disallowed_methods)]
 fn late(
     mut from: std::net::TcpStream,
     to: std::net::TcpStream,

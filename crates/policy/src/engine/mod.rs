@@ -627,13 +627,19 @@ impl<S: AsyncStore> Engine<S> {
     }
 
     /// Takes `key`'s next `global` allowance from the home store ahead of demand (a key
-    /// [`global_due`](Engine::global_due) named); whether one was taken.
+    /// [`global_due`](Engine::global_due) named); whether one was taken. `clock` gives the
+    /// time, read as the call is made and as its answer lands (the units are spent for a
+    /// horizon after they land).
     ///
     /// # Errors
     ///
     /// The home store's: the units in hand are still spent, and the key stays due.
-    pub async fn top_up_global(&self, key: &str, now: u64) -> Result<bool, S::Error> {
-        self.charger.top_up_global(key, now).await
+    pub async fn top_up_global(
+        &self,
+        key: &str,
+        clock: impl Fn() -> u64,
+    ) -> Result<bool, S::Error> {
+        self.charger.top_up_global(key, clock).await
     }
 
     /// Gives back the unspent units of every `prefetch` allowance, lapsed or not: what a

@@ -46,8 +46,7 @@ fn top_up(app: &Arc<App>) {
     for key in app.engine.global_due(TOP_UPS) {
         let app = Arc::clone(app);
         tokio::spawn(async move {
-            let now = app.clock.now();
-            if let Err(error) = app.engine.top_up_global(&key, now).await {
+            if let Err(error) = app.engine.top_up_global(&key, || app.clock.now()).await {
                 // The units in hand are still spent; once they are gone the rule's
                 // `on_store_failure` answers, and the key is tried again next tick.
                 tracing::debug!(%key, %error, "could not top up a global allowance");

@@ -67,6 +67,10 @@ pub(crate) fn shared_store(settings: &StoreSettings) -> anyhow::Result<Option<Re
     RedisStore::new(config).map(Some).context("`[store]`")
 }
 
+/// The home store's calls in flight before more are coalesced into a batch (one for
+/// `[store]`: a call there is a LAN round trip).
+const HOME_IN_FLIGHT: usize = 8;
+
 /// The configured store, chosen at start from `[store] kind`.
 pub(crate) enum AnyStore {
     Memory(MemoryStore),
@@ -103,6 +107,12 @@ impl AnyStore {
         let config = redis_config(settings)
             .context("`[regions.home]`")?
             .context("`[regions.home]`: the home store is a Redis, not `memory`")?;
+        // A WAN away, a call in flight is a round trip long: a take of the next allowance
+        // must not queue behind a give-back of the last one.
+        let config = RedisConfig {
+            batch_in_flight: HOME_IN_FLIGHT,
+            ..config
+        };
         let redis = RedisStore::new(config).context("`[regions.home]`")?;
         Ok(AnyStore::Redis(Box::new(redis)))
     }

@@ -79,6 +79,9 @@ struct Held {
     units: u64,
     /// When the units lapse (unspent ones go back, or with a window's end, are dropped).
     lapses: u64,
+    /// The end of the window the units were charged in (`u64::MAX` for buckets): they
+    /// lapse by then at the latest.
+    ends: u64,
     /// Until when unspent units may still be given back (a window's end less a horizon;
     /// `u64::MAX` for buckets, whose refunds are exact at any time).
     returnable_until: u64,
@@ -94,6 +97,11 @@ struct Held {
     /// Lapsed units the next sweep gives back (background allowances: a request does not
     /// wait for the give-back's round trip).
     to_return: u64,
+    /// A fetch has succeeded for this key since it was made.
+    leased: bool,
+    /// The last fetch failed: the store is down or cut off (a request that finds nothing in
+    /// hand then asks it itself, and its rule's `on_store_failure` answers).
+    failing: bool,
     /// Demand (units asked, allowed or not) in the current horizon-long period and the one
     /// before, for sizing the next fetch.
     period: u64,
@@ -219,10 +227,20 @@ impl Allowances {
             return Ok(decision);
         }
         {
-            let held = lock(&allowance.held);
+            let mut held = lock(&allowance.held);
             if now < held.quiet_until {
                 Counts::bump(&self.stats.local);
                 return Ok(refused(size, held.wait(now)));
+            }
+            if self.background && held.leased && !held.failing {
+                // Past what this process holds: its next allowance is the background's to
+                // take (a WAN round trip no request waits for), and this request is refused
+                // now, as a region past its lease is. Only a key's first request waits (it
+                // has no lease yet), and those of a store that failed (they ask it, and
+                // the rule's `on_store_failure` answers).
+                held.due = true;
+                Counts::bump(&self.stats.local);
+                return Ok(refused(size, held.wait(now).max(1)));
             }
         }
         let _turn = match allowance.fetch.try_lock() {
@@ -271,7 +289,10 @@ impl Allowances {
     }
 
     /// Takes `key`'s next allowance from `store` ahead of demand, unless a fetch for it is
-    /// on its way. Returns whether one was taken.
+    /// on its way; `clock` says when it is (read before the call, and when it lands: a
+    /// horizon's units are spent for a horizon after they land, which over a WAN is a
+    /// round trip after they were asked for, and never past their window's end). Returns
+    /// whether one was taken.
     ///
     /// # Errors
     ///
@@ -280,8 +301,9 @@ impl Allowances {
         &self,
         store: &S,
         key: &str,
-        now: u64,
+        clock: impl Fn() -> u64,
     ) -> Result<bool, S::Error> {
+        let now = clock();
         let Some(allowance) = lock(&self.keys).get(key).map(Arc::clone) else {
             return Ok(false);
         };
@@ -294,7 +316,15 @@ impl Allowances {
         let size = ratewarden_core::Algorithm::limit(&allowance.limit);
         self.fetch(store, &allowance, key, 0, size, allowance.horizon, now)
             .await?;
-        lock(&allowance.held).due = false;
+        let landed = clock();
+        let mut held = lock(&allowance.held);
+        held.due = false;
+        if held.units > 0 {
+            held.lapses = held
+                .lapses
+                .max(landed.saturating_add(allowance.horizon))
+                .min(held.ends);
+        }
         Ok(true)
     }
 
@@ -394,16 +424,25 @@ impl Allowances {
             let short = need.saturating_sub(held.units);
             held.want(short, size)
         };
-        let (granted, decision) = store.take(&allowance.limit, key, now, want).await?;
+        let (granted, decision) = match store.take(&allowance.limit, key, now, want).await {
+            Ok(taken) => taken,
+            Err(error) => {
+                lock(&allowance.held).failing = true;
+                return Err(error);
+            }
+        };
         Counts::bump(&self.stats.fetches);
         self.stats.fetched.fetch_add(granted, Ordering::Relaxed);
         let mut held = lock(&allowance.held);
+        held.failing = false;
+        held.leased = true;
         held.units = held.units.saturating_add(granted);
         if granted > 0 {
             // Units in hand from an earlier grant live as long as the new ones: for a
             // window, that is still no later than its end.
             let (lapses, returnable_until) = lifetime(&allowance.limit, &decision, horizon, now);
             held.lapses = lapses;
+            held.ends = window_end(&allowance.limit, &decision, now);
             held.returnable_until = returnable_until;
         }
         held.contested = granted < want;
@@ -515,6 +554,20 @@ fn lifetime(limit: &Limit, decision: &Decision, horizon: u64, now: u64) -> (u64,
     }
 }
 
+/// When the window of units granted at `now` ends (`u64::MAX` for a bucket): a fixed
+/// window's or quota's `reset` after the store's answer, a sliding window's current window
+/// one window before its reset.
+fn window_end(limit: &Limit, decision: &Decision, now: u64) -> u64 {
+    match limit {
+        Limit::FixedWindow(_) | Limit::Quota(_) => now.saturating_add(decision.reset_after_ns),
+        Limit::SlidingWindow(w) => {
+            let w = u64::try_from(w.window().as_nanos()).unwrap_or(u64::MAX);
+            now.saturating_add(decision.reset_after_ns.saturating_sub(w))
+        }
+        _ => u64::MAX,
+    }
+}
+
 /// Nanoseconds a bucket takes to accrue half its burst (`u64::MAX` for windows, which do
 /// not accrue: their retry time says when the next window opens).
 fn accrual_ns(limit: &Limit) -> u64 {
@@ -543,7 +596,11 @@ impl<S: AsyncStore> super::Charger<S> {
     }
 
     /// Tops up `key`'s `global` allowance from the home store ahead of demand.
-    pub(crate) async fn top_up_global(&self, key: &str, now: u64) -> Result<bool, S::Error> {
-        self.global.top_up(self.home(), key, now).await
+    pub(crate) async fn top_up_global(
+        &self,
+        key: &str,
+        clock: impl Fn() -> u64,
+    ) -> Result<bool, S::Error> {
+        self.global.top_up(self.home(), key, clock).await
     }
 }
