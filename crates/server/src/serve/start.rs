@@ -15,7 +15,7 @@ use super::conn;
 use super::gateway::Local;
 use super::prefetch;
 use super::running::Running;
-use super::store::AnyStore;
+use super::store::{AnyStore, CONNECT_AT_START};
 use super::workers;
 use super::workers::Role;
 
@@ -61,6 +61,18 @@ pub async fn start(options: Options) -> anyhow::Result<Running> {
         );
     }
     let store = AnyStore::from_settings(&config.store)?;
+    // A shared store's handshake (a connection, the library loaded) is several round trips,
+    // past a decision's deadline: made now, the first decisions do not fall to
+    // `on_store_failure`. One that does not finish soon goes on beside the first calls.
+    if tokio::time::timeout(CONNECT_AT_START, store.connect())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            within = ?CONNECT_AT_START,
+            "the store did not answer its handshake yet; the first calls wait for it, up to their deadline"
+        );
+    }
     let home = match &config.regions {
         Some(regions) => Some(AnyStore::home(&regions.home)?),
         None => None,

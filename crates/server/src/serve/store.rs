@@ -1,5 +1,7 @@
 //! The store a server decides on: in this process's memory, or shared in Redis.
 
+use std::time::Duration;
+
 use anyhow::Context;
 use ratewarden_core::lease::Ask;
 use ratewarden_core::{AsyncStore, Check, Decision, Limit, Store};
@@ -70,6 +72,9 @@ pub(crate) fn shared_store(settings: &StoreSettings) -> anyhow::Result<Option<Re
 /// The home store's calls in flight before more are coalesced into a batch (one for
 /// `[store]`: a call there is a LAN round trip).
 const HOME_IN_FLIGHT: usize = 8;
+
+/// How long a server waits as it starts for its store's handshake before it serves.
+pub(crate) const CONNECT_AT_START: Duration = Duration::from_secs(1);
 
 /// The configured store, chosen at start from `[store] kind`.
 pub(crate) enum AnyStore {
