@@ -407,6 +407,7 @@ async fn steady_and_moving_load_never_pass_the_limit_and_use_it() {
     let bed = Bed::start("regions-steady", "global", &fixed_window()).await;
     let phase = WINDOW * u32::try_from(windows_per_phase()).unwrap();
     let before = bed.warm_up().await;
+    let began = unix_ns();
     let events = offer(&bed.listen(), phase * 2, move |elapsed, region| {
         if elapsed < phase {
             LOADED
@@ -425,6 +426,18 @@ async fn steady_and_moving_load_never_pass_the_limit_and_use_it() {
     let (ratio, at, counted) = checked.worst(|_| Some(LIMIT));
     let used = checked.least_used(|_| true);
     let (p50, p99) = latency(&events, 2);
+    // While all three are loaded alike (past the phase's first window, in which a region's
+    // demand is still being learnt), the least any region admitted of a window: far from
+    // the home is not shut out of it.
+    let w = window_ns();
+    let phase_ns = u64::try_from(phase.as_nanos()).unwrap();
+    let least_region = checked
+        .windows
+        .iter()
+        .filter(|(start, _)| *start >= began + w && *start + w <= began + phase_ns)
+        .flat_map(|(_, c)| c.per_region)
+        .min()
+        .unwrap();
     if std::env::var_os("REGIONS_TRACE").is_some() {
         // Per window, region and tenth of a window: admitted / offered.
         let mut grid: std::collections::BTreeMap<(u64, usize), [(u32, u32); 10]> =
@@ -442,7 +455,8 @@ async fn steady_and_moving_load_never_pass_the_limit_and_use_it() {
     eprintln!(
         "regions steady+moving: {} decisions over {} windows; admitted / bound at most {ratio:.3} \
          (window {at}: {counted:?}); least share used while demand exceeds the limit {used:.3}; \
-         region 2 (150 ms from the home) p50 {p50} us, p99 {p99} us",
+         region 2 (150 ms from the home) p50 {p50} us, p99 {p99} us; the least a region \
+         admitted of a window while all were loaded {least_region}",
         events.len(),
         checked.windows.len()
     );
@@ -459,6 +473,12 @@ async fn steady_and_moving_load_never_pass_the_limit_and_use_it() {
         "a window admitted past the limit: {counted:?}"
     );
     assert!(used >= 0.95, "the limit was not used: {used}");
+    // An equal split is a third; the nearest region taking what the farthest asked for
+    // first would leave it a tenth.
+    assert!(
+        least_region >= LIMIT / 6,
+        "a region was shut out of the limit: {least_region} of {LIMIT}"
+    );
 }
 
 /// Region 2 cut off from the home for a few windows, then healed; then region 1's own Redis

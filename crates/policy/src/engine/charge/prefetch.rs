@@ -132,11 +132,21 @@ impl Held {
     }
 
     /// How many units to ask the store for: this key's recent demand over one horizon, at
-    /// least `need`, halved while the budget is contested (shrink before growing, so a
-    /// process that fetched early does not starve a newcomer), at most `size`.
-    fn want(&self, need: u64, size: u64) -> u64 {
+    /// least `need`, at most `size`; with `halve`, halved while the budget is contested
+    /// (shrink before growing, so a process that fetched early does not starve a newcomer).
+    ///
+    /// A background allowance does not halve: it is topped up only once what it holds falls
+    /// under one ask, so it never takes faster than its demand, and one ask must cover the
+    /// round trip to a home a WAN away. Halved, a far region could take only half a
+    /// horizon's demand a round trip while a near one asked as often as it liked, and a
+    /// contested window went to whoever was nearest the home.
+    fn want(&self, need: u64, size: u64, halve: bool) -> u64 {
         let demand = self.asked_now.max(self.asked_before);
-        let demand = if self.contested { demand / 2 } else { demand };
+        let demand = if self.contested && halve {
+            demand / 2
+        } else {
+            demand
+        };
         demand.max(need).max(1).min(size.max(need))
     }
 
@@ -203,7 +213,7 @@ impl Allowances {
             // Fetch the next allowance before this one is gone: at half the usual ask, or
             // in the background at a whole one (the top-up is a round trip away, a WAN's,
             // and the requests meanwhile spend what is left).
-            let want = held.want(1, size);
+            let want = held.want(1, size, !self.background);
             let low = if self.background { want } else { want / 2 };
             let refill = taken.is_some() && now >= held.quiet_until && held.units < low;
             if refill && self.background {
@@ -422,7 +432,7 @@ impl Allowances {
         let want = {
             let held = lock(&allowance.held);
             let short = need.saturating_sub(held.units);
-            held.want(short, size)
+            held.want(short, size, !self.background)
         };
         let (granted, decision) = match store.take(&allowance.limit, key, now, want).await {
             Ok(taken) => taken,
