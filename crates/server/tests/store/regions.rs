@@ -430,11 +430,12 @@ async fn steady_and_moving_load_never_pass_the_limit_and_use_it() {
     // demand is still being learnt), the least any region admitted of a window: far from
     // the home is not shut out of it.
     let w = window_ns();
-    let phase_ns = u64::try_from(phase.as_nanos()).unwrap();
     let least_region = checked
         .windows
         .iter()
-        .filter(|(start, _)| *start >= began + w && *start + w <= began + phase_ns)
+        .filter(|(start, _)| {
+            *start >= began + w && *start + w <= began + phase_ns(windows_per_phase())
+        })
         .flat_map(|(_, c)| c.per_region)
         .min()
         .unwrap();
@@ -482,8 +483,10 @@ async fn steady_and_moving_load_never_pass_the_limit_and_use_it() {
 }
 
 /// Region 2 cut off from the home for a few windows, then healed; then region 1's own Redis
-/// killed (the global rule does not use it). During the cut every window stays within
-/// `LIMIT · (1 + 1/3)`, the others still use the limit, and outside it the limit holds.
+/// killed (the global rule does not use it); then the home's Redis killed, which cuts every
+/// region off. During the cut every window stays within `LIMIT · (1 + 1/3)`, the others
+/// still use the limit, and outside it the limit holds; once the home is gone every region
+/// decides on its third, `LIMIT · (1 + 3/3)` at most.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_and_a_killed_redis_stay_within_the_stated_bound() {
     let mut bed = Bed::start("regions-partition", "global", &fixed_window()).await;
@@ -492,9 +495,9 @@ async fn a_partition_and_a_killed_redis_stay_within_the_stated_bound() {
     bed.warm_up().await;
     let began = unix_ns();
     let listen = bed.listen();
-    let load = tokio::spawn(async move { offer(&listen, phase * 3, move |_, _| LOADED).await });
+    let load = tokio::spawn(async move { offer(&listen, phase * 4, move |_, _| LOADED).await });
     // Phase 1 steady; phase 2 region 2 cut off from the home (from a third into a window
-    // to the start of another); phase 3 region 1's Redis killed.
+    // to the start of another); phase 3 region 1's Redis killed; phase 4 the home killed.
     tokio::time::sleep(phase + WINDOW / 3).await;
     let cut_at = unix_ns();
     bed.regions[2].wan.as_ref().unwrap().partition(true);
@@ -504,18 +507,26 @@ async fn a_partition_and_a_killed_redis_stay_within_the_stated_bound() {
     let killed = bed.regions[1].redis.take().unwrap();
     killed.signal("KILL");
     let killed_at = unix_ns();
+    tokio::time::sleep(phase).await;
+    let home = bed.regions[0].redis.take().unwrap();
+    home.signal("KILL");
+    let home_killed_at = unix_ns();
     let events = load.await.unwrap();
-    drop(killed);
+    drop((killed, home));
     let checked = Checked::of(&events);
     let w = window_ns();
     // A window touched by the cut may see the cut region's share on top of the limit; a
     // window after the heal's has the limit again (the breaker's cool-down and a round
     // trip pass within a window).
     let touched = |start: u64| start + w > cut_at && start <= healed_at;
+    let homeless = |start: u64| start + w > home_killed_at;
     let (during, at_cut, c_cut) =
         checked.worst(|start| touched(start).then_some(LIMIT + LIMIT / 3));
-    let (outside, at_out, c_out) = checked.worst(|start| (!touched(start)).then_some(LIMIT));
-    let used_outside = checked.least_used(|start| !touched(start) && start >= began);
+    let (outside, at_out, c_out) =
+        checked.worst(|start| (!touched(start) && !homeless(start)).then_some(LIMIT));
+    let (gone, at_gone, c_gone) = checked.worst(|start| homeless(start).then_some(2 * LIMIT));
+    let used_outside =
+        checked.least_used(|start| !touched(start) && !homeless(start) && start >= began);
     // While cut off, the others still take the limit between them.
     let others_cut = checked
         .windows
@@ -528,7 +539,8 @@ async fn a_partition_and_a_killed_redis_stay_within_the_stated_bound() {
          {during:.3} (window {at_cut}: {c_cut:?}); outside it admitted / LIMIT at most \
          {outside:.3} (window {at_out}: {c_out:?}); least share used outside the cut \
          {used_outside:.3}; the two connected regions' share while cut {others_cut:.3}; \
-         region 1's Redis killed at {killed_at}",
+         region 1's Redis killed at {killed_at}; once the home was killed admitted / \
+         (LIMIT * 2) at most {gone:.3} (window {at_gone}: {c_gone:?})",
         events.len()
     );
     for (start, c) in &checked.windows {
@@ -539,6 +551,10 @@ async fn a_partition_and_a_killed_redis_stay_within_the_stated_bound() {
         "past the stated bound during the cut: {c_cut:?}"
     );
     assert!(outside <= 1.0, "past the limit outside the cut: {c_out:?}");
+    assert!(
+        gone <= 1.0,
+        "past the stated bound without a home: {c_gone:?}"
+    );
     assert!(
         others_cut >= 0.95,
         "the connected regions lost the limit: {others_cut}"
@@ -562,6 +578,27 @@ async fn a_partition_and_a_killed_redis_stay_within_the_stated_bound() {
             "{c:?}"
         );
     }
+    // Without a home every region decides on its third, and admits.
+    let homeless_windows: Vec<&Counted> = checked
+        .windows
+        .iter()
+        .filter(|(start, _)| *start >= home_killed_at && *start + w <= began + 4 * phase_ns(n))
+        .map(|(_, c)| c)
+        .collect();
+    assert!(!homeless_windows.is_empty());
+    for c in homeless_windows {
+        for &admitted in &c.per_region {
+            assert!(
+                admitted > 0 && admitted <= LIMIT / 3 + c.straddling,
+                "{c:?}"
+            );
+        }
+    }
+}
+
+/// `windows` windows, in nanoseconds.
+fn phase_ns(windows: u64) -> u64 {
+    windows * window_ns()
 }
 
 /// Whether the admitted decisions (at their answers' times) conform to a bucket of
