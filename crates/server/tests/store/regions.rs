@@ -379,9 +379,14 @@ impl Checked {
 
 /// The p50 and p99 of the answer times of `region`'s decisions, in microseconds.
 fn latency(events: &[Event], region: usize) -> (u64, u64) {
+    latency_between(events, region, 0, u64::MAX)
+}
+
+/// [`latency`] of the decisions sent from `from` until `to` (Unix ns).
+fn latency_between(events: &[Event], region: usize, from: u64, to: u64) -> (u64, u64) {
     let mut times: Vec<u64> = events
         .iter()
-        .filter(|e| e.region == region)
+        .filter(|e| e.region == region && (from..to).contains(&e.sent))
         .map(|e| (e.answered - e.sent) / 1_000)
         .collect();
     times.sort_unstable();
@@ -527,6 +532,12 @@ async fn a_partition_and_a_killed_redis_stay_within_the_stated_bound() {
     let (gone, at_gone, c_gone) = checked.worst(|start| homeless(start).then_some(2 * LIMIT));
     let used_outside =
         checked.least_used(|start| !touched(start) && !homeless(start) && start >= began);
+    // A region cut off decides in process: none of its decisions waits out the home's
+    // deadline (400 ms) while its breaker lets a probe through.
+    let (_, cut_p99) = latency_between(&events, 2, cut_at, healed_at);
+    let homeless_p99: Vec<u64> = (0..3)
+        .map(|r| latency_between(&events, r, home_killed_at, u64::MAX).1)
+        .collect();
     // While cut off, the others still take the limit between them.
     let others_cut = checked
         .windows
@@ -540,7 +551,8 @@ async fn a_partition_and_a_killed_redis_stay_within_the_stated_bound() {
          {outside:.3} (window {at_out}: {c_out:?}); least share used outside the cut \
          {used_outside:.3}; the two connected regions' share while cut {others_cut:.3}; \
          region 1's Redis killed at {killed_at}; once the home was killed admitted / \
-         (LIMIT * 2) at most {gone:.3} (window {at_gone}: {c_gone:?})",
+         (LIMIT * 2) at most {gone:.3} (window {at_gone}: {c_gone:?}); p99 of the region cut \
+         off while cut {cut_p99} us, of each region without a home {homeless_p99:?} us",
         events.len()
     );
     for (start, c) in &checked.windows {
@@ -555,6 +567,12 @@ async fn a_partition_and_a_killed_redis_stay_within_the_stated_bound() {
         gone <= 1.0,
         "past the stated bound without a home: {c_gone:?}"
     );
+    for p99 in homeless_p99.iter().chain([&cut_p99]) {
+        assert!(
+            *p99 < 100_000,
+            "a decision waited on a home out of reach: p99 {p99} us"
+        );
+    }
     assert!(
         others_cut >= 0.95,
         "the connected regions lost the limit: {others_cut}"

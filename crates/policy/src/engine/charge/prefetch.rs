@@ -22,6 +22,26 @@ use crate::config::Rule;
 /// request (keys come from clients, so this map must be bounded).
 pub(crate) const MAX_KEYS: usize = 100_000;
 
+/// Why an allowance could not be spent from: the store's error, or, for a background
+/// allowance whose last call to its store failed, that the store is out of reach (the next
+/// call is the background's to make, and no request waits for it).
+#[derive(Debug)]
+pub(crate) enum SpendError<E> {
+    Store(E),
+    CutOff,
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for SpendError<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SpendError::Store(error) => error.fmt(f),
+            SpendError::CutOff => f.write_str(
+                "the home store is out of reach: its last call failed, and the next is the background's to make",
+            ),
+        }
+    }
+}
+
 /// The allowances of every prefetching rule's keys, and what they did.
 #[derive(Default)]
 pub(crate) struct Allowances {
@@ -190,7 +210,7 @@ impl Allowances {
         key: &str,
         cost: u64,
         now: u64,
-    ) -> Result<Decision, S::Error> {
+    ) -> Result<Decision, SpendError<S::Error>> {
         let size = rule.limit.limit();
         if cost > size {
             return Ok(Decision::new(Outcome::CostTooHigh, size, 0, 0));
@@ -200,7 +220,10 @@ impl Allowances {
         });
         let Some(allowance) = self.allowance(key, &rule.limit, horizon) else {
             Counts::bump(&self.stats.remote);
-            return store.decide(&rule.limit, key, now, cost).await;
+            return store
+                .decide(&rule.limit, key, now, cost)
+                .await
+                .map_err(SpendError::Store);
         };
         let (taken, refill, lapsed) = {
             let mut held = lock(&allowance.held);
@@ -242,13 +265,18 @@ impl Allowances {
                 Counts::bump(&self.stats.local);
                 return Ok(refused(size, held.wait(now)));
             }
-            if self.background && held.leased && !held.failing {
+            if self.background && (held.leased || held.failing) {
                 // Past what this process holds: its next allowance is the background's to
-                // take (a WAN round trip no request waits for), and this request is refused
-                // now, as a region past its lease is. Only a key's first request waits (it
-                // has no lease yet), and those of a store that failed (they ask it, and
-                // the rule's `on_store_failure` answers).
+                // take (a WAN round trip no request waits for). This request is refused
+                // now, as a region past its lease is; or, when the background's last call
+                // failed (the home is down or cut off), answered by the rule's
+                // `on_store_failure` without a call of its own, which would wait out the
+                // home's deadline whenever its breaker lets a probe through. Only a key's
+                // first request waits (it has no lease yet, and no call for it has failed).
                 held.due = true;
+                if held.failing {
+                    return Err(SpendError::CutOff);
+                }
                 Counts::bump(&self.stats.local);
                 return Ok(refused(size, held.wait(now).max(1)));
             }
@@ -282,7 +310,8 @@ impl Allowances {
         }
         let retry_after_ns = self
             .fetch(store, &allowance, key, cost, size, horizon, now)
-            .await?;
+            .await
+            .map_err(SpendError::Store)?;
         let mut held = lock(&allowance.held);
         Ok(take(&mut held, cost, size).unwrap_or_else(|| refused(size, retry_after_ns)))
     }
