@@ -1148,3 +1148,72 @@ fn regions_and_global_rules_are_validated_where_written() {
         "{e}"
     );
 }
+
+#[test]
+fn how_redis_calls_are_coalesced_is_configured_per_store_and_checked_where_written() {
+    // The defaults: `[store]` keeps one call in flight, the home store (a WAN away) eight.
+    let config = parse(
+        "b.toml",
+        "[store]\nkind = \"redis\"\nurl = \"redis://r:6379\"\n[regions]\nname = \"eu\"\n[regions.home]\nkind = \"redis\"\nurl = \"redis://home:6379\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            config.store.batch_calls,
+            config.store.batch_bytes,
+            config.store.batch_in_flight
+        ),
+        (128, 65_536, 1)
+    );
+    let home = &config.regions.as_ref().unwrap().home;
+    assert_eq!((home.batch_calls, home.batch_in_flight), (128, 8));
+    // Given, each is what it says, in either section.
+    let config = parse(
+        "b.toml",
+        "[store]\nkind = \"redis-cluster\"\nnodes = [\"redis://a:7000\"]\nbatch_calls = 1\nbatch_bytes = 4096\nbatch_in_flight = 2\n[regions]\nname = \"eu\"\n[regions.home]\nkind = \"redis\"\nurl = \"redis://home:6379\"\nbatch_in_flight = 3\n",
+    )
+    .unwrap();
+    assert_eq!(
+        (
+            config.store.batch_calls,
+            config.store.batch_bytes,
+            config.store.batch_in_flight
+        ),
+        (1, 4096, 2)
+    );
+    assert_eq!(config.regions.unwrap().home.batch_in_flight, 3);
+
+    let refused = |text: &str| match parse("b.toml", text) {
+        Ok(_) => panic!("accepted:\n{text}"),
+        Err(e) => e.to_string(),
+    };
+    let redis = "[store]\nkind = \"redis\"\nurl = \"redis://r:6379\"\n";
+    let e = refused(&format!("{redis}batch_in_flight = 0\n"));
+    assert!(
+        e.starts_with(
+            "b.toml:4:19: `[store]`: `batch_in_flight` must be a whole number above zero"
+        ),
+        "{e}"
+    );
+    let e = refused(&format!("{redis}batch_bytes = 0\n"));
+    assert!(
+        e.starts_with("b.toml:4:15: `[store]`: `batch_bytes` must be a whole number above zero"),
+        "{e}"
+    );
+    let e = refused(&format!("{redis}batch_calls = -1\n"));
+    assert!(e.contains("b.toml:4:15: `[store]`: `batch_calls`"), "{e}");
+    let e = refused("[store]\nbatch_calls = 16\n");
+    assert!(
+        e.starts_with("b.toml:2:15: `[store]`: `batch_calls` applies only to a Redis store"),
+        "{e}"
+    );
+    let e = refused(
+        "[regions]\nname = \"eu\"\n[regions.home]\nkind = \"redis\"\nurl = \"redis://h\"\nbatch_in_flight = 0\n",
+    );
+    assert!(
+        e.contains(
+            "b.toml:6:19: `[regions.home]`: `batch_in_flight` must be a whole number above zero"
+        ),
+        "{e}"
+    );
+}

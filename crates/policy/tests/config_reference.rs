@@ -335,6 +335,9 @@ fn the_reload_column_matches_what_a_reload_leaves_for_a_restart() {
             "wait_for_replicas",
             "kind = \"redis\"\nurl = \"rediss://127.0.0.1:1\"\nwait_for_replicas = 1",
         ),
+        ("batch_calls", &format!("{redis}\nbatch_calls = 1")),
+        ("batch_bytes", &format!("{redis}\nbatch_bytes = 1024")),
+        ("batch_in_flight", &format!("{redis}\nbatch_in_flight = 2")),
     ];
     // Fields of a Sentinel store, each changed from a Sentinel store's file.
     let sentinel =

@@ -93,6 +93,10 @@ pub(super) struct RawStore {
     pub(super) master_password: Option<Spanned<String>>,
     pub(super) master_tls: Option<Spanned<bool>>,
     pub(super) wait_for_replicas: Option<Spanned<i64>>,
+    // How calls to a Redis store are coalesced.
+    pub(super) batch_calls: Option<Spanned<i64>>,
+    pub(super) batch_bytes: Option<Spanned<i64>>,
+    pub(super) batch_in_flight: Option<Spanned<i64>>,
 }
 
 /// `[tls.listen]`, `[tls.api]`, `[tls.admin]`, `[tls.grpc]`: TLS on the listener of that

@@ -6,7 +6,7 @@ use toml::Spanned;
 use super::error::Errors;
 use super::raw::RawRegions;
 use super::store::store_settings;
-use super::{Regions, StoreKind, GLOBAL_HORIZON};
+use super::{Regions, StoreKind, GLOBAL_HORIZON, HOME_IN_FLIGHT};
 
 pub(super) fn regions(raw: Spanned<RawRegions>, errors: &mut Errors<'_>) -> Option<Regions> {
     let at = raw.span();
@@ -37,7 +37,12 @@ pub(super) fn regions(raw: Spanned<RawRegions>, errors: &mut Errors<'_>) -> Opti
         return None;
     };
     let home_at = home.span();
-    let home = store_settings(home.into_inner(), "`[regions.home]`", errors);
+    let home = home.into_inner();
+    let in_flight_given = home.batch_in_flight.is_some();
+    let mut home = store_settings(home, "`[regions.home]`", errors);
+    if !in_flight_given {
+        home.batch_in_flight = HOME_IN_FLIGHT;
+    }
     if home.kind == StoreKind::Memory {
         errors.at(
             Some(home_at),

@@ -136,6 +136,13 @@ pub struct StoreSettings {
     /// Replicas that must acknowledge each decision (Redis `WAIT`) before it counts; 0
     /// waits for none. One Redis or Sentinel only.
     pub wait_for_replicas: u32,
+    /// The most calls one coalesced call to Redis holds (0 or 1: every call its own).
+    pub batch_calls: usize,
+    /// The most bytes of arguments one coalesced call holds.
+    pub batch_bytes: usize,
+    /// Calls in flight to one place (a slot, on a Cluster) before the next ones wait to go
+    /// together: 1 for `[store]`, [`HOME_IN_FLIGHT`] for `[regions.home]`.
+    pub batch_in_flight: usize,
 }
 
 impl Default for StoreSettings {
@@ -151,9 +158,23 @@ impl Default for StoreSettings {
             key_prefix: shared_store::KEY_PREFIX.to_owned(),
             tls_ca_file: None,
             wait_for_replicas: 0,
+            batch_calls: BATCH_CALLS,
+            batch_bytes: BATCH_BYTES,
+            batch_in_flight: 1,
         }
     }
 }
+
+/// The most calls one coalesced call to Redis holds, by default.
+pub const BATCH_CALLS: usize = 128;
+
+/// The most bytes of arguments one coalesced call to Redis holds, by default (64 KiB).
+pub const BATCH_BYTES: usize = 64 * 1024;
+
+/// The home store's calls in flight before more are coalesced, by default: a call to it is
+/// a WAN round trip long, and a take of the next allowance must not queue behind a
+/// give-back of the last one (`[store]` keeps one: a call there is a LAN round trip).
+pub const HOME_IN_FLIGHT: usize = 8;
 
 /// The `[regions]` section, validated: this server's region, and the home store that
 /// counts the `scope = "global"` rules for every region.
@@ -376,6 +397,12 @@ impl StoreSettings {
             (
                 "[store] wait_for_replicas",
                 self.wait_for_replicas != next.wait_for_replicas,
+            ),
+            ("[store] batch_calls", self.batch_calls != next.batch_calls),
+            ("[store] batch_bytes", self.batch_bytes != next.batch_bytes),
+            (
+                "[store] batch_in_flight",
+                self.batch_in_flight != next.batch_in_flight,
             ),
         ]
         .into_iter()

@@ -65,6 +65,24 @@ pub(super) fn store_settings(
             kind_name != "redis-sentinel",
             "`kind = \"redis-sentinel\"`",
         ),
+        (
+            "batch_calls",
+            raw.batch_calls.as_ref().map(Spanned::span),
+            kind_name == "memory",
+            "a Redis store",
+        ),
+        (
+            "batch_bytes",
+            raw.batch_bytes.as_ref().map(Spanned::span),
+            kind_name == "memory",
+            "a Redis store",
+        ),
+        (
+            "batch_in_flight",
+            raw.batch_in_flight.as_ref().map(Spanned::span),
+            kind_name == "memory",
+            "a Redis store",
+        ),
         // `WAIT` answers for the server it is sent to; a Cluster's decisions span masters.
         (
             "wait_for_replicas",
@@ -185,6 +203,16 @@ pub(super) fn store_settings(
         .as_ref()
         .and_then(|n| errors.whole(n, &format!("{section}: `wait_for_replicas`"), None, true))
         .unwrap_or(defaults.wait_for_replicas);
+    // 0 and 1 both send every call alone; the other two are at least 1.
+    let batch_calls = raw
+        .batch_calls
+        .as_ref()
+        .and_then(|n| errors.whole(n, &format!("{section}: `batch_calls`"), None, true))
+        .unwrap_or(defaults.batch_calls);
+    let batch_bytes =
+        count(errors, section, "batch_bytes", &raw.batch_bytes).unwrap_or(defaults.batch_bytes);
+    let batch_in_flight = count(errors, section, "batch_in_flight", &raw.batch_in_flight)
+        .unwrap_or(defaults.batch_in_flight);
     let mut duration = |field: &str, value: &Option<Spanned<String>>| {
         errors.duration(
             value.as_ref(),
@@ -209,6 +237,9 @@ pub(super) fn store_settings(
             .tls_ca_file
             .map(|f| std::path::PathBuf::from(f.into_inner())),
         wait_for_replicas,
+        batch_calls,
+        batch_bytes,
+        batch_in_flight,
     }
 }
 

@@ -52,6 +52,9 @@ pub(crate) fn redis_config(settings: &StoreSettings) -> anyhow::Result<Option<Re
         time: TimeSource::Redis,
         key_prefix: settings.key_prefix.clone(),
         wait_for_replicas: settings.wait_for_replicas,
+        batch_calls: settings.batch_calls,
+        batch_bytes: settings.batch_bytes,
+        batch_in_flight: settings.batch_in_flight,
         ..RedisConfig::default()
     }))
 }
@@ -68,10 +71,6 @@ pub(crate) fn shared_store(settings: &StoreSettings) -> anyhow::Result<Option<Re
     };
     RedisStore::new(config).map(Some).context("`[store]`")
 }
-
-/// The home store's calls in flight before more are coalesced into a batch (one for
-/// `[store]`: a call there is a LAN round trip).
-const HOME_IN_FLIGHT: usize = 8;
 
 /// How long a server waits as it starts for its store's handshake before it serves.
 pub(crate) const CONNECT_AT_START: Duration = Duration::from_secs(1);
@@ -112,12 +111,6 @@ impl AnyStore {
         let config = redis_config(settings)
             .context("`[regions.home]`")?
             .context("`[regions.home]`: the home store is a Redis, not `memory`")?;
-        // A WAN away, a call in flight is a round trip long: a take of the next allowance
-        // must not queue behind a give-back of the last one.
-        let config = RedisConfig {
-            batch_in_flight: HOME_IN_FLIGHT,
-            ..config
-        };
         let redis = RedisStore::new(config).context("`[regions.home]`")?;
         Ok(AnyStore::Redis(Box::new(redis)))
     }
@@ -274,5 +267,28 @@ impl AsyncStore for AnyStore {
             AnyStore::Memory(m) => Ok(m.clear(key)),
             AnyStore::Redis(r) => Ok(Box::pin(r.clear(key)).await?),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_batch_settings_of_a_section_reach_its_redis_store() {
+        let text = "[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:1\"\nbatch_calls = 7\nbatch_bytes = 2048\nbatch_in_flight = 3\n[regions]\nname = \"eu\"\n[regions.home]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:2\"\n";
+        let config = ratewarden_policy::config::parse("b.toml", text).unwrap();
+        let store = redis_config(&config.store).unwrap().unwrap();
+        assert_eq!(
+            (store.batch_calls, store.batch_bytes, store.batch_in_flight),
+            (7, 2048, 3)
+        );
+        let home = redis_config(&config.regions.unwrap().home)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (home.batch_calls, home.batch_bytes, home.batch_in_flight),
+            (128, 65_536, ratewarden_policy::HOME_IN_FLIGHT)
+        );
     }
 }
