@@ -11,13 +11,17 @@ use ratewarden_redis::{
     BreakerState, RedisConfig, RedisError, RedisStore, SentinelTarget, Target, TimeSource,
 };
 
-/// The Redis client config of a shared `[store]` (`None` for the in-memory store), its CA
-/// file read: the one place that turns `[store]` into a [`RedisConfig`].
+/// The Redis client config of a shared store's section (`None` for the in-memory store),
+/// its CA file read: the one place that turns `[store]` or `[regions.home]` (`section`,
+/// which its errors name) into a [`RedisConfig`].
 ///
 /// # Errors
 ///
 /// A `tls_ca_file` that cannot be read.
-pub(crate) fn redis_config(settings: &StoreSettings) -> anyhow::Result<Option<RedisConfig>> {
+pub(crate) fn redis_config(
+    settings: &StoreSettings,
+    section: &str,
+) -> anyhow::Result<Option<RedisConfig>> {
     let target = match &settings.kind {
         StoreKind::Memory => return Ok(None),
         StoreKind::Redis { url } => Target::Single(url.clone()),
@@ -36,13 +40,12 @@ pub(crate) fn redis_config(settings: &StoreSettings) -> anyhow::Result<Option<Re
             tls: *tls,
         }),
     };
-    let tls_ca =
-        match &settings.tls_ca_file {
-            Some(path) => Some(std::fs::read(path).with_context(|| {
-                format!("`[store] tls_ca_file`: cannot read {}", path.display())
-            })?),
-            None => None,
-        };
+    let tls_ca = match &settings.tls_ca_file {
+        Some(path) => Some(std::fs::read(path).with_context(|| {
+            format!("{section}: `tls_ca_file`: cannot read {}", path.display())
+        })?),
+        None => None,
+    };
     Ok(Some(RedisConfig {
         tls_ca,
         target,
@@ -66,7 +69,7 @@ pub(crate) fn redis_config(settings: &StoreSettings) -> anyhow::Result<Option<Re
 ///
 /// What [`redis_config`] refuses, and a URL the Redis client cannot use.
 pub(crate) fn shared_store(settings: &StoreSettings) -> anyhow::Result<Option<RedisStore>> {
-    let Some(config) = redis_config(settings)? else {
+    let Some(config) = redis_config(settings, "`[store]`")? else {
         return Ok(None);
     };
     RedisStore::new(config).map(Some).context("`[store]`")
@@ -108,8 +111,7 @@ impl AnyStore {
     /// The home store of `[regions.home]` (a shared store: the file's validation refuses
     /// `memory` there), where `scope = "global"` rules are counted for every region.
     pub(crate) fn home(settings: &StoreSettings) -> anyhow::Result<Self> {
-        let config = redis_config(settings)
-            .context("`[regions.home]`")?
+        let config = redis_config(settings, "`[regions.home]`")?
             .context("`[regions.home]`: the home store is a Redis, not `memory`")?;
         let redis = RedisStore::new(config).context("`[regions.home]`")?;
         Ok(AnyStore::Redis(Box::new(redis)))
@@ -275,20 +277,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_batch_settings_of_a_section_reach_its_redis_store() {
+    fn a_sections_settings_reach_its_redis_config_and_its_errors_name_it() {
         let text = "[store]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:1\"\nbatch_calls = 7\nbatch_bytes = 2048\nbatch_in_flight = 3\n[regions]\nname = \"eu\"\n[regions.home]\nkind = \"redis\"\nurl = \"redis://127.0.0.1:2\"\n";
         let config = ratewarden_policy::config::parse("b.toml", text).unwrap();
-        let store = redis_config(&config.store).unwrap().unwrap();
+        let store = redis_config(&config.store, "`[store]`").unwrap().unwrap();
         assert_eq!(
             (store.batch_calls, store.batch_bytes, store.batch_in_flight),
             (7, 2048, 3)
         );
-        let home = redis_config(&config.regions.unwrap().home)
+        let home = redis_config(&config.regions.unwrap().home, "`[regions.home]`")
             .unwrap()
             .unwrap();
         assert_eq!(
             (home.batch_calls, home.batch_bytes, home.batch_in_flight),
             (128, 65_536, ratewarden_policy::HOME_IN_FLIGHT)
+        );
+        // A CA file that cannot be read is named with its section.
+        let text = "[regions]\nname = \"eu\"\n[regions.home]\nkind = \"redis\"\nurl = \"rediss://127.0.0.1:2\"\ntls_ca_file = \"/nonexistent/ca.pem\"\n";
+        let config = ratewarden_policy::config::parse("b.toml", text).unwrap();
+        let error = match AnyStore::home(&config.regions.unwrap().home) {
+            Ok(_) => panic!("an unreadable CA file was accepted"),
+            Err(error) => format!("{error:#}"),
+        };
+        assert!(
+            error.starts_with("`[regions.home]`: `tls_ca_file`: cannot read /nonexistent/ca.pem"),
+            "{error}"
         );
     }
 }
