@@ -15,3 +15,12 @@ pub const BREAKER_COOL_DOWN: Duration = Duration::from_secs(1);
 
 /// Put before every key, so several deployments can share one Redis.
 pub const KEY_PREFIX: &str = "rw:";
+
+/// The most calls that go to the store together as one call.
+pub const BATCH_CALLS: usize = 128;
+
+/// The most bytes of arguments one such call holds (64 KiB).
+pub const BATCH_BYTES: usize = 64 * 1024;
+
+/// Calls in flight to one place before the next ones wait to go together.
+pub const BATCH_IN_FLIGHT: usize = 1;

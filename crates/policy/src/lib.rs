@@ -30,8 +30,7 @@ pub use config::{
     Adaptive, AdminAccess, AdminToken, BodyTerm, Bounds, BucketMatch, Config, ConfigError,
     ConfigErrors, Cost, KeyPart, KeySources, Match, MethodOverride, Mode, OnStoreFailure, Queue,
     Regions, Rule, ServerSettings, SettleFrom, StoreKind, StoreSettings, WhenKeyMissing,
-    ADMIN_TOKEN_ENV, BATCH_BYTES, BATCH_CALLS, GLOBAL_HORIZON, HOME_IN_FLIGHT, MAX_WEIGHT,
-    MIN_HEADER_BYTES, MIN_STORE_BYTES,
+    ADMIN_TOKEN_ENV, GLOBAL_HORIZON, HOME_IN_FLIGHT, MAX_WEIGHT, MIN_HEADER_BYTES, MIN_STORE_BYTES,
 };
 pub use engine::{
     api_key_digest, fingerprint, rollout_bucket, AdaptiveState, Answer, DescriptorStatus,

@@ -35,8 +35,12 @@ fn the_example_config_is_valid() {
 
 /// Parses `body` as the only limit of a file and returns its errors, one a line.
 fn errors(body: &str) -> String {
-    let text = format!("[[limit]]\n{body}\n");
-    match parse("test.toml", &text) {
+    refused("test.toml", &format!("[[limit]]\n{body}\n"))
+}
+
+/// Parses `text` as the file `file` and returns its errors, one a line.
+fn refused(file: &str, text: &str) -> String {
+    match parse(file, text) {
         Ok(_) => panic!("accepted:\n{text}"),
         Err(e) => e.to_string(),
     }
@@ -1107,10 +1111,7 @@ fn regions_and_global_rules_are_validated_where_written() {
     assert!(!config.rules[0].global);
     assert_eq!(config.rules[0].prefetch, None);
 
-    let refused = |text: &str| match parse("r.toml", text) {
-        Ok(_) => panic!("accepted:\n{text}"),
-        Err(e) => e.to_string(),
-    };
+    let refused = |text: &str| refused("r.toml", text);
     let e = refused(&rule("scope = \"global\""));
     assert!(
         e.starts_with("r.toml:7:9: limit `g`: `scope = \"global\"` needs a `[regions]` section"),
@@ -1183,10 +1184,7 @@ fn how_redis_calls_are_coalesced_is_configured_per_store_and_checked_where_writt
     );
     assert_eq!(config.regions.unwrap().home.batch_in_flight, 3);
 
-    let refused = |text: &str| match parse("b.toml", text) {
-        Ok(_) => panic!("accepted:\n{text}"),
-        Err(e) => e.to_string(),
-    };
+    let refused = |text: &str| refused("b.toml", text);
     let redis = "[store]\nkind = \"redis\"\nurl = \"redis://r:6379\"\n";
     let e = refused(&format!("{redis}batch_in_flight = 0\n"));
     assert!(

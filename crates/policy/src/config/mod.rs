@@ -53,7 +53,7 @@ pub use queue::{Queue, MAX_WEIGHT};
 pub use rule::SETTLE_FROM_WITHIN;
 pub use settings::{
     Config, KeySources, MethodOverride, Regions, ServerSettings, StoreKind, StoreSettings,
-    BATCH_BYTES, BATCH_CALLS, GLOBAL_HORIZON, HOME_IN_FLIGHT, MIN_STORE_BYTES,
+    GLOBAL_HORIZON, HOME_IN_FLIGHT, MIN_STORE_BYTES,
 };
 pub use tls::{CertificateFiles, NamedFile, Tls, TlsListeners};
 pub use validate::{load, parse};

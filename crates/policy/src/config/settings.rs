@@ -158,18 +158,12 @@ impl Default for StoreSettings {
             key_prefix: shared_store::KEY_PREFIX.to_owned(),
             tls_ca_file: None,
             wait_for_replicas: 0,
-            batch_calls: BATCH_CALLS,
-            batch_bytes: BATCH_BYTES,
-            batch_in_flight: 1,
+            batch_calls: shared_store::BATCH_CALLS,
+            batch_bytes: shared_store::BATCH_BYTES,
+            batch_in_flight: shared_store::BATCH_IN_FLIGHT,
         }
     }
 }
-
-/// The most calls one coalesced call to Redis holds, by default.
-pub const BATCH_CALLS: usize = 128;
-
-/// The most bytes of arguments one coalesced call to Redis holds, by default (64 KiB).
-pub const BATCH_BYTES: usize = 64 * 1024;
 
 /// The home store's calls in flight before more are coalesced, by default: a call to it is
 /// a WAN round trip long, and a take of the next allowance must not queue behind a

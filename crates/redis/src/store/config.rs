@@ -104,9 +104,9 @@ impl Default for RedisConfig {
             tls_ca: None,
             pipeline: true,
             wait_for_replicas: 0,
-            batch_calls: 128,
-            batch_bytes: 64 * 1024,
-            batch_in_flight: 1,
+            batch_calls: ratewarden_core::shared_store::BATCH_CALLS,
+            batch_bytes: ratewarden_core::shared_store::BATCH_BYTES,
+            batch_in_flight: ratewarden_core::shared_store::BATCH_IN_FLIGHT,
         }
     }
 }

@@ -120,7 +120,8 @@ struct Held {
     /// A fetch has succeeded for this key since it was made.
     leased: bool,
     /// The last fetch failed: the store is down or cut off (a request that finds nothing in
-    /// hand then asks it itself, and its rule's `on_store_failure` answers).
+    /// hand is answered by its rule's `on_store_failure`: a background allowance's without
+    /// a call, another's after asking the store itself).
     failing: bool,
     /// Demand (units asked, allowed or not) in the current horizon-long period and the one
     /// before, for sizing the next fetch.
@@ -479,10 +480,8 @@ impl Allowances {
         if granted > 0 {
             // Units in hand from an earlier grant live as long as the new ones: for a
             // window, that is still no later than its end.
-            let (lapses, returnable_until) = lifetime(&allowance.limit, &decision, horizon, now);
-            held.lapses = lapses;
             held.ends = window_end(&allowance.limit, &decision, now);
-            held.returnable_until = returnable_until;
+            (held.lapses, held.returnable_until) = lifetime(held.ends, horizon, now);
         }
         held.contested = granted < want;
         let retry_after_ns = decision.retry_after_ns().unwrap_or(0);
@@ -567,30 +566,18 @@ fn refused(size: u64, retry_after_ns: u64) -> Decision {
     )
 }
 
-/// When an allowance granted at `now` lapses, and until when its units may be given back.
-/// Units of a window must be spent in it (the next window counts afresh) and can only be
-/// given back while it is current (a refund in the next window would free units of that
-/// window): a fixed window or quota ends `reset` after the store's answer, a sliding
-/// window's current window one window before its reset. Bucket units keep a horizon.
-fn lifetime(limit: &Limit, decision: &Decision, horizon: u64, now: u64) -> (u64, u64) {
-    let window_ends_in = match limit {
-        Limit::FixedWindow(_) | Limit::Quota(_) => Some(decision.reset_after_ns),
-        Limit::SlidingWindow(w) => {
-            let w = u64::try_from(w.window().as_nanos()).unwrap_or(u64::MAX);
-            Some(decision.reset_after_ns.saturating_sub(w))
-        }
-        _ => None,
-    };
+/// When an allowance granted at `now` lapses, and until when its units may be given back,
+/// its window ending at `ends` ([`window_end`]). Units of a window must be spent in it (the
+/// next window counts afresh) and can only be given back while it is current (a refund in
+/// the next window would free units of that window). Bucket units keep a horizon.
+fn lifetime(ends: u64, horizon: u64, now: u64) -> (u64, u64) {
     let lapses = now.saturating_add(horizon);
-    match window_ends_in {
-        Some(ends_in) => {
-            let ends = now.saturating_add(ends_in);
-            // Given back a horizon before the end at the latest, so that the store (on its
-            // own clock, a round trip later) still sees the same window.
-            (lapses.min(ends), ends.saturating_sub(horizon))
-        }
-        None => (lapses, u64::MAX),
+    if ends == u64::MAX {
+        return (lapses, u64::MAX);
     }
+    // Given back a horizon before the end at the latest, so that the store (on its own
+    // clock, a round trip later) still sees the same window.
+    (lapses.min(ends), ends.saturating_sub(horizon))
 }
 
 /// When the window of units granted at `now` ends (`u64::MAX` for a bucket): a fixed
